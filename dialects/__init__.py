@@ -1,0 +1,1 @@
+"""Dialects of the kaio stack, one file each: kernel, tile, smem, cpasync, mma, ptx."""

@@ -1,0 +1,33 @@
+"""kaio: write NVIDIA GPU kernels as Python functions.
+
+kaio compiles them itself to PTX through a stack of xDSL dialects and runs them through the CUDA
+driver, or on a CPU simulator of PTX when no GPU is present.
+"""
+
+from kaio.dtypes import Array, MutArray, constexpr
+from kaio.errors import (
+    KaioCompileError,
+    KaioDriverError,
+    KaioError,
+    KaioLaunchError,
+    KaioMemoryError,
+    KaioSimError,
+    KaioTargetError,
+    KaioTypeError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Array",
+    "MutArray",
+    "constexpr",
+    "KaioError",
+    "KaioCompileError",
+    "KaioTypeError",
+    "KaioTargetError",
+    "KaioLaunchError",
+    "KaioDriverError",
+    "KaioMemoryError",
+    "KaioSimError",
+]

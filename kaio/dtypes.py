@@ -1,0 +1,160 @@
+"""Scalar types of the kernel language: ``f16 bf16 f32 f64 i8 u8 i16 u16 i32 u32 i64 u64 bool_``.
+
+One object per type carries everything the layers need: the numpy dtype (host side), the xDSL
+type (IR side; integers are signless there, signedness lives here and picks the arith op), and
+the PTX spelling. Calling a type converts: on the host ``f32(1.5)`` is ``numpy.float32(1.5)``,
+inside a kernel ``f32(x)`` is a cast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class ScalarType:
+    name: str
+    kind: str  # "float", "int" (signed), "uint", "bool"
+    bits: int
+    np_dtype_name: str
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind in ("int", "uint")
+
+    @property
+    def is_signed(self) -> bool:
+        return self.kind in ("int", "float")
+
+    @property
+    def is_bool(self) -> bool:
+        return self.kind == "bool"
+
+    @property
+    def nbytes(self) -> int:
+        return max(self.bits // 8, 1)
+
+    @cached_property
+    def np_dtype(self) -> np.dtype:
+        if self.name == "bf16":
+            import ml_dtypes
+
+            return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(self.np_dtype_name)
+
+    @cached_property
+    def ir_type(self) -> Any:
+        from xdsl.dialects import builtin
+
+        if self.kind == "float":
+            return {
+                "f16": builtin.f16,
+                "bf16": builtin.bf16,
+                "f32": builtin.f32,
+                "f64": builtin.f64,
+            }[self.name]
+        return builtin.IntegerType(1 if self.is_bool else self.bits)
+
+    @property
+    def ptx(self) -> str:
+        """The PTX type of a value of this type (``s32``, ``u64``, ``f32``, ``pred``...)."""
+        if self.kind == "bool":
+            return "pred"
+        if self.kind == "float":
+            return self.name
+        return ("s" if self.kind == "int" else "u") + str(self.bits)
+
+    def __call__(self, value: Any) -> Any:
+        # Host-side conversion; the frontend treats the same call inside a kernel as a cast.
+        return self.np_dtype.type(value)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __reduce__(self) -> str:
+        return self.name
+
+
+f16 = ScalarType("f16", "float", 16, "float16")
+bf16 = ScalarType("bf16", "float", 16, "bfloat16")
+f32 = ScalarType("f32", "float", 32, "float32")
+f64 = ScalarType("f64", "float", 64, "float64")
+i8 = ScalarType("i8", "int", 8, "int8")
+u8 = ScalarType("u8", "uint", 8, "uint8")
+i16 = ScalarType("i16", "int", 16, "int16")
+u16 = ScalarType("u16", "uint", 16, "uint16")
+i32 = ScalarType("i32", "int", 32, "int32")
+u32 = ScalarType("u32", "uint", 32, "uint32")
+i64 = ScalarType("i64", "int", 64, "int64")
+u64 = ScalarType("u64", "uint", 64, "uint64")
+bool_ = ScalarType("bool", "bool", 1, "bool")
+
+ALL_TYPES: tuple[ScalarType, ...] = (f16, bf16, f32, f64, i8, u8, i16, u16, i32, u32, i64, u64, bool_)
+BY_NAME: dict[str, ScalarType] = {t.name: t for t in ALL_TYPES}
+
+
+def from_numpy(dtype: Any) -> ScalarType:
+    """The kernel type of a numpy dtype (``ml_dtypes.bfloat16`` included)."""
+    dt = np.dtype(dtype)
+    for t in ALL_TYPES:
+        if t.np_dtype == dt:
+            return t
+    raise TypeError(f"numpy dtype {dt} has no kaio scalar type")
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    """A global-memory buffer parameter: ``Array[T]`` (read-only) or ``MutArray[T]`` (writable)."""
+
+    elem: ScalarType
+    mutable: bool
+
+    def __repr__(self) -> str:
+        return f"{'MutArray' if self.mutable else 'Array'}[{self.elem.name}]"
+
+
+class _ArrayFactory:
+    def __init__(self, mutable: bool):
+        self.mutable = mutable
+
+    def __getitem__(self, elem: ScalarType) -> ArrayType:
+        if not isinstance(elem, ScalarType) or elem.is_bool:
+            raise TypeError(f"array element must be a numeric kaio type, not {elem!r}")
+        return ArrayType(elem, self.mutable)
+
+    def __repr__(self) -> str:
+        return "MutArray" if self.mutable else "Array"
+
+
+Array = _ArrayFactory(mutable=False)
+MutArray = _ArrayFactory(mutable=True)
+
+
+class _Constexpr:
+    """Marks a compile-time constant parameter: ``BLOCK: kaio.constexpr``.
+
+    Each distinct value specializes (and caches) its own kernel, as in Triton.
+    ``kaio.constexpr[i32]`` additionally names the type the value has inside the kernel.
+    """
+
+    def __getitem__(self, t: ScalarType) -> "ConstexprType":
+        return ConstexprType(t)
+
+    def __repr__(self) -> str:
+        return "constexpr"
+
+
+@dataclass(frozen=True)
+class ConstexprType:
+    elem: ScalarType | None = None
+
+
+constexpr = _Constexpr()

@@ -1,0 +1,131 @@
+"""The errors kaio raises. Every one says what went wrong in the user's terms.
+
+A user never sees a traceback from deep inside xDSL or the CUDA driver: each layer catches what
+it understands and raises one of these, carrying the facts needed to fix the problem (a source
+location, a parameter name, the JIT log, the faulting thread).
+"""
+
+from __future__ import annotations
+
+
+class KaioError(Exception):
+    """Base class of every error kaio raises on purpose."""
+
+
+class KaioCompileError(KaioError):
+    """Unsupported Python or a type error inside a kernel.
+
+    Points into the user's source: ``file:line:col``, the source line, a caret under the
+    offending expression, and a hint when one helps.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        filename: str | None = None,
+        line: int | None = None,
+        col: int | None = None,
+        end_col: int | None = None,
+        source_line: str | None = None,
+        hint: str | None = None,
+    ):
+        self.message = message
+        self.filename = filename
+        self.line = line
+        self.col = col
+        self.end_col = end_col
+        self.source_line = source_line
+        self.hint = hint
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = ""
+        if self.filename is not None and self.line is not None:
+            where = f"{self.filename}:{self.line}:{(self.col or 0) + 1}: "
+        text = f"{where}error: {self.message}"
+        if self.source_line is not None:
+            stripped = self.source_line.rstrip()
+            text += f"\n    {stripped}"
+            if self.col is not None:
+                width = 1
+                if self.end_col is not None and self.end_col > self.col:
+                    width = min(self.end_col, len(stripped)) - self.col
+                text += "\n    " + " " * self.col + "^" * max(width, 1)
+        if self.hint:
+            text += f"\nhint: {self.hint}"
+        return text
+
+
+class KaioTypeError(KaioError, TypeError):
+    """Wrong launch arguments: count, dtype, read-only buffer as output, scalar out of range.
+
+    Raised before anything reaches the device; the message names the parameter.
+    """
+
+
+class KaioTargetError(KaioError):
+    """A feature the chosen GPU architecture does not have; names the feature and the minimum sm."""
+
+    def __init__(self, feature: str, min_sm: int, arch: str):
+        self.feature = feature
+        self.min_sm = min_sm
+        self.arch = arch
+        super().__init__(f"{feature} needs sm_{min_sm} or newer; the target is {arch}")
+
+
+class KaioLaunchError(KaioError):
+    """The driver (or the simulator's loader) rejected a module or a launch.
+
+    ``log`` holds the JIT error log; ``ptx_path`` says where the offending PTX was written.
+    """
+
+    def __init__(self, message: str, *, log: str = "", ptx_path: str | None = None):
+        self.log = log
+        self.ptx_path = ptx_path
+        text = message
+        if log:
+            text += "\n--- JIT log ---\n" + log.rstrip()
+        if ptx_path:
+            text += f"\nPTX written to: {ptx_path}"
+        super().__init__(text)
+
+
+class KaioDriverError(KaioError):
+    """A CUDA driver call failed; carries the driver's error name (e.g. CUDA_ERROR_OUT_OF_MEMORY)."""
+
+    def __init__(self, call: str, error_name: str, error_string: str = ""):
+        self.call = call
+        self.error_name = error_name
+        self.error_string = error_string
+        detail = f": {error_string}" if error_string else ""
+        super().__init__(f"{call} failed with {error_name}{detail}")
+
+
+class KaioMemoryError(KaioError):
+    """Out-of-bounds or misaligned access caught by the simulator (compute-sanitizer on the CPU)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kernel: str,
+        ptx_line: int,
+        thread: tuple[int, int, int],
+        block: tuple[int, int, int],
+        address: int,
+    ):
+        self.kernel = kernel
+        self.ptx_line = ptx_line
+        self.thread = thread
+        self.block = block
+        self.address = address
+        super().__init__(
+            f"{message} in kernel '{kernel}' at PTX line {ptx_line}: "
+            f"thread {thread}, block {block}, address {address:#x}"
+        )
+
+
+class KaioSimError(KaioError):
+    """The simulator found a bug that is not a memory access: deadlock, a barrier reached by part
+    of a block, a warp-synchronous instruction on diverged lanes, an unknown instruction."""

@@ -1,0 +1,1 @@
+"""Python source -> kernel dialect."""

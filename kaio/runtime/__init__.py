@@ -1,0 +1,1 @@
+"""Devices, buffers, launches, caches: one API over the CUDA driver and the CPU simulator."""

@@ -1,0 +1,1 @@
+"""High-level ops, one module each, each owning its default pass pipeline."""

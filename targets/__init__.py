@@ -1,0 +1,1 @@
+"""Targets: ptx/ (printer, arch table, ptxas helpers) and sim/ (CPU PTX simulator)."""
