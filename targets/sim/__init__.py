@@ -1,1 +1,23 @@
+"""CPU simulator of PTX: runs the PTX *text* kaio (or nvcc, or Triton) emits, on numpy.
 
+Contract with the runtime (``kaio.Device("sim")``)::
+
+    from kaio.targets.sim import Simulator
+
+    sim = Simulator()                      # one per simulated device; owns its global memory
+    addr = sim.memory.alloc(nbytes)        # 256-byte aligned, never 0, guard gap after it
+    sim.memory.write(addr, host_bytes)     # bytes or ndarray; must lie inside one allocation
+    sim.memory.read(addr, nbytes)          # -> np.ndarray[uint8] (a copy)
+    sim.memory.free(addr)
+
+    module = sim.load(ptx_text)            # parse once; a syntax error or an unknown
+                                           # instruction -> KaioLaunchError (log names the line)
+    module.entries["saxpy"].params         # [(name, ptx_type, nbytes), ...] from the .entry
+    report = module.launch("saxpy", grid=(gx, gy, gz), block=(bx, by, bz),
+                           params=[b"...", ...],    # raw little-endian bytes, one per .param
+                           shared_bytes=0,          # dynamic (.extern) shared memory
+                           profile=False)           # True -> a printable ProfileReport
+
+Faults raise ``KaioMemoryError`` (out of bounds, misaligned) or ``KaioSimError`` (deadlock, a
+barrier reached by part of a block, a warp-synchronous instruction on diverged lanes).
+"""

@@ -1,0 +1,93 @@
+"""What a compile produces and what a launch consumes: PTX text plus the kernel's signature.
+
+This is the contract between the compiler (frontend + passes + printer) and the runtime
+(devices, argument checking, parameter packing, launch). The runtime never looks at IR.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kaio.dtypes import ScalarType
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One runtime parameter of a kernel, in PTX parameter order.
+
+    Arrays are passed as 64-bit global addresses (``.param .u64``); scalars by value with the
+    PTX type of their dtype (``.param .f32``, ``.param .u32``; f16/bf16 as ``.param .b16``).
+    """
+
+    name: str
+    dtype: ScalarType
+    is_array: bool
+    mutable: bool = False  # arrays only: MutArray
+
+    @property
+    def ptx_type(self) -> str:
+        if self.is_array:
+            return "u64"
+        if self.dtype.name in ("f16", "bf16"):
+            return "b16"
+        if self.dtype.is_bool:
+            return "u8"
+        return self.dtype.ptx
+
+    @property
+    def nbytes(self) -> int:
+        return 8 if self.is_array else self.dtype.nbytes
+
+    def pack(self, value: Any) -> bytes:
+        """Little-endian bytes of an already-checked argument value (an address for arrays)."""
+        if self.is_array:
+            return struct.pack("<Q", value)
+        return self.dtype.np_dtype.type(value).tobytes()
+
+    def __repr__(self) -> str:
+        if self.is_array:
+            kind = "MutArray" if self.mutable else "Array"
+            return f"{self.name}: {kind}[{self.dtype.name}]"
+        return f"{self.name}: {self.dtype.name}"
+
+
+@dataclass
+class CompiledKernel:
+    """A kernel compiled for one arch and one set of constexpr values.
+
+    ``ptx`` is the module text (one ``.entry`` named ``name``); ``params`` are the runtime
+    parameters (constexpr parameters are folded in and do not appear). ``ir`` is the
+    kernel-dialect module the frontend built; ``stages`` maps each pipeline stage, in order, to
+    the IR text after it. Both are produced on demand when the PTX came from the disk cache.
+    """
+
+    name: str
+    ptx: str
+    arch: str
+    params: tuple[KernelParam, ...]
+    block_size: tuple[int, int, int]
+    shared_bytes: int = 0
+    constexprs: dict[str, Any] = field(default_factory=dict)
+    cache_key: str = ""
+    _stages: dict[str, str] | None = None
+    _recompile: Callable[[], "CompiledKernel"] | None = None
+
+    @property
+    def stages(self) -> dict[str, str]:
+        if self._stages is None:
+            if self._recompile is None:
+                return {}
+            self._stages = self._recompile().stages
+        return self._stages
+
+    @property
+    def ir(self) -> str:
+        stages = self.stages
+        return next(iter(stages.values()), "")
+
+    def __repr__(self) -> str:
+        params = ", ".join(map(repr, self.params))
+        return f"<CompiledKernel {self.name}({params}) {self.arch} block={self.block_size}>"
