@@ -422,7 +422,9 @@ class LoadOp(IRDLOperation):
     indices = var_operand_def()
     result = result_def()
     traits = traits_def(MemoryReadEffect())
-    assembly_format = "$ref `[` $indices `]` attr-dict `:` type($ref) `,` type($indices) `->` type($result)"
+    assembly_format = (
+        "$ref `[` $indices `]` attr-dict `:` type($ref) `,` type($indices) `->` type($result)"
+    )
 
     def __init__(self, ref: SSAValue, indices: Sequence[SSAValue]):
         super().__init__(operands=[ref, indices], result_types=[element_type_of(ref.type)])
@@ -512,12 +514,20 @@ class ShuffleOp(IRDLOperation):
     assembly_format = "$mode $value `,` $offset `,` $mask `width` $width attr-dict `:` type($value)"
 
     def __init__(
-        self, mode: ShuffleMode | str, value: SSAValue, offset: SSAValue, mask: SSAValue, width: int = 32
+        self,
+        mode: ShuffleMode | str,
+        value: SSAValue,
+        offset: SSAValue,
+        mask: SSAValue,
+        width: int = 32,
     ):
         super().__init__(
             operands=[value, offset, mask],
             result_types=[value.type],
-            properties={"mode": ShuffleModeAttr(ShuffleMode(mode)), "width": IntegerAttr(width, i32)},
+            properties={
+                "mode": ShuffleModeAttr(ShuffleMode(mode)),
+                "width": IntegerAttr(width, i32),
+            },
         )
 
     def verify_(self) -> None:
@@ -585,7 +595,9 @@ class AtomicRMWOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
     assembly_format = "$combine $value `,` $ref `[` $indices `]` attr-dict `:` type($value) `,` type($ref) `,` type($indices)"
 
-    def __init__(self, combine: Combine | str, value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue]):
+    def __init__(
+        self, combine: Combine | str, value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue]
+    ):
         super().__init__(
             operands=[value, ref, indices],
             result_types=[value.type],
@@ -613,7 +625,9 @@ class AtomicCasOp(IRDLOperation):
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
     assembly_format = "$compare `,` $value `,` $ref `[` $indices `]` attr-dict `:` type($value) `,` type($ref) `,` type($indices)"
 
-    def __init__(self, compare: SSAValue, value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue]):
+    def __init__(
+        self, compare: SSAValue, value: SSAValue, ref: SSAValue, indices: Sequence[SSAValue]
+    ):
         super().__init__(operands=[compare, value, ref, indices], result_types=[value.type])
 
     def verify_(self) -> None:

@@ -97,7 +97,21 @@ i64 = ScalarType("i64", "int", 64, "int64")
 u64 = ScalarType("u64", "uint", 64, "uint64")
 bool_ = ScalarType("bool", "bool", 1, "bool")
 
-ALL_TYPES: tuple[ScalarType, ...] = (f16, bf16, f32, f64, i8, u8, i16, u16, i32, u32, i64, u64, bool_)
+ALL_TYPES: tuple[ScalarType, ...] = (
+    f16,
+    bf16,
+    f32,
+    f64,
+    i8,
+    u8,
+    i16,
+    u16,
+    i32,
+    u32,
+    i64,
+    u64,
+    bool_,
+)
 BY_NAME: dict[str, ScalarType] = {t.name: t for t in ALL_TYPES}
 
 

@@ -65,13 +65,18 @@ class KaioTypeError(KaioError, TypeError):
 
 
 class KaioTargetError(KaioError):
-    """A feature the chosen GPU architecture does not have; names the feature and the minimum sm."""
+    """A feature the chosen GPU architecture does not have (names the feature and the minimum
+    sm), or an architecture kaio does not know."""
 
-    def __init__(self, feature: str, min_sm: int, arch: str):
+    def __init__(self, feature: str, min_sm: int, arch: str, message: str | None = None):
         self.feature = feature
         self.min_sm = min_sm
         self.arch = arch
-        super().__init__(f"{feature} needs sm_{min_sm} or newer; the target is {arch}")
+        super().__init__(message or f"{feature} needs sm_{min_sm} or newer; the target is {arch}")
+
+    @classmethod
+    def unknown(cls, arch: str, known: str) -> "KaioTargetError":
+        return cls("target", 0, arch, f"unknown GPU architecture '{arch}'; kaio knows {known}")
 
 
 class KaioLaunchError(KaioError):
