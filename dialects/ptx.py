@@ -27,6 +27,7 @@ from typing import ClassVar
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
+    I64,
     FloatAttr,
     IntegerAttr,
     IntegerType,
@@ -895,6 +896,23 @@ class AssignOp(PtxInstr):
 
 
 @irdl_op_definition
+class RegOp(IRDLOperation):
+    """Declares a register that ``ptx.assign`` writes (a loop-carried value, a branch result).
+    Prints nothing: PTX registers are declared per function by the printer."""
+
+    name = "ptx.reg"
+    result = result_def()
+    assembly_format = "attr-dict `:` type($result)"
+
+    def __init__(self, type: Attribute):
+        super().__init__(result_types=[type])
+
+    def verify_(self) -> None:
+        if self.result.type not in REGISTER_CLASSES:
+            raise VerifyException(f"{self.result.type} is not a PTX register type")
+
+
+@irdl_op_definition
 class ConstOp(IRDLOperation):
     """An immediate. Printed inline where the using instruction accepts an immediate, otherwise
     as ``mov`` into a register."""
@@ -1410,8 +1428,8 @@ class SharedDeclOp(IRDLOperation):
 
     name = "ptx.shared"
     sym_name = prop_def(StringAttr)
-    size = prop_def(IntegerAttr[IntegerType])
-    align = prop_def(IntegerAttr[IntegerType])
+    size = prop_def(IntegerAttr[I64])
+    align = prop_def(IntegerAttr[I64])
     assembly_format = "$sym_name `size` $size `align` $align attr-dict"
 
     def __init__(self, name: str, size: int, align: int = 16):
@@ -1484,6 +1502,7 @@ Ptx = Dialect(
         # structure
         EntryOp,
         SharedDeclOp,
+        RegOp,
         LabelOp,
         CommentOp,
         ConstOp,

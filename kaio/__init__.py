@@ -18,7 +18,23 @@ from kaio.errors import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # The compiler pulls in xDSL; load it on first use so `import kaio` stays light.
+    if name == "compile":
+        from kaio.compiler import compile
+
+        return compile
+    if name == "Pipeline":
+        from kaio.pipeline import Pipeline
+
+        return Pipeline
+    raise AttributeError(f"module 'kaio' has no attribute '{name}'")
+
+
 __all__ = [
+    "compile",
+    "Pipeline",
     "Array",
     "MutArray",
     "constexpr",

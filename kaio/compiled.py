@@ -71,6 +71,7 @@ class CompiledKernel:
     block_size: tuple[int, int, int]
     shared_bytes: int = 0
     constexprs: dict[str, Any] = field(default_factory=dict)
+    pipeline: str = ""
     cache_key: str = ""
     _stages: dict[str, str] | None = None
     _recompile: Callable[[], "CompiledKernel"] | None = None

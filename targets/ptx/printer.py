@@ -92,7 +92,7 @@ def _print_entry(entry: ptx.EntryOp, out: IO[str]) -> None:
         out.write(line + "\n")
     body: list[str] = []
     for op in entry.body.block.ops:
-        if op in regs.inlined:
+        if op in regs.inlined or isinstance(op, ptx.RegOp):
             continue
         if isinstance(op, ptx.SharedDeclOp):
             out.write("\t" + op.ptx(regs.reg, regs.imm) + "\n")

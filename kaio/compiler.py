@@ -1,0 +1,177 @@
+"""``kaio.compile``: kernel -> kernel-dialect IR -> pass pipeline -> PTX text.
+
+Stages can be watched three ways: ``compiled.stages`` (ordered stage name -> IR text, produced
+on first access), a ``dump_ir`` callback or directory, and ``KAIO_DUMP_IR=<dir>`` (one numbered
+file per stage). Watching costs a print per stage, so the plain compile path does not do it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import IntegerType, ModuleOp
+from xdsl.ir import Attribute
+from xdsl.passes import ModulePass, PassPipeline
+
+from kaio import dtypes
+from kaio.compiled import CompiledKernel, KernelParam
+from kaio.dialects import kernel as kernel_dialect
+from kaio.errors import KaioCompileError
+from kaio.pipeline import Pipeline, as_pipeline, kernel_pipeline
+from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
+from kaio.targets.ptx.printer import print_ptx
+
+DumpCallback = Callable[[str, str], None]
+
+
+class Compilable(Protocol):
+    """Anything ``kaio.compile`` accepts besides a raw module: a ``@kaio.gpu_kernel`` or an
+    ops_library op. ``build`` returns an object with ``module``, ``params`` and ``constexprs``."""
+
+    name: str
+
+    def build(self, constexprs: dict[str, Any]) -> Any: ...
+
+    def source_key(self) -> str: ...
+
+
+def _scalar_of(t: Attribute) -> dtypes.ScalarType:
+    """kaio type of an IR type (signless integers read as signed)."""
+    if isinstance(t, IntegerType):
+        return {1: dtypes.bool_, 8: dtypes.i8, 16: dtypes.i16, 32: dtypes.i32, 64: dtypes.i64}[t.width.data]
+    for s in dtypes.ALL_TYPES:
+        if s.is_float and s.ir_type == t:
+            return s
+    raise KaioCompileError(f"parameter type {t} has no kaio scalar type")
+
+
+def params_of(func: kernel_dialect.KernelFuncOp) -> tuple[KernelParam, ...]:
+    """Runtime parameters read off a kernel.func (for modules built without the frontend)."""
+    params = []
+    for name, t in zip(func.param_names.data, func.function_type.inputs.data):
+        if isinstance(t, kernel_dialect.ArrayType):
+            params.append(KernelParam(name.data, _scalar_of(t.element_type), True, t.mutable))
+        else:
+            params.append(KernelParam(name.data, _scalar_of(t), False))
+    return tuple(params)
+
+
+def _the_kernel(module: ModuleOp) -> kernel_dialect.KernelFuncOp:
+    funcs = kernel_dialect.kernel_funcs(module)
+    if len(funcs) != 1:
+        raise KaioCompileError(f"expected one kernel.func in the module, found {len(funcs)}")
+    return funcs[0]
+
+
+def _stage_names(passes: tuple[ModulePass, ...]) -> list[str]:
+    seen: dict[str, int] = {}
+    names = []
+    for p in passes:
+        seen[p.name] = seen.get(p.name, 0) + 1
+        names.append(p.name if seen[p.name] == 1 else f"{p.name}.{seen[p.name]}")
+    return names
+
+
+def _dump_directory(path: str | os.PathLike[str], kernel_name: str, arch: str) -> DumpCallback:
+    folder = Path(path) / f"{kernel_name}.{arch}"
+    folder.mkdir(parents=True, exist_ok=True)
+    counter = iter(range(1000))
+
+    def write(stage: str, text: str) -> None:
+        suffix = "ptx" if stage == "ptx" else "mlir"
+        (folder / f"{next(counter):02d}-{stage}.{suffix}").write_text(text)
+
+    return write
+
+
+def run_pipeline(
+    module: ModuleOp, pipeline: PassPipeline, watch: DumpCallback | None = None
+) -> None:
+    """Apply the passes in order; ``watch(stage, ir_text)`` sees the module after each one."""
+    ctx = Context()
+    names = _stage_names(pipeline.passes)
+    for name, p in zip(names, pipeline.passes):
+        try:
+            p.apply(ctx, module)
+        except KaioCompileError:
+            raise
+        except Exception as e:  # an xDSL failure inside a pass: name the pass, keep the cause
+            raise KaioCompileError(f"pass '{name}' failed: {e}") from e
+        if watch is not None:
+            watch(name, str(module))
+
+
+def compile(
+    kernel: Compilable | ModuleOp,
+    arch: str | None = None,
+    pipeline: str | PassPipeline | list[ModulePass] | None = None,
+    dump_ir: str | os.PathLike[str] | DumpCallback | None = None,
+    **constexprs: Any,
+) -> CompiledKernel:
+    """Compile a ``@kaio.gpu_kernel`` (or a module holding one ``kernel.func``) to PTX.
+
+    ``arch``: ``"sm_80"`` by default. ``pipeline``: the kernel's default pipeline unless given
+    (a :class:`~kaio.pipeline.Pipeline`, an xDSL ``PassPipeline``, a list of passes, or a
+    pipeline string). ``dump_ir``: a directory or a ``callback(stage, text)``; the environment
+    variable ``KAIO_DUMP_IR=<dir>`` does the same. ``constexprs``: values of ``kaio.constexpr``
+    parameters.
+    """
+    arch_name = get_arch(arch or DEFAULT_ARCH).name
+    if isinstance(kernel, ModuleOp):
+        module = kernel.clone()
+        func = _the_kernel(module)
+        name, params, values = func.sym_name.data, params_of(func), dict(constexprs)
+    else:
+        built = kernel.build(dict(constexprs))
+        module, params, values = built.module, tuple(built.params), dict(built.constexprs)
+        func = _the_kernel(module)
+        name = func.sym_name.data
+    if pipeline is None:
+        default = getattr(kernel, "default_pipeline", None)
+        chosen: Pipeline = default(arch_name) if callable(default) else kernel_pipeline(arch_name)
+    else:
+        chosen = as_pipeline(pipeline)
+    block_size = func.block_shape
+
+    watchers: list[DumpCallback] = []
+    env_dir = os.environ.get("KAIO_DUMP_IR")
+    if env_dir:
+        watchers.append(_dump_directory(env_dir, name, arch_name))
+    if dump_ir is not None:
+        watchers.append(dump_ir if callable(dump_ir) else _dump_directory(dump_ir, name, arch_name))
+    stages: dict[str, str] | None = None
+    watch: DumpCallback | None = None
+    if watchers:
+        stages = {}
+
+        def watch(stage: str, text: str) -> None:
+            stages[stage] = text  # type: ignore[index]
+            for w in watchers:
+                w(stage, text)
+
+        watch("frontend", str(module))
+    run_pipeline(module, chosen, watch)
+    ptx_text = print_ptx(module, arch_name)
+    if watch is not None:
+        watch("ptx", ptx_text)
+
+    def recompile() -> CompiledKernel:  # the same compile, watched: fills .stages
+        return compile(kernel, arch_name, chosen, lambda stage, text: None, **constexprs)
+
+    shared = sum(op.size.value.data for op in module.walk() if op.name == "ptx.shared")
+    return CompiledKernel(
+        name=name,
+        ptx=ptx_text,
+        arch=arch_name,
+        params=params,
+        block_size=block_size,
+        shared_bytes=shared,
+        constexprs=values,
+        pipeline=str(chosen),
+        _stages=stages,
+        _recompile=recompile,
+    )

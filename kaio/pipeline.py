@@ -1,0 +1,81 @@
+"""Pass pipelines a user can print, edit and hand back to ``kaio.compile``.
+
+A :class:`Pipeline` is an xDSL ``PassPipeline`` whose ``str()`` is its pipeline string, so
+``Pipeline.parse(str(p)) == p``; editing returns a new pipeline (passes are frozen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+from xdsl.passes import ModulePass, PassPipeline
+
+
+@cache
+def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
+    """xDSL's passes plus kaio's, by pipeline name."""
+    from xdsl.transforms import get_all_passes as xdsl_passes
+
+    from kaio.passes import get_all_passes
+
+    return {**xdsl_passes(), **get_all_passes()}
+
+
+@dataclass(frozen=True)
+class Pipeline(PassPipeline):
+    @staticmethod
+    def parse(spec: str) -> Pipeline:  # type: ignore[override]
+        """``"canonicalize,cse,lower-to-ptx{arch=sm_90}"`` -> Pipeline (unknown pass -> ValueError)."""
+        parsed = PassPipeline.parse_spec(available_passes(), spec)
+        return Pipeline(parsed.passes)
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.passes]
+
+    def __str__(self) -> str:
+        return ",".join(str(p.spec()) for p in self.passes)
+
+    def _index(self, name: str) -> int:
+        if name not in self.names:
+            raise ValueError(f"no pass '{name}' in pipeline {self}")
+        return self.names.index(name)
+
+    def without(self, name: str) -> Pipeline:
+        """The pipeline minus every pass called ``name``."""
+        self._index(name)
+        return Pipeline(tuple(p for p in self.passes if p.name != name))
+
+    def replace(self, name: str, new: ModulePass) -> Pipeline:
+        i = self._index(name)
+        return Pipeline((*self.passes[:i], new, *self.passes[i + 1 :]))
+
+    def insert(self, new: ModulePass, *, before: str | None = None, after: str | None = None) -> Pipeline:
+        if (before is None) == (after is None):
+            raise ValueError("say where: before= or after= a pass name")
+        i = self._index(before) if before is not None else self._index(after) + 1  # type: ignore[arg-type]
+        return Pipeline((*self.passes[:i], new, *self.passes[i:]))
+
+
+def as_pipeline(pipeline: str | PassPipeline | list[ModulePass] | tuple[ModulePass, ...]) -> Pipeline:
+    if isinstance(pipeline, Pipeline):
+        return pipeline
+    if isinstance(pipeline, str):
+        return Pipeline.parse(pipeline)
+    if isinstance(pipeline, PassPipeline):
+        return Pipeline(pipeline.passes)
+    return Pipeline(tuple(pipeline))
+
+
+def kernel_pipeline(arch: str) -> Pipeline:
+    """The default pipeline of a ``@kaio.gpu_kernel``: clean up, then lower to PTX."""
+    from xdsl.transforms.canonicalize import CanonicalizePass
+    from xdsl.transforms.common_subexpression_elimination import (
+        CommonSubexpressionElimination,
+    )
+
+    from kaio.passes.lower_to_ptx import LowerToPtxPass
+
+    return Pipeline((CanonicalizePass(), CommonSubexpressionElimination(), LowerToPtxPass(arch)))

@@ -1,0 +1,36 @@
+"""``lower-to-ptx``: every ``kernel.func`` becomes a ``ptx.entry``.
+
+The pass is a table-driven translator (see ``kaio.passes.to_ptx``): it walks each kernel in
+program order, flattening structured control flow into labels and branches, and calls the rule
+registered for each op. Ops without a rule (a dialect whose own lowering pass has not run yet)
+stop it with an error naming the op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+
+from kaio.dialects import kernel
+from kaio.passes.to_ptx import arith_math, control_flow, kernel_ops  # noqa: F401  (register rules)
+from kaio.passes.to_ptx.emitter import PtxEmitter
+from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
+from xdsl.passes import ModulePass
+
+
+@dataclass(frozen=True)
+class LowerToPtxPass(ModulePass):
+    name = "lower-to-ptx"
+
+    arch: str = DEFAULT_ARCH
+    """Target GPU: some lowerings depend on it (native bf16 math on sm_90, tanh.approx on sm_75)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        target = get_arch(self.arch)
+        for func in kernel.kernel_funcs(op):
+            entry = PtxEmitter(func, target).run()
+            func.parent_block().insert_op_before(entry, func)  # type: ignore[union-attr]
+            func.detach()
+            func.erase()

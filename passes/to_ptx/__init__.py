@@ -1,0 +1,35 @@
+"""Lowering rules to the ``ptx`` dialect, one table for every dialect that reaches PTX.
+
+A rule is a function ``(emitter, op) -> None`` registered for an op type with
+:func:`lowering`. Each dialect's rules live next to the others of their family (``arith_math``,
+``control_flow``, ``kernel_ops``, and the matmul stack's own files); ``lower-to-ptx`` walks a
+kernel and calls the rule of each op, so adding an op to kaio means adding one rule here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+from xdsl.ir import Operation
+
+if TYPE_CHECKING:
+    from kaio.passes.to_ptx.emitter import PtxEmitter
+
+OpT = TypeVar("OpT", bound=Operation)
+Rule = Callable[["PtxEmitter", Operation], None]
+
+LOWERINGS: dict[type[Operation], Rule] = {}
+
+
+def lowering(*op_types: type[Operation]) -> Callable[[Callable[["PtxEmitter", OpT], None]], Callable[["PtxEmitter", OpT], None]]:
+    """Register a rule for one or more op types."""
+
+    def register(rule: Callable[["PtxEmitter", OpT], None]) -> Callable[["PtxEmitter", OpT], None]:
+        for t in op_types:
+            if t in LOWERINGS:
+                raise ValueError(f"two PTX lowering rules for {t.name}")
+            LOWERINGS[t] = rule  # type: ignore[assignment]
+        return rule
+
+    return register

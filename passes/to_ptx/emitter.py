@@ -1,0 +1,278 @@
+"""The state of lowering one ``kernel.func`` to one ``ptx.entry``.
+
+Rules (see ``kaio.passes.to_ptx``) read kernel values through :meth:`PtxEmitter.value`, append
+PTX ops with :meth:`instr`/:meth:`emit`, and bind results with :meth:`bind`. The emitter keeps
+constants and parameter loads in a prologue (so a constant defined once dominates every use,
+whatever branch first asked for it) and shared-memory declarations on top.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import (
+    AnyFloat,
+    IntegerType,
+    MemRefType,
+    bf16,
+    f16,
+    f32,
+    f64,
+    i1,
+    i16,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from kaio.dialects import kernel, ptx
+from kaio.errors import KaioCompileError
+from kaio.passes.to_ptx import LOWERINGS
+from kaio.targets.ptx.arch import Arch
+
+# --------------------------------------------------------------------------- type helpers
+
+
+def reg_type(t: Attribute) -> Attribute:
+    """Register type holding an IR value: 8-bit integers live in 16-bit registers."""
+    if isinstance(t, IntegerType) and t.width.data == 8:
+        return i16
+    if t in (i1, i16, i32, i64, f16, bf16, f32, f64):
+        return t
+    raise KaioCompileError(f"type {t} has no PTX register class")
+
+
+def width(t: Attribute) -> int:
+    if t == i1:
+        return 1
+    if isinstance(t, IntegerType):
+        return t.width.data
+    assert isinstance(t, AnyFloat)
+    return t.bitwidth
+
+
+def int_spec(t: Attribute, signed: bool) -> str:
+    """``s32``/``u32``... of an integer value (8-bit values compute in 16-bit registers)."""
+    return ("s" if signed else "u") + str(max(width(t), 16))
+
+
+def bits_spec(t: Attribute) -> str:
+    return "pred" if t == i1 else f"b{max(width(t), 16)}"
+
+
+def float_spec(t: Attribute) -> str:
+    return {f16: "f16", bf16: "bf16", f32: "f32", f64: "f64"}[t]
+
+
+def mem_spec(t: Attribute) -> str:
+    """PTX type of a load/store of one element."""
+    if t == i1:
+        return "u8"
+    if isinstance(t, IntegerType):
+        return f"u{t.width.data}"
+    if t in (f16, bf16):
+        return "b16"
+    return float_spec(t)
+
+
+def is_float(t: Attribute) -> bool:
+    return isinstance(t, AnyFloat)
+
+
+def element_bytes(t: Attribute) -> int:
+    return max(width(t) // 8, 1)
+
+
+# --------------------------------------------------------------------------- the emitter
+
+
+class PtxEmitter:
+    def __init__(self, func: kernel.KernelFuncOp, arch: Arch):
+        self.func = func
+        self.arch = arch
+        self.name = func.sym_name.data
+        self.block_shape = func.block_shape
+        self.values: dict[SSAValue, SSAValue] = {}
+        self.decls: list[Operation] = []
+        self.prologue: list[Operation] = []
+        self.body: list[Operation] = []
+        self._consts: dict[tuple[object, Attribute], SSAValue] = {}
+        self._labels = 0
+        self._symbols: set[str] = set()
+        self.scratch: dict[str, SSAValue] = {}  # shared scratch buffers of lowering rules
+        params = []
+        for pname, ptype in zip(func.param_names.data, func.function_type.inputs.data):
+            params.append((f"{self.name}_{pname.data}", self._param_ptx_type(ptype)))
+        self.entry = ptx.EntryOp(self.name, params, maxntid=self.block_shape)
+
+    # -- parameters ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _param_ptx_type(t: Attribute) -> str:
+        if isinstance(t, kernel.ArrayType):
+            return "u64"
+        if t in (f16, bf16):
+            return "b16"
+        if t == i1:
+            return "u8"
+        return mem_spec(t)
+
+    def _load_params(self) -> None:
+        args = self.func.body.block.args
+        for arg, (pname, ptype) in zip(args, self.entry.params):
+            if isinstance(arg.type, kernel.ArrayType):
+                raw = self._prologue(ptx.LdOp("param.u64", [], [i64], symbol=pname))
+                addr = self._prologue(ptx.CvtaOp("to.global.u64", [raw], [i64]))
+                self.values[arg] = addr
+            elif arg.type == i1:
+                byte = self._prologue(ptx.LdOp("param.u8", [], [i16], symbol=pname))
+                self.values[arg] = self._prologue(
+                    ptx.SetpOp("ne.u16", [byte, self.const(0, i16)], [i1])
+                )
+            else:
+                self.values[arg] = self._prologue(
+                    ptx.LdOp(f"param.{ptype}", [], [reg_type(arg.type)], symbol=pname)
+                )
+
+    def _prologue(self, op: ptx.PtxInstr) -> SSAValue:
+        self.prologue.append(op)
+        return op.outs[0]
+
+    # -- values -------------------------------------------------------------------------------
+
+    def value(self, v: SSAValue) -> SSAValue:
+        try:
+            return self.values[v]
+        except KeyError:
+            raise KaioCompileError(
+                f"internal: {v} has no PTX register (defined by an op that was not lowered)"
+            ) from None
+
+    def bind(self, v: SSAValue, reg: SSAValue) -> None:
+        self.values[v] = reg
+
+    def const(self, value: int | float | bool, t: Attribute) -> SSAValue:
+        """A constant of register type ``t``; one per (value, type), defined in the prologue."""
+        if isinstance(value, bool):
+            value = int(value)
+        key = (value, t)
+        if key not in self._consts:
+            op = ptx.ConstOp(value, t)
+            self.prologue.append(op)
+            self._consts[key] = op.result
+        return self._consts[key]
+
+    # -- emitting -----------------------------------------------------------------------------
+
+    def emit(self, op: Operation) -> Operation:
+        self.body.append(op)
+        return op
+
+    def instr(
+        self,
+        cls: type[ptx.PtxInstr],
+        spec: str,
+        args: Sequence[SSAValue],
+        out_type: Attribute | None = None,
+        **kwargs: object,
+    ) -> SSAValue:
+        """Emit one instruction with a single result (or none: returns the first arg)."""
+        op = cls(spec, args, [out_type] if out_type is not None else [], **kwargs)  # type: ignore[arg-type]
+        self.body.append(op)
+        return op.outs[0] if op.outs else args[0]
+
+    def reg(self, t: Attribute) -> SSAValue:
+        op = ptx.RegOp(reg_type(t))
+        self.prologue.append(op)
+        return op.result
+
+    def assign(self, dst: SSAValue, src: SSAValue) -> None:
+        if dst is not src:
+            self.emit(ptx.AssignOp(bits_spec_or_float(dst.type), [dst, src]))
+
+    def parallel_assign(self, dsts: Sequence[SSAValue], srcs: Sequence[SSAValue]) -> None:
+        """Assign all at once: a source that is also a destination is copied first."""
+        clobbered = set(dsts)
+        staged = []
+        for d, s in zip(dsts, srcs):
+            if s in clobbered and s is not d:
+                s = self.instr(ptx.MovOp, bits_spec_or_float(s.type), [s], s.type)
+            staged.append(s)
+        for d, s in zip(dsts, staged):
+            self.assign(d, s)
+
+    def label(self, hint: str) -> str:
+        self._labels += 1
+        return f"L_{hint}_{self._labels}"
+
+    def place_label(self, name: str) -> None:
+        self.emit(ptx.LabelOp(name))
+
+    def branch(self, target: str, cond: SSAValue | None = None, negate: bool = False) -> None:
+        self.emit(ptx.BraOp("", guard=cond, negate=negate, symbol=target))
+
+    def symbol(self, hint: str) -> str:
+        base = f"{self.name}_{hint}"
+        name, n = base, 0
+        while name in self._symbols:
+            n += 1
+            name = f"{base}_{n}"
+        self._symbols.add(name)
+        return name
+
+    def shared(self, hint: str, nbytes: int, align: int = 16) -> SSAValue:
+        """Declare a shared buffer; returns its 32-bit shared address."""
+        name = self.symbol(hint)
+        self.decls.append(ptx.SharedDeclOp(name, nbytes, align))
+        return self._prologue(ptx.MovOp("u32", [], [i32], symbol=name))
+
+    def special(self, register: str) -> SSAValue:
+        """A special register (``%tid.x``...), read once in the prologue."""
+        key = ("%" + register, i32)
+        if key not in self._consts:
+            self._consts[key] = self._prologue(ptx.MovOp("u32", [], [i32], symbol="%" + register))
+        return self._consts[key]
+
+    # -- walking ------------------------------------------------------------------------------
+
+    def lower_block(self, block: Block) -> None:
+        for op in block.ops:
+            rule = LOWERINGS.get(type(op))
+            if rule is None:
+                raise KaioCompileError(
+                    f"no PTX lowering for '{op.name}': run the passes that lower it first"
+                )
+            rule(self, op)
+
+    def run(self) -> ptx.EntryOp:
+        self._load_params()
+        self.lower_block(self.func.body.block)
+        self.entry.body.block.add_ops([*self.decls, *self.prologue, *self.body])
+        return self.entry
+
+
+def bits_spec_or_float(t: Attribute) -> str:
+    """The ``mov`` type of a register: ``f32``/``f64`` registers move as floats."""
+    if t in (f32, f64):
+        return float_spec(t)
+    return bits_spec(t)
+
+
+def shared_shape(t: Attribute) -> tuple[int, ...]:
+    assert isinstance(t, MemRefType)
+    return t.get_shape()
+
+
+__all__ = [
+    "PtxEmitter",
+    "bits_spec",
+    "element_bytes",
+    "float_spec",
+    "int_spec",
+    "is_float",
+    "mem_spec",
+    "reg_type",
+    "width",
+    "i32",
+    "i64",
+]

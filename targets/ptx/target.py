@@ -1,0 +1,23 @@
+"""The ``ptx`` output target of ``kaio-opt`` / ``xdsl-opt``: ``-t ptx{arch=sm_90}``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import IO
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.target import Target
+
+from kaio.targets.ptx.arch import DEFAULT_ARCH
+from kaio.targets.ptx.printer import print_ptx
+
+
+@dataclass(frozen=True)
+class PtxTarget(Target):
+    name = "ptx"
+
+    arch: str = DEFAULT_ARCH
+
+    def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
+        output.write(print_ptx(module, self.arch))
