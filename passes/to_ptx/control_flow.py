@@ -18,7 +18,7 @@ from kaio.passes.to_ptx.emitter import PtxEmitter, int_spec
 
 def _yielded(block: Block) -> list:
     term = block.last_op
-    assert isinstance(term, scf.YieldOp | scf.ConditionOp)
+    assert isinstance(term, scf.YieldOp)
     return list(term.arguments)
 
 
@@ -92,7 +92,7 @@ def lower_while(em: PtxEmitter, op: scf.WhileOp) -> None:
     em.lower_block(before)
     cond_op = before.last_op
     assert isinstance(cond_op, scf.ConditionOp)
-    em.parallel_assign(forwarded, [em.value(v) for v in cond_op.arguments])
+    em.parallel_assign(forwarded, [em.value(v) for v in cond_op.args])
     em.branch(end, em.value(cond_op.condition), negate=True)
     for arg, reg in zip(after.args, forwarded):
         em.bind(arg, reg)
