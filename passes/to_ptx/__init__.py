@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from xdsl.ir import Operation
+from xdsl.ir import Attribute, Operation
 
 if TYPE_CHECKING:
     from kaio.passes.to_ptx.emitter import PtxEmitter
@@ -20,6 +20,20 @@ OpT = TypeVar("OpT", bound=Operation)
 Rule = Callable[["PtxEmitter", Operation], None]
 
 LOWERINGS: dict[type[Operation], Rule] = {}
+
+# IR types held in several registers (an mma fragment, a warp's accumulator tile): type class ->
+# function giving the register types of one value's parts.
+AGGREGATES: dict[type[Attribute], Callable[[Attribute], list[Attribute]]] = {}
+
+
+def register_parts(type_class: type[Attribute]) -> Callable[[Callable[[Attribute], list[Attribute]]], Callable[[Attribute], list[Attribute]]]:
+    """Declare how a value of ``type_class`` splits into registers."""
+
+    def register(parts: Callable[[Attribute], list[Attribute]]) -> Callable[[Attribute], list[Attribute]]:
+        AGGREGATES[type_class] = parts
+        return parts
+
+    return register
 
 
 def lowering(*op_types: type[Operation]) -> Callable[[Callable[["PtxEmitter", OpT], None]], Callable[["PtxEmitter", OpT], None]]:

@@ -12,13 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from xdsl.dialects import arith
-from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import IntegerType, bf16, f16, f32, f64, i1, i16, i32
-from xdsl.ir import Attribute, Operation, SSAValue
-
 from kaio.dialects import ptx
-from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import (
     PtxEmitter,
@@ -29,6 +23,12 @@ from kaio.passes.to_ptx.emitter import (
     reg_type,
     width,
 )
+from xdsl.dialects import arith
+from xdsl.dialects import math as xmath
+from xdsl.dialects.builtin import IntegerType, bf16, f16, f32, f64, i1, i16, i32
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from kaio.errors import KaioCompileError
 
 # --------------------------------------------------------------------------- constants
 

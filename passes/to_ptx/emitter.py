@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kaio.dialects import kernel, ptx
+from kaio.passes.to_ptx import AGGREGATES, LOWERINGS
+from kaio.targets.ptx.arch import Arch
 from xdsl.dialects.builtin import (
     AnyFloat,
     IntegerType,
@@ -25,10 +28,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from kaio.dialects import kernel, ptx
 from kaio.errors import KaioCompileError
-from kaio.passes.to_ptx import LOWERINGS
-from kaio.targets.ptx.arch import Arch
 
 # --------------------------------------------------------------------------- type helpers
 
@@ -93,6 +93,7 @@ class PtxEmitter:
         self.name = func.sym_name.data
         self.block_shape = func.block_shape
         self.values: dict[SSAValue, SSAValue] = {}
+        self.aggregates: dict[SSAValue, tuple[SSAValue, ...]] = {}
         self.decls: list[Operation] = []
         self.prologue: list[Operation] = []
         self.body: list[Operation] = []
@@ -148,8 +149,19 @@ class PtxEmitter:
                 f"internal: {v} has no PTX register (defined by an op that was not lowered)"
             ) from None
 
-    def bind(self, v: SSAValue, reg: SSAValue) -> None:
-        self.values[v] = reg
+    def parts(self, v: SSAValue) -> tuple[SSAValue, ...]:
+        """The registers of a value: one for scalars, several for aggregates (fragments)."""
+        if v in self.aggregates:
+            return self.aggregates[v]
+        return (self.value(v),)
+
+    def bind(self, v: SSAValue, reg: SSAValue | Sequence[SSAValue]) -> None:
+        if isinstance(reg, SSAValue):
+            self.values[v] = reg
+        elif type(v.type) in AGGREGATES:
+            self.aggregates[v] = tuple(reg)
+        else:
+            (self.values[v],) = reg
 
     def const(self, value: int | float | bool, t: Attribute) -> SSAValue:
         """A constant of register type ``t``; one per (value, type), defined in the prologue."""
@@ -185,6 +197,11 @@ class PtxEmitter:
         op = ptx.RegOp(reg_type(t))
         self.prologue.append(op)
         return op.result
+
+    def regs(self, t: Attribute) -> list[SSAValue]:
+        """Fresh assignable registers for a value of type ``t`` (several for aggregates)."""
+        parts = AGGREGATES.get(type(t))
+        return [self.reg(p) for p in parts(t)] if parts is not None else [self.reg(t)]
 
     def assign(self, dst: SSAValue, src: SSAValue) -> None:
         if dst is not src:

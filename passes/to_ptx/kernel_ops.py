@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import os
 
-from xdsl.dialects import arith
-from xdsl.dialects.builtin import MemRefType, f16, f32, f64, i1, i32, i64
-from xdsl.ir import Attribute, SSAValue
-
 from kaio.dialects import kernel, ptx
 from kaio.dialects.kernel import Combine
-from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.arith_math import _float_op
 from kaio.passes.to_ptx.emitter import (
@@ -23,6 +18,11 @@ from kaio.passes.to_ptx.emitter import (
     reg_type,
     width,
 )
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import MemRefType, f16, f32, f64, i1, i32, i64
+from xdsl.ir import Attribute, SSAValue
+
+from kaio.errors import KaioCompileError
 
 # --------------------------------------------------------------------------- indices
 
