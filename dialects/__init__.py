@@ -20,4 +20,24 @@ def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
 
         return Ptx
 
-    return {"kernel": kernel, "ptx": ptx}
+    def tile() -> Dialect:
+        from kaio.dialects.tile import Tile
+
+        return Tile
+
+    def smem() -> Dialect:
+        from kaio.dialects.smem import Smem
+
+        return Smem
+
+    def cpasync() -> Dialect:
+        from kaio.dialects.cpasync import Cpasync
+
+        return Cpasync
+
+    def mma() -> Dialect:
+        from kaio.dialects.mma import Mma
+
+        return Mma
+
+    return {"kernel": kernel, "tile": tile, "smem": smem, "cpasync": cpasync, "mma": mma, "ptx": ptx}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -88,11 +89,24 @@ def _dump_directory(path: str | os.PathLike[str], kernel_name: str, arch: str) -
     return write
 
 
+@cache
+def kaio_context() -> Context:
+    """An xDSL context that knows xDSL's dialects and kaio's (loaded lazily, on first use)."""
+    from xdsl.dialects import get_all_dialects
+
+    from kaio.dialects import get_all_dialects as kaio_dialects
+
+    ctx = Context()
+    for name, factory in {**get_all_dialects(), **kaio_dialects()}.items():
+        ctx.register_dialect(name, factory)
+    return ctx
+
+
 def run_pipeline(
     module: ModuleOp, pipeline: PassPipeline, watch: DumpCallback | None = None
 ) -> None:
     """Apply the passes in order; ``watch(stage, ir_text)`` sees the module after each one."""
-    ctx = Context()
+    ctx = kaio_context()
     names = _stage_names(pipeline.passes)
     for name, p in zip(names, pipeline.passes):
         try:

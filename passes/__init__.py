@@ -10,9 +10,35 @@ from xdsl.passes import ModulePass
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """kaio's passes by name, loaded lazily (the xDSL registry convention)."""
 
+    def tile_matmul() -> type[ModulePass]:
+        from kaio.passes.tile_matmul import TileMatmulPass
+
+        return TileMatmulPass
+
+    def promote_to_shared() -> type[ModulePass]:
+        from kaio.passes.promote_to_shared import PromoteToSharedPass
+
+        return PromoteToSharedPass
+
+    def pipeline_cp_async() -> type[ModulePass]:
+        from kaio.passes.pipeline_cp_async import PipelineCpAsyncPass
+
+        return PipelineCpAsyncPass
+
+    def lower_to_mma_sync() -> type[ModulePass]:
+        from kaio.passes.lower_to_mma_sync import LowerToMmaSyncPass
+
+        return LowerToMmaSyncPass
+
     def lower_to_ptx() -> type[ModulePass]:
         from kaio.passes.lower_to_ptx import LowerToPtxPass
 
         return LowerToPtxPass
 
-    return {"lower-to-ptx": lower_to_ptx}
+    return {
+        "tile-matmul": tile_matmul,
+        "promote-to-shared": promote_to_shared,
+        "pipeline-cp-async": pipeline_cp_async,
+        "lower-to-mma-sync": lower_to_mma_sync,
+        "lower-to-ptx": lower_to_ptx,
+    }

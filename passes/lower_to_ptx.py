@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaio.dialects import kernel
-from kaio.passes.to_ptx import arith_math, control_flow, kernel_ops  # noqa: F401  (register rules)
+from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
+    arith_math,
+    control_flow,
+    kernel_ops,
+    mma_sync,
+    tiles,
+)
 from kaio.passes.to_ptx.emitter import PtxEmitter
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
 from xdsl.context import Context

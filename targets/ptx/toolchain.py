@@ -42,6 +42,11 @@ def find_cuobjdump() -> Path | None:
     return _find_tool(["cu13/bin/cuobjdump", "cuda_cuobjdump/bin/cuobjdump", "cu12/bin/cuobjdump"])
 
 
+def find_nvdisasm() -> Path | None:
+    """The nvdisasm binary of the ``nvidia-cuda-nvdisasm`` wheel (cuobjdump -sass runs it)."""
+    return _find_tool(["cu13/bin/nvdisasm", "cuda_nvdisasm/bin/nvdisasm", "cu12/bin/nvdisasm"])
+
+
 @dataclass(frozen=True)
 class PtxasReport:
     """What ``ptxas -v`` said about one assembled module."""
@@ -75,6 +80,7 @@ def assemble(ptx: str, arch: str) -> PtxasReport:
             [str(ptxas), "-v", f"-arch={arch}", str(src), "-o", str(out)],
             capture_output=True,
             text=True,
+            check=False,
         )
         log = proc.stdout + proc.stderr
         if proc.returncode != 0:
@@ -97,13 +103,14 @@ def assemble(ptx: str, arch: str) -> PtxasReport:
 
 def disassemble(cubin: bytes) -> str:
     """SASS text of a cubin, through the wheel's ``cuobjdump -sass``."""
-    tool = find_cuobjdump()
-    if tool is None:
-        raise PtxasError("cuobjdump not found: pip install nvidia-cuda-cuobjdump")
+    tool, disasm = find_cuobjdump(), find_nvdisasm()
+    if tool is None or disasm is None:
+        raise PtxasError("cuobjdump -sass needs: pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm")
+    env = {**os.environ, "NVDISASM_PATH": str(disasm)}
     with tempfile.TemporaryDirectory(prefix="kaio-sass-") as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        proc = subprocess.run([str(tool), "-sass", str(path)], capture_output=True, text=True)
+        proc = subprocess.run([str(tool), "-sass", str(path)], capture_output=True, text=True, env=env, check=False)
         if proc.returncode != 0:
             raise PtxasError(f"cuobjdump failed:\n{proc.stdout}{proc.stderr}")
         return proc.stdout

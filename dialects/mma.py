@@ -1,0 +1,205 @@
+"""The ``mma`` dialect: warp-level tensor-core fragments for ``mma.sync.m16n8k16``.
+
+A fragment is a matrix spread over the 32 lanes of a warp, each lane holding a few registers:
+
+- ``!mma.frag<a, f16>``: a 16x16 A block, 4 x b32 per lane (2 halves each);
+- ``!mma.frag<b, f16>``: a 16x8 B block (k x n), 2 x b32 per lane;
+- ``!mma.frag<acc, f32>``: a 16x8 accumulator, 4 x f32 per lane: lane L holds rows L/4 and
+  L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1.
+
+``mma.load_a`` / ``mma.load_b`` read fragments from shared buffers with ``ldmatrix`` (``.trans``
+for the row-major B tile), ``mma.mma`` is one ``mma.sync``, ``mma.store`` the epilogue of one
+accumulator fragment.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from xdsl.dialects.builtin import StringAttr, bf16, f16, f32, i32
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    base,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    result_def,
+    traits_def,
+    var_result_def,
+)
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from kaio.dialects.smem import BufferType
+from kaio.dialects.tile import ViewType
+
+ROLES = {"a": 4, "b": 2, "acc": 4}  # registers per lane
+
+
+@irdl_attr_definition
+class FragType(ParametrizedAttribute, TypeAttribute):
+    """``!mma.frag<a, f16>``, ``!mma.frag<b, bf16>``, ``!mma.frag<acc, f32>``."""
+
+    name = "mma.frag"
+    role: StringAttr
+    element_type: Attribute
+
+    def __init__(self, role: str, element_type: Attribute):
+        super().__init__(StringAttr(role), element_type)
+
+    @property
+    def registers(self) -> int:
+        return ROLES[self.role.data]
+
+    def verify(self) -> None:
+        role = self.role.data
+        if role not in ROLES:
+            raise VerifyException(f"fragment role is one of {list(ROLES)}, not '{role}'")
+        allowed = (f32,) if role == "acc" else (f16, bf16)
+        if self.element_type not in allowed:
+            raise VerifyException(f"{role} fragments hold {allowed}, not {self.element_type}")
+
+    def print_parameters(self, printer: Printer) -> None:
+        with printer.in_angle_brackets():
+            printer.print_string(f"{self.role.data}, ")
+            printer.print_attribute(self.element_type)
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> tuple[StringAttr, Attribute]:
+        with parser.in_angle_brackets():
+            role = parser.parse_identifier()
+            parser.parse_punctuation(",")
+            elem = parser.parse_type()
+        return StringAttr(role), elem
+
+
+def _check_buffer(buf: Attribute, row_multiple: int) -> BufferType:
+    if not isinstance(buf, BufferType) or len(buf.dims) != 2:
+        raise VerifyException("fragments load from a single-stage smem.buffer")
+    if buf.element_type not in (f16, bf16):
+        raise VerifyException("ldmatrix loads 16-bit elements")
+    rows, cols = buf.tile
+    if rows % row_multiple or cols % 16:
+        raise VerifyException(f"buffer tile {rows}x{cols} is not made of 16x16 blocks")
+    return buf
+
+
+@irdl_op_definition
+class ZeroOp(IRDLOperation):
+    name = "mma.zero"
+    result = result_def(FragType)
+    traits = traits_def(Pure())
+    assembly_format = "attr-dict `:` type($result)"
+
+    def __init__(self) -> None:
+        super().__init__(result_types=[FragType("acc", f32)])
+
+
+@irdl_op_definition
+class LoadAOp(IRDLOperation):
+    """The 16x16 A block whose top-left is (row, col) of the buffer tile (``ldmatrix.x4``)."""
+
+    name = "mma.load_a"
+    buffer = operand_def(BufferType)
+    row = operand_def(i32)
+    col = operand_def(i32)
+    result = result_def(FragType)
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = "$buffer `[` $row `,` $col `]` attr-dict `:` type($buffer) `->` type($result)"
+
+    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue):
+        assert isinstance(buffer.type, BufferType)
+        super().__init__(operands=[buffer, row, col], result_types=[FragType("a", buffer.type.element_type)])
+
+    def verify_(self) -> None:
+        buf = _check_buffer(self.buffer.type, 16)
+        if self.result.type != FragType("a", buf.element_type):
+            raise VerifyException("load_a yields an A fragment of the buffer's element type")
+
+
+@irdl_op_definition
+class LoadBOp(IRDLOperation):
+    """The 16(k) x 16(n) block of a row-major B tile at (row, col), as the two 16x8 B fragments
+    of its column halves (``ldmatrix.x4.trans``)."""
+
+    name = "mma.load_b"
+    buffer = operand_def(BufferType)
+    row = operand_def(i32)
+    col = operand_def(i32)
+    results_ = var_result_def(FragType)
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = "$buffer `[` $row `,` $col `]` attr-dict `:` type($buffer) `->` type($results_)"
+
+    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue):
+        assert isinstance(buffer.type, BufferType)
+        frag = FragType("b", buffer.type.element_type)
+        super().__init__(operands=[buffer, row, col], result_types=[[frag, frag]])
+
+    def verify_(self) -> None:
+        buf = _check_buffer(self.buffer.type, 16)
+        frag = FragType("b", buf.element_type)
+        if [r.type for r in self.results_] != [frag, frag]:
+            raise VerifyException("load_b yields two B fragments of the buffer's element type")
+
+
+@irdl_op_definition
+class MmaOp(IRDLOperation):
+    """``d = a @ b + c`` on one m16n8k16 tile (``mma.sync.aligned.m16n8k16.row.col``)."""
+
+    name = "mma.mma"
+    T: ClassVar = VarConstraint("T", base(FragType))
+    a = operand_def(FragType)
+    b = operand_def(FragType)
+    c = operand_def(T)
+    result = result_def(T)
+    traits = traits_def(Pure())
+    assembly_format = "$a `,` $b `,` $c attr-dict `:` type($a) `,` type($b) `->` type($result)"
+
+    def __init__(self, a: SSAValue, b: SSAValue, c: SSAValue):
+        super().__init__(operands=[a, b, c], result_types=[c.type])
+
+    def verify_(self) -> None:
+        a, b, c = self.a.type, self.b.type, self.c.type
+        assert isinstance(a, FragType) and isinstance(b, FragType) and isinstance(c, FragType)
+        if (a.role.data, b.role.data, c.role.data) != ("a", "b", "acc"):
+            raise VerifyException("mma.mma takes an A, a B and an accumulator fragment")
+        if a.element_type != b.element_type:
+            raise VerifyException("A and B fragments must have the same element type")
+        if self.result.type != c:
+            raise VerifyException("the result is an accumulator like c")
+
+
+@irdl_op_definition
+class StoreOp(IRDLOperation):
+    """Epilogue of one accumulator fragment: ``C[row.., col..] = alpha * acc + beta * C``, where
+    (row, col) is the fragment's top-left inside the C view; elements outside bounds are
+    skipped."""
+
+    name = "mma.store"
+    acc = operand_def(FragType)
+    c = operand_def(ViewType)
+    row = operand_def(i32)
+    col = operand_def(i32)
+    alpha = operand_def(f32)
+    beta = operand_def(f32)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = (
+        "$acc `,` $c `[` $row `,` $col `]` `alpha` $alpha `beta` $beta attr-dict "
+        "`:` type($acc) `,` type($c)"
+    )
+
+    def __init__(self, acc: SSAValue, c: SSAValue, row: SSAValue, col: SSAValue,
+                 alpha: SSAValue, beta: SSAValue):  # fmt: skip
+        super().__init__(operands=[acc, c, row, col, alpha, beta])
+
+    def verify_(self) -> None:
+        acc = self.acc.type
+        if not isinstance(acc, FragType) or acc.role.data != "acc":
+            raise VerifyException("mma.store stores an accumulator fragment")
+
+
+Mma = Dialect("mma", [ZeroOp, LoadAOp, LoadBOp, MmaOp, StoreOp], [FragType])

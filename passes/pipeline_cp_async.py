@@ -1,0 +1,148 @@
+"""``pipeline-cp-async{stages=N}``: overlap the global->shared copies of a K loop with its math.
+
+The shared buffers become rings of N stages. Before the loop, the copies of the first N-1
+tiles are started (one ``cp.async`` group each). Iteration i then waits until tile i has
+landed (at most N-2 groups still in flight), synchronizes the block, computes on stage i % N,
+and starts the copy of tile i + N - 1 into the stage iteration i - 1 just finished with. Copies
+past the end of K read nothing (they zero-fill), so no tail loop is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.builder import Builder, InsertPoint
+from xdsl.context import Context
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import ModuleOp, i32
+from xdsl.ir import Block, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from kaio.dialects import cpasync, kernel, smem
+from kaio.errors import KaioCompileError
+from kaio.passes.int_builder import IndexBuilder
+
+
+def _load_slice(body: Block, copies: list[smem.CopyOp]) -> list[Operation]:
+    """The body ops the copies' sources are computed by, in program order."""
+    needed: set[Operation] = set()
+    work: list[SSAValue] = [c.src for c in copies]
+    while work:
+        owner = work.pop().owner
+        if isinstance(owner, Operation) and owner.parent_block() is body and owner not in needed:
+            needed.add(owner)
+            work.extend(owner.operands)
+    return [op for op in body.ops if op in needed]
+
+
+def _next_stage(ix: IndexBuilder, stage: SSAValue, stages: int) -> SSAValue:
+    bumped = ix.add(stage, ix.const(1))
+    wrap = ix.b.insert(arith.CmpiOp(bumped, ix.const(stages), "eq")).result
+    return ix.b.insert(arith.SelectOp(wrap, ix.const(0), bumped)).result
+
+
+def _issue_copies(
+    ix: IndexBuilder,
+    slice_ops: list[Operation],
+    copies: list[smem.CopyOp],
+    rings: dict[SSAValue, SSAValue],
+    iv: SSAValue,
+    k: SSAValue,
+    stage: SSAValue,
+) -> None:
+    """Copies of the tiles at K offset ``k`` into ``stage`` of the rings, as one group."""
+    mapping: dict[SSAValue, SSAValue] = {iv: k}
+    for op in slice_ops:
+        ix.b.insert(op.clone(value_mapper=mapping))
+    for c in copies:
+        dst = ix.b.insert(smem.StageOp(rings[c.dst], stage)).result
+        ix.b.insert(cpasync.CopyOp(mapping.get(c.src, c.src), dst, c.vec.value.data))
+    ix.b.insert(cpasync.CommitOp())
+
+
+def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
+    body = loop.body.block
+    copies = [op for op in body.ops if isinstance(op, smem.CopyOp)]
+    if not copies:
+        return
+    iv = body.args[0]
+    slice_ops = _load_slice(body, copies)
+
+    # shared buffers -> rings of `stages` buffers
+    rings: dict[SSAValue, SSAValue] = {}
+    for c in copies:
+        alloc = c.dst.owner
+        if not isinstance(alloc, smem.AllocOp) or c.dst in rings:
+            raise KaioCompileError("pipeline-cp-async needs each copy to fill its own smem.alloc buffer")
+        single = alloc.result.type
+        ring = smem.AllocOp(alloc.sym_name.data, smem.BufferType((stages, *single.dims), single.element_type, single.layout))
+        Rewriter.insert_op(ring, InsertPoint.after(alloc))
+        rings[c.dst] = ring.result
+
+    # prologue: tiles 0 .. stages-2
+    outer = IndexBuilder(Builder(InsertPoint.before(loop)))
+    for s in range(stages - 1):
+        k = outer.add(loop.lb, outer.mul(loop.step, outer.const(s)))
+        _issue_copies(outer, slice_ops, copies, rings, iv, k, outer.const(s))
+
+    # the new loop carries the read and write stage indices too
+    n = len(body.args)
+    new_body = Block(arg_types=[*body.arg_types, i32, i32])
+    for old, new in zip(body.args, new_body.args[:n]):
+        old.replace_all_uses_with(new)
+    read, write = new_body.args[n], new_body.args[n + 1]
+    b = Builder(InsertPoint.at_end(new_body))
+    b.insert(cpasync.WaitOp(stages - 2))
+    b.insert(kernel.BarrierOp())
+    old_yield = body.last_op
+    assert isinstance(old_yield, scf.YieldOp)
+    for op in list(body.ops):
+        op.detach()
+        if isinstance(op, smem.CopyOp | kernel.BarrierOp):
+            op.erase(safe_erase=False)
+        elif op is not old_yield:
+            b.insert(op)
+    # the math now reads the stage this iteration waited for
+    for buffer, ring in rings.items():
+        stage_view = smem.StageOp(ring, read)
+        Rewriter.insert_op(stage_view, InsertPoint.after(new_body.ops.first))  # type: ignore[arg-type]
+        for use in list(buffer.uses):
+            if use.operation.parent_block() is new_body:
+                use.operation.operands[use.index] = stage_view.result
+    ix = IndexBuilder(b)
+    ahead = ix.add(new_body.args[0], ix.mul(loop.step, ix.const(stages - 1)))
+    _issue_copies(ix, slice_ops, copies, rings, new_body.args[0], ahead, write)
+    carried = list(old_yield.arguments)
+    old_yield.erase(safe_erase=False)
+    b.insert(scf.YieldOp(*carried, _next_stage(ix, read, stages), _next_stage(ix, write, stages)))
+
+    zero, last = outer.const(0), outer.const(stages - 1)
+    new_loop = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, zero, last], new_body)
+    Rewriter.insert_op(new_loop, InsertPoint.before(loop))
+    Rewriter.insert_op(cpasync.WaitOp(0), InsertPoint.after(new_loop))
+    for old, new in zip(loop.results, new_loop.results):
+        old.replace_all_uses_with(new)
+    loop.detach()
+    loop.erase()
+    for buffer in rings:
+        owner = buffer.owner
+        assert isinstance(owner, smem.AllocOp)
+        if not buffer.uses:
+            owner.detach()
+            owner.erase()
+
+
+@dataclass(frozen=True)
+class PipelineCpAsyncPass(ModulePass):
+    name = "pipeline-cp-async"
+
+    stages: int = 3
+    """Shared buffers per operand in the ring (2 = double buffering)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.stages < 2:
+            raise KaioCompileError(f"pipeline-cp-async needs at least 2 stages, got {self.stages}")
+        loops = [o for o in op.walk() if isinstance(o, scf.ForOp) and any(isinstance(x, smem.CopyOp) for x in o.body.block.ops)]
+        for loop in loops:
+            pipeline_loop(loop, self.stages)
