@@ -92,3 +92,13 @@ class CompiledKernel:
     def __repr__(self) -> str:
         params = ", ".join(map(repr, self.params))
         return f"<CompiledKernel {self.name}({params}) {self.arch} block={self.block_size}>"
+
+
+@dataclass
+class BuiltKernel:
+    """What a kernel builder hands the compiler: a module with one ``kernel.func``, the runtime
+    parameters, and the compile-time values it was specialized with."""
+
+    module: Any
+    params: tuple[KernelParam, ...]
+    constexprs: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,129 @@
+"""Matmul configurations, their pass pipelines, and the static cost model used without a GPU."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kaio.pipeline import Pipeline
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    """One way to run a matmul: CTA tile, warps, cp.async stages, shared layout, tensor cores."""
+
+    block: tuple[int, int, int] = (128, 128, 32)
+    warps: tuple[int, int] = (2, 2)
+    stages: int = 3
+    layout: str = "swizzle"
+    group: int = 8
+    tensor_cores: bool = True
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps[0] * self.warps[1]
+
+    def shared_bytes(self, elem_bytes: int) -> int:
+        bm, bn, bk = self.block
+        pad = 16 if self.layout == "pad" else 0
+        per_stage = bm * (bk * elem_bytes + pad) + bk * (bn * elem_bytes + pad)
+        return max(self.stages, 1) * per_stage
+
+    def pipeline(self, arch: str = "sm_80") -> Pipeline:
+        """The pass pipeline this config compiles with (print it, edit it, pass it back)."""
+        bm, bn, bk = self.block
+        wm, wn = self.warps
+        spec = [
+            f"tile-matmul{{block={bm},{bn},{bk} warps={wm},{wn} group={self.group}}}",
+            f"promote-to-shared{{layout={self.layout}}}",
+        ]
+        if self.stages >= 2:
+            spec.append(f"pipeline-cp-async{{stages={self.stages}}}")
+        if self.tensor_cores:
+            spec.append("lower-to-mma-sync")
+        spec += ["canonicalize", "cse", f"lower-to-ptx{{arch={arch}}}"]
+        return Pipeline.parse(",".join(spec))
+
+    def suits(self, align: tuple[int, int, int], elem_bytes: int) -> bool:
+        """Narrow (misaligned) copies take many registers next to a big accumulator: give them
+        configs whose warp tile holds at most 64x32 accumulators."""
+        wide = 16 // elem_bytes
+        if min(align[0], align[1]) >= wide or not self.tensor_cores:
+            return True
+        bm, bn, _ = self.block
+        return (bm // self.warps[0]) * (bn // self.warps[1]) <= 64 * 32
+
+    def key(self) -> str:
+        bm, bn, bk = self.block
+        tc = "mma" if self.tensor_cores else "simt"
+        return f"{bm}x{bn}x{bk}-w{self.warps[0]}x{self.warps[1]}-s{self.stages}-{self.layout}-g{self.group}-{tc}"
+
+
+TENSOR_CORE_CONFIGS: tuple[MatmulConfig, ...] = (
+    MatmulConfig((128, 128, 32), (2, 2), 3),
+    MatmulConfig((128, 128, 32), (4, 2), 3),
+    MatmulConfig((128, 64, 32), (2, 2), 3),
+    MatmulConfig((64, 128, 32), (2, 2), 3),
+    MatmulConfig((64, 64, 32), (2, 2), 4),
+    MatmulConfig((256, 128, 32), (4, 2), 2),
+)
+
+SIMT_CONFIGS: tuple[MatmulConfig, ...] = (
+    MatmulConfig((64, 64, 16), (2, 2), 2, "pad", tensor_cores=False),
+    MatmulConfig((32, 32, 16), (1, 1), 2, "pad", tensor_cores=False),
+)
+
+DEFAULT_CONFIG = TENSOR_CORE_CONFIGS[0]
+DEFAULT_SIMT_CONFIG = SIMT_CONFIGS[0]
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """The few numbers the cost model needs (defaults: an A100-class part)."""
+
+    sms: int = 108
+    shared_per_sm: int = 164 * 1024
+    tensor_flops_per_sm: float = 312e12 / 108
+    simt_flops_per_sm: float = 19.5e12 / 108
+    bytes_per_sm: float = 1.5e12 / 108
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def estimate_seconds(config: MatmulConfig, m: int, n: int, k: int, elem_bytes: int, gpu: GpuModel) -> float:
+    """Rough time of one launch: waves of CTAs, each bound by math or by its global reads.
+
+    Bigger tiles read less per flop but leave SMs idle on small problems; the model trades the
+    two. It ranks configs, it does not predict absolute times.
+    """
+    bm, bn, bk = config.block
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+    k_padded = math.ceil(k / bk) * bk
+    resident = max(1, min(gpu.shared_per_sm // max(config.shared_bytes(elem_bytes), 1), 2048 // config.threads))
+    waves = math.ceil(tiles / (gpu.sms * resident))
+    flops = 2.0 * bm * bn * k_padded
+    rate = gpu.tensor_flops_per_sm if config.tensor_cores else gpu.simt_flops_per_sm
+    # a lone warp-tile keeps few tensor cores busy: efficiency grows with warps per SM
+    busy = min(1.0, resident * config.threads / 256)
+    math_time = flops / (rate * busy)
+    memory_time = (bm + bn) * k_padded * elem_bytes * resident / gpu.bytes_per_sm
+    return waves * max(math_time, memory_time) + 2e-6
+
+
+def candidates(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int) -> list[MatmulConfig]:
+    """The configs worth trying for this kind of problem, the default first."""
+    pool = TENSOR_CORE_CONFIGS if tensor_cores else SIMT_CONFIGS
+    return [c for c in pool if c.suits(align, elem_bytes)]
+
+
+def default_config(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int) -> MatmulConfig:
+    return candidates(tensor_cores, align, elem_bytes)[0]
+
+
+def choose_config(
+    m: int, n: int, k: int, elem_bytes: int, tensor_cores: bool,
+    align: tuple[int, int, int] = (8, 8, 8), gpu: GpuModel | None = None,
+) -> MatmulConfig:  # fmt: skip
+    """The config the cost model ranks fastest (used on the simulator, where nothing is timed)."""
+    model = gpu or GpuModel()
+    pool = candidates(tensor_cores, align, elem_bytes)
+    return min(pool, key=lambda c: estimate_seconds(c, m, n, k, elem_bytes, model))
