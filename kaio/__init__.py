@@ -18,10 +18,22 @@ from kaio.errors import (
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str) -> object:
+    # The frontend imports xDSL; load it on first use so `import kaio` stays light.
+    if name in ("gpu_kernel", "device"):
+        from kaio import frontend
+
+        return getattr(frontend, name)
+    raise AttributeError(f"module 'kaio' has no attribute {name!r}")
+
+
 __all__ = [
     "Array",
     "MutArray",
     "constexpr",
+    "gpu_kernel",
+    "device",
     "KaioError",
     "KaioCompileError",
     "KaioTypeError",
