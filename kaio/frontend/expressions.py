@@ -341,10 +341,12 @@ class ExpressionsMixin(CompilerBase):
             try:
                 return materialize(self.em, adapt(value, ref.elem), ref.elem)
             except SemanticError as e:
-                raise SemanticError(f"cannot store into a {ref.elem.name} element: {e.message}", e.hint) from None
+                raise SemanticError(
+                    f"cannot store into an element of type {ref.elem.name}: {e.message}", e.hint
+                ) from None
         if not isinstance(value, Scalar) or value.type is not ref.elem:
             raise SemanticError(
-                f"cannot store {type_name(value)} into a {ref.elem.name} element",
+                f"cannot store {type_name(value)} into an element of type {ref.elem.name}",
                 f"cast the value: `{ref.elem.name}(v)`",
             )
         return value.ssa

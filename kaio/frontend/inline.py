@@ -106,13 +106,6 @@ def inline_call(
     returned = callee.scope.get(RET)
     result = callee.scope.get(RV)
     if not (isinstance(returned, Const) and returned.value is True) or result is None:
-        if isinstance(result, Undefined):
-            raise src.error(
-                src.tree,
-                f"device function `{dfn.fn.__name__}` returns from inside a loop without a "
-                "declared return type",
-                "annotate it, e.g. `-> f32`",
-            )
         raise src.error(
             src.tree,
             f"device function `{dfn.fn.__name__}` may reach its end without returning a value",

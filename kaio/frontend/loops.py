@@ -25,7 +25,7 @@ from kaio.frontend.operators import compile_time, materialize
 from kaio.frontend.scope import BRK as BRK_VAR
 from kaio.frontend.scope import CONT as CONT_VAR
 from kaio.frontend.scope import RET as RET_VAR
-from kaio.frontend.scope import TYPE_CHANGE_HINT, Scope, carried_type, same_value
+from kaio.frontend.scope import RV, TYPE_CHANGE_HINT, Scope, carried_type, same_value
 from kaio.frontend.statements import StatementsMixin
 from kaio.frontend.typerules import adapt, literal_kind
 from kaio.frontend.values import Const, PyObject, Scalar, Undefined, Value, scalar_type_of, type_name
@@ -136,7 +136,10 @@ class LoopsMixin(StatementsMixin):
     def _range_loop(
         self, node: ast.For, name: str, start: Value, stop: Value, step: Value, call: ast.Call
     ) -> None:
-        t = _range_type(start, stop, step)
+        try:
+            t = _range_type(start, stop, step)
+        except SemanticError as e:
+            raise e.locate(call, self.src) from None
         cs = compile_time(step) if isinstance(step, Const) else None
         if cs is not None and cs.value == 0:
             raise SemanticError("the step of `range` must not be zero", None, call)
@@ -196,6 +199,15 @@ class LoopsMixin(StatementsMixin):
                 v = self.scope.get(var)
                 assert v is not None
                 carried.append((var, bool_, v))
+        if RET in exits and self.value_returning:
+            rv = self.scope.get(RV)
+            if not isinstance(rv, Scalar | Const):
+                raise SemanticError(
+                    "a device function that returns from inside a loop needs a declared "
+                    "return type",
+                    "annotate it, e.g. `-> f32`",
+                )
+            carried.append((RV, carried_type(RV, rv), rv))
         return carried
 
     def _scf_for(

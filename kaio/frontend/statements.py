@@ -132,9 +132,12 @@ class StatementsMixin(ExpressionsMixin):
             return
         if isinstance(target, ast.Subscript):
             # Python order: container and index once, load, right-hand side, operate, store.
-            ref = self.memory_ref(self.eval(target.value))
-            self.check_writable(ref)
-            indices = self.indices(ref, self.eval(target.slice), target.slice)
+            try:
+                ref = self.memory_ref(self.eval(target.value))
+                self.check_writable(ref)
+                indices = self.indices(ref, self.eval(target.slice), target.slice)
+            except SemanticError as e:
+                raise e.locate(target, self.src) from None
             old = Scalar(self.em.value(LoadOp(ref.ssa, indices)), ref.elem)
             new = binary(self.em, op, old, self.eval(node.value))
             self.em.add(StoreOp(self.element_value(ref, new), ref.ssa, indices))
