@@ -81,10 +81,11 @@ def check_syntax(src: FunctionSource) -> None:
 
 
 def is_comment(stmt: ast.stmt) -> bool:
+    """A bare string (docstring) or ``...`` statement: no code."""
     return (
         isinstance(stmt, ast.Expr)
         and isinstance(stmt.value, ast.Constant)
-        and isinstance(stmt.value.value, str)
+        and (isinstance(stmt.value.value, str) or stmt.value.value is Ellipsis)
     )
 
 
@@ -149,9 +150,11 @@ def body_exits(src: FunctionSource, body: Sequence[ast.stmt]) -> frozenset[str]:
 
 
 def has_value_return(src: FunctionSource) -> bool:
-    return any(
-        isinstance(n, ast.Return) and n.value is not None for n in ast.walk(src.tree)
-    )
+    cached = src.memo.get(("value_return", 0))
+    if cached is None:
+        cached = any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(src.tree))
+        src.memo[("value_return", 0)] = cached
+    return bool(cached)
 
 
 def global_reads(src: FunctionSource) -> tuple[tuple[str, ...], ...]:

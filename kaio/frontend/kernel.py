@@ -77,11 +77,16 @@ class GpuKernel:
         self.fn = fn
         self.name: str = fn.__name__
         self._src = FunctionSource.of(fn, "kernel")
-        self.block_size = _block_shape(block_size, self._src)
-        check_syntax(self._src)
-        self.params: tuple[ParamSpec, ...] = _parameters(fn, self._src)
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
-        self._check()
+        try:
+            self.block_size = _block_shape(block_size, self._src)
+            check_syntax(self._src)
+            self.params: tuple[ParamSpec, ...] = _parameters(fn, self._src)
+            functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+            self._check()
+        except KaioCompileError:
+            raise
+        except Exception as exc:  # a frontend bug: still an error that points at the kernel
+            raise self._src.error(self._src.tree, f"internal compiler error ({exc!r})") from exc
 
     @property
     def runtime_params(self) -> tuple[KernelParam, ...]:
@@ -166,7 +171,7 @@ class GpuKernel:
             else:
                 scope.bind(p.name, Scalar(arg, p.dtype))
         for p, t, arg in zip(unknown, stand_in_types, block.args[len(runtime) :], strict=True):
-            scope.bind(p.name, Scalar(arg, t, 1.0 if t.is_float else 1))
+            scope.bind(p.name, Scalar(arg, t, _stand_in(t)))
         for name, c in constexprs.items():
             scope.bind(name, c)
         scope.bind(RET, Const(False, bool_))
@@ -192,6 +197,13 @@ class GpuKernel:
             block_size=self.block_size,
             shared_bytes=state.shared_bytes,
         )
+
+
+def _stand_in(t: ScalarType) -> int | float | bool:
+    """The compile-time number an unknown constexpr stands for while checking a kernel."""
+    if t.is_bool:
+        return True
+    return 1.0 if t.is_float else 1
 
 
 def _internal_error(state: BuildState, exc: BaseException) -> KaioCompileError:

@@ -422,3 +422,30 @@ def test_loop_skipped_when_constant_bounds_are_empty(load: Load) -> None:
     )
     assert not any(isinstance(op, scf.ForOp | kd.StoreOp) for op in walk(m.k.build()))
     assert any(isinstance(op, scf.ForOp) for op in walk(m.k.build({"N": 3})))
+
+
+def test_annotated_augmented_and_comment_statements(load: Load) -> None:
+    m = load(
+        '''
+        @kaio.gpu_kernel(block_size=32)
+        def k(x: MutArray[f32], i: u32, j: i32):
+            """A docstring, and a bare `...`, compile to nothing."""
+            ...
+            t = shared_mem(f32, (4, 4))
+            acc: f32 = 0
+            t[i, j] = x[0]
+            t[i, j] -= 2.0
+            acc += t[i, j]
+            x[1] = acc
+        '''
+    )
+    ir = m.k.build()
+    ops = [op.name for op in walk(ir) if op.parent_op() is ir.func]
+    assert ops.count("kernel.load") == 3 and ops.count("kernel.store") == 3
+    assert "arith.subf" in ops and "arith.addf" in ops
+    sub = next(op for op in walk(ir) if isinstance(op, arith.SubfOp))
+    assert sub.rhs.owner.value.value.data == 2.0
+    add = next(op for op in walk(ir) if isinstance(op, arith.AddfOp))
+    assert add.lhs.owner.value.value.data == 0.0, "`acc: f32 = 0` is an f32 zero"
+    texts = [op.text.data for op in walk(ir) if isinstance(op, kd.SourceLocOp)]
+    assert not any('"""' in t or t == "..." for t in texts)
