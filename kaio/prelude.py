@@ -114,9 +114,10 @@ cos = _builtin("cos(x)")
 floor = _builtin("floor(x)")
 ceil = _builtin("ceil(x)")
 fma = _builtin("fma(a, b, c)")
-abs = _builtin("abs(x)", host=_py.abs)  # noqa: A001 - deliberately shadows the Python builtin
-min = _builtin("min(a, b, ...)", host=_py.min)  # noqa: A001
-max = _builtin("max(a, b, ...)", host=_py.max)  # noqa: A001
+# These three deliberately shadow Python's (and behave like them on the host).
+abs = _builtin("abs(x)", host=_py.abs)
+min = _builtin("min(a, b, ...)", host=_py.min)
+max = _builtin("max(a, b, ...)", host=_py.max)
 
 # loops
 static_range = _builtin("static_range(stop) / static_range(start, stop[, step])")

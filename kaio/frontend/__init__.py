@@ -6,4 +6,12 @@ Importing this package imports xDSL; ``import kaio`` reaches it lazily.
 from kaio.frontend.inline import DeviceFunction
 from kaio.frontend.kernel import GpuKernel, KernelIR, ParamKind, ParamSpec, device, gpu_kernel
 
-__all__ = ["GpuKernel", "KernelIR", "ParamKind", "ParamSpec", "DeviceFunction", "gpu_kernel", "device"]
+__all__ = [
+    "GpuKernel",
+    "KernelIR",
+    "ParamKind",
+    "ParamSpec",
+    "DeviceFunction",
+    "gpu_kernel",
+    "device",
+]

@@ -65,7 +65,7 @@ def check_syntax(src: FunctionSource) -> None:
         bad = args.vararg or args.kwarg
         raise src.error(bad, "`*args` / `**kwargs` parameters are not supported")
     # A bare string statement anywhere in the body is a comment, not a value.
-    comments = {id(n.value) for n in ast.walk(fn) if isinstance(n, ast.stmt) and is_comment(n)}
+    comments = {id(n.value) for n in ast.walk(fn) if isinstance(n, ast.Expr) and is_comment(n)}
     for stmt in fn.body:
         for node in ast.walk(stmt):
             entry = _UNSUPPORTED_STMTS.get(type(node)) or _UNSUPPORTED_EXPRS.get(type(node))
@@ -102,7 +102,7 @@ def assigned_names(src: FunctionSource, body: Sequence[ast.stmt]) -> tuple[str, 
                 if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                     names[node.id] = None
         cached = src.memo[key] = tuple(names)
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
 def local_names(src: FunctionSource) -> frozenset[str]:
@@ -113,7 +113,7 @@ def local_names(src: FunctionSource) -> frozenset[str]:
         params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)]
         cached = frozenset(params) | frozenset(assigned_names(src, fn.body))
         src.memo[("locals", 0)] = cached
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
 def exits(src: FunctionSource, stmt: ast.stmt) -> frozenset[str]:
@@ -123,10 +123,10 @@ def exits(src: FunctionSource, stmt: ast.stmt) -> frozenset[str]:
     cached = src.memo.get(key)
     if cached is None:
         cached = src.memo[key] = frozenset(_exits(stmt))
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
-def _exits(node: ast.AST, in_loop: bool = False) -> Iterable[str]:
+def _exits(node: ast.stmt, in_loop: bool = False) -> Iterable[str]:
     if isinstance(node, ast.Return):
         yield RET
     elif isinstance(node, ast.Break) and not in_loop:
@@ -136,10 +136,10 @@ def _exits(node: ast.AST, in_loop: bool = False) -> Iterable[str]:
     elif isinstance(node, ast.For | ast.While):
         for child in node.body:
             yield from _exits(child, True)
-    elif isinstance(node, ast.stmt):
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.stmt):
-                yield from _exits(child, in_loop)
+    else:
+        for sub in ast.iter_child_nodes(node):
+            if isinstance(sub, ast.stmt):
+                yield from _exits(sub, in_loop)
 
 
 def body_exits(src: FunctionSource, body: Sequence[ast.stmt]) -> frozenset[str]:
@@ -169,7 +169,7 @@ def global_reads(src: FunctionSource) -> tuple[tuple[str, ...], ...]:
                 if chain is not None and chain[0] not in local:
                     chains[chain] = None
         cached = src.memo[("globals", 0)] = tuple(chains)
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
 def _dotted(node: ast.AST) -> tuple[str, ...] | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from kaio import prelude as kp
 from kaio.dialects.kernel import (
@@ -60,9 +60,7 @@ Kwargs = dict[str, Value]
 Handler = Callable[[ExpressionsMixin, ast.Call, Args, Kwargs], Value]
 
 
-def builtin_handler(
-    fc: CompilerBase, obj: Any
-) -> Callable[[ast.Call, Args, Kwargs], Value] | None:
+def builtin_handler(fc: CompilerBase, obj: Any) -> Callable[[ast.Call, Args, Kwargs], Value] | None:
     assert isinstance(fc, ExpressionsMixin)
     if isinstance(obj, ScalarType):
         return partial(_cast, fc, obj)
@@ -107,7 +105,9 @@ def _cast(fc: ExpressionsMixin, t: ScalarType, node: ast.Call, args: Args, kwarg
 # ---------------------------------------------------------------------------- SIMT indices
 
 
-def _index(op: Callable[[], Operation], fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _index(
+    op: Callable[[], Operation], fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+) -> Value:
     _signature(node, args, kwargs, "this builtin", [])
     return Scalar(fc.em.value(op()), u32)
 
@@ -118,10 +118,16 @@ def _index(op: Callable[[], Operation], fc: ExpressionsMixin, node: ast.Call, ar
 def _shared_mem(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     t_value, size = _signature(node, args, kwargs, kp.shared_mem.signature, ["T", "size"])
     if not isinstance(t_value, PyObject) or not isinstance(t_value.obj, ScalarType):
-        raise SemanticError("the first argument of `shared_mem` must be a kaio type", "e.g. `shared_mem(f32, 256)`", _arg_node(node, 0))
+        raise SemanticError(
+            "the first argument of `shared_mem` must be a kaio type",
+            "e.g. `shared_mem(f32, 256)`",
+            _arg_node(node, 0),
+        )
     t = t_value.obj
     if t.is_bool:
-        raise SemanticError("shared memory of bool is not supported", "use u8 or i32", _arg_node(node, 0))
+        raise SemanticError(
+            "shared memory of bool is not supported", "use u8 or i32", _arg_node(node, 0)
+        )
     dims = size.items if isinstance(size, TupleValue) else (size,)
     shape: list[int] = []
     for d in dims:
@@ -156,7 +162,9 @@ def _bar_sync(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) 
 
 
 def _index_2d(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
-    row, col, stride = _signature(node, args, kwargs, kp.index_2d.signature, ["row", "col", "row_stride"])
+    row, col, stride = _signature(
+        node, args, kwargs, kp.index_2d.signature, ["row", "col", "row_stride"]
+    )
     return binary(fc.em, "+", binary(fc.em, "*", row, stride), col)
 
 
@@ -165,10 +173,10 @@ def _index_2d(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) 
 
 def _warp_value(v: Value, what: str) -> tuple[Scalar | Const, ScalarType]:
     s = require_scalar(v, what)
-    t = s.type if s.type is not None else default_type(s)  # type: ignore[arg-type]
+    t = s.type if s.type is not None else default_type(s)
     if t.is_bool or t.bits < 16:
         raise SemanticError(
-            f"{what} works on 16-, 32- and 64-bit values, not {t.name}", f"cast it, e.g. `i32(x)`"
+            f"{what} works on 16-, 32- and 64-bit values, not {t.name}", "cast it, e.g. `i32(x)`"
         )
     return s, t
 
@@ -182,12 +190,20 @@ def _i32_operand(fc: ExpressionsMixin, v: Value, what: str, node: ast.AST) -> An
         return fc.em.constant(int(v.value), i32 if v.value < (1 << 31) else u32)
     if isinstance(v, Scalar) and v.type.is_int and v.type.bits == 32:
         return v.ssa
-    raise SemanticError(f"{what} must be a 32-bit integer, got {type_name(v)}", "cast: `u32(x)`", node)
+    raise SemanticError(
+        f"{what} must be a 32-bit integer, got {type_name(v)}", "cast: `u32(x)`", node
+    )
 
 
-def _shuffle(mode: ShuffleMode, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _shuffle(
+    mode: ShuffleMode, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+) -> Value:
     spec = getattr(kp, f"shfl_sync_{mode.value}").signature
-    second = "lane" if mode == ShuffleMode.IDX else ("lane_mask" if mode == ShuffleMode.BFLY else "offset")
+    second = (
+        "lane"
+        if mode == ShuffleMode.IDX
+        else ("lane_mask" if mode == ShuffleMode.BFLY else "offset")
+    )
     value, offset, width, mask = _signature(
         node, args, kwargs, spec, ["value", second, "width", "mask"],
         {"width": Const(32), "mask": Const(0xFFFFFFFF)},
@@ -217,7 +233,9 @@ def _combine(kind: str, t: ScalarType) -> Combine:
     return f if t.is_float else (s if t.kind == "int" else u)
 
 
-def _reduce(kind: str, block: bool, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _reduce(
+    kind: str, block: bool, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+) -> Value:
     name = f"{'block' if block else 'warp'}_reduce_{kind}"
     (value,) = _signature(node, args, kwargs, f"{name}(value)", ["value"])
     s, t = _warp_value(value, name)
@@ -270,7 +288,7 @@ def _element(fc: ExpressionsMixin, ref: ArrayRef | SharedRef, v: Value, node: as
 # ---------------------------------------------------------------------------- math
 
 
-_FLOAT_MATH: dict[str, tuple[type[Operation], Callable[[float], float]]] = {
+_FLOAT_MATH: dict[str, tuple[Callable[[SSAValue], Operation], Callable[[float], float]]] = {
     "sqrt": (xmath.SqrtOp, pymath.sqrt),
     "rsqrt": (xmath.RsqrtOp, lambda x: 1.0 / pymath.sqrt(x)),
     "exp": (xmath.ExpOp, pymath.exp),
@@ -295,7 +313,9 @@ def _float_arg(v: Value, name: str) -> Scalar | Const:
     return s
 
 
-def _unary_math(name: str, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _unary_math(
+    name: str, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+) -> Value:
     (value,) = _signature(node, args, kwargs, f"{name}(x)", ["x"])
     s = _float_arg(value, name)
     op_cls, fold = _FLOAT_MATH[name]
@@ -323,7 +343,9 @@ def _abs(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Va
     return Scalar(fc.em.value(op_cls(s.ssa)), t)
 
 
-def _min_max(is_max: bool, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _min_max(
+    is_max: bool, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+) -> Value:
     name = "max" if is_max else "min"
     if kwargs or len(args) < 2:
         raise SemanticError(f"`{name}` takes two or more values (no keywords)", None, node)
@@ -333,7 +355,9 @@ def _min_max(is_max: bool, fc: ExpressionsMixin, node: ast.Call, args: Args, kwa
     return result
 
 
-def _min_max_pair(fc: ExpressionsMixin, is_max: bool, a: Scalar | Const, b: Scalar | Const) -> Scalar | Const:
+def _min_max_pair(
+    fc: ExpressionsMixin, is_max: bool, a: Scalar | Const, b: Scalar | Const
+) -> Scalar | Const:
     t = unify(a, b, f"`{'max' if is_max else 'min'}`")
     if t.is_bool:
         raise SemanticError("`min`/`max` do not apply to bool")
@@ -341,14 +365,15 @@ def _min_max_pair(fc: ExpressionsMixin, is_max: bool, a: Scalar | Const, b: Scal
         x, y = adapt(a, t).value, adapt(b, t).value
         c = Const(py.max(x, y) if is_max else py.min(x, y), t)
         return c if a.type is not None or b.type is not None else Const(c.value)
+    op_cls: Callable[[SSAValue, SSAValue], Operation]
     if t.is_float:
-        op_cls: type[Operation] = arith.MaxnumfOp if is_max else arith.MinnumfOp
+        op_cls = arith.MaxnumfOp if is_max else arith.MinnumfOp
     elif t.kind == "int":
         op_cls = arith.MaxSIOp if is_max else arith.MinSIOp
     else:
         op_cls = arith.MaxUIOp if is_max else arith.MinUIOp
-    x, y = materialize(fc.em, a, t), materialize(fc.em, b, t)
-    return Scalar(fc.em.value(op_cls(x, y)), t)
+    lhs, rhs = materialize(fc.em, a, t), materialize(fc.em, b, t)
+    return Scalar(fc.em.value(op_cls(lhs, rhs)), t)
 
 
 def _fma(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
@@ -356,17 +381,22 @@ def _fma(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Va
     operands = [require_scalar(v, "`fma`") for v in bound]
     anchor = next((v for v in operands if v.type is not None), None)
     if anchor is None:  # three literals
-        x, y, z = (float(v.value) for v in operands)
-        return Const(x * y + z)
+        p, q, r = (float(v.value) for v in operands)  # type: ignore[union-attr]
+        return Const(p * q + r)
+    t = anchor.type
+    assert t is not None
     for v in operands:
-        t = unify(anchor, v, "`fma`")
+        unify(anchor, v, "`fma`")
     if not t.is_float:
-        raise SemanticError(f"`fma` needs floats, got {t.name}", "cast: `fma(f32(a), f32(b), f32(c))`")
-    if all(isinstance(v, Const) for v in operands):
-        x, y, z = (float(adapt(v, t).value) for v in operands)  # type: ignore[arg-type]
-        return normalize(Const(x * y + z, t))
-    x, y, z = (materialize(fc.em, v, t) for v in operands)
-    return Scalar(fc.em.value(xmath.FmaOp(x, y, z)), t)
+        raise SemanticError(
+            f"`fma` needs floats, got {t.name}", "cast: `fma(f32(a), f32(b), f32(c))`"
+        )
+    constants = [v for v in operands if isinstance(v, Const)]
+    if len(constants) == 3:
+        p, q, r = (float(adapt(v, t).value) for v in constants)
+        return normalize(Const(p * q + r, t))
+    a, b, c = (materialize(fc.em, v, t) for v in operands)
+    return Scalar(fc.em.value(xmath.FmaOp(a, b, c)), t)
 
 
 def _only_in_for(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
@@ -415,4 +445,8 @@ _TABLE: dict[kp.Builtin, Handler] = {
 }
 assert set(_TABLE) == set(kp.BUILTINS), "every prelude builtin has a handler"
 
-_PYTHON_ALIASES: dict[int, kp.Builtin] = {id(py.abs): kp.abs, id(py.min): kp.min, id(py.max): kp.max}
+_PYTHON_ALIASES: dict[int, kp.Builtin] = {
+    id(py.abs): kp.abs,
+    id(py.min): kp.min,
+    id(py.max): kp.max,
+}

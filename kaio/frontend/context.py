@@ -44,10 +44,10 @@ class Env:
     """A function's Python environment: closure cells, then globals, then builtins."""
 
     def __init__(self, fn: Callable[..., Any]):
-        code = fn.__code__  # type: ignore[attr-defined]
-        self.globals: dict[str, Any] = fn.__globals__  # type: ignore[attr-defined]
+        code = fn.__code__
+        self.globals: dict[str, Any] = fn.__globals__
         self.closure: dict[str, Any] = {}
-        for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):  # type: ignore[attr-defined]
+        for name, cell in zip(code.co_freevars, fn.__closure__ or (), strict=False):
             try:
                 self.closure[name] = cell.cell_contents
             except ValueError:  # an empty cell: the name is assigned after the def

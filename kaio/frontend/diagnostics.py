@@ -59,7 +59,7 @@ class FunctionSource:
     first_line: int
     tree: ast.FunctionDef
     # Per-node analysis results (assigned names, exits) computed once and reused by every build.
-    memo: dict[tuple[str, int], Any] = field(default_factory=dict)
+    memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, fn: Callable[..., Any], what: str) -> FunctionSource:
@@ -92,7 +92,7 @@ class FunctionSource:
             )
         for node in ast.walk(tree):
             if hasattr(node, "lineno"):
-                node.lineno += first_line - 1  # type: ignore[attr-defined]
+                node.lineno += first_line - 1
                 end = getattr(node, "end_lineno", None)
                 if end is not None:
                     node.end_lineno = end + first_line - 1  # type: ignore[attr-defined]
@@ -108,13 +108,15 @@ class FunctionSource:
             return self.lines[i].rstrip("\n")
         return None
 
-    def error(self, node: ast.AST | None, message: str, hint: str | None = None) -> KaioCompileError:
+    def error(
+        self, node: ast.AST | None, message: str, hint: str | None = None
+    ) -> KaioCompileError:
         if node is None or not hasattr(node, "lineno"):
             return KaioCompileError(
                 message, filename=self.filename, line=self.first_line, hint=hint,
                 source_line=self.line_text(self.first_line),
             )  # fmt: skip
-        line: int = node.lineno  # type: ignore[attr-defined]
+        line: int = node.lineno
         col: int = node.col_offset  # type: ignore[attr-defined]
         end_col: int | None = None
         if getattr(node, "end_lineno", None) == line:

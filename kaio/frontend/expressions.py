@@ -42,14 +42,25 @@ BINOPS: dict[type[ast.operator], str] = {
     ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|",
     ast.BitXor: "^",
 }  # fmt: skip
-_UNARY: dict[type[ast.unaryop], str] = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~", ast.Not: "not"}
+_UNARY: dict[type[ast.unaryop], str] = {
+    ast.USub: "-",
+    ast.UAdd: "+",
+    ast.Invert: "~",
+    ast.Not: "not",
+}
 _COMPARE: dict[type[ast.cmpop], str] = {
     ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
 }  # fmt: skip
 
 _PYTHON_BUILTIN_HINTS: dict[str, tuple[str, str | None]] = {
-    "print": ("`print` is not supported in kernels", "write values to a MutArray and print on the host"),
-    "len": ("`len` is not supported in kernels", "arrays carry no length: pass it as a parameter (`n: u32`)"),
+    "print": (
+        "`print` is not supported in kernels",
+        "write values to a MutArray and print on the host",
+    ),
+    "len": (
+        "`len` is not supported in kernels",
+        "arrays carry no length: pass it as a parameter (`n: u32`)",
+    ),
     "int": ("`int(...)` is not a kaio type", "cast with a kaio type: `i32(x)`, `u32(x)`"),
     "float": ("`float(...)` is not a kaio type", "cast with a kaio type: `f32(x)`"),
     "bool": ("`bool(...)` is not a kaio type", "compare explicitly (`x != 0`) or cast: `bool_(x)`"),
@@ -224,11 +235,10 @@ class ExpressionsMixin(CompilerBase):
         if all(_speculatable(block) for block in blocks):
             for block in blocks:
                 for op in list(block.ops):
-                    op.detach()
-                    self.em.add(op)
+                    self.em.add(block.detach_op(op))
             return Scalar(self._select(cond, a, b, x, y, t), t)
-        for block, v in zip(blocks, (x, y), strict=True):
-            block.add_op(scf.YieldOp(v))
+        for block, yielded in zip(blocks, (x, y), strict=True):
+            block.add_op(scf.YieldOp(yielded))
         op = scf.IfOp(cond, [t.ir_type], Region(blocks[0]), Region(blocks[1]))
         self.em.add(op)
         return Scalar(op.results[0], t)
@@ -287,7 +297,7 @@ class ExpressionsMixin(CompilerBase):
     def global_index(self, v: Value, node: ast.AST) -> SSAValue:
         """An index into a global array, sign- or zero-extended to the i64 the IR takes."""
         if isinstance(v, Const):
-            if v.type is not None and not v.type.is_int or isinstance(v.value, float | bool):
+            if (v.type is not None and not v.type.is_int) or isinstance(v.value, float | bool):
                 raise SemanticError(f"an index must be an integer, got {type_name(v)}", None, node)
             if v.value < 0:
                 raise SemanticError(
@@ -366,7 +376,9 @@ class ExpressionsMixin(CompilerBase):
         kwargs = {kw.arg: self.eval(kw.value) for kw in node.keywords if kw.arg is not None}
         return handler(node, args, kwargs)
 
-    def call_handler(self, obj: Any, node: ast.Call) -> Callable[[ast.Call, list[Value], dict[str, Value]], Value]:
+    def call_handler(
+        self, obj: Any, node: ast.Call
+    ) -> Callable[[ast.Call, list[Value], dict[str, Value]], Value]:
         """What calling ``obj`` means in a kernel; an error for anything the language lacks."""
         from kaio.frontend.builtins import builtin_handler
         from kaio.frontend.inline import device_call_handler
@@ -395,4 +407,3 @@ def _speculatable(block: Block) -> bool:
         if not is_speculatable(op) or get_effects(op) != set():
             return False
     return True
-

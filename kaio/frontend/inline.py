@@ -69,7 +69,11 @@ def device_call_handler(
 
 
 def inline_call(
-    caller: CompilerBase, dfn: DeviceFunction, node: ast.Call, args: list[Value], kwargs: dict[str, Value]
+    caller: CompilerBase,
+    dfn: DeviceFunction,
+    node: ast.Call,
+    args: list[Value],
+    kwargs: dict[str, Value],
 ) -> Value:
     state = caller.state
     if dfn in state.inlining:

@@ -93,7 +93,9 @@ class GpuKernel:
         result: list[KernelParam] = []
         for p in self.params:
             if isinstance(p.type, KaioArrayType):
-                result.append(KernelParam(p.name, p.type.elem, is_array=True, mutable=p.type.mutable))
+                result.append(
+                    KernelParam(p.name, p.type.elem, is_array=True, mutable=p.type.mutable)
+                )
             elif p.kind is ParamKind.SCALAR:
                 assert isinstance(p.type, ScalarType)
                 result.append(KernelParam(p.name, p.type, is_array=False))
@@ -156,7 +158,8 @@ class GpuKernel:
     def _build(self, constexprs: dict[str, Const], unknown: tuple[ParamSpec, ...]) -> KernelIR:
         runtime = self.runtime_params
         types: list[Attribute] = [
-            ArrayType(p.dtype.ir_type, p.mutable) if p.is_array else p.dtype.ir_type for p in runtime
+            ArrayType(p.dtype.ir_type, p.mutable) if p.is_array else p.dtype.ir_type
+            for p in runtime
         ]
         stand_in_types = [p.type if isinstance(p.type, ScalarType) else i32 for p in unknown]
         names = [p.name for p in runtime] + [p.name for p in unknown]
@@ -165,13 +168,13 @@ class GpuKernel:
         )
         block = func.body.block
         scope = Scope()
-        for p, arg in zip(runtime, block.args, strict=False):
-            if p.is_array:
-                scope.bind(p.name, ArrayRef(arg, KaioArrayType(p.dtype, p.mutable), p.name))
+        for rp, arg in zip(runtime, block.args, strict=False):
+            if rp.is_array:
+                scope.bind(rp.name, ArrayRef(arg, KaioArrayType(rp.dtype, rp.mutable), rp.name))
             else:
-                scope.bind(p.name, Scalar(arg, p.dtype))
-        for p, t, arg in zip(unknown, stand_in_types, block.args[len(runtime) :], strict=True):
-            scope.bind(p.name, Scalar(arg, t, _stand_in(t)))
+                scope.bind(rp.name, Scalar(arg, rp.dtype))
+        for spec, t, arg in zip(unknown, stand_in_types, block.args[len(runtime) :], strict=True):
+            scope.bind(spec.name, Scalar(arg, t, _stand_in(t)))
         for name, c in constexprs.items():
             scope.bind(name, c)
         scope.bind(RET, Const(False, bool_))
@@ -217,7 +220,9 @@ def _internal_error(state: BuildState, exc: BaseException) -> KaioCompileError:
 
 def _block_shape(block_size: int | tuple[int, ...], src: FunctionSource) -> tuple[int, int, int]:
     dims = (block_size,) if isinstance(block_size, int) else tuple(block_size)
-    ok = 1 <= len(dims) <= 3 and all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)
+    ok = 1 <= len(dims) <= 3 and all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims
+    )
     shape = (*dims, 1, 1)[:3] if ok else (0, 0, 0)
     if not ok or shape[0] * shape[1] * shape[2] > 1024:
         raise src.error(

@@ -28,7 +28,15 @@ from kaio.frontend.scope import RET as RET_VAR
 from kaio.frontend.scope import RV, TYPE_CHANGE_HINT, Scope, carried_type, same_value
 from kaio.frontend.statements import StatementsMixin
 from kaio.frontend.typerules import adapt, literal_kind
-from kaio.frontend.values import Const, PyObject, Scalar, Undefined, Value, scalar_type_of, type_name
+from kaio.frontend.values import (
+    Const,
+    PyObject,
+    Scalar,
+    Undefined,
+    Value,
+    scalar_type_of,
+    type_name,
+)
 
 MAX_UNROLL = 4096
 
@@ -128,7 +136,11 @@ class LoopsMixin(StatementsMixin):
                 return
             if live and k + 1 < len(values):
                 rest = values[k + 1 :]
-                self.unless_exited(live, lambda: self._unroll_from(node, name, rest, has_cont))
+
+                def later_iterations(rest: list[int] = rest) -> None:
+                    self._unroll_from(node, name, rest, has_cont)
+
+                self.unless_exited(live, later_iterations)
                 return
 
     # ------------------------------------------------------------------ range
@@ -156,7 +168,11 @@ class LoopsMixin(StatementsMixin):
         else:
             step_ssa = materialize(em, step, t)
         use_for = (
-            t.kind == "int" and cs is not None and cs.value > 0 and BRK not in exits and RET not in exits
+            t.kind == "int"
+            and cs is not None
+            and cs.value > 0
+            and BRK not in exits
+            and RET not in exits
         )
         if BRK in exits:
             self.scope.bind(BRK_VAR, Const(False, bool_))
@@ -185,7 +201,9 @@ class LoopsMixin(StatementsMixin):
         else:
             self._scf_while(node, (name, t, lb, condition, advance), None, exits)
 
-    def _carried(self, body: list[ast.stmt], exits: frozenset[str], skip: str | None) -> list[tuple[str, ScalarType, Value]]:
+    def _carried(
+        self, body: list[ast.stmt], exits: frozenset[str], skip: str | None
+    ) -> list[tuple[str, ScalarType, Value]]:
         """(name, type, value before the loop) of each loop-carried variable."""
         carried: list[tuple[str, ScalarType, Value]] = []
         for n in assigned_names(self.src, body):
@@ -305,7 +323,10 @@ class LoopsMixin(StatementsMixin):
         return scope
 
     def _loop_end(
-        self, node: ast.stmt, carried: list[tuple[str, ScalarType, Value]], args: tuple[SSAValue, ...]
+        self,
+        node: ast.stmt,
+        carried: list[tuple[str, ScalarType, Value]],
+        args: tuple[SSAValue, ...],
     ) -> list[SSAValue]:
         """The values the body yields for the next iteration."""
         yields: list[SSAValue] = []
@@ -325,7 +346,9 @@ class LoopsMixin(StatementsMixin):
             try:
                 yields.append(materialize(self.em, v, ct))
             except SemanticError as e:
-                raise SemanticError(f"`{n}` in the loop: {e.message}", TYPE_CHANGE_HINT, node) from None
+                raise SemanticError(
+                    f"`{n}` in the loop: {e.message}", TYPE_CHANGE_HINT, node
+                ) from None
         return yields
 
     def _after_loop(
@@ -342,7 +365,9 @@ class LoopsMixin(StatementsMixin):
         for (n, ct, _), r in zip(carried, results, strict=True):
             v = end.get(n)
             if v is None or isinstance(v, Undefined):
-                self.scope.bind(n, v or Undefined(f"`{n}` is not assigned on every path of the loop"))
+                self.scope.bind(
+                    n, v or Undefined(f"`{n}` is not assigned on every path of the loop")
+                )
             else:
                 self.scope.bind(n, Scalar(r, ct))
         where = f"the loop at line {node.lineno}"
@@ -361,7 +386,8 @@ class LoopsMixin(StatementsMixin):
                 self.scope.bind(n, Undefined(f"`{n}` is assigned inside {where}, not before it"))
         if loop_var is not None:
             self.scope.bind(
-                loop_var, Undefined(f"the loop variable `{loop_var}` is not available after {where}")
+                loop_var,
+                Undefined(f"the loop variable `{loop_var}` is not available after {where}"),
             )
 
     # ------------------------------------------------------------------ while

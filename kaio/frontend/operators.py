@@ -8,6 +8,8 @@ semantics; a literal meeting a runtime value adapts to its type.
 from __future__ import annotations
 
 import math as pymath
+from collections.abc import Callable
+from typing import Any
 
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
@@ -31,7 +33,10 @@ from kaio.frontend.typerules import (
 )
 from kaio.frontend.values import Const, Scalar, Value, type_name
 
-_INT_OPS: dict[str, tuple[type[Operation], type[Operation]]] = {
+BinaryOp = Callable[[SSAValue, SSAValue], Operation]
+ConversionOp = Callable[[SSAValue, Any], Operation]
+
+_INT_OPS: dict[str, tuple[BinaryOp, BinaryOp]] = {
     # operator: (signed op, unsigned op)
     "+": (arith.AddiOp, arith.AddiOp),
     "-": (arith.SubiOp, arith.SubiOp),
@@ -44,7 +49,7 @@ _INT_OPS: dict[str, tuple[type[Operation], type[Operation]]] = {
     "<<": (arith.ShLIOp, arith.ShLIOp),
     ">>": (arith.ShRSIOp, arith.ShRUIOp),
 }
-_FLOAT_OPS: dict[str, type[Operation]] = {
+_FLOAT_OPS: dict[str, BinaryOp] = {
     "+": arith.AddfOp,
     "-": arith.SubfOp,
     "*": arith.MulfOp,
@@ -113,7 +118,9 @@ def binary(em: Emitter, op: str, a: Value, b: Value) -> Value:
     t = unify(a, b, what)
     _check_operator(op, t)
     if op in ("<<", ">>") and isinstance(b, Const) and not 0 <= int(b.value) < t.bits:
-        raise SemanticError(f"shift amount {b.value} is out of range for {t.name} (0 .. {t.bits - 1})")
+        raise SemanticError(
+            f"shift amount {b.value} is out of range for {t.name} (0 .. {t.bits - 1})"
+        )
     if op in ("//", "%") and t.is_int and isinstance(b, Const) and b.value == 0:
         raise SemanticError("integer division by zero")
     x, y = materialize(em, a, t), materialize(em, b, t)
@@ -297,7 +304,7 @@ def unary(em: Emitter, op: str, v: Value) -> Value:
         if op == "-" and t.kind == "uint":
             raise SemanticError(
                 f"unary `-` does not apply to unsigned {t.name}",
-                f"write `0 - x` for wrap-around negation, or cast to a signed type",
+                "write `0 - x` for wrap-around negation, or cast to a signed type",
             )
     if isinstance(v, Const):
         if op == "+":
@@ -354,7 +361,7 @@ def _cast_runtime(em: Emitter, x: SSAValue, s: ScalarType, t: ScalarType) -> Sca
         if s.bits == t.bits:  # f16 <-> bf16: through f32
             x = em.value(arith.ExtFOp(x, f32.ir_type))
             return Scalar(em.value(arith.TruncFOp(x, t.ir_type)), t)
-        op_cls = arith.ExtFOp if t.bits > s.bits else arith.TruncFOp
+        op_cls: ConversionOp = arith.ExtFOp if t.bits > s.bits else arith.TruncFOp
         return Scalar(em.value(op_cls(x, t.ir_type)), t)
     if s.is_int and t.is_float:
         op_cls = arith.SIToFPOp if s.kind == "int" else arith.UIToFPOp

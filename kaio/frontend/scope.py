@@ -66,9 +66,7 @@ def checked_assignment(name: str, old: Value | None, new: Value) -> Value:
     if isinstance(new, Undefined):
         raise SemanticError(f"cannot assign an undefined value to `{name}`")
     if isinstance(new, TupleValue):
-        raise SemanticError(
-            f"cannot store a tuple in `{name}`", "unpack it: `a, b = ...`"
-        )
+        raise SemanticError(f"cannot store a tuple in `{name}`", "unpack it: `a, b = ...`")
     if old is None or isinstance(old, Undefined):
         return new
     if isinstance(old, Scalar | Const) and isinstance(new, Scalar | Const):
@@ -101,9 +99,7 @@ def checked_assignment(name: str, old: Value | None, new: Value) -> Value:
                 f"`{name}` changes type from {type_name(old)} to {new_t.name}", TYPE_CHANGE_HINT
             )
         return new
-    if type(old) is not type(new) and not (
-        isinstance(old, PyObject) and isinstance(new, PyObject)
-    ):
+    if type(old) is not type(new) and not (isinstance(old, PyObject) and isinstance(new, PyObject)):
         raise SemanticError(
             f"`{name}` changes from {type_name(old)} to {type_name(new)}", TYPE_CHANGE_HINT
         )

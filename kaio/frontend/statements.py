@@ -88,7 +88,9 @@ class StatementsMixin(ExpressionsMixin):
         method = getattr(self, "stmt_" + type(stmt).__name__, None)
         try:
             if method is None:
-                raise SemanticError(f"{type(stmt).__name__} statements are not supported in kernels")
+                raise SemanticError(
+                    f"{type(stmt).__name__} statements are not supported in kernels"
+                )
             method(stmt)
         except SemanticError as e:
             raise e.locate(stmt, self.src) from None

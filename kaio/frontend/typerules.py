@@ -51,7 +51,9 @@ def literal_kind(c: Const) -> str:
 
 
 def literal_text(c: Const) -> str:
-    return f"{literal_kind(c)} literal {c.value!r}" if c.type is None else f"{c.type.name} {c.value!r}"
+    return (
+        f"{literal_kind(c)} literal {c.value!r}" if c.type is None else f"{c.type.name} {c.value!r}"
+    )
 
 
 def adapt(c: Const, t: ScalarType) -> Const:
@@ -192,16 +194,17 @@ def fold_binary(op: str, a: Const, b: Const, t: ScalarType | None) -> Const:
         if op in ("<<", ">>") and (y < 0 or (t is not None and y >= t.bits)):
             limit = f" and below {t.bits}" if t is not None else ""
             raise SemanticError(f"shift amount {y} must be at least 0{limit}")
+        ix, iy = int(x), int(y)
         if op == "&":
-            result = x & y
+            result = ix & iy
         elif op == "|":
-            result = x | y
+            result = ix | iy
         elif op == "^":
-            result = x ^ y
+            result = ix ^ iy
         elif op == "<<":
-            result = int(x) << int(y)
+            result = ix << iy
         else:
-            result = int(x) >> int(y)
+            result = ix >> iy
         if is_bool:
             result = bool(result)
     else:  # pragma: no cover - the caller only passes the operators above

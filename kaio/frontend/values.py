@@ -124,7 +124,7 @@ def type_name(v: Value) -> str:
             return repr(t)
         case SharedRef(elem=e, shape=shape):
             return f"shared {e.name}[{', '.join(map(str, shape))}]"
-        case TupleValue(items=items):
+        case TupleValue():
             return "tuple"
         case NoneValue():
             return "None"

@@ -1,5 +1,7 @@
 """The acceptance kernels of the spine issue, built and checked at the IR level."""
 
+# ruff: noqa: F405 - kernels use the names of `from kaio.prelude import *`, the public surface
+
 from __future__ import annotations
 
 import math
@@ -189,7 +191,11 @@ def test_warp_shuffle_reduction_unrolls_five_shuffles_down() -> None:
 def test_block_reduction() -> None:
     ir = block_sum.build()
     red = [op for op in ops_of(ir) if isinstance(op, kd.BlockReduceOp)]
-    assert len(red) == 1 and red[0].combine.data == kd.Combine.ADDF and red[0].result.type == ir_types.f32
+    assert (
+        len(red) == 1
+        and red[0].combine.data == kd.Combine.ADDF
+        and red[0].result.type == ir_types.f32
+    )
 
 
 def test_tiled_matmul_with_2d_blocks_and_shared_tiles() -> None:
@@ -197,7 +203,10 @@ def test_tiled_matmul_with_2d_blocks_and_shared_tiles() -> None:
     assert ir.func.block_shape == (16, 16, 1)
     allocs = [op for op in ops_of(ir) if isinstance(op, kd.SharedAllocOp)]
     assert len(allocs) == 2
-    assert all(isinstance(a.result.type, MemRefType) and a.result.type.get_shape() == (16, 16) for a in allocs)
+    assert all(
+        isinstance(a.result.type, MemRefType) and a.result.type.get_shape() == (16, 16)
+        for a in allocs
+    )
     assert ir.shared_bytes == 2 * 16 * 16 * 4
     fors = [op for op in ops_of(ir) if isinstance(op, scf.ForOp)]
     assert len(fors) == 1, "signed loop var, constant positive step: scf.for"
@@ -206,7 +215,9 @@ def test_tiled_matmul_with_2d_blocks_and_shared_tiles() -> None:
     body = [op.name for op in loop.body.walk()]
     assert body.count("kernel.barrier") == 2
     shared_loads = [
-        op for op in loop.body.walk() if isinstance(op, kd.LoadOp) and isinstance(op.ref.type, MemRefType)
+        op
+        for op in loop.body.walk()
+        if isinstance(op, kd.LoadOp) and isinstance(op.ref.type, MemRefType)
     ]
     assert len(shared_loads) == 32, "static_range(16) unrolled: 16 x 2 shared loads"
     assert body.count("arith.addf") == 16
@@ -216,11 +227,16 @@ def test_histogram_uses_shared_and_global_atomics_with_unsigned_loops() -> None:
     ir = histogram.build()
     atomics = [op for op in ops_of(ir) if isinstance(op, kd.AtomicRMWOp)]
     assert len(atomics) == 2 and all(a.combine.data == kd.Combine.ADDI for a in atomics)
-    assert isinstance(atomics[0].ref.type, MemRefType) and isinstance(atomics[1].ref.type, kd.ArrayType)
+    assert isinstance(atomics[0].ref.type, MemRefType) and isinstance(
+        atomics[1].ref.type, kd.ArrayType
+    )
     whiles = [op for op in ops_of(ir) if isinstance(op, scf.WhileOp)]
     assert len(whiles) == 3, "u32 range loops and the while loop are scf.while"
     predicates = {
-        op.predicate.value.data for w in whiles for op in w.before_region.walk() if isinstance(op, arith.CmpiOp)
+        op.predicate.value.data
+        for w in whiles
+        for op in w.before_region.walk()
+        if isinstance(op, arith.CmpiOp)
     }
     assert predicates <= {6, 8}, "u32 loops compare unsigned (ult, ugt)"
     assert "arith.remui" in names(ir)
@@ -235,7 +251,9 @@ def test_f16_math_stays_f16_where_written() -> None:
     assert [op.result.type for op in ops if isinstance(op, arith.TruncFOp)] == [ir_types.f16]
     assert any(op.name == "math.tanh" and op.result.type == ir_types.f32 for op in ops)
     assert any(op.name == "math.absf" and op.result.type == ir_types.f16 for op in ops)
-    const = [op for op in ops if isinstance(op, arith.ConstantOp) and op.result.type == ir_types.f16]
+    const = [
+        op for op in ops if isinstance(op, arith.ConstantOp) and op.result.type == ir_types.f16
+    ]
     assert [c.value.value.data for c in const] == [1.0]  # the literal adapted to f16
 
 

@@ -24,7 +24,12 @@ def walk(ir: Any) -> list[Any]:
 
 
 def kernel_with(load: Load, params: str, *lines: str) -> Any:
-    code = "@kaio.gpu_kernel(block_size=64)\ndef k(" + params + "):\n" + "".join(f"    {ln}\n" for ln in lines)
+    code = (
+        "@kaio.gpu_kernel(block_size=64)\ndef k("
+        + params
+        + "):\n"
+        + "".join(f"    {ln}\n" for ln in lines)
+    )
     return load(code).k.build()
 
 
@@ -33,9 +38,11 @@ def kernel_with(load: Load, params: str, *lines: str) -> Any:
     [
         (f"{kind}_{d}", cls, d)
         for kind, cls in (
-            ("thread_idx", kd.ThreadIdOp), ("block_idx", kd.BlockIdOp),
-            ("block_dim", kd.BlockDimOp), ("grid_dim", kd.GridDimOp),
-        )  # fmt: skip
+            ("thread_idx", kd.ThreadIdOp),
+            ("block_idx", kd.BlockIdOp),
+            ("block_dim", kd.BlockDimOp),
+            ("grid_dim", kd.GridDimOp),
+        )
         for d in "xyz"
     ]
     + [("lane_id", kd.LaneIdOp, None), ("warp_id", kd.WarpIdOp, None)],
@@ -75,7 +82,9 @@ def test_shuffle_default_mask_is_all_lanes(load: Load) -> None:
     ],
 )
 @pytest.mark.parametrize("scope", ["warp", "block"])
-def test_reductions_pick_the_combine_by_type(load: Load, t: str, combines: tuple[str, ...], scope: str) -> None:
+def test_reductions_pick_the_combine_by_type(
+    load: Load, t: str, combines: tuple[str, ...], scope: str
+) -> None:
     ir = kernel_with(
         load, f"out: MutArray[{t}]",
         f"out[0] = {scope}_reduce_sum(out[0])",
@@ -109,15 +118,23 @@ def test_atomics_on_global_and_shared_memory(load: Load) -> None:
     assert all(str(o.indices[0].type) == "i64" for o in rmw if isinstance(o.ref.type, kd.ArrayType))
 
 
-@pytest.mark.parametrize("name", ["sqrt", "rsqrt", "exp", "exp2", "log", "log2", "tanh", "sin", "cos", "floor", "ceil"])
+@pytest.mark.parametrize(
+    "name", ["sqrt", "rsqrt", "exp", "exp2", "log", "log2", "tanh", "sin", "cos", "floor", "ceil"]
+)
 def test_float_math(load: Load, name: str) -> None:
-    ir = kernel_with(load, "out: MutArray[f32], h: f16", f"out[0] = {name}(out[0])", f"out[1] = f32({name}(h))")
+    ir = kernel_with(
+        load, "out: MutArray[f32], h: f16", f"out[0] = {name}(out[0])", f"out[1] = f32({name}(h))"
+    )
     ops = [o for o in walk(ir) if o.name == f"math.{name}"]
     assert [str(o.results[0].type) for o in ops] == ["f32", "f16"]
 
 
 def test_math_folds_on_constants(load: Load) -> None:
-    ir = kernel_with(load, "out: MutArray[f32]", "out[0] = sqrt(16.0) + exp2(3) + floor(-1.5) + fma(2.0, 3.0, 1.0)")
+    ir = kernel_with(
+        load,
+        "out: MutArray[f32]",
+        "out[0] = sqrt(16.0) + exp2(3) + floor(-1.5) + fma(2.0, 3.0, 1.0)",
+    )
     assert not any(o.name.startswith("math.") for o in walk(ir))
     stored = next(o for o in walk(ir) if isinstance(o, kd.StoreOp))
     assert stored.value.owner.value.value.data == 4.0 + 8.0 - 2.0 + 7.0

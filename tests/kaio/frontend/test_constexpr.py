@@ -43,7 +43,10 @@ def test_constexpr_specialization_changes_the_ir(load: Load) -> None:
     )
     default, other = m.k.build(), m.k.build({"BLOCK": 64, "UNROLL": 4})
     assert shared_shapes(default) == [(256,)] and shared_shapes(other) == [(128,)]
-    count = lambda ir: sum(isinstance(op, kd.LoadOp) for op in ir.module.walk())  # noqa: E731
+
+    def count(ir: Any) -> int:
+        return sum(isinstance(op, kd.LoadOp) for op in ir.module.walk())
+
     assert count(default) == 3 and count(other) == 5
     assert default.constexprs == {"BLOCK": 128, "UNROLL": 2}
     assert other.constexprs == {"BLOCK": 64, "UNROLL": 4}
@@ -93,7 +96,9 @@ def test_build_argument_errors(load: Load) -> None:
     assert m.k.build({"B": numpy.int32(7)}).constexprs == {"B": 7, "C": 1}
 
 
-def test_decoration_checks_kernels_with_unknown_constexprs(load: Load, compile_error: Callable[[str], kaio.KaioCompileError]) -> None:
+def test_decoration_checks_kernels_with_unknown_constexprs(
+    load: Load, compile_error: Callable[[str], kaio.KaioCompileError]
+) -> None:
     m = load(
         """
         @kaio.gpu_kernel(block_size=32)
@@ -163,16 +168,22 @@ def test_source_key_follows_device_helpers_and_global_values(tmp_path: Path) -> 
             "def k(x: MutArray[f32]):\n    x[0] = outer(x[0]) + f32(LIMIT)\n"
         )
         _write_module(tmp_path / "kaio_helpers_mod.py", "kaio_helpers_mod", helper_v1)
-        m1 = _write_module(tmp_path / "kaio_kernel_mod.py", "kaio_kernel_mod", kernel_code.format(limit=4))
+        m1 = _write_module(
+            tmp_path / "kaio_kernel_mod.py", "kaio_kernel_mod", kernel_code.format(limit=4)
+        )
         key1 = m1.k.source_key()
         assert key1 == m1.k.source_key(), "stable"
 
         _write_module(tmp_path / "kaio_helpers_mod.py", "kaio_helpers_mod", helper_v2)
-        m2 = _write_module(tmp_path / "kaio_kernel_mod.py", "kaio_kernel_mod", kernel_code.format(limit=4))
+        m2 = _write_module(
+            tmp_path / "kaio_kernel_mod.py", "kaio_kernel_mod", kernel_code.format(limit=4)
+        )
         key2 = m2.k.source_key()
         assert key2 != key1, "a transitively called helper's source changed"
 
-        m3 = _write_module(tmp_path / "kaio_kernel_mod.py", "kaio_kernel_mod", kernel_code.format(limit=5))
+        m3 = _write_module(
+            tmp_path / "kaio_kernel_mod.py", "kaio_kernel_mod", kernel_code.format(limit=5)
+        )
         assert m3.k.source_key() != key2, "a global constant the kernel reads changed"
 
         m3.LIMIT = 4  # the key reads the value at call time, like the build does

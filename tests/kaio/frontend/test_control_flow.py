@@ -13,7 +13,18 @@ from kaio.dialects import kernel as kd
 
 Load = Callable[[str], ModuleType]
 
-CMPI = {0: "eq", 1: "ne", 2: "slt", 3: "sle", 4: "sgt", 5: "sge", 6: "ult", 7: "ule", 8: "ugt", 9: "uge"}
+CMPI = {
+    0: "eq",
+    1: "ne",
+    2: "slt",
+    3: "sle",
+    4: "sgt",
+    5: "sge",
+    6: "ult",
+    7: "ule",
+    8: "ugt",
+    9: "uge",
+}
 
 
 def walk(ir: Any) -> list[Any]:
@@ -227,7 +238,9 @@ def test_negative_and_runtime_steps(load: Load) -> None:
     assert len(loops) == 3
     assert predicates(loops[0].before_region.walk()) == ["sgt"]
     assert predicates(loops[1].before_region.walk()) == ["ugt"]
-    assert "arith.subi" in [op.name for op in loops[1].after_region.walk()], "u32 counts down by subtracting"
+    assert "arith.subi" in [op.name for op in loops[1].after_region.walk()], (
+        "u32 counts down by subtracting"
+    )
     # A runtime step: (step > 0 and i < n) or (step < 0 and i > n).
     assert sorted(predicates(loops[2].before_region.walk())) == ["sgt", "sgt", "slt", "slt"]
 
@@ -406,7 +419,7 @@ def test_tuple_assignment_swaps(load: Load) -> None:
     loop = next(op for op in walk(ir) if isinstance(op, scf.ForOp))
     y = loop.body.block.last_op
     assert isinstance(y, scf.YieldOp)
-    a_arg, b_arg = loop.body.block.args[1:]
+    _, b_arg = loop.body.block.args[1:]
     assert y.operands[0] is b_arg
     assert isinstance(y.operands[1].owner, arith.AddfOp)
 

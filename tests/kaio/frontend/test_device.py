@@ -48,7 +48,12 @@ def test_helpers_inline_at_each_call_with_their_own_variables(load: Load) -> Non
     assert add.rhs is load_op.results[0], "the helper's `t` did not clobber the kernel's `t`"
     locs = [op for op in walk(ir) if isinstance(op, kd.SourceLocOp)]
     # Markers name the statement each op comes from, in the helper's file and line.
-    assert [op.text.data for op in locs] == ["t = x[0]", "t = v * s", "t = v * s", "x[1] = twice(t) + t"]
+    assert [op.text.data for op in locs] == [
+        "t = x[0]",
+        "t = v * s",
+        "t = v * s",
+        "x[1] = twice(t) + t",
+    ]
 
 
 def test_early_return_and_fallthrough_return(load: Load) -> None:
@@ -110,7 +115,9 @@ def test_void_helper_writes_through_a_mutable_array(load: Load) -> None:
     assert names(m.k.build()).count("kernel.store") == 1
 
 
-def test_array_annotation_makes_a_read_only_view(compile_error: Callable[[str], kaio.KaioCompileError]) -> None:
+def test_array_annotation_makes_a_read_only_view(
+    compile_error: Callable[[str], kaio.KaioCompileError],
+) -> None:
     err = compile_error(
         "@kaio.device\ndef put(dst: Array[f32]):\n    dst[0] = 1.0\n"
         "@kaio.gpu_kernel(block_size=32)\ndef k(y: MutArray[f32]):\n    put(y)\n"
@@ -157,5 +164,7 @@ def test_builtins_resolve_by_identity_through_aliases_and_modules(load: Load) ->
         """
     )
     n = names(m.k.build())
-    assert "kernel.thread_id" in n and "math.sqrt" in n and "arith.maxnumf" in n and "math.absf" in n
+    assert (
+        "kernel.thread_id" in n and "math.sqrt" in n and "arith.maxnumf" in n and "math.absf" in n
+    )
     assert "math.exp" not in n, "exp(1.0) folds at compile time"

@@ -59,8 +59,12 @@ def added_constant(ir: Any) -> Any:
 
 @settings(max_examples=60, deadline=None)
 @given(t=st.sampled_from(INT_TYPES), value=st.integers(-(2**65), 2**65))
-def test_int_literal_adapts_to_int_types_in_range(literal_kernels: dict[str, Any], t: Any, value: int) -> None:
-    lo, hi = (0, 2**t.bits - 1) if t.kind == "uint" else (-(2 ** (t.bits - 1)), 2 ** (t.bits - 1) - 1)
+def test_int_literal_adapts_to_int_types_in_range(
+    literal_kernels: dict[str, Any], t: Any, value: int
+) -> None:
+    lo, hi = (
+        (0, 2**t.bits - 1) if t.kind == "uint" else (-(2 ** (t.bits - 1)), 2 ** (t.bits - 1) - 1)
+    )
     kernel = literal_kernels[t.name]
     if lo <= value <= hi:
         attr = added_constant(kernel.build({"V": value}))
@@ -71,8 +75,12 @@ def test_int_literal_adapts_to_int_types_in_range(literal_kernels: dict[str, Any
 
 
 @settings(max_examples=40, deadline=None)
-@given(t=st.sampled_from(FLOAT_TYPES), value=st.floats(allow_nan=False, allow_infinity=False, width=64))
-def test_float_literal_adapts_to_float_types_rounded(literal_kernels: dict[str, Any], t: Any, value: float) -> None:
+@given(
+    t=st.sampled_from(FLOAT_TYPES), value=st.floats(allow_nan=False, allow_infinity=False, width=64)
+)
+def test_float_literal_adapts_to_float_types_rounded(
+    literal_kernels: dict[str, Any], t: Any, value: float
+) -> None:
     kernel = literal_kernels[t.name]
     with np.errstate(over="ignore"):
         expected = float(t.np_dtype.type(value))
@@ -85,14 +93,18 @@ def test_float_literal_adapts_to_float_types_rounded(literal_kernels: dict[str, 
 
 @settings(max_examples=20, deadline=None)
 @given(t=st.sampled_from(INT_TYPES), value=st.floats(allow_nan=False, allow_infinity=False))
-def test_float_literal_never_adapts_to_int_types(literal_kernels: dict[str, Any], t: Any, value: float) -> None:
+def test_float_literal_never_adapts_to_int_types(
+    literal_kernels: dict[str, Any], t: Any, value: float
+) -> None:
     with pytest.raises(kaio.KaioCompileError, match=f"cannot be used as {t.name}"):
         literal_kernels[t.name].build({"V": value})
 
 
 @settings(max_examples=20, deadline=None)
 @given(t=st.sampled_from(FLOAT_TYPES), value=st.integers(-(2**20), 2**20))
-def test_int_literal_adapts_to_float_types(literal_kernels: dict[str, Any], t: Any, value: int) -> None:
+def test_int_literal_adapts_to_float_types(
+    literal_kernels: dict[str, Any], t: Any, value: int
+) -> None:
     with np.errstate(over="ignore"):
         expected = float(t.np_dtype.type(value))
     if math.isinf(expected):  # beyond f16's 65504
@@ -185,7 +197,9 @@ def test_float_operators(load: Load) -> None:
     names = [op.name for op in body_ops(ir)]
     assert names[:4] == ["arith.divf", "math.trunc", "arith.mulf", "arith.subf"]  # C fmod
     assert "arith.negf" in names
-    predicates = [op.predicate.value.data for op in ir.module.walk() if isinstance(op, arith.CmpfOp)]
+    predicates = [
+        op.predicate.value.data for op in ir.module.walk() if isinstance(op, arith.CmpfOp)
+    ]
     assert predicates == [13, 4]  # une, olt: `!=` is true for NaN, orderings are ordered
 
 
@@ -242,7 +256,9 @@ def test_bitwise_on_ints_and_bools(load: Load) -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(a=st.integers(-(2**31), 2**31 - 1), b=st.integers(-(2**31), 2**31 - 1).filter(lambda v: v != 0))
+@given(
+    a=st.integers(-(2**31), 2**31 - 1), b=st.integers(-(2**31), 2**31 - 1).filter(lambda v: v != 0)
+)
 def test_compile_time_division_truncates_like_the_runtime_op(
     literal_kernels: dict[str, Any], a: int, b: int
 ) -> None:
@@ -271,7 +287,9 @@ def test_constexpr_typed_values_are_strict(load: Load) -> None:
         m.k.build({"B": -1})
 
 
-def test_typed_constexpr_mismatch_is_a_type_error(compile_error: Callable[[str], kaio.KaioCompileError]) -> None:
+def test_typed_constexpr_mismatch_is_a_type_error(
+    compile_error: Callable[[str], kaio.KaioCompileError],
+) -> None:
     err = compile_error(
         "@kaio.gpu_kernel(block_size=32)\n"
         "def k(out: MutArray[u32], n: u32, C: kaio.constexpr[i32] = 4):\n"
