@@ -18,6 +18,7 @@ from xdsl.dialects import arith, scf
 from xdsl.ir import Block, Region, SSAValue
 from xdsl.traits import get_effects, is_speculatable
 
+from kaio import prelude as kp
 from kaio.dialects.kernel import LoadOp, SourceLocOp, StoreOp
 from kaio.dtypes import ScalarType, bool_, i32, i64, u32, u64
 from kaio.frontend.analysis import local_names
@@ -121,7 +122,11 @@ class ExpressionsMixin(CompilerBase):
             raise SemanticError(f"`{name}` is used before it is assigned")
         obj = self.env.lookup(name)
         if Env.missing(obj):
-            raise SemanticError(f"name `{name}` is not defined")
+            raise SemanticError(
+                f"name `{name}` is not defined",
+                "kernels are compiled when decorated: globals and device functions they use "
+                "must be defined above them",
+            )
         return python_value(obj)
 
     def expr_Attribute(self, node: ast.Attribute) -> Value:
@@ -393,11 +398,10 @@ class ExpressionsMixin(CompilerBase):
             )
             raise SemanticError(message, hint, node)
         what = f"`{name}`" if name else type_name(PyObject(obj))
-        raise SemanticError(
-            f"cannot call Python function {what} from a kernel",
-            "kernels can call kaio builtins and functions decorated with @kaio.device",
-            node,
-        )
+        hint = "kernels can call kaio builtins and functions decorated with @kaio.device"
+        if name is not None and isinstance(getattr(kp, name, None), kp.Builtin):
+            hint = f"use kaio's `{name}` (from kaio.prelude import {name})"
+        raise SemanticError(f"cannot call Python function {what} from a kernel", hint, node)
 
 
 def _speculatable(block: Block) -> bool:

@@ -247,7 +247,16 @@ CASES: list[tuple[str, str, int, int, int | None, str, str | None]] = [
         "`b` is used before it is assigned",
         None,
     ),
-    ("undefined_name", body("a = nope"), 3, 8, 12, "name `nope` is not defined", None),
+    ("undefined_name", body("a = nope"), 3, 8, 12, "name `nope` is not defined", "defined above"),
+    (
+        "python_math",
+        "import math\n" + body("a = math.sqrt(h)"),
+        4,
+        8,
+        20,
+        "cannot call Python function `sqrt`",
+        "from kaio.prelude import sqrt",
+    ),
     ("print", body("print(s)"), 3, 4, 12, "`print` is not supported", "MutArray"),
     ("len", body("a = len(x)"), 3, 8, 14, "`len` is not supported", "parameter"),
     (
