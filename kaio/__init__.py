@@ -19,17 +19,22 @@ from kaio.errors import (
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    # The compiler pulls in xDSL; load it on first use so `import kaio` stays light.
-    if name == "compile":
-        from kaio.compiler import compile
+# Names that pull in xDSL load on first use, so `import kaio` stays light.
+_LAZY = {
+    "compile": ("kaio.compiler", "compile"),
+    "Pipeline": ("kaio.pipeline", "Pipeline"),
+    "gpu_kernel": ("kaio.frontend", "gpu_kernel"),
+    "device": ("kaio.frontend", "device"),
+}
 
-        return compile
-    if name == "Pipeline":
-        from kaio.pipeline import Pipeline
 
-        return Pipeline
-    raise AttributeError(f"module 'kaio' has no attribute '{name}'")
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'kaio' has no attribute {name!r}")
 
 
 __all__ = [
@@ -38,6 +43,8 @@ __all__ = [
     "Array",
     "MutArray",
     "constexpr",
+    "gpu_kernel",
+    "device",
     "KaioError",
     "KaioCompileError",
     "KaioTypeError",

@@ -1,1 +1,17 @@
-"""Python source -> kernel dialect."""
+"""Python source -> kernel dialect: ``@kaio.gpu_kernel``, ``@kaio.device``.
+
+Importing this package imports xDSL; ``import kaio`` reaches it lazily.
+"""
+
+from kaio.frontend.inline import DeviceFunction
+from kaio.frontend.kernel import GpuKernel, KernelIR, ParamKind, ParamSpec, device, gpu_kernel
+
+__all__ = [
+    "GpuKernel",
+    "KernelIR",
+    "ParamKind",
+    "ParamSpec",
+    "DeviceFunction",
+    "gpu_kernel",
+    "device",
+]
