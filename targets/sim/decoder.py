@@ -85,6 +85,9 @@ def _layout(variables: list[VarDecl], start: int = 0) -> tuple[dict[str, Symbol]
 def decode_entry(fn: FunctionDecl, module_vars: list[VarDecl], globals_: dict[str, Symbol]) -> EntryInfo:
     assert fn.body is not None
     body = fn.body
+    for st in body:  # say what is missing before tripping over the .param blocks calls need
+        if isinstance(st, Instruction) and st.mnemonic == "call":
+            raise LoadError("call is not supported: the simulator runs kernels whose device functions are inlined", st.line, st.text)
     used = _referenced(body)
 
     # parameters: laid out in order, each at its alignment
