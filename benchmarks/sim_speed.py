@@ -18,7 +18,6 @@ import time
 import tracemalloc
 
 import numpy as np
-
 from kaio.targets.sim import Simulator
 
 HEADER = """.version 8.0

@@ -79,7 +79,7 @@ class BatchRunner:
         return self._status
 
     @property
-    def bar(self) -> "_BarrierState":
+    def bar(self) -> _BarrierState:
         if self._bar is None:
             self._bar = _BarrierState(self.ctx)
         return self._bar

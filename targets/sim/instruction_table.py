@@ -9,12 +9,22 @@ one mnemonic have separate integer, float and half implementations (``add.s32``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Union
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from . import ops_atomic, ops_bits, ops_compare, ops_control, ops_convert, ops_float, ops_half, ops_int, ops_memory, ops_warp
+from . import (
+    ops_atomic,
+    ops_bits,
+    ops_compare,
+    ops_control,
+    ops_convert,
+    ops_float,
+    ops_half,
+    ops_int,
+    ops_memory,
+    ops_warp,
+)
 from .faults import DecodeError
 from .modifiers import Modifiers
 from .operands import DecodeContext
@@ -22,16 +32,16 @@ from .program import Behaviour, Op, OpKind, RunFn
 from .ptx_types import PTX_TYPES
 from .syntax import Instruction
 
-Factory = Callable[[Instruction, Modifiers, DecodeContext], Union[RunFn, Behaviour]]
+Factory = Callable[[Instruction, Modifiers, DecodeContext], RunFn | Behaviour]
 
 
-def _merge(*tables: dict[tuple[str, str], Factory]) -> dict[tuple[str, str], Factory]:
+def _merge(*tables: Mapping[tuple[str, str], Callable[..., object]]) -> dict[tuple[str, str], Factory]:
     merged: dict[tuple[str, str], Factory] = {}
     for table in tables:
         for key, factory in table.items():
             if key in merged:
                 raise RuntimeError(f"instruction {key} is defined twice")
-            merged[key] = factory
+            merged[key] = factory  # type: ignore[assignment]  # each returns a RunFn or a Behaviour
     return merged
 
 

@@ -20,11 +20,19 @@ import numpy as np
 
 from .context import ExecContext
 from .faults import DecodeError
-from .floatmath import F16, BF16_FORMAT, round_f64
+from .floatmath import BF16_FORMAT, F16, round_f64
 from .memory import LOCAL_WINDOW, PARAM_WINDOW, SHARED_WINDOW
 from .program import Idx, Reader, Symbol, Writer
 from .ptx_types import PRED, SIGNED_BY_BITS, PtxType
-from .syntax import AddrOperand, ImmOperand, NegPredOperand, Operand, RegOperand, SinkOperand, SymOperand
+from .syntax import (
+    AddrOperand,
+    ImmOperand,
+    NegPredOperand,
+    Operand,
+    RegOperand,
+    SinkOperand,
+    SymOperand,
+)
 
 _MASK64 = (1 << 64) - 1
 _WINDOW_OF = {"shared": SHARED_WINDOW, "local": LOCAL_WINDOW, "param": PARAM_WINDOW}
@@ -44,11 +52,31 @@ def _lanemask(ctx: ExecContext, kind: str) -> np.ndarray:
     return (mask & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
+def _tid(axis: int) -> Callable[[ExecContext], Any]:
+    return lambda c: c.tid[axis]
+
+
+def _ntid(axis: int) -> Callable[[ExecContext], Any]:
+    return lambda c: _u32(c.geometry.block[axis])
+
+
+def _ctaid(axis: int) -> Callable[[ExecContext], Any]:
+    return lambda c: c.ctaid[axis]
+
+
+def _nctaid(axis: int) -> Callable[[ExecContext], Any]:
+    return lambda c: _u32(c.geometry.grid[axis])
+
+
+def _lanemask_of(kind: str) -> Callable[[ExecContext], Any]:
+    return lambda c: _lanemask(c, kind)
+
+
 SPECIAL_REGISTERS: dict[str, Callable[[ExecContext], Any]] = {
-    **{f"%tid.{a}": (lambda c, i=i: c.tid[i]) for i, a in enumerate("xyz")},
-    **{f"%ntid.{a}": (lambda c, i=i: _u32(c.geometry.block[i])) for i, a in enumerate("xyz")},
-    **{f"%ctaid.{a}": (lambda c, i=i: c.ctaid[i]) for i, a in enumerate("xyz")},
-    **{f"%nctaid.{a}": (lambda c, i=i: _u32(c.geometry.grid[i])) for i, a in enumerate("xyz")},
+    **{f"%tid.{a}": _tid(i) for i, a in enumerate("xyz")},
+    **{f"%ntid.{a}": _ntid(i) for i, a in enumerate("xyz")},
+    **{f"%ctaid.{a}": _ctaid(i) for i, a in enumerate("xyz")},
+    **{f"%nctaid.{a}": _nctaid(i) for i, a in enumerate("xyz")},
     "%laneid": lambda c: c.lane,
     "%warpid": lambda c: (c.ltid // 32).astype(np.uint32),
     "%nwarpid": lambda c: _u32(64),
@@ -61,7 +89,7 @@ SPECIAL_REGISTERS: dict[str, Callable[[ExecContext], Any]] = {
     "%globaltimer": lambda c: np.uint64(c.clock * 1000),
     "%globaltimer_lo": lambda c: _u32(c.clock * 1000),
     "%globaltimer_hi": lambda c: _u32((c.clock * 1000) >> 32),
-    **{f"%lanemask_{k}": (lambda c, k=k: _lanemask(c, k)) for k in ("eq", "lt", "le", "gt", "ge")},
+    **{f"%lanemask_{k}": _lanemask_of(k) for k in ("eq", "lt", "le", "gt", "ge")},
     "%dynamic_smem_size": lambda c: _u32(max(c.shared_bytes - c.entry.dynamic_shared_offset, 0)),
     "%total_smem_size": lambda c: _u32(c.shared_bytes),
 }

@@ -163,7 +163,7 @@ def make_selp(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn:
         cond = c(ctx, idx)
         if packed:
             cond = np.repeat(np.asarray(cond), 2) if np.ndim(cond) else cond
-        d(ctx, idx, np.where(cond, a(ctx, idx), b(ctx, idx)).astype(t.value))
+        d(ctx, idx, np.asarray(np.where(cond, a(ctx, idx), b(ctx, idx)), dtype=t.value))
 
     return run
 
@@ -181,7 +181,7 @@ def make_slct(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn:
         cv = np.asarray(c(ctx, idx))
         if ftz and ctype.is_float:
             cv = fm.flush_subnormal(cv, fm.F32)
-        d(ctx, idx, np.where(cv >= 0, a(ctx, idx), b(ctx, idx)).astype(dtype.value))
+        d(ctx, idx, np.asarray(np.where(cv >= 0, a(ctx, idx), b(ctx, idx)), dtype=dtype.value))
 
     return run
 

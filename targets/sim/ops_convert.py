@@ -117,7 +117,7 @@ def _post(dst: PtxType, ftz: bool, sat: bool, relu: bool, satfinite: bool) -> Ca
     if not dst.is_float or not (ftz or sat or relu or satfinite):
         return None
     fmt = _fmt(dst)
-    nan = {16: np.uint16(0x7FFF), 32: np.uint32(0x7FFFFFFF), 64: np.uint64(0x7FFFFFFFFFFFFFFF)}[dst.bits // dst.lanes]
+    nan: Any = {16: np.uint16(0x7FFF), 32: np.uint32(0x7FFFFFFF), 64: np.uint64(0x7FFFFFFFFFFFFFFF)}[dst.bits // dst.lanes]
 
     def post(r: Any) -> Any:
         r = np.asarray(r)

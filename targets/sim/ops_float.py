@@ -20,13 +20,13 @@ from . import floatmath as fm
 from .faults import DecodeError
 from .modifiers import Modifiers
 from .operands import DecodeContext
-from .ops_common import binary, operands, ternary, unary
-from .program import Idx, RunFn
+from .ops_common import binary, ternary, unary
+from .program import RunFn
 from .ptx_types import PTX_TYPES, PtxType
 from .syntax import Instruction
 
 _FLOAT_TYPES = {"f32", "f64"}
-_SIGN = {32: np.uint32(0x80000000), 64: np.uint64(0x8000000000000000)}
+_SIGN: dict[int, Any] = {32: np.uint32(0x80000000), 64: np.uint64(0x8000000000000000)}
 
 
 def _format(t: PtxType) -> fm.FloatFormat:
@@ -74,7 +74,7 @@ def make_add_sub(subtract: bool) -> Any:
         if f.mode == "rn":
             fn: Callable[..., Any] = (lambda a, b: a - b) if subtract else (lambda a, b: a + b)
         else:
-            add = _correct(fm.add_f32, fm.add_f64, f.t, f.mode)
+            add = _correct(fm.add_f32, fm.add_f64, f.t, f.mode or "rn")
             fn = (lambda a, b: add(a, -b)) if subtract else add
         return binary(ins, dc, f.t, f.wrap(fn))
 
@@ -83,7 +83,7 @@ def make_add_sub(subtract: bool) -> Any:
 
 def make_mul(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn:
     f = FloatModifiers(mods)
-    fn = (lambda a, b: a * b) if f.mode == "rn" else _correct(fm.mul_f32, fm.mul_f64, f.t, f.mode)
+    fn = (lambda a, b: a * b) if f.mode == "rn" else _correct(fm.mul_f32, fm.mul_f64, f.t, f.mode or "rn")
     return binary(ins, dc, f.t, f.wrap(fn))
 
 

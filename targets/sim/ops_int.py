@@ -13,10 +13,9 @@ from .modifiers import Modifiers
 from .operands import DecodeContext
 from .ops_common import INT_TYPES, binary, operands, ternary
 from .program import Idx, RunFn
-from .ptx_types import PTX_TYPES, PtxType, signed_type, unsigned_type
+from .ptx_types import PtxType, signed_type, unsigned_type
 from .syntax import Instruction
 
-_U32 = PTX_TYPES["u32"]
 _M32 = np.uint64(0xFFFFFFFF)
 _S32_MIN, _S32_MAX = -(2**31), 2**31 - 1
 

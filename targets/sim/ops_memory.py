@@ -118,12 +118,12 @@ def make_isspacep(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn
     a = dc.reader(a_op, PTX_TYPES["u64"])
     if space in _WINDOW:
         lo, hi = np.uint64(_WINDOW[space]), np.uint64(_WINDOW[space] + WINDOW_SIZE)
-        test = lambda v: (v >= lo) & (v < hi)  # noqa: E731
-    else:  # global and const variables both live in the global arena
-        test = lambda v: v >= np.uint64(GLOBAL_BASE)  # noqa: E731
+    else:  # global and const variables both live in the global arena, above every window
+        lo, hi = np.uint64(GLOBAL_BASE), np.uint64(0xFFFFFFFFFFFFFFFF)
 
     def run(ctx: Any, idx: Idx) -> None:
-        p(ctx, idx, np.asarray(test(np.asarray(a(ctx, idx)))))
+        v = np.asarray(a(ctx, idx))
+        p(ctx, idx, np.asarray((v >= lo) & (v <= hi)))
 
     return run
 

@@ -68,16 +68,17 @@ def check_converged(ctx: ExecContext, idx: Idx, mask: Any, name: str) -> np.ndar
 
 
 def _lane_list(bits: int) -> str:
+    """'0-3,8,16-31' for the set bits of a lane mask."""
     lanes = [i for i in range(32) if bits >> i & 1]
     runs: list[str] = []
     start = prev = lanes[0]
-    for x in lanes[1:] + [None]:  # type: ignore[list-item]
-        if x is not None and x == prev + 1:
+    for x in lanes[1:]:
+        if x == prev + 1:
             prev = x
             continue
         runs.append(f"{start}" if start == prev else f"{start}-{prev}")
-        if x is not None:
-            start = prev = x
+        start = prev = x
+    runs.append(f"{start}" if start == prev else f"{start}-{prev}")
     return ",".join(runs)
 
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
     from .context import ExecContext
 
-Idx = Optional[np.ndarray]  # sorted int64 thread indices within a batch, or None for all
+Idx = np.ndarray | None  # sorted int64 thread indices within a batch, or None for all
 RunFn = Callable[["ExecContext", Idx], None]
 Reader = Callable[["ExecContext", Idx], Any]
 Writer = Callable[["ExecContext", Idx, Any], None]

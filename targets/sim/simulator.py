@@ -68,7 +68,7 @@ class Simulator:
         self.batch_state_bytes = batch_state_bytes
         self.max_batch_threads = max_batch_threads
 
-    def load(self, ptx: str) -> "SimModule":
+    def load(self, ptx: str) -> SimModule:
         """Parse and decode a PTX module once; KaioLaunchError names the offending line."""
         try:
             syntax = parse_module(ptx)

@@ -8,8 +8,6 @@ the decoder never looks at characters.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
-
 
 # --- operands --------------------------------------------------------------------------------
 
@@ -69,27 +67,27 @@ class SinkOperand:
 class VecOperand:
     """``{%r1, %r2, _}``: vector load/store data, mov pack/unpack."""
 
-    items: tuple["Operand", ...]
+    items: tuple[Operand, ...]
 
 
 @dataclass(frozen=True)
 class ParenOperand:
     """``(a, b)``: only call uses these; kept so the error names the call, not the parser."""
 
-    items: tuple["Operand", ...]
+    items: tuple[Operand, ...]
 
 
-Operand = Union[
-    RegOperand,
-    NegPredOperand,
-    PairOperand,
-    ImmOperand,
-    SymOperand,
-    AddrOperand,
-    SinkOperand,
-    VecOperand,
-    ParenOperand,
-]
+Operand = (
+    RegOperand
+    | NegPredOperand
+    | PairOperand
+    | ImmOperand
+    | SymOperand
+    | AddrOperand
+    | SinkOperand
+    | VecOperand
+    | ParenOperand
+)
 
 
 # --- statements ------------------------------------------------------------------------------
@@ -157,7 +155,7 @@ class VarDecl:
     vector: int = 1
 
 
-Statement = Union[Instruction, Label, ScopeBegin, ScopeEnd, RegDecl, VarDecl]
+Statement = Instruction | Label | ScopeBegin | ScopeEnd | RegDecl | VarDecl
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-
 from kaio.targets.ptx.toolchain import assemble, find_ptxas
 from kaio.targets.sim import Simulator
 

@@ -7,7 +7,6 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
 from kaio.targets.sim import Simulator
 
 

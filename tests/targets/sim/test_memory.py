@@ -7,9 +7,9 @@ import struct
 
 import numpy as np
 import pytest
+from kaio.targets.sim import Simulator
 
 from kaio.errors import KaioMemoryError
-from kaio.targets.sim import Simulator
 
 from .conftest import HEADER, check_ptx
 

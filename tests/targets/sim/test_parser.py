@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import pytest
-
-from kaio.errors import KaioLaunchError
 from kaio.targets.sim.lexer import PtxSyntaxError
 from kaio.targets.sim.parser import parse_module
-from kaio.targets.sim.syntax import AddrOperand, ImmOperand, Instruction, PairOperand, RegOperand, SymOperand, VecOperand
+from kaio.targets.sim.syntax import (
+    AddrOperand,
+    ImmOperand,
+    Instruction,
+    PairOperand,
+    RegOperand,
+    SymOperand,
+    VecOperand,
+)
+
+from kaio.errors import KaioLaunchError
 
 from .conftest import HEADER
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kaio.targets.sim import Simulator
 
 from kaio.errors import KaioLaunchError, KaioMemoryError, KaioSimError
-from kaio.targets.sim import Simulator
 
 from .conftest import HEADER, check_ptx
 
