@@ -138,7 +138,36 @@ DONE:
 """
 
 
-def measure(sim: Simulator, ptx: str, kernel: str, threads: int, block: int, repeats: int) -> tuple[float, float, int]:
+def int_chain_reference(threads: int, length: int) -> np.ndarray:
+    i = np.arange(threads, dtype=np.uint32)
+    r2, r3, r4 = i.copy(), i + np.uint32(12345), np.zeros_like(i)
+    for k in range(length):
+        step = k % 4
+        if step == 0:
+            r2 = r2 ^ r3
+        elif step == 1:
+            r3 = r3 + r2
+        elif step == 2:
+            r4 = r2 << np.uint32(3)
+        else:
+            r2 = r4 * np.uint32(7) + r3
+    return r2
+
+
+def divergent_reference(threads: int) -> np.ndarray:
+    i = np.arange(threads, dtype=np.uint32)
+    trips = i & np.uint32(31)
+    acc = np.zeros_like(i)
+    for k in range(32):
+        live = k < trips
+        k32 = np.uint32(k)
+        acc = np.where(live, (acc ^ k32) + np.uint32(7) if k % 2 == 0 else acc * np.uint32(3) + k32, acc)
+    return acc
+
+
+def measure(
+    sim: Simulator, ptx: str, kernel: str, threads: int, block: int, repeats: int, reference: np.ndarray | None
+) -> tuple[float, float, int]:
     module = sim.load(ptx)
     out = sim.memory.alloc(threads * 4)
     rates, times = [], []
@@ -150,6 +179,8 @@ def measure(sim: Simulator, ptx: str, kernel: str, threads: int, block: int, rep
         count = report.thread_instructions
         rates.append(count / elapsed)
         times.append(elapsed)
+    if reference is not None:  # a fast wrong answer would be worthless: check it
+        assert np.array_equal(sim.memory.read(out, threads * 4).view(np.uint32), reference), kernel
     sim.memory.free(out)
     return statistics.median(rates), statistics.median(times), count
 
@@ -181,12 +212,12 @@ def main() -> None:
     sim = Simulator()
     rows = []
     for threads in (16384, 65536):
-        for name, ptx, kernel in (
-            ("straight-line int (200 instr)", straight_line_int(200), "int_chain"),
-            ("straight-line f32 (200 instr)", straight_line_float(200), "float_chain"),
-            ("divergent loop + if/else", DIVERGENT, "divergent"),
+        for name, ptx, kernel, reference in (
+            ("straight-line int (200 instr)", straight_line_int(200), "int_chain", int_chain_reference(threads, 200)),
+            ("straight-line f32 (200 instr)", straight_line_float(200), "float_chain", None),
+            ("divergent loop + if/else", DIVERGENT, "divergent", divergent_reference(threads)),
         ):
-            rate, seconds, count = measure(sim, ptx, kernel, threads, 256, args.repeats)
+            rate, seconds, count = measure(sim, ptx, kernel, threads, 256, args.repeats, reference)
             rows.append((name, threads, count, seconds, rate))
     print(f"{'workload':<32} {'threads':>8} {'thread-instr':>13} {'time (s)':>9} {'M thread-instr/s':>17}")
     for name, threads, count, seconds, rate in rows:

@@ -247,9 +247,29 @@ def mul_f32(a: np.ndarray, b: np.ndarray, mode: str) -> np.ndarray:
 
 
 def fma_f32(a: np.ndarray, b: np.ndarray, c: np.ndarray, mode: str) -> np.ndarray:
-    """Correctly rounded a*b + c: the product is exact in f64, the sum rounded to odd."""
+    """Correctly rounded a*b + c: the product is exact in f64, the sum rounded to odd.
+
+    Round-to-nearest takes a shortcut: rounding the f64 sum to f32 is already right unless
+    the f64 sum sits exactly on an f32 midpoint (low 29 bits 0x10000000) or in the f32
+    subnormal range; only those elements take the round-to-odd path.
+    """
     p = np.asarray(a, np.float64) * np.asarray(b, np.float64)
     c64 = np.asarray(c, np.float64)
+    if mode == "rn":
+        s = p + c64
+        r = np.asarray(s.astype(np.float32))
+        suspicious = ((s.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)) | (np.abs(s) < 2.0**-125)
+        if not suspicious.any():
+            return r
+        if r.ndim == 0:
+            return _fma_f32_exact(p, c64, mode)
+        fix = np.flatnonzero(suspicious)
+        r[fix] = _fma_f32_exact(np.broadcast_to(p, s.shape)[fix], np.broadcast_to(c64, s.shape)[fix], mode)
+        return r
+    return _fma_f32_exact(p, c64, mode)
+
+
+def _fma_f32_exact(p: np.ndarray, c64: np.ndarray, mode: str) -> np.ndarray:
     s, e = two_sum(p, c64)
     r = round_f64(to_odd(s, e), F32, mode)
     return exact_zero_sign(r, p, c64, (s == 0) & (e == 0), mode)

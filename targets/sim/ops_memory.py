@@ -117,7 +117,7 @@ def make_isspacep(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn
     p = dc.writer(p_op, PTX_TYPES["pred"])
     a = dc.reader(a_op, PTX_TYPES["u64"])
     if space in _WINDOW:
-        lo, hi = np.uint64(_WINDOW[space]), np.uint64(_WINDOW[space] + WINDOW_SIZE)
+        lo, hi = np.uint64(_WINDOW[space]), np.uint64(_WINDOW[space] + WINDOW_SIZE - 1)
     else:  # global and const variables both live in the global arena, above every window
         lo, hi = np.uint64(GLOBAL_BASE), np.uint64(0xFFFFFFFFFFFFFFFF)
 
@@ -135,6 +135,18 @@ def make_prefetch(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn
     return lambda ctx, idx: None  # a cache hint: no architectural effect
 
 
+def make_createpolicy(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn:
+    """createpolicy: an opaque L2 eviction policy that ld/st/atom may name as a cache hint.
+    Hints have no effect here, so the policy is 0."""
+    mods.take("fractional", "range")
+    mods.drop_memory_hints()
+    t = mods.one_type({"b64"})
+    ops = operands(ins, (2, 3, 4))  # the fraction, or an address range: irrelevant to a hint
+    d = dc.writer(ops[0], t)
+    zero = np.uint64(0)
+    return lambda ctx, idx: d(ctx, idx, zero)
+
+
 TABLE = {
     ("ld", "*"): make_ld,
     ("ldu", "*"): make_ld,
@@ -143,4 +155,5 @@ TABLE = {
     ("isspacep", "*"): make_isspacep,
     ("prefetch", "*"): make_prefetch,
     ("prefetchu", "*"): make_prefetch,
+    ("createpolicy", "*"): make_createpolicy,
 }

@@ -250,8 +250,8 @@ class _Parser:
         if self.accept(")"):
             return params
         while True:
-            head = self.expect(".param") if self.peek() and self.peek().text == ".param" else self.next()  # type: ignore[union-attr]
-            if head.text not in (".param", ".reg"):
+            head = self.next()
+            if head.text not in (".param", ".reg"):  # .reg params appear in .func signatures
                 raise PtxSyntaxError(f"expected .param, found {head.text!r}", head.line)
             align = None
             ptx_type = None

@@ -57,7 +57,7 @@ class Simulator:
         *,
         check_uninitialized_shared: bool = True,
         exited_threads_release_barriers: bool = False,
-        max_steps: int = 1 << 24,
+        max_steps: int = 1 << 22,
         batch_state_bytes: int = 64 << 20,
         max_batch_threads: int = 1 << 17,
     ):

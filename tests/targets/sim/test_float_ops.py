@@ -469,3 +469,22 @@ def test_approx_functions_within_documented_error(elementwise, rng):
         assert _ulps(out[key], ref).max() <= 0.501, key  # rounded once from f64: < 0.5 ulp + f64 error
     for key, ref in (("s", np.sin(x64)), ("c", np.cos(x64))):  # hardware documents absolute error
         assert np.abs(out[key] - ref).max() <= 2.0**-24, key
+
+
+def test_packed_half_compare_and_approx(elementwise, rng):
+    a = rng.standard_normal(128).astype(np.float16)
+    b = rng.standard_normal(128).astype(np.float16)
+    a[:2] = [np.nan, 1.0]
+    b[:2] = [1.0, np.nan]
+    out = elementwise(
+        "setp.lt.f16x2 %lo|%hi, %a, %b;\n setp.geu.f16x2 %ulo|%uhi, %a, %b;\n ex2.approx.f16x2 %e, %a;\n tanh.approx.f16 %t, %s;",
+        {"a": ("f16x2", a.view(np.uint32)), "b": ("f16x2", b.view(np.uint32)), "s": ("f16", a[:64])},
+        {"lo": "pred", "hi": "pred", "ulo": "pred", "uhi": "pred", "e": "f16x2", "t": "f16"},
+    )
+    pairs_a, pairs_b = a.reshape(-1, 2).astype(np.float32), b.reshape(-1, 2).astype(np.float32)
+    np.testing.assert_array_equal(out["lo"].astype(bool), pairs_a[:, 0] < pairs_b[:, 0])
+    np.testing.assert_array_equal(out["hi"].astype(bool), pairs_a[:, 1] < pairs_b[:, 1])
+    np.testing.assert_array_equal(out["ulo"].astype(bool), ~(pairs_a[:, 0] < pairs_b[:, 0]))
+    np.testing.assert_array_equal(out["uhi"].astype(bool), ~(pairs_a[:, 1] < pairs_b[:, 1]))
+    assert_bits_equal(out["e"].view(np.float16), np.exp2(a.astype(np.float64)).astype(np.float16))
+    assert_bits_equal(out["t"], np.tanh(a[:64].astype(np.float64)).astype(np.float16))

@@ -290,3 +290,17 @@ def test_predicate_logic_selp_slct_set(elementwise, rng):
     np.testing.assert_array_equal(out["sf"], np.where(f >= 0, f, np.float32(1)))
     np.testing.assert_array_equal(out["st"], np.where(a < 0, M32, 0).astype(np.uint32))
     np.testing.assert_array_equal(out["sfl"], np.where(a > 0, 1.0, 0.0).astype(np.float32))
+
+
+def test_mad_carry_chain_builds_a_64_bit_product(elementwise, rng):
+    a = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    c = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    a[0], b[0], c[0] = M32, M32, M32
+    out = elementwise(
+        "mad.lo.cc.u32 %lo, %a, %b, %c;\n madc.hi.u32 %hi, %a, %b, 0;",
+        {"a": ("u32", a), "b": ("u32", b), "c": ("u32", c)},
+        {"lo": "u32", "hi": "u32"},
+    )
+    for i in range(64):
+        assert int(out["lo"][i]) | int(out["hi"][i]) << 32 == int(a[i]) * int(b[i]) + int(c[i])

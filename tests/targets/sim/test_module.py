@@ -184,7 +184,7 @@ TRITON_LIKE = HEADER + """
 {
 	.reg .pred 	%p<2>;
 	.reg .b32 	%r<8>;
-	.reg .b64 	%rd<4>;
+	.reg .b64 	%rd<5>;
 	.loc	1 7 0
 $L__func_begin0:
 	.loc	1 7 0
@@ -199,8 +199,9 @@ $L__tmp0:
 	mul.wide.s32 	%rd3, %r5, 4;
 	add.s64 	%rd1, %rd2, %rd3;
 	mov.b32 	%r2, 0f40490FDB;
+	createpolicy.fractional.L2::evict_last.b64 	%rd3, 1.0;
 	// begin inline asm
-	@%p1 st.global.b32 [ %rd1 + 0 ], { %r2 };
+	@%p1 st.global.L2::cache_hint.b32 [ %rd1 + 0 ], { %r2 }, %rd3;
 	// end inline asm
 	ret;
 $L__tmp1:
@@ -224,6 +225,7 @@ $L__func_end0:
 
 
 def test_triton_style_module_with_debug_sections(sim, dev):
+    check_ptx(TRITON_LIKE)
     module = sim.load(TRITON_LIKE)
     out = dev.empty(128, np.float32)
     module.launch("triton_like", (1, 1, 1), (128, 1, 1), [struct.pack("<Q", out.address), struct.pack("<i", 100)])

@@ -176,9 +176,9 @@ $LOOP:
 	@%p1 bra 	$DONE;
 	ld.shared.u32 	%r7, [%r5];
 	add.s32 	%r7, %r7, %r6;
-	bar.sync 	0;
+	barrier.sync.aligned 	0;
 	st.shared.u32 	[%r5], %r7;
-	bar.sync 	0;
+	barrier.cta.sync 	0;
 	add.s32 	%r6, %r6, 1;
 	bra.uni 	$LOOP;
 $DONE:
