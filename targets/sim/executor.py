@@ -257,28 +257,46 @@ class BatchRunner:
         rows = np.arange(ctx.n_ctas) if ctas is None else ctas
         full = ctx.cta_threads - (bar.exited[rows] if self.exited_release else np.zeros(rows.size, dtype=np.int64))
         expected = np.where(bar.expected[rows] > 0, bar.expected[rows], full[:, None])
-        ready = (bar.arrived[rows] >= expected) & (bar.arrived[rows] > 0)
-        for r, b in zip(*np.nonzero(ready)):
-            cta, bid = int(rows[r]), int(b)
-            first = cta * ctx.cta_threads
-            block = slice(first, first + ctx.cta_threads)
-            waiting = np.flatnonzero((self.status[block] == WAITING) & (bar.wait_id[block] == bid)) + first
-            if waiting.size:
-                pcs = np.unique(bar.wait_pc[waiting])
-                if pcs.size > 1 and not bar.counted[waiting].any():
-                    lines = " and ".join(str(self.ops[int(p)].line) for p in pcs)
-                    raise SimFault(
-                        "sim",
-                        f"threads of one block wait at different barrier instructions (PTX lines {lines}): "
-                        "a barrier inside divergent code",
-                        int(waiting[0]),
-                    )
-                self.status[waiting] = RUNNABLE
-                self.sched[waiting] = bar.wait_pc[waiting] + 1
-                self.n_runnable += waiting.size
-                self.n_waiting -= waiting.size
-            bar.arrived[cta, bid] = max(int(bar.arrived[cta, bid] - expected[r, b]), 0)
-            bar.expected[cta, bid] = 0
+        arrived = bar.arrived[rows]
+        ready = (arrived >= expected) & (arrived > 0)
+        if not ready.any():
+            return
+        ready_all = np.zeros_like(bar.arrived, dtype=bool)
+        ready_all[rows] = ready
+        waiting = np.flatnonzero(self.status == WAITING)
+        released = waiting[ready_all[ctx.cta[waiting], bar.wait_id[waiting]]]
+        if released.size:
+            self._check_same_barrier(released)
+            self.status[released] = RUNNABLE
+            self.sched[released] = bar.wait_pc[released] + 1
+            self.n_runnable += released.size
+            self.n_waiting -= released.size
+        bar.arrived[rows] = np.where(ready, np.maximum(arrived - expected, 0), arrived)
+        bar.expected[rows] = np.where(ready, 0, bar.expected[rows])
+
+    def _check_same_barrier(self, released: np.ndarray) -> None:
+        """A CTA-wide barrier whose waiters sit at different bar.sync instructions means a
+        barrier inside divergent code (counted, named barriers legitimately differ)."""
+        bar = self.bar
+        whole_cta = released[~bar.counted[released]]
+        if whole_cta.size == 0:
+            return
+        key = self.ctx.cta[whole_cta] * NUM_BARRIERS + bar.wait_id[whole_cta]
+        pcs = bar.wait_pc[whole_cta]
+        lowest = np.full(self.ctx.n_ctas * NUM_BARRIERS, PARKED, dtype=np.int64)
+        highest = np.full(self.ctx.n_ctas * NUM_BARRIERS, -1, dtype=np.int64)
+        np.minimum.at(lowest, key, pcs)
+        np.maximum.at(highest, key, pcs)
+        split = lowest[key] != highest[key]
+        if split.any():
+            k = int(np.flatnonzero(split)[0])
+            lines = " and ".join(str(self.ops[int(p)].line) for p in (lowest[key[k]], highest[key[k]]))
+            raise SimFault(
+                "sim",
+                f"threads of one block wait at different barrier instructions (PTX lines {lines}): "
+                "a barrier inside divergent code",
+                int(whole_cta[k]),
+            )
 
     def _deadlock(self) -> None:
         ctx, bar = self.ctx, self.bar

@@ -22,7 +22,8 @@ def _load_in(ctx: ExecContext, space: str, idx: Idx, addr: Any, itemsize: int, c
     ix = np.asarray(off) // itemsize
     if space == "shared":
         for k in range(count):
-            check_shared_written(ctx, idx, np.asarray(off) + k * itemsize, itemsize, addr)
+            element = np.asarray(addr, dtype=np.uint64) + np.uint64(k * itemsize)
+            check_shared_written(ctx, idx, np.asarray(off) + k * itemsize, itemsize, element)
     view = ctx.view(space, itemsize)
     return [view[ix + k] for k in range(count)]
 
