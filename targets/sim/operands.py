@@ -193,7 +193,15 @@ class DecodeContext:
 
     # --- readers ----------------------------------------------------------------------------
 
+    def as_register(self, op: Operand) -> Operand:
+        """Registers need no '%' (``.reg .f16 low;`` in nvcc's inline asm): a bare name that is
+        a declared register is a register, not a symbol."""
+        if isinstance(op, SymOperand) and op.offset == 0 and self.has_register(op.name):
+            return RegOperand(op.name)
+        return op
+
     def reader(self, op: Operand, t: PtxType) -> Reader:
+        op = self.as_register(op)
         if isinstance(op, RegOperand):
             if not self.has_register(op.name) and op.name in SPECIAL_REGISTERS:
                 return self._special_reader(op.name, t)
@@ -244,6 +252,7 @@ class DecodeContext:
     # --- writers ----------------------------------------------------------------------------
 
     def writer(self, op: Operand, t: PtxType) -> Writer:
+        op = self.as_register(op)
         if isinstance(op, SinkOperand) or (isinstance(op, RegOperand) and op.name == "_"):
             return lambda ctx, idx, v: None
         if not isinstance(op, RegOperand):

@@ -380,9 +380,9 @@ class _Parser:
             if self.accept("|"):
                 return PairOperand("_", self.expect_kind("ident", "a predicate register").text)
             return SinkOperand()
+        if self.accept("|"):
+            return PairOperand(t, self.expect_kind("ident", "a predicate register").text)
         if t.startswith("%"):
-            if self.accept("|"):
-                return PairOperand(t, self.expect_kind("ident", "a predicate register").text)
             return RegOperand(t)
         offset = 0
         if self.peek() is not None and self.peek().text in ("+", "-"):  # type: ignore[union-attr]
