@@ -59,6 +59,8 @@ def tokenize(text: str) -> list[Token]:
     while pos < end:
         m = match(text, pos)
         if m is None:
+            if text.startswith("/*", pos):
+                raise PtxSyntaxError("unterminated /* comment", line)
             raise PtxSyntaxError(f"unexpected character {text[pos]!r}", line)
         kind = m.lastgroup
         value = m.group()
@@ -69,8 +71,6 @@ def tokenize(text: str) -> list[Token]:
         elif kind not in ("ws", "lcomment"):
             tokens.append(Token(kind, value, line))  # type: ignore[arg-type]
         pos = m.end()
-    if text.find("/*", pos) != -1:  # pragma: no cover - the regex consumes closed comments
-        raise PtxSyntaxError("unterminated comment", line)
     return tokens
 
 

@@ -83,10 +83,6 @@ def make_nanosleep(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Beha
     return Behaviour(run=lambda ctx, idx: None, klass="nanosleep")
 
 
-def make_call(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
-    raise DecodeError("call is not supported: the simulator runs kernels whose device functions are inlined")
-
-
 TABLE = {
     ("bra", "*"): make_bra,
     ("ret", "*"): make_exit,
@@ -97,5 +93,4 @@ TABLE = {
     ("membar", "*"): make_fence,
     ("fence", "*"): make_fence,
     ("nanosleep", "*"): make_nanosleep,
-    ("call", "*"): make_call,
 }

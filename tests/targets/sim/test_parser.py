@@ -51,6 +51,14 @@ def test_line_numbers_survive_block_comments():
     assert info.value.line == 9
 
 
+def test_unterminated_comment_and_stray_character():
+    with pytest.raises(PtxSyntaxError, match="unterminated /\\* comment") as info:
+        parse_module(HEADER + "\n/* never closed\n.entry k() { ret; }\n")
+    assert info.value.line == 5
+    with pytest.raises(PtxSyntaxError, match="unexpected character '#'"):
+        parse_module(HEADER + "#include <x>\n")
+
+
 def test_unexpected_module_directive_and_truncated_function():
     with pytest.raises(PtxSyntaxError, match="unexpected '.bogus' at module level"):
         parse_module(HEADER + ".bogus 1;\n")
