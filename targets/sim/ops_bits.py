@@ -227,6 +227,60 @@ def make_brev(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn:
     return unary(ins, dc, t, reverse)
 
 
+def make_shf(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn:
+    """Funnel shift of the 64-bit value b:a; shf.l keeps the high word, shf.r the low one."""
+    direction = mods.require("l", "r")
+    clamp = mods.require("clamp", "wrap") == "clamp"
+    t = mods.one_type({"b32"})
+
+    def funnel(a: Any, b: Any, c: Any) -> Any:
+        c = np.asarray(c).astype(np.uint64)
+        n = np.minimum(c, _U64(32)) if clamp else c & _U64(0x1F)
+        source = (np.asarray(b).astype(np.uint64) << _U64(32)) | np.asarray(a).astype(np.uint64)
+        if direction == "l":
+            return ((source << n) >> _U64(32)).astype(np.uint32)
+        return ((source >> n) & _U64(0xFFFFFFFF)).astype(np.uint32)
+
+    return ternary(ins, dc, t, funnel, c_type=_U32)
+
+
+def _lanes(x: Any, width: int, signed: bool) -> list[Any]:
+    """The packed 8- or 16-bit lanes of 32-bit values, sign- or zero-extended to int64."""
+    x = np.asarray(x).astype(np.int64) & 0xFFFFFFFF
+    out = []
+    for k in range(32 // width):
+        lane = (x >> (width * k)) & ((1 << width) - 1)
+        if signed:
+            lane = lane - ((lane >> (width - 1)) << width)
+        out.append(lane)
+    return out
+
+
+def make_dot(pairs: int) -> Any:
+    """dp4a (four byte products) and dp2a (two 16-bit by byte products), accumulated in 32 bits."""
+
+    def factory(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn:
+        half = mods.require("lo", "hi") if pairs == 2 else None
+        types = mods.types()
+        if len(types) != 2 or any(t.name not in ("u32", "s32") for t in types):
+            raise DecodeError(f"{ins.opcode} needs .atype.btype from .u32/.s32")
+        a_signed, b_signed = types[0].is_signed, types[1].is_signed
+        out = PTX_TYPES["u32"] if not (a_signed or b_signed) else PTX_TYPES["s32"]
+        first = 2 if half == "hi" else 0
+
+        def dot(a: Any, b: Any, c: Any) -> Any:
+            va = _lanes(a, 8 if pairs == 4 else 16, a_signed)
+            vb = _lanes(b, 8, b_signed)[first : first + pairs]
+            total = np.asarray(c).astype(np.int64)
+            for x, y in zip(va, vb):
+                total = total + x * y
+            return (total & 0xFFFFFFFF).astype(np.uint32).view(out.value)
+
+        return ternary(ins, dc, _U32, dot, dst=out, c_type=out)
+
+    return factory
+
+
 TABLE = {
     ("and", "int"): make_logic(lambda a, b: a & b),
     ("or", "int"): make_logic(lambda a, b: a | b),
@@ -243,4 +297,7 @@ TABLE = {
     ("popc", "int"): make_popc,
     ("clz", "int"): make_clz,
     ("brev", "int"): make_brev,
+    ("shf", "int"): make_shf,
+    ("dp4a", "int"): make_dot(4),
+    ("dp2a", "int"): make_dot(2),
 }

@@ -304,3 +304,30 @@ def test_mad_carry_chain_builds_a_64_bit_product(elementwise, rng):
     )
     for i in range(64):
         assert int(out["lo"][i]) | int(out["hi"][i]) << 32 == int(a[i]) * int(b[i]) + int(c[i])
+
+
+def test_funnel_shift_and_dot_products(elementwise, rng):
+    n = 64
+    a = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    c = rng.integers(0, 70, n).astype(np.uint32)
+    acc = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32)
+    out = elementwise(
+        "shf.l.wrap.b32 %lw, %a, %b, %c;\n shf.r.clamp.b32 %rc, %a, %b, %c;\n dp4a.s32.u32 %d4, %a, %b, %acc;\n"
+        " dp4a.u32.u32 %u4, %a, %b, %acc;\n dp2a.hi.s32.s32 %d2, %a, %b, %acc;",
+        {"a": ("u32", a), "b": ("u32", b), "c": ("u32", c), "acc": ("s32", acc)},
+        {"lw": "u32", "rc": "u32", "d4": "s32", "u4": "u32", "d2": "s32"},
+    )
+
+    def lanes(x: int, width: int, signed: bool) -> list[int]:
+        vals = [(x >> (width * k)) & ((1 << width) - 1) for k in range(32 // width)]
+        return [v - (1 << width) if signed and v >> (width - 1) else v for v in vals]
+
+    for i in range(n):
+        x, y, s, z = int(a[i]), int(b[i]), int(c[i]), int(acc[i])
+        src = y << 32 | x
+        assert int(out["lw"][i]) == (src << (s & 31)) >> 32 & M32
+        assert int(out["rc"][i]) == (src >> min(s, 32)) & M32
+        assert int(out["d4"][i]) == s32(z + sum(p * q for p, q in zip(lanes(x, 8, True), lanes(y, 8, False))))
+        assert int(out["u4"][i]) == (z + sum(p * q for p, q in zip(lanes(x, 8, False), lanes(y, 8, False)))) & M32
+        assert int(out["d2"][i]) == s32(z + sum(p * q for p, q in zip(lanes(x, 16, True), lanes(y, 8, True)[2:])))
