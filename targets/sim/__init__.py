@@ -9,6 +9,7 @@ Contract with the runtime (``kaio.Device("sim")``)::
     sim.memory.write(addr, host_bytes)     # bytes or ndarray; must lie inside one allocation
     sim.memory.read(addr, nbytes)          # -> np.ndarray[uint8] (a copy)
     sim.memory.free(addr)
+    sim.memory.reset()                     # free everything (loaded modules must be reloaded)
 
     module = sim.load(ptx_text)            # parse once; a syntax error or an unknown
                                            # instruction -> KaioLaunchError (log names the line)
@@ -16,8 +17,16 @@ Contract with the runtime (``kaio.Device("sim")``)::
     report = module.launch("saxpy", grid=(gx, gy, gz), block=(bx, by, bz),
                            params=[b"...", ...],    # raw little-endian bytes, one per .param
                            shared_bytes=0,          # dynamic (.extern) shared memory
-                           profile=False)           # True -> a printable ProfileReport
+                           profile=False)           # True -> per-instruction-class counts
 
-Faults raise ``KaioMemoryError`` (out of bounds, misaligned) or ``KaioSimError`` (deadlock, a
-barrier reached by part of a block, a warp-synchronous instruction on diverged lanes).
+Faults raise ``KaioMemoryError`` (out of bounds, misaligned, uninitialized shared read) or
+``KaioSimError`` (deadlock, a barrier reached by part of a block, a warp-synchronous
+instruction on diverged lanes, trap, endless loop). See docs/simulator.md.
 """
+
+from .memory import GlobalMemory
+from .program import EntryInfo
+from .report import LaunchReport, ProfileReport
+from .simulator import SimModule, Simulator
+
+__all__ = ["Simulator", "SimModule", "GlobalMemory", "EntryInfo", "LaunchReport", "ProfileReport"]

@@ -1,0 +1,328 @@
+"""Runs one batch of CTAs: per-thread PCs, lowest-PC-first scheduling, CTA barriers.
+
+Scheduling rule: at every step, execute the instruction at the lowest PC among runnable threads,
+for exactly the threads at that PC. Diverged threads therefore wait at the join point until
+the others catch up, and reconverge. Two modes keep this cheap:
+
+* converged: every runnable thread is at one PC (``active`` is None for "all threads", or the
+  index array of the runnable ones). Nothing is scanned: ops run on whole arrays.
+* diverged: ``sched`` holds each runnable thread's PC (PARKED for waiting/exited threads); each
+  step takes its minimum. As soon as every runnable thread is at that minimum the runner
+  switches back to converged.
+
+Barriers (bar.sync/barrier.sync/bar.arrive, ids 0..15, optional thread count) are per CTA. By
+default every thread of the CTA must arrive (``exited_threads_release_barriers=False``): a CTA
+whose other threads exited, or wait at a different barrier, can never release, and when nothing
+can run any more the runner raises KaioSimError naming the barrier's PTX line. With the option
+set, exited threads count as arrived, as on the hardware.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .context import ExecContext
+from .faults import SimFault
+from .program import Op, OpKind
+
+PARKED = np.iinfo(np.int64).max
+RUNNABLE, WAITING, EXITED = 0, 1, 2
+NUM_BARRIERS = 16
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class BatchStats:
+    steps: int = 0
+    thread_instructions: int = 0
+    barriers: int = 0
+    by_class: Counter[str] = field(default_factory=Counter)
+
+
+class SimDeadlock(Exception):
+    """No thread can run but some wait at a barrier; carries what the error message needs."""
+
+    def __init__(self, message: str, thread: int, line: int):
+        self.message = message
+        self.thread = thread
+        self.line = line
+        super().__init__(message)
+
+
+class BatchRunner:
+    def __init__(self, ctx: ExecContext, ops: list[Op], *, exited_release: bool, max_steps: int, profile: bool):
+        self.ctx = ctx
+        self.ops = ops
+        self.n = ctx.n
+        self.exited_release = exited_release
+        self.max_steps = max_steps
+        self.profile = profile
+        self.stats = BatchStats()
+        self.current: Op | None = None
+        # scheduler state
+        self.sched = np.zeros(0, dtype=np.int64)
+        self.n_runnable = self.n
+        self.n_waiting = 0
+        self.n_exited = 0
+        self._status: np.ndarray | None = None
+        self._bar: _BarrierState | None = None
+
+    # --- per-thread state, allocated the first time something diverges ------------------------
+
+    @property
+    def status(self) -> np.ndarray:
+        if self._status is None:
+            self._status = np.full(self.n, RUNNABLE, dtype=np.int8)
+        return self._status
+
+    @property
+    def bar(self) -> _BarrierState:
+        if self._bar is None:
+            self._bar = _BarrierState(self.ctx)
+        return self._bar
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> BatchStats:
+        ops, ctx, stats = self.ops, self.ctx, self.stats
+        n = self.n
+        pc = 0
+        active: np.ndarray | None = None  # converged mode: the runnable threads (None: all)
+        converged = True
+        steps = 0
+        while True:
+            if converged:
+                at, sel = pc, active
+                if sel is not None and sel.size == 0:
+                    break
+            else:
+                lowest = int(self.sched.min())
+                if lowest == PARKED:
+                    break
+                at = lowest
+                sel = np.flatnonzero(self.sched == lowest)
+                if sel.size == self.n_runnable:
+                    converged, pc, active = True, at, (None if sel.size == n else sel)
+                    sel = active
+            steps += 1
+            if steps > self.max_steps:
+                self.current = ops[at]
+                raise SimFault("sim", f"step limit of {self.max_steps} exceeded (an endless loop, or a spin wait no other CTA can satisfy)", 0 if sel is None else int(sel[0]))
+            op = ops[at]
+            self.current = op
+            ctx.clock = steps
+
+            on, off = sel, _EMPTY
+            if op.guard is not None:
+                g = ctx.regs[op.guard] if sel is None else ctx.regs[op.guard][sel]
+                if op.guard_negated:
+                    g = ~g
+                if not g.all():
+                    if not g.any():
+                        on, off = _EMPTY, (np.arange(n) if sel is None else sel)
+                    elif sel is None:
+                        on, off = np.flatnonzero(g), np.flatnonzero(~g)
+                    else:
+                        on, off = sel[g], sel[~g]
+            count = n if on is None else on.size
+            stats.thread_instructions += count
+            if self.profile and count:
+                stats.by_class[op.klass] += count
+
+            kind = op.kind
+            if kind == OpKind.SIMPLE:
+                if count:
+                    op.run(ctx, on)  # type: ignore[misc]
+                if converged:
+                    pc = at + 1
+                else:
+                    self.sched[sel] = at + 1
+                continue
+
+            if kind == OpKind.BRANCH:
+                if converged:
+                    if off.size == 0:
+                        pc = op.target
+                        continue
+                    if count == 0:
+                        pc = at + 1
+                        continue
+                    self._diverge(at, active)
+                    converged = False
+                self.sched[on] = op.target
+                self.sched[off] = at + 1
+                continue
+
+            if kind == OpKind.EXIT:
+                if count:
+                    self._exit(np.arange(n) if on is None else on)
+                if not converged:
+                    self.sched[off] = at + 1
+                else:
+                    pc = at + 1
+                    if count:
+                        active = off  # the threads whose guard kept them alive (maybe none)
+                    if self.n_waiting and self.exited_release:
+                        self._diverge(pc, active)
+                        converged = False
+                if self.n_waiting and self.exited_release:
+                    self._release_ready()
+                continue
+
+            if kind == OpKind.TRAP:
+                if count:
+                    raise SimFault("sim", "trap instruction executed", 0 if on is None else int(on[0]))
+                if converged:
+                    pc = at + 1
+                else:
+                    self.sched[sel] = at + 1
+                continue
+
+            # barrier
+            stats.barriers += 1
+            spec = op.barrier
+            assert spec is not None
+            if (
+                converged
+                and on is None
+                and spec.thread_count is None
+                and self.n_waiting == 0
+                and self.n_exited == 0
+                and np.ndim(spec.barrier_id(ctx, None)) == 0
+            ):
+                pc = at + 1  # the whole batch arrives together: every CTA releases at once
+                continue
+            if converged:
+                self._diverge(at, active)
+                converged = False
+            self.sched[off] = at + 1
+            if count:
+                self._arrive(at, np.arange(n) if on is None else on, op)
+        stats.steps = steps
+        if self.n_waiting:
+            self._deadlock()
+        return stats
+
+    # --- state transitions ----------------------------------------------------------------------
+
+    def _diverge(self, pc: int, active: np.ndarray | None) -> None:
+        self.sched = np.full(self.n, PARKED, dtype=np.int64)
+        if active is None:
+            self.sched[:] = pc
+        else:
+            self.sched[active] = pc
+
+    def _exit(self, threads: np.ndarray) -> None:
+        self.status[threads] = EXITED
+        if self.sched.size:
+            self.sched[threads] = PARKED
+        self.n_runnable -= threads.size
+        self.n_exited += threads.size
+        self.bar.exited += np.bincount(self.ctx.cta[threads], minlength=self.ctx.n_ctas)
+
+    def _arrive(self, at: int, threads: np.ndarray, op: Op) -> None:
+        spec = op.barrier
+        assert spec is not None
+        ctx, bar = self.ctx, self.bar
+        ids = np.broadcast_to(np.asarray(spec.barrier_id(ctx, threads)).astype(np.int64), threads.shape)
+        if (ids >= NUM_BARRIERS).any():
+            k = int(np.flatnonzero(ids >= NUM_BARRIERS)[0])
+            raise SimFault("sim", f"barrier id {int(ids[k])} is out of range 0..15", int(threads[k]))
+        ctas = ctx.cta[threads]
+        if spec.thread_count is not None:
+            counts = np.broadcast_to(np.asarray(spec.thread_count(ctx, threads)).astype(np.int64), threads.shape)
+            if ((counts % 32) != 0).any() or (counts <= 0).any():
+                k = int(np.flatnonzero(((counts % 32) != 0) | (counts <= 0))[0])
+                raise SimFault("sim", f"barrier thread count {int(counts[k])} is not a positive multiple of 32", int(threads[k]))
+            np.maximum.at(bar.expected, (ctas, ids), counts)
+        np.add.at(bar.arrived, (ctas, ids), 1)
+        if spec.wait:
+            self.status[threads] = WAITING
+            bar.wait_pc[threads] = at
+            bar.wait_id[threads] = ids
+            bar.counted[threads] = spec.thread_count is not None
+            self.sched[threads] = PARKED
+            self.n_runnable -= threads.size
+            self.n_waiting += threads.size
+        else:
+            self.sched[threads] = at + 1
+        self._release_ready(np.unique(ctas))
+
+    def _release_ready(self, ctas: np.ndarray | None = None) -> None:
+        """Release every barrier of ``ctas`` (default: all) whose arrivals are complete."""
+        ctx, bar = self.ctx, self.bar
+        rows = np.arange(ctx.n_ctas) if ctas is None else ctas
+        full = ctx.cta_threads - (bar.exited[rows] if self.exited_release else np.zeros(rows.size, dtype=np.int64))
+        expected = np.where(bar.expected[rows] > 0, bar.expected[rows], full[:, None])
+        arrived = bar.arrived[rows]
+        ready = (arrived >= expected) & (arrived > 0)
+        if not ready.any():
+            return
+        ready_all = np.zeros_like(bar.arrived, dtype=bool)
+        ready_all[rows] = ready
+        waiting = np.flatnonzero(self.status == WAITING)
+        released = waiting[ready_all[ctx.cta[waiting], bar.wait_id[waiting]]]
+        if released.size:
+            self._check_same_barrier(released)
+            self.status[released] = RUNNABLE
+            self.sched[released] = bar.wait_pc[released] + 1
+            self.n_runnable += released.size
+            self.n_waiting -= released.size
+        bar.arrived[rows] = np.where(ready, np.maximum(arrived - expected, 0), arrived)
+        bar.expected[rows] = np.where(ready, 0, bar.expected[rows])
+
+    def _check_same_barrier(self, released: np.ndarray) -> None:
+        """A CTA-wide barrier whose waiters sit at different bar.sync instructions means a
+        barrier inside divergent code (counted, named barriers legitimately differ)."""
+        bar = self.bar
+        whole_cta = released[~bar.counted[released]]
+        if whole_cta.size == 0:
+            return
+        key = self.ctx.cta[whole_cta] * NUM_BARRIERS + bar.wait_id[whole_cta]
+        pcs = bar.wait_pc[whole_cta]
+        lowest = np.full(self.ctx.n_ctas * NUM_BARRIERS, PARKED, dtype=np.int64)
+        highest = np.full(self.ctx.n_ctas * NUM_BARRIERS, -1, dtype=np.int64)
+        np.minimum.at(lowest, key, pcs)
+        np.maximum.at(highest, key, pcs)
+        split = lowest[key] != highest[key]
+        if split.any():
+            k = int(np.flatnonzero(split)[0])
+            lines = " and ".join(str(self.ops[int(p)].line) for p in (lowest[key[k]], highest[key[k]]))
+            raise SimFault(
+                "sim",
+                f"threads of one block wait at different barrier instructions (PTX lines {lines}): "
+                "a barrier inside divergent code",
+                int(whole_cta[k]),
+            )
+
+    def _deadlock(self) -> None:
+        ctx, bar = self.ctx, self.bar
+        t = int(np.flatnonzero(self.status == WAITING)[0])
+        cta = int(ctx.cta[t])
+        first = cta * ctx.cta_threads
+        block = slice(first, first + ctx.cta_threads)
+        status = self.status[block]
+        here = (status == WAITING) & (bar.wait_pc[block] == bar.wait_pc[t])
+        exited = int((status == EXITED).sum())
+        elsewhere = (status == WAITING) & ~here
+        op = self.ops[int(bar.wait_pc[t])]
+        parts = [f"only {int(here.sum())} of {ctx.cta_threads} threads of the block arrived"]
+        if exited:
+            parts.append(f"{exited} exited without arriving")
+        if elsewhere.any():
+            lines = sorted({self.ops[int(p)].line for p in bar.wait_pc[block][elsewhere]})
+            parts.append(f"{int(elsewhere.sum())} wait at another barrier (PTX line {', '.join(map(str, lines))})")
+        raise SimDeadlock(f"deadlock at {op.text.rstrip(';')!r}: " + "; ".join(parts), t, op.line)
+
+
+class _BarrierState:
+    def __init__(self, ctx: ExecContext):
+        self.arrived = np.zeros((ctx.n_ctas, NUM_BARRIERS), dtype=np.int64)
+        self.expected = np.zeros((ctx.n_ctas, NUM_BARRIERS), dtype=np.int64)
+        self.exited = np.zeros(ctx.n_ctas, dtype=np.int64)
+        self.wait_pc = np.zeros(ctx.n, dtype=np.int64)
+        self.wait_id = np.full(ctx.n, -1, dtype=np.int64)
+        self.counted = np.zeros(ctx.n, dtype=bool)

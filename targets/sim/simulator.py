@@ -1,0 +1,242 @@
+"""The public face of the simulator: ``Simulator`` (a device: memory plus loaded modules) and
+``SimModule`` (a parsed PTX module whose ``.entry`` kernels can be launched).
+
+A launch runs its CTAs in batches, in CTA order. A batch holds as many whole CTAs as fit a
+memory budget for per-thread state (registers, local memory, scheduler arrays), so a launch of
+a million threads holds only one batch's state at a time. CTAs cannot synchronize with each
+other on a GPU either, so batching changes nothing observable.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from kaio.errors import KaioLaunchError, KaioMemoryError, KaioSimError
+
+from .context import ExecContext, LaunchGeometry
+from .decoder import LoadError, decode_entry, var_size
+from .executor import BatchRunner, SimDeadlock
+from .faults import SimFault
+from .lexer import PtxSyntaxError
+from .memory import GlobalMemory
+from .operands import immediate
+from .parser import parse_module
+from .program import EntryInfo, Symbol
+from .ptx_types import PTX_TYPES
+from .report import LaunchReport
+from .syntax import ImmOperand, SymOperand, VarDecl
+
+MAX_SHARED_BYTES = 227 * 1024  # per CTA, as on sm_90
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+SCHEDULER_BYTES_PER_THREAD = 96  # pc, status, barrier bookkeeping, coordinate arrays
+
+
+class Simulator:
+    """A simulated GPU: its global memory and the modules loaded into it.
+
+    Options:
+      check_uninitialized_shared: a load of shared memory that nothing stored during the launch
+        raises KaioMemoryError("uninitialized shared read"). On by default.
+      exited_threads_release_barriers: False (default) requires every thread of a CTA to
+        reach each CTA-wide barrier, and reports a barrier that threads skipped by exiting as
+        a deadlock; True counts exited threads as arrived, as the hardware does.
+      max_steps: instructions one batch may issue before the launch is stopped as an endless
+        loop.
+      batch_state_bytes: memory budget for the per-thread state of one batch of CTAs.
+      max_batch_threads: upper bound on threads per batch (larger batches amortize Python
+        overhead; smaller ones bound memory).
+    """
+
+    def __init__(
+        self,
+        *,
+        check_uninitialized_shared: bool = True,
+        exited_threads_release_barriers: bool = False,
+        max_steps: int = 1 << 22,
+        batch_state_bytes: int = 64 << 20,
+        max_batch_threads: int = 1 << 17,
+    ):
+        self.memory = GlobalMemory()
+        self.check_uninitialized_shared = check_uninitialized_shared
+        self.exited_threads_release_barriers = exited_threads_release_barriers
+        self.max_steps = max_steps
+        self.batch_state_bytes = batch_state_bytes
+        self.max_batch_threads = max_batch_threads
+
+    def load(self, ptx: str) -> SimModule:
+        """Parse and decode a PTX module once; KaioLaunchError names the offending line."""
+        try:
+            syntax = parse_module(ptx)
+        except PtxSyntaxError as exc:
+            lines = ptx.splitlines()
+            text = lines[exc.line - 1].strip() if 0 < exc.line <= len(lines) else ""
+            raise KaioLaunchError(f"PTX syntax error at line {exc.line}: {exc.message}", log=f"line {exc.line}: {text}\n{exc.message}") from None
+        try:
+            globals_ = {v.name: self._place_variable(v, {}) for v in syntax.variables if v.space in ("global", "const")}
+            for v in syntax.variables:  # second pass: initializers may name other variables
+                if v.space in ("global", "const") and v.init:
+                    self._initialize(v, globals_)
+            entries = {
+                fn.name: decode_entry(fn, syntax.variables, globals_)
+                for fn in syntax.functions
+                if fn.is_entry and fn.body is not None
+            }
+        except LoadError as exc:
+            raise KaioLaunchError(f"cannot load PTX: line {exc.line}: {exc.message}", log=f"line {exc.line}: {exc.text}\n{exc.message}") from None
+        return SimModule(self, entries, globals_)
+
+    def reset(self) -> None:
+        """Free all device memory, module variables included; loaded modules become unusable."""
+        self.memory.reset()
+
+    # --- module variables -----------------------------------------------------------------------
+
+    def _place_variable(self, var: VarDecl, _: dict[str, Symbol]) -> Symbol:
+        size = var_size(var)
+        if var.align and var.align > 256:
+            raise LoadError(f"alignment {var.align} of {var.name} exceeds 256", var.line)
+        return Symbol(var.name, var.space, self.memory.alloc(size), size)
+
+    def _initialize(self, var: VarDecl, globals_: dict[str, Symbol]) -> None:
+        t = PTX_TYPES[var.ptx_type]
+        count = globals_[var.name].size // t.nbytes
+        assert var.init is not None
+        if len(var.init) > count:
+            raise LoadError(f"{len(var.init)} initializers for {count} elements of {var.name}", var.line)
+        data = np.zeros(count, dtype=t.container)
+        for i, item in enumerate(var.init):
+            if isinstance(item, SymOperand):
+                target = globals_.get(item.name)
+                if target is None:
+                    raise LoadError(f"initializer names unknown global {item.name}", var.line)
+                item = ImmOperand(target.address + item.offset, "int")
+            data[i] = np.asarray(immediate(item, t)).view(t.container)
+        self.memory.write(globals_[var.name].address, data)
+
+
+class SimModule:
+    """A loaded PTX module: ``entries`` by kernel name, ``variables`` (global/const addresses)."""
+
+    def __init__(self, sim: Simulator, entries: dict[str, EntryInfo], variables: dict[str, Symbol]):
+        self.sim = sim
+        self.entries = entries
+        self.variables = {name: sym.address for name, sym in variables.items()}
+        self._generation = sim.memory.generation
+
+    def launch(
+        self,
+        name: str,
+        grid: Sequence[int] | int,
+        block: Sequence[int] | int,
+        params: Sequence[bytes] = (),
+        shared_bytes: int = 0,
+        profile: bool = False,
+    ) -> LaunchReport:
+        """Run kernel ``name`` to completion; raises KaioMemoryError / KaioSimError on faults."""
+        sim = self.sim
+        if self._generation != sim.memory.generation:
+            raise KaioLaunchError("this module was loaded before memory.reset(); load it again")
+        entry = self.entries.get(name)
+        if entry is None:
+            raise KaioLaunchError(f"no kernel named {name!r} in this module (has: {', '.join(self.entries) or 'none'})")
+        geometry = LaunchGeometry(_dims(grid, "grid", MAX_GRID), _dims(block, "block", MAX_BLOCK))
+        _check_block(entry, geometry.block)
+        param = _param_buffer(entry, params)
+        if shared_bytes < 0:
+            raise KaioLaunchError("shared_bytes must be >= 0")
+        total_shared = max(entry.static_shared_bytes, entry.dynamic_shared_offset + shared_bytes if shared_bytes else 0)
+        if total_shared > MAX_SHARED_BYTES:
+            raise KaioLaunchError(f"kernel {name} needs {total_shared} bytes of shared memory per CTA; the limit is {MAX_SHARED_BYTES}")
+        report = LaunchReport(name, geometry.grid, geometry.block, total_shared, profiled=profile)
+        cta_threads = geometry.cta_threads
+        per_thread = entry.register_bytes_per_thread + entry.local_bytes + SCHEDULER_BYTES_PER_THREAD
+        per_cta = cta_threads * per_thread + 2 * total_shared
+        batch = max(1, min(sim.batch_state_bytes // per_cta, sim.max_batch_threads // cta_threads, geometry.n_ctas))
+        report.ctas_per_batch = batch
+        start = time.perf_counter()
+        with np.errstate(all="ignore"):
+            for first in range(0, geometry.n_ctas, batch):
+                n_ctas = min(batch, geometry.n_ctas - first)
+                ctx = ExecContext(entry, geometry, first, n_ctas, sim.memory, param, total_shared, sim.check_uninitialized_shared)
+                runner = BatchRunner(
+                    ctx,
+                    entry.ops,
+                    exited_release=sim.exited_threads_release_barriers,
+                    max_steps=sim.max_steps,
+                    profile=profile,
+                )
+                try:
+                    stats = runner.run()
+                except SimFault as fault:
+                    raise _public_error(fault, ctx, runner, name) from None
+                except SimDeadlock as dead:
+                    thread, block_xyz = ctx.coordinates(dead.thread)
+                    err = KaioSimError(f"{dead.message} in kernel '{name}' at PTX line {dead.line}: block {block_xyz}")
+                    _annotate(err, name, dead.line, thread, block_xyz)
+                    raise err from None
+                report.batches += 1
+                report.steps += stats.steps
+                report.thread_instructions += stats.thread_instructions
+                report.barriers += stats.barriers
+                report.by_class.update(stats.by_class)
+        report.seconds = time.perf_counter() - start
+        return report
+
+
+def _annotate(err: Exception, kernel: str, line: int, thread: tuple[int, int, int], block: tuple[int, int, int]) -> None:
+    err.kernel = kernel  # type: ignore[attr-defined]
+    err.ptx_line = line  # type: ignore[attr-defined]
+    err.thread = thread  # type: ignore[attr-defined]
+    err.block = block  # type: ignore[attr-defined]
+
+
+def _public_error(fault: SimFault, ctx: ExecContext, runner: BatchRunner, kernel: str) -> Exception:
+    op = runner.current
+    line = op.line if op is not None else 0
+    thread, block = ctx.coordinates(fault.thread)
+    if fault.kind == "memory":
+        return KaioMemoryError(fault.message, kernel=kernel, ptx_line=line, thread=thread, block=block, address=fault.address or 0)
+    text = f" ({op.text})" if op is not None else ""
+    err = KaioSimError(f"{fault.message} in kernel '{kernel}' at PTX line {line}{text}: thread {thread}, block {block}")
+    _annotate(err, kernel, line, thread, block)
+    return err
+
+
+def _dims(value: Sequence[int] | int, what: str, limits: tuple[int, int, int]) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) for d in dims):
+        raise KaioLaunchError(f"{what} must be 1 to 3 integers, got {value!r}")
+    full = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+    for axis, (d, limit) in enumerate(zip(full, limits)):
+        if not 1 <= d <= limit:
+            raise KaioLaunchError(f"{what} dimension {'xyz'[axis]} = {d} is outside 1..{limit}")
+    return full  # type: ignore[return-value]
+
+
+def _check_block(entry: EntryInfo, block: tuple[int, int, int]) -> None:
+    threads = math.prod(block)
+    if threads > 1024:
+        raise KaioLaunchError(f"a block of {threads} threads exceeds 1024")
+    if entry.reqntid:
+        want = tuple(entry.reqntid) + (1,) * (3 - len(entry.reqntid))
+        if block != want:
+            raise KaioLaunchError(f"kernel {entry.name} requires block {want} (.reqntid), got {block}")
+    if entry.maxntid and threads > math.prod(entry.maxntid):
+        raise KaioLaunchError(f"kernel {entry.name} allows at most {math.prod(entry.maxntid)} threads per block (.maxntid)")
+
+
+def _param_buffer(entry: EntryInfo, params: Sequence[bytes]) -> np.ndarray:
+    if len(params) != len(entry.params):
+        raise KaioLaunchError(f"kernel {entry.name} takes {len(entry.params)} parameters, got {len(params)}")
+    buf = np.zeros(max(16, (entry.param_bytes + 15) // 16 * 16), dtype=np.uint8)
+    for (pname, ptype, nbytes), offset, raw in zip(entry.params, entry.param_offsets, params):
+        data = bytes(raw)
+        if len(data) != nbytes:
+            raise KaioLaunchError(f"parameter {pname} (.{ptype}) of {entry.name} takes {nbytes} bytes, got {len(data)}")
+        buf[offset : offset + nbytes] = np.frombuffer(data, dtype=np.uint8)
+    return buf
