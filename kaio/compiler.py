@@ -21,7 +21,7 @@ from xdsl.passes import ModulePass, PassPipeline
 from kaio import dtypes
 from kaio.compiled import CompiledKernel, KernelParam
 from kaio.dialects import kernel as kernel_dialect
-from kaio.errors import KaioCompileError
+from kaio.errors import KaioCompileError, KaioError
 from kaio.pipeline import Pipeline, as_pipeline, kernel_pipeline
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
 from kaio.targets.ptx.printer import print_ptx
@@ -111,7 +111,7 @@ def run_pipeline(
     for name, p in zip(names, pipeline.passes):
         try:
             p.apply(ctx, module)
-        except KaioCompileError:
+        except KaioError:
             raise
         except Exception as e:  # an xDSL failure inside a pass: name the pass, keep the cause
             raise KaioCompileError(f"pass '{name}' failed: {e}") from e

@@ -42,7 +42,8 @@ class KaioCompileError(KaioError):
     def _render(self) -> str:
         where = ""
         if self.filename is not None and self.line is not None:
-            where = f"{self.filename}:{self.line}:{(self.col or 0) + 1}: "
+            column = f"{self.col + 1}:" if self.col is not None else ""
+            where = f"{self.filename}:{self.line}:{column} "
         text = f"{where}error: {self.message}"
         if self.source_line is not None:
             stripped = self.source_line.rstrip()

@@ -28,7 +28,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
-from kaio.errors import KaioCompileError
+from kaio.errors import KaioCompileError, KaioTargetError
 
 # --------------------------------------------------------------------------- type helpers
 
@@ -101,6 +101,7 @@ class PtxEmitter:
         self._labels = 0
         self._symbols: set[str] = set()
         self.scratch: dict[str, SSAValue] = {}  # shared scratch buffers of lowering rules
+        self.location: kernel.SourceLocOp | None = None  # the Python statement being lowered
         params = []
         for pname, ptype in zip(func.param_names.data, func.function_type.inputs.data):
             params.append((f"{self.name}_{pname.data}", self._param_ptx_type(ptype)))
@@ -177,8 +178,16 @@ class PtxEmitter:
     # -- emitting -----------------------------------------------------------------------------
 
     def emit(self, op: Operation) -> Operation:
+        self._check_target(op)
         self.body.append(op)
         return op
+
+    def _check_target(self, op: Operation) -> None:
+        """Refuse an instruction the target lacks here, where the Python line is still known."""
+        if isinstance(op, ptx.PtxInstr):
+            for req in op.requirements():
+                if req.min_sm > self.arch.sm:
+                    raise KaioTargetError(req.feature, req.min_sm, self.arch.name)
 
     def instr(
         self,
@@ -190,7 +199,7 @@ class PtxEmitter:
     ) -> SSAValue:
         """Emit one instruction with a single result (or none: returns the first arg)."""
         op = cls(spec, args, [out_type] if out_type is not None else [], **kwargs)  # type: ignore[arg-type]
-        self.body.append(op)
+        self.emit(op)
         return op.outs[0] if op.outs else args[0]
 
     def reg(self, t: Attribute) -> SSAValue:
@@ -254,12 +263,36 @@ class PtxEmitter:
 
     def lower_block(self, block: Block) -> None:
         for op in block.ops:
+            if isinstance(op, kernel.SourceLocOp):
+                self.location = op
             rule = LOWERINGS.get(type(op))
-            if rule is None:
-                raise KaioCompileError(
-                    f"no PTX lowering for '{op.name}': run the passes that lower it first"
-                )
-            rule(self, op)
+            try:
+                if rule is None:
+                    raise KaioCompileError(
+                        f"no PTX lowering for '{op.name}': run the passes that lower it first"
+                    )
+                rule(self, op)
+            except (KaioCompileError, KaioTargetError) as e:
+                raise self._located(e) from None
+
+    def _located(self, error: KaioCompileError | KaioTargetError) -> KaioCompileError | KaioTargetError:
+        """The same error, pointing at the Python statement being lowered (if known)."""
+        loc = self.location
+        if loc is None or getattr(error, "located", False):
+            return error
+        where = f"{loc.file.data}:{loc.line.value.data}"
+        source = f"\n    {loc.text.data}"
+        if isinstance(error, KaioCompileError) and error.filename is None:
+            located = KaioCompileError(
+                error.message, filename=loc.file.data, line=loc.line.value.data,
+                source_line=loc.text.data, hint=error.hint,
+            )  # fmt: skip
+        else:
+            located = type(error).__new__(type(error))
+            located.__dict__.update(error.__dict__)
+            Exception.__init__(located, f"{where}: {error}{source}")
+        located.located = True  # type: ignore[attr-defined]
+        return located
 
     def run(self) -> ptx.EntryOp:
         self._load_params()
