@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -122,6 +123,12 @@ class Requirement:
 # --------------------------------------------------------------------------- the instruction base
 
 
+@lru_cache(maxsize=4096)
+def _string(text: str) -> StringAttr:
+    """Specs and symbols repeat: build each StringAttr once (attributes are immutable)."""
+    return StringAttr(text)
+
+
 RegName = Callable[[SSAValue], str]
 
 
@@ -169,16 +176,18 @@ class PtxInstr(IRDLOperation):
         offset: int = 0,
         symbol: str | None = None,
     ):
-        props: dict[str, Attribute] = {"spec": StringAttr(spec)}
+        props: dict[str, Attribute] = {"spec": _string(spec)}
         operands = list(args)
         if guard is not None:
-            props["guard"] = StringAttr("@!" if negate else "@")
+            props["guard"] = _string("@!" if negate else "@")
             operands.append(guard)
         if offset:
             props["offset"] = IntegerAttr(offset, i64)
         if symbol is not None:
-            props["symbol"] = StringAttr(symbol)
-        super().__init__(operands=[operands], result_types=[list(out_types)], properties=props)
+            props["symbol"] = _string(symbol)
+        # Operation's own constructor: the IRDL one re-checks every argument (3x slower), and
+        # the verifier checks the same things once the module is complete.
+        Operation.__init__(self, operands=operands, result_types=out_types, properties=props)
 
     # -- structure --------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ whatever branch first asked for it) and shared-memory declarations on top.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kaio.dialects import kernel, ptx
 from kaio.passes.to_ptx import AGGREGATES, LOWERINGS
@@ -98,6 +98,7 @@ class PtxEmitter:
         self.prologue: list[Operation] = []
         self.body: list[Operation] = []
         self._consts: dict[tuple[object, Attribute], SSAValue] = {}
+        self._invariants: dict[object, SSAValue] = {}
         self._labels = 0
         self._symbols: set[str] = set()
         self.scratch: dict[str, SSAValue] = {}  # shared scratch buffers of lowering rules
@@ -251,6 +252,24 @@ class PtxEmitter:
         name = self.symbol(hint)
         self.decls.append(ptx.SharedDeclOp(name, nbytes, align))
         return self._prologue(ptx.MovOp("u32", [], [i32], symbol=name))
+
+    def invariant(self, key: object, build: Callable[[], SSAValue]) -> SSAValue:
+        """A value that is the same everywhere in the kernel (derived from special registers,
+        parameters and constants only), computed once in the prologue and reused."""
+        if key not in self._invariants:
+            body, self.body = self.body, self.prologue
+            try:
+                self._invariants[key] = build()
+            finally:
+                self.body = body
+        return self._invariants[key]
+
+    def hoisted(self, key: object, inputs: Sequence[SSAValue], build: Callable[[], SSAValue]) -> SSAValue:
+        """``build()`` once in the prologue if all ``inputs`` are defined there, else right here."""
+        prologue = {r for op in self.prologue for r in op.results}
+        if all(v in prologue for v in inputs):
+            return self.invariant(key, build)
+        return build()
 
     def special(self, register: str) -> SSAValue:
         """A special register (``%tid.x``...), read once in the prologue."""

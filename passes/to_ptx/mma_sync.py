@@ -33,11 +33,16 @@ def fragment_parts(t: Attribute) -> list[Attribute]:
     return [f32 if t.role.data == "acc" else i32] * t.registers
 
 
-def _lane_bits(em: PtxEmitter, shift: int, mask: int) -> SSAValue:
-    """(laneid >> shift) & mask."""
-    lane = em.special("laneid")
-    v = em.instr(ptx.ShrOp, "u32", [lane, em.const(shift, i32)], i32) if shift else lane
-    return em.instr(ptx.AndOp, "b32", [v, em.const(mask, i32)], i32)
+def _lane_bits(em: PtxEmitter, shift: int, mask: int, scale: int = 1) -> SSAValue:
+    """((laneid >> shift) & mask) * scale, computed once per kernel."""
+
+    def build() -> SSAValue:
+        lane = em.special("laneid")
+        v = em.instr(ptx.ShrOp, "u32", [lane, em.const(shift, i32)], i32) if shift else lane
+        v = em.instr(ptx.AndOp, "b32", [v, em.const(mask, i32)], i32)
+        return em.instr(ptx.MulOp, "lo.s32", [v, em.const(scale, i32)], i32) if scale != 1 else v
+
+    return em.invariant(("lane", shift, mask, scale), build)
 
 
 @lowering(mma.ZeroOp)
@@ -57,14 +62,14 @@ def _ldmatrix(em: PtxEmitter, buffer: SSAValue, row: SSAValue, col: SSAValue, tr
 @lowering(mma.LoadAOp)
 def lower_load_a(em: PtxEmitter, op: mma.LoadAOp) -> None:
     row = add32(em, em.value(op.row), _lane_bits(em, 0, 15))
-    col = add32(em, em.value(op.col), em.instr(ptx.ShlOp, "b32", [_lane_bits(em, 4, 1), em.const(3, i32)], i32))
+    col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, 8))
     em.bind(op.result, _ldmatrix(em, op.buffer, row, col, trans=False))
 
 
 @lowering(mma.LoadBOp)
 def lower_load_b(em: PtxEmitter, op: mma.LoadBOp) -> None:
     row = add32(em, em.value(op.row), _lane_bits(em, 0, 15))  # L%8 + 8*((L/8)%2) == L%16
-    col = add32(em, em.value(op.col), em.instr(ptx.ShlOp, "b32", [_lane_bits(em, 4, 1), em.const(3, i32)], i32))
+    col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, 8))
     regs = _ldmatrix(em, op.buffer, row, col, trans=True)
     em.bind(op.results_[0], regs[:2])
     em.bind(op.results_[1], regs[2:])
@@ -86,8 +91,7 @@ def lower_store(em: PtxEmitter, op: mma.StoreOp) -> None:
     acc = em.parts(op.acc)
     vector = view.align.value.data >= 2  # C rows start on even columns: pairs are aligned
     row = add32(em, em.value(view.row), add32(em, em.value(op.row), _lane_bits(em, 2, 7)))
-    quad = em.instr(ptx.ShlOp, "b32", [_lane_bits(em, 0, 3), em.const(1, i32)], i32)
-    col = add32(em, em.value(view.col), add32(em, em.value(op.col), quad))
+    col = add32(em, em.value(view.col), add32(em, em.value(op.col), _lane_bits(em, 0, 3, 2)))
     col_next = add32(em, col, 1)
     alpha, beta = em.value(op.alpha), em.value(op.beta)
     cols = em.value(view.cols)

@@ -82,7 +82,8 @@ def global_address(em: PtxEmitter, view: tile.ViewOp, row: SSAValue, col: SSAVal
     """64-bit address of element (row, col) of the matrix a view looks into."""
     eb = element_bytes(view.result.type.element_type)
     base = em.value(view.array)
-    ld_bytes = em.instr(ptx.MulOp, "lo.s32", [em.value(view.ld), em.const(eb, i32)], i32)
+    ld = em.value(view.ld)
+    ld_bytes = em.hoisted(("bytes", ld, eb), [ld], lambda: em.instr(ptx.MulOp, "lo.s32", [ld, em.const(eb, i32)], i32))
     row_off = em.instr(ptx.MulOp, "wide.u32", [row, ld_bytes], i64)
     col_off = em.instr(ptx.MulOp, "wide.u32", [col, em.const(eb, i32)], i64)
     return em.instr(ptx.AddOp, "s64", [em.instr(ptx.AddOp, "s64", [base, row_off], i64), col_off], i64)
@@ -187,7 +188,7 @@ def epilogue_values(
     t = view.result.type.element_type
     eb = element_bytes(t)
     scaled = [em.instr(ptx.MulOp, "f32", [alpha, a], f32) for a in accs]
-    reads_c = em.instr(ptx.SetpOp, "neu.f32", [beta, em.const(0.0, f32)], i1)
+    reads_c = em.hoisted(("reads_c", beta), [beta], lambda: em.instr(ptx.SetpOp, "neu.f32", [beta, em.const(0.0, f32)], i1))
     load_oks = [em.instr(ptx.AndOp, "pred", [reads_c, ok], i1) for ok in oks]
     if vector and len(accs) == 2 and t == f32:
         load = ptx.LdOp("global.v2.f32", [addr], [f32, f32], guard=load_oks[0])

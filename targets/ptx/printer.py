@@ -115,8 +115,11 @@ def print_ptx(module: ModuleOp, arch: str) -> str:
     Raises KaioTargetError if an instruction needs a newer GPU than ``arch``.
     """
     target = get_arch(arch)
-    ptx.check_target(module, target.sm, target.name)
-    version = max(target.min_ptx, ptx.required_ptx_version(module))
+    needed = [req for _, req in ptx.requirements(module)]
+    for req in needed:
+        if req.min_sm > target.sm:
+            raise KaioTargetError(req.feature, req.min_sm, target.name)
+    version = max([target.min_ptx, *(req.min_ptx for req in needed)])
     if version > MAX_PTX:
         raise KaioTargetError(
             "PTX ISA " + ptx_version_text(version),
