@@ -119,6 +119,14 @@ class GpuKernel:
         _hash_function(h, self._src, Env(self.fn), set())
         return h.hexdigest()
 
+    def default_pipeline(self, arch: str = "sm_80") -> Any:
+        """The pass pipeline ``kaio.compile`` uses for this kernel: print it, edit it (a
+        :class:`kaio.Pipeline` is immutable: ``insert``/``replace``/``without`` return new ones),
+        and pass it back as ``kaio.compile(kernel, pipeline=...)``."""
+        from kaio.pipeline import kernel_pipeline
+
+        return kernel_pipeline(arch)
+
     def __repr__(self) -> str:
         params = ", ".join(p.name for p in self.params)
         return f"<kaio.gpu_kernel {self.name}({params}) block={self.block_size}>"
