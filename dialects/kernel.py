@@ -55,6 +55,7 @@ from xdsl.irdl import (
     result_def,
     traits_def,
     var_operand_def,
+    var_result_def,
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
@@ -435,6 +436,32 @@ class LoadOp(IRDLOperation):
 
 
 @irdl_op_definition
+class LoadVectorOp(IRDLOperation):
+    """``%a, %b, %c, %d = kernel.load_vector %ref[%i]``: ``ref[i] .. ref[i + n - 1]`` in one
+    access (``ld.global.v4``). The address must be aligned to the whole vector, so whoever
+    creates it records the alignment the array parameter needs (``kaio.align`` on the func)."""
+
+    name = "kernel.load_vector"
+    ref = operand_def(ArrayType)
+    index = operand_def(i64)
+    values = var_result_def()
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = "$ref `[` $index `]` attr-dict `:` type($ref) `->` type($values)"
+
+    def __init__(self, ref: SSAValue, index: SSAValue, count: int):
+        elem = element_type_of(ref.type)
+        super().__init__(operands=[ref, index], result_types=[[elem] * count])
+
+    def verify_(self) -> None:
+        elem = element_type_of(self.ref.type)
+        count = len(self.values)
+        if count not in (2, 4) or any(v.type != elem for v in self.values):
+            raise VerifyException(f"load_vector yields 2 or 4 values of {elem}")
+        if count * max(getattr(elem, "bitwidth", 8) // 8, 1) > 16:
+            raise VerifyException("a vector access moves at most 16 bytes")
+
+
+@irdl_op_definition
 class StoreOp(IRDLOperation):
     """``kernel.store %v, %ref[%i]``; storing through a const array is a verifier error."""
 
@@ -707,6 +734,7 @@ Kernel = Dialect(
         WarpIdOp,
         # memory
         LoadOp,
+        LoadVectorOp,
         StoreOp,
         SharedAllocOp,
         BarrierOp,

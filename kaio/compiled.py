@@ -26,6 +26,7 @@ class KernelParam:
     dtype: ScalarType
     is_array: bool
     mutable: bool = False  # arrays only: MutArray
+    align: int = 1  # arrays only: bytes the base address must be a multiple of (vector loads)
 
     @property
     def ptx_type(self) -> str:

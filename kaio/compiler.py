@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ from xdsl.passes import ModulePass, PassPipeline
 from kaio import dtypes
 from kaio.compiled import CompiledKernel, KernelParam
 from kaio.dialects import kernel as kernel_dialect
+from kaio.dialects import ptx
 from kaio.errors import KaioCompileError, KaioError
 from kaio.pipeline import Pipeline, as_pipeline, kernel_pipeline
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
@@ -66,6 +68,18 @@ def _the_kernel(module: ModuleOp) -> kernel_dialect.KernelFuncOp:
     if len(funcs) != 1:
         raise KaioCompileError(f"expected one kernel.func in the module, found {len(funcs)}")
     return funcs[0]
+
+
+def _with_alignment(params: tuple[KernelParam, ...], module: ModuleOp) -> tuple[KernelParam, ...]:
+    """Record the base-address alignment vector accesses need (``kaio.align`` on the entry)."""
+    from kaio.passes.vectorize_loads import ALIGN_ATTR
+
+    needed: dict[str, int] = {}
+    for op in module.walk():
+        if isinstance(op, ptx.EntryOp) and ALIGN_ATTR in op.attributes:
+            for key, value in op.attributes[ALIGN_ATTR].data.items():  # type: ignore[attr-defined]
+                needed[key] = max(needed.get(key, 1), value.value.data)
+    return tuple(replace(p, align=max(p.align, needed[p.name])) if p.name in needed else p for p in params)
 
 
 def _stage_names(passes: tuple[ModulePass, ...]) -> list[str]:
@@ -177,6 +191,7 @@ def compile(
         return compile(kernel, arch_name, chosen, lambda stage, text: None, **constexprs)
 
     shared = sum(op.size.value.data for op in module.walk() if op.name == "ptx.shared")
+    params = _with_alignment(params, module)
     return CompiledKernel(
         name=name,
         ptx=ptx_text,

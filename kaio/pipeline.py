@@ -70,12 +70,15 @@ def as_pipeline(pipeline: str | PassPipeline | list[ModulePass] | tuple[ModulePa
 
 
 def kernel_pipeline(arch: str) -> Pipeline:
-    """The default pipeline of a ``@kaio.gpu_kernel``: clean up, then lower to PTX."""
+    """The default pipeline of a ``@kaio.gpu_kernel``: clean up, vectorize, lower to PTX."""
     from xdsl.transforms.canonicalize import CanonicalizePass
     from xdsl.transforms.common_subexpression_elimination import (
         CommonSubexpressionElimination,
     )
 
     from kaio.passes.lower_to_ptx import LowerToPtxPass
+    from kaio.passes.vectorize_loads import VectorizeLoadsPass
 
-    return Pipeline((CanonicalizePass(), CommonSubexpressionElimination(), LowerToPtxPass(arch)))
+    return Pipeline(
+        (CanonicalizePass(), CommonSubexpressionElimination(), VectorizeLoadsPass(), LowerToPtxPass(arch))
+    )

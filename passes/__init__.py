@@ -30,6 +30,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return LowerToMmaSyncPass
 
+    def vectorize_loads() -> type[ModulePass]:
+        from kaio.passes.vectorize_loads import VectorizeLoadsPass
+
+        return VectorizeLoadsPass
+
     def lower_to_ptx() -> type[ModulePass]:
         from kaio.passes.lower_to_ptx import LowerToPtxPass
 
@@ -40,5 +45,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "promote-to-shared": promote_to_shared,
         "pipeline-cp-async": pipeline_cp_async,
         "lower-to-mma-sync": lower_to_mma_sync,
+        "vectorize-loads": vectorize_loads,
         "lower-to-ptx": lower_to_ptx,
     }

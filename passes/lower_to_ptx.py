@@ -19,6 +19,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     tiles,
 )
 from kaio.passes.to_ptx.emitter import PtxEmitter
+from kaio.passes.vectorize_loads import ALIGN_ATTR
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -36,6 +37,8 @@ class LowerToPtxPass(ModulePass):
         target = get_arch(self.arch)
         for func in kernel.kernel_funcs(op):
             entry = PtxEmitter(func, target).run()
+            if ALIGN_ATTR in func.attributes:  # what the runtime must check at launch
+                entry.attributes[ALIGN_ATTR] = func.attributes[ALIGN_ATTR]
             func.parent_block().insert_op_before(entry, func)  # type: ignore[union-attr]
             func.detach()
             func.erase()

@@ -132,6 +132,17 @@ def lower_load(em: PtxEmitter, op: kernel.LoadOp) -> None:
     em.bind(op.result, load.outs[0])
 
 
+@lowering(kernel.LoadVectorOp)
+def lower_load_vector(em: PtxEmitter, op: kernel.LoadVectorOp) -> None:
+    addr, offset, space = element_address(em, op.ref, (op.index,))
+    t = op.values[0].type
+    count = len(op.values)
+    load = ptx.LdOp(f"{space}.v{count}.{mem_spec(t)}", [addr], [reg_type(t)] * count, offset=offset)
+    em.emit(load)
+    for v, reg in zip(op.values, load.outs):
+        em.bind(v, reg)
+
+
 @lowering(kernel.StoreOp)
 def lower_store(em: PtxEmitter, op: kernel.StoreOp) -> None:
     addr, offset, space = element_address(em, op.ref, tuple(op.indices))

@@ -40,16 +40,17 @@ def test_dumped_stages_round_trip_through_kaio_opt(tmp_path):
         "00-frontend.mlir",
         "01-canonicalize.mlir",
         "02-cse.mlir",
-        "03-lower-to-ptx.mlir",
-        "04-ptx.ptx",
+        "03-vectorize-loads.mlir",
+        "04-lower-to-ptx.mlir",
+        "05-ptx.ptx",
     ]
     for stage in files[:-1]:
         text = stage.read_text()
         assert run_tool("kaio-opt", str(stage)).strip() == text.strip()
     # the last IR stage, printed by the ptx target, is the compiled PTX
-    assert run_tool("kaio-opt", str(files[3]), "-t", "ptx{arch=sm_80}") == compiled.ptx
+    assert run_tool("kaio-opt", str(files[4]), "-t", "ptx{arch=sm_80}") == compiled.ptx
     # and the cse stage, lowered by kaio-opt, gives the same PTX
-    assert run_tool("kaio-opt", str(files[2]), "-p", "lower-to-ptx", "-t", "ptx") == compiled.ptx
+    assert run_tool("kaio-opt", str(files[2]), "-p", "vectorize-loads,lower-to-ptx", "-t", "ptx") == compiled.ptx
 
 
 def test_stock_xdsl_opt_sees_kaio():
@@ -61,7 +62,7 @@ def test_stock_xdsl_opt_sees_kaio():
 def test_stages_are_produced_on_demand():
     compiled = kaio.compile(saxpy_module(), "sm_80")
     assert compiled._stages is None
-    assert list(compiled.stages) == ["frontend", "canonicalize", "cse", "lower-to-ptx", "ptx"]
+    assert list(compiled.stages) == ["frontend", "canonicalize", "cse", "vectorize-loads", "lower-to-ptx", "ptx"]
     assert compiled.stages["ptx"] == compiled.ptx
     assert compiled.ir.startswith("builtin.module")
 
