@@ -1,0 +1,196 @@
+"""Compile-time benchmark: Python source -> PTX text, in process, after imports.
+
+Prints, per kernel: the time to read and check the source (decoration), a cold compile (IR
+built from scratch, every pass, the printer; disk cache off), a disk-cache hit, and the total;
+then `import kaio` time (a fresh interpreter, minus the interpreter's own start). With triton
+installed, Triton's tutorial matmul is compiled to PTX for the same sm_80 target in the same
+run, beside kaio's 128x128x32 3-stage matmul. Every figure is a median.
+
+    python benchmarks/compile_time.py [--repeat 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "examples"))
+
+
+def median_seconds(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def import_time(repeat: int) -> tuple[float, float]:
+    """(median `python -c "import kaio"`, median `python -c pass`) wall times."""
+
+    def run(code: str) -> float:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        return time.perf_counter() - start
+
+    kaio_times = [run("import kaio") for _ in range(repeat)]
+    bare_times = [run("pass") for _ in range(repeat)]
+    return statistics.median(kaio_times), statistics.median(bare_times)
+
+
+def kaio_rows(repeat: int) -> list[tuple[str, float, float, float]]:
+    import acceptance_kernels
+
+    import kaio
+    from kaio import dtypes
+    from kaio.ops_library.matmul import MatmulKernel
+    from kaio.ops_library.matmul_config import DEFAULT_CONFIG
+
+    os.environ["KAIO_CACHE"] = "0"
+    kaio.compile(acceptance_kernels.vector_add, "sm_80")  # load the passes once: "after imports"
+    rows = []
+    kernels: list[tuple[str, Callable[[], object], object]] = []
+    for k in acceptance_kernels.ACCEPTANCE_KERNELS:
+        kernels.append((k.name, lambda k=k: kaio.gpu_kernel(block_size=k.block_size)(k.fn), k))
+    mm = MatmulKernel(dtypes.f16, dtypes.f32, (8, 8, 2), DEFAULT_CONFIG)
+    kernels.append(("matmul f16 128x128x32 s3 (tensor cores)", lambda: None, mm))
+    cache_dir = tempfile.mkdtemp(prefix="kaio-bench-cache-")
+    for name, decorate, kernel in kernels:
+        decoration = median_seconds(decorate, repeat)
+        os.environ["KAIO_CACHE"] = "0"
+        cold = median_seconds(lambda kernel=kernel: kaio.compile(kernel, "sm_80"), repeat)
+        os.environ["KAIO_CACHE"] = "1"
+        os.environ["KAIO_CACHE_DIR"] = cache_dir
+        kaio.compile(kernel, "sm_80")  # fill
+        hit = median_seconds(lambda kernel=kernel: kaio.compile(kernel, "sm_80"), repeat)
+        rows.append((name, decoration, cold, hit))
+    return rows
+
+
+TRITON_MATMUL = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  stride_cm, stride_cn, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+                  BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    num_pid_in_group = GROUP_SIZE_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_SIZE_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    accumulator = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_SIZE_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+        accumulator = tl.dot(a, b, accumulator)
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+    tl.store(c_ptrs, accumulator, mask=c_mask)
+'''
+
+
+def triton_to_ptx_seconds(repeat: int) -> float | None:
+    """Median time of triton.compile up to its PTX stage (ptxas excluded), fresh cache each run,
+    for the tutorial matmul specialized as Triton's JIT would (16-divisible pointers and sizes)."""
+    try:
+        import triton
+        from triton import knobs
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError:
+        return None
+    folder = tempfile.mkdtemp(prefix="kaio-bench-triton-")
+    path = Path(folder) / "triton_tutorial_matmul.py"
+    path.write_text(TRITON_MATMUL)
+    sys.path.insert(0, folder)
+    import triton_tutorial_matmul as tm
+
+    signature = {name: "i32" for name in tm.matmul_kernel.arg_names}
+    signature.update({"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32"})
+    constexprs = {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8,
+                  "stride_ak": 1, "stride_bn": 1, "stride_cn": 1}  # fmt: skip
+    for name in constexprs:
+        signature[name] = "constexpr"
+    divisible = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"]
+    attrs = {(tm.matmul_kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+    marks: dict[str, float] = {}
+
+    def hook(*args):  # noqa: ANN002 - triton's hook: no args asks for a cache key
+        if not args:
+            return "kaio-compile-benchmark", "1"
+        stages = args[1]
+        make_ptx = stages["ptx"]
+
+        def ptx_then_stop(src, metadata):  # noqa: ANN001
+            result = make_ptx(src, metadata)
+            marks["ptx"] = time.perf_counter()
+            return result
+
+        stages["ptx"] = ptx_then_stop
+
+    knobs.runtime.add_stages_inspection_hook = hook
+    times = []
+    for _ in range(repeat):
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kaio-bench-triton-cache-")
+        source = ASTSource(fn=tm.matmul_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+        start = time.perf_counter()
+        compiled = triton.compile(source, target=GPUTarget("cuda", 80, 32), options={"num_warps": 4, "num_stages": 3})
+        times.append(marks["ptx"] - start)
+    knobs.runtime.add_stages_inspection_hook = None
+    ptx = compiled.asm["ptx"]
+    print(f"(Triton's PTX: {ptx.count('mma.sync')} mma.sync, {ptx.count('ldmatrix')} ldmatrix, "
+          f"{ptx.count('cp.async.cg')} cp.async.cg)")  # fmt: skip
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+
+    rows = kaio_rows(args.repeat)
+    print(f"\ncompile times, sm_80, median of {args.repeat} (ms)")
+    print(f"{'kernel':44} {'decorate':>9} {'cold':>9} {'cache hit':>10}")
+    for name, decoration, cold, hit in rows:
+        print(f"{name:44} {decoration * 1e3:9.1f} {cold * 1e3:9.1f} {hit * 1e3:10.2f}")
+    kaio_mm = rows[-1][2]
+
+    with_kaio, bare = import_time(args.repeat)
+    print(f"\nimport kaio: {with_kaio * 1e3:.0f} ms wall ({(with_kaio - bare) * 1e3:.0f} ms over a bare interpreter's {bare * 1e3:.0f} ms)")
+
+    triton_s = triton_to_ptx_seconds(max(3, args.repeat // 2))
+    if triton_s is None:
+        print("\ntriton not installed: no side-by-side (pip install triton)")
+    else:
+        print(f"\nmatmul 128x128x32, 3 stages, f16 -> f32, sm_80, Python -> PTX (ms)")
+        print(f"  kaio   {kaio_mm * 1e3:8.1f}")
+        print(f"  Triton {triton_s * 1e3:8.1f}")
+        print(f"  kaio / Triton = {kaio_mm / triton_s:.2f}")
+
+
+if __name__ == "__main__":
+    main()
