@@ -192,20 +192,26 @@ class PtxInstr(IRDLOperation):
     # -- structure --------------------------------------------------------------------------
 
     @property
+    def spec_text(self) -> str:
+        # properties[...] instead of the IRDL accessor: printing reads this for every op
+        return self.properties["spec"].data  # type: ignore[attr-defined]
+
+    @property
     def mnemonic(self) -> str:
         return self.INFO.mnemonic or self.name[4:]
 
     @property
     def srcs(self) -> tuple[SSAValue, ...]:
         """Source operands, without the guard predicate."""
-        return tuple(self.args[:-1]) if self.guard is not None else tuple(self.args)
+        operands = self.operands
+        return tuple(operands[:-1]) if "guard" in self.properties else tuple(operands)
 
     @property
     def guard_value(self) -> SSAValue | None:
-        return self.args[-1] if self.guard is not None else None
+        return self.operands[-1] if self.guard is not None else None
 
     def split_spec(self) -> tuple[list[str], list[str]]:
-        tokens = self.spec.data.split(".") if self.spec.data else []
+        tokens = self.spec_text.split(".") if self.spec_text else []
         n = self.INFO.n_types
         mods, types = (tokens[:-n], tokens[-n:]) if n else (tokens, [])
         return mods, types
@@ -225,19 +231,19 @@ class PtxInstr(IRDLOperation):
         name = self.mnemonic
         if len(types) != self.INFO.n_types or any(t not in self.INFO.types for t in types):
             raise VerifyException(
-                f"{name}.{self.spec.data}: expected {self.INFO.n_types} type(s) among {sorted(self.INFO.types)}"
+                f"{name}.{self.spec_text}: expected {self.INFO.n_types} type(s) among {sorted(self.INFO.types)}"
             )
         bad = [m for m in mods if m not in self.INFO.mods]
         if bad:
-            raise VerifyException(f"{name}.{self.spec.data}: unknown modifier(s) {bad}")
+            raise VerifyException(f"{name}.{self.spec_text}: unknown modifier(s) {bad}")
         lo, hi = self.INFO.n_outs
-        if not lo <= len(self.outs) <= hi:
-            raise VerifyException(f"{name} has {lo}..{hi} results, got {len(self.outs)}")
+        if not lo <= len(self.results) <= hi:
+            raise VerifyException(f"{name} has {lo}..{hi} results, got {len(self.results)}")
         lo, hi = self.INFO.n_args
         if not lo <= len(self.srcs) <= hi:
             raise VerifyException(f"{name} takes {lo}..{hi} operands, got {len(self.srcs)}")
         if self.guard is not None:
-            if self.guard.data not in ("@", "@!") or self.args[-1].type != i1:
+            if self.guard.data not in ("@", "@!") or self.operands[-1].type != i1:
                 raise VerifyException(f"{name}: the guard must be an i1 predicate")
         for pos in self.INFO.imm_required:
             if not isinstance(self.srcs[pos].owner, ConstOp):
@@ -249,7 +255,7 @@ class PtxInstr(IRDLOperation):
     def check(self, mods: list[str], types: list[str]) -> None:
         """Register widths; the default: all outs and value sources have the type's width."""
         bits = TYPE_BITS[types[0]] if types else 32
-        for v in self.outs:
+        for v in self.results:
             _check_width(v, bits, self.mnemonic)
         for v in self.value_srcs():
             _check_width(v, bits, self.mnemonic)
@@ -267,7 +273,7 @@ class PtxInstr(IRDLOperation):
     # -- PTX text -------------------------------------------------------------------------------
 
     def opcode(self) -> str:
-        return f"{self.mnemonic}.{self.spec.data}" if self.spec.data else self.mnemonic
+        return f"{self.mnemonic}.{self.spec_text}" if self.spec_text else self.mnemonic
 
     def address_text(self, reg: RegName) -> str:
         base = self.symbol.data if self.symbol is not None else reg(self.srcs[0])
@@ -276,7 +282,7 @@ class PtxInstr(IRDLOperation):
 
     def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
         """Operands in PTX order after the opcode (destinations first)."""
-        outs = [reg(v) for v in self.outs]
+        outs = [reg(v) for v in self.results]
         if self.INFO.group_outs and len(outs) > 1:
             outs = ["{" + ", ".join(outs) + "}"]
         srcs = self.value_srcs()
@@ -290,15 +296,15 @@ class PtxInstr(IRDLOperation):
         return outs + texts
 
     def ptx(self, reg: RegName, imm: RegName) -> str:
-        guard = f"{self.guard.data}{reg(self.args[-1])} " if self.guard is not None else ""
+        guard = f"{self.guard.data}{reg(self.operands[-1])} " if self.guard is not None else ""
         operands = ", ".join(self.operand_texts(reg, imm))
         return f"{guard}{self.opcode()}{' ' + operands if operands else ''};"
 
     # -- MLIR text: %d = ptx.add s32 %a, %b if %p : (i32, i32, i1) -> (i32) ------------------
 
     def print(self, printer: Printer) -> None:
-        if self.spec.data:
-            printer.print_string(f" {self.spec.data}")
+        if self.spec_text:
+            printer.print_string(f" {self.spec_text}")
         srcs = list(self.srcs)
         items: list[Callable[[], None]] = []
         if self.INFO.has_address:
@@ -329,14 +335,14 @@ class PtxInstr(IRDLOperation):
             item()
         if self.guard is not None:
             printer.print_string(" ifnot " if self.guard.data == "@!" else " if ")
-            printer.print_ssa_value(self.args[-1])
+            printer.print_ssa_value(self.operands[-1])
         self.print_extra_props(printer)
         if self.attributes:
             printer.print_op_attributes(self.attributes)
         printer.print_string(" : (")
-        printer.print_list([a.type for a in self.args], printer.print_attribute)
+        printer.print_list([a.type for a in self.operands], printer.print_attribute)
         printer.print_string(") -> (")
-        printer.print_list([r.type for r in self.outs], printer.print_attribute)
+        printer.print_list([r.type for r in self.results], printer.print_attribute)
         printer.print_string(")")
 
     def print_extra_props(self, printer: Printer) -> None:
@@ -450,7 +456,7 @@ class MulOp(_Arith):
 
     def check(self, mods: list[str], types: list[str]) -> None:
         bits = TYPE_BITS[types[0]]
-        _check_width(self.outs[0], bits * 2 if "wide" in mods else bits, "mul")
+        _check_width(self.results[0], bits * 2 if "wide" in mods else bits, "mul")
         for v in self.srcs:
             _check_width(v, bits, "mul")
 
@@ -467,7 +473,7 @@ class MadOp(_Arith):
     def check(self, mods: list[str], types: list[str]) -> None:
         bits = TYPE_BITS[types[0]]
         wide = 2 if "wide" in mods else 1
-        _check_width(self.outs[0], bits * wide, "mad")
+        _check_width(self.results[0], bits * wide, "mad")
         _check_width(self.srcs[0], bits, "mad")
         _check_width(self.srcs[1], bits, "mad")
         _check_width(self.srcs[2], bits * wide, "mad")
@@ -643,7 +649,7 @@ class _Shift(PtxInstr):
 
     def check(self, mods: list[str], types: list[str]) -> None:
         bits = TYPE_BITS[types[0]]
-        _check_width(self.outs[0], bits, self.mnemonic)
+        _check_width(self.results[0], bits, self.mnemonic)
         _check_width(self.srcs[0], bits, self.mnemonic)
         _check_width(self.srcs[1], 32, self.mnemonic)
 
@@ -695,7 +701,7 @@ class BfeOp(PtxInstr):
 
     def check(self, mods: list[str], types: list[str]) -> None:
         bits = TYPE_BITS[types[0]]
-        _check_width(self.outs[0], bits, "bfe")
+        _check_width(self.results[0], bits, "bfe")
         _check_width(self.srcs[0], bits, "bfe")
 
 
@@ -710,7 +716,7 @@ class BfiOp(PtxInstr):
 
     def check(self, mods: list[str], types: list[str]) -> None:
         bits = TYPE_BITS[types[0]]
-        for v in (self.outs[0], self.srcs[0], self.srcs[1]):
+        for v in (self.results[0], self.srcs[0], self.srcs[1]):
             _check_width(v, bits, "bfi")
 
 
@@ -720,7 +726,7 @@ class _BitCount(PtxInstr):
     INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(n_args=(1, 1), types=frozenset(("b32", "b64")))
 
     def check(self, mods: list[str], types: list[str]) -> None:
-        _check_width(self.outs[0], 32, self.mnemonic)
+        _check_width(self.results[0], 32, self.mnemonic)
         _check_width(self.srcs[0], TYPE_BITS[types[0]], self.mnemonic)
 
 
@@ -764,7 +770,7 @@ class SetpOp(PtxInstr):
     def check(self, mods: list[str], types: list[str]) -> None:
         if not any(m in CMP_OPS for m in mods):
             raise VerifyException("setp needs a comparison (lt, eq, ...)")
-        for v in self.outs:
+        for v in self.results:
             _check_width(v, 1, "setp")
         bits = TYPE_BITS[types[0]]
         _check_width(self.srcs[0], bits, "setp")
@@ -777,7 +783,7 @@ class SetpOp(PtxInstr):
 
     def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
         texts = super().operand_texts(reg, imm)
-        if len(self.outs) == 2:
+        if len(self.results) == 2:
             texts[0:2] = [f"{texts[0]}|{texts[1]}"]
         return texts
 
@@ -795,7 +801,7 @@ class SelpOp(PtxInstr):
 
     def check(self, mods: list[str], types: list[str]) -> None:
         bits = TYPE_BITS[types[0]]
-        for v in (self.outs[0], self.srcs[0], self.srcs[1]):
+        for v in (self.results[0], self.srcs[0], self.srcs[1]):
             _check_width(v, bits, "selp")
         _check_width(self.srcs[2], 1, "selp")
 
@@ -817,7 +823,7 @@ class CvtOp(PtxInstr):
     )
 
     def check(self, mods: list[str], types: list[str]) -> None:
-        _check_width(self.outs[0], TYPE_BITS[types[0]], "cvt")
+        _check_width(self.results[0], TYPE_BITS[types[0]], "cvt")
         for v in self.srcs:
             _check_width(v, TYPE_BITS[types[1]], "cvt")
 
@@ -857,11 +863,11 @@ class MovOp(PtxInstr):
     def check(self, mods: list[str], types: list[str]) -> None:
         bits = TYPE_BITS[types[0]]
         if self.symbol is not None:
-            if self.srcs or len(self.outs) != 1:
+            if self.srcs or len(self.results) != 1:
                 raise VerifyException("mov of a symbol has no register sources")
-            _check_width(self.outs[0], bits, "mov")
+            _check_width(self.results[0], bits, "mov")
             return
-        outs, srcs = list(self.outs), list(self.srcs)
+        outs, srcs = list(self.results), list(self.srcs)
         if len(outs) > 1 and len(srcs) > 1:
             raise VerifyException("mov either packs or unpacks, not both")
         whole, parts = (srcs, outs) if len(outs) > 1 else (outs, srcs)
@@ -874,7 +880,7 @@ class MovOp(PtxInstr):
         return ()
 
     def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
-        outs = [reg(v) for v in self.outs]
+        outs = [reg(v) for v in self.results]
         if self.symbol is not None:
             return [outs[0], self.symbol.data]
         srcs = [imm(v) for v in self.srcs] if len(self.srcs) == 1 else [reg(v) for v in self.srcs]
@@ -1042,11 +1048,11 @@ class LdOp(PtxInstr):
 
     def check(self, mods: list[str], types: list[str]) -> None:
         _check_address(self, mods)
-        if len(self.outs) != _vector_count(mods):
+        if len(self.results) != _vector_count(mods):
             raise VerifyException(
-                f"ld.{self.spec.data} yields {_vector_count(mods)} values, got {len(self.outs)}"
+                f"ld.{self.spec_text} yields {_vector_count(mods)} values, got {len(self.results)}"
             )
-        for v in self.outs:
+        for v in self.results:
             _check_width(v, TYPE_BITS[types[0]], "ld")
 
 
@@ -1068,7 +1074,7 @@ class StOp(PtxInstr):
         values = self.value_srcs()
         if len(values) != _vector_count(mods):
             raise VerifyException(
-                f"st.{self.spec.data} stores {_vector_count(mods)} values, got {len(values)}"
+                f"st.{self.spec_text} stores {_vector_count(mods)} values, got {len(values)}"
             )
         for v in values:
             _check_width(v, TYPE_BITS[types[0]], "st")
@@ -1097,9 +1103,9 @@ class _Atomic(PtxInstr):
         expected = 2 if "cas" in mods else 1
         if len(self.value_srcs()) != expected:
             raise VerifyException(
-                f"{self.mnemonic}.{self.spec.data} takes {expected} value operand(s)"
+                f"{self.mnemonic}.{self.spec_text} takes {expected} value operand(s)"
             )
-        for v in (*self.outs, *self.value_srcs()):
+        for v in (*self.results, *self.value_srcs()):
             _check_width(v, TYPE_BITS[types[0]], self.mnemonic)
 
     def requirements(self) -> Iterable[Requirement]:
@@ -1196,15 +1202,15 @@ class ShflOp(PtxInstr):
     )
 
     def check(self, mods: list[str], types: list[str]) -> None:
-        _check_width(self.outs[0], 32, "shfl")
-        if len(self.outs) == 2:
-            _check_width(self.outs[1], 1, "shfl")
+        _check_width(self.results[0], 32, "shfl")
+        if len(self.results) == 2:
+            _check_width(self.results[1], 1, "shfl")
         for v in self.srcs:
             _check_width(v, 32, "shfl")
 
     def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
         texts = super().operand_texts(reg, imm)
-        if len(self.outs) == 2:
+        if len(self.results) == 2:
             texts[0:2] = [f"{texts[0]}|{texts[1]}"]
         return texts
 
@@ -1222,7 +1228,7 @@ class VoteOp(PtxInstr):
     )
 
     def check(self, mods: list[str], types: list[str]) -> None:
-        _check_width(self.outs[0], TYPE_BITS[types[0]], "vote")
+        _check_width(self.results[0], TYPE_BITS[types[0]], "vote")
         _check_width(self.srcs[0], 1, "vote")
         _check_width(self.srcs[1], 32, "vote")
 
@@ -1258,11 +1264,11 @@ class LdmatrixOp(PtxInstr):
     def check(self, mods: list[str], types: list[str]) -> None:
         _check_address(self, mods)
         count = next((int(m[1]) for m in mods if m in ("x1", "x2", "x4")), 0)
-        if count != len(self.outs):
+        if count != len(self.results):
             raise VerifyException(
-                f"ldmatrix .x{count} yields {count} registers, got {len(self.outs)}"
+                f"ldmatrix .x{count} yields {count} registers, got {len(self.results)}"
             )
-        for v in self.outs:
+        for v in self.results:
             _check_width(v, 32, "ldmatrix")
 
 
@@ -1300,22 +1306,22 @@ class MmaOp(PtxInstr):
     def check(self, mods: list[str], types: list[str]) -> None:
         na, nb, nc = self.fragment_sizes()
         if not na:
-            raise VerifyException(f"mma.{self.spec.data}: unsupported shape/type combination")
+            raise VerifyException(f"mma.{self.spec_text}: unsupported shape/type combination")
         if types[1] != types[2] or types[0] != types[3] or types[0] not in ("f32", "s32"):
             raise VerifyException(
-                f"mma.{self.spec.data}: kaio supports D=C in f32/s32 and A=B types"
+                f"mma.{self.spec_text}: kaio supports D=C in f32/s32 and A=B types"
             )
-        if len(self.srcs) != na + nb + nc or len(self.outs) != nc:
+        if len(self.srcs) != na + nb + nc or len(self.results) != nc:
             raise VerifyException(
-                f"mma.{self.spec.data} takes {na}+{nb}+{nc} operands and yields {nc}"
+                f"mma.{self.spec_text} takes {na}+{nb}+{nc} operands and yields {nc}"
             )
-        for v in (*self.outs, *self.srcs):
+        for v in (*self.results, *self.srcs):
             _check_width(v, 32, "mma")
 
     def requirements(self) -> Iterable[Requirement]:
         shape_k8_f16 = "m16n8k8" in self.mods and self.ptx_types[1] == "f16"
         yield _gate(
-            "mma.sync " + self.spec.data,
+            "mma.sync " + self.spec_text,
             75 if shape_k8_f16 else 80,
             (6, 4) if shape_k8_f16 else (7, 0),
         )
@@ -1325,7 +1331,7 @@ class MmaOp(PtxInstr):
         names = [reg(v) for v in self.srcs]
         group = lambda xs: "{" + ", ".join(xs) + "}"  # noqa: E731
         return [
-            group([reg(v) for v in self.outs]),
+            group([reg(v) for v in self.results]),
             group(names[:na]),
             group(names[na : na + nb]),
             group(names[na + nb :]),
