@@ -605,7 +605,7 @@ class BlockReduceOp(_ReduceOp):
 
 _ATOMIC_COMBINES = {
     Combine.ADDI, Combine.ADDF, Combine.MAXS, Combine.MAXU, Combine.MINS, Combine.MINU,
-    Combine.ANDI, Combine.ORI, Combine.XORI, Combine.EXCH,
+    Combine.MAXF, Combine.MINF, Combine.ANDI, Combine.ORI, Combine.XORI, Combine.EXCH,
 }  # fmt: skip
 
 

@@ -261,10 +261,16 @@ def _atomic(kind: str, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs:
             _arg_node(node, 0),
         )
     t = ref.elem
-    if kind in ("min", "max", "cas") and t.is_float:
+    if kind == "cas" and t.is_float:
         raise SemanticError(
-            f"atomic_{kind} works on integer arrays, not {t.name}",
-            "for floats, atomic_add and atomic_exch are available",
+            f"atomic_cas works on integer arrays, not {t.name}",
+            "compare the bits: view the data as an integer array of the same width",
+            node,
+        )
+    if kind in ("min", "max") and t.is_float and t.bits != 32:
+        raise SemanticError(
+            f"atomic_{kind} on floats works on f32 arrays, not {t.name}",
+            "keep the array in f32",
             node,
         )
     index_node = node.args[1] if len(node.args) > 1 else node

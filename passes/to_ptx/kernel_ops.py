@@ -310,10 +310,37 @@ def _atomic_spec(kind: Combine, t: Attribute) -> str:
     }[kind]
 
 
+def _float_min_max_loop(em: PtxEmitter, op: kernel.AtomicRMWOp, addr: SSAValue, offset: int, space: str) -> None:
+    """PTX has no f32 atomic min/max: compare-and-swap the bits until no other thread got in
+    between. Yields the value the location held before this thread's update."""
+    cls = ptx.MaxOp if op.combine.data == Combine.MAXF else ptx.MinOp
+    value = em.value(op.value)
+    old = em.reg(f32)
+    first = ptx.LdOp(f"{space}.f32", [addr], [f32], offset=offset)
+    em.emit(first)
+    em.assign(old, first.outs[0])
+    retry = em.label("atomic_retry")
+    em.place_label(retry)
+    wanted = em.instr(cls, "f32", [old, value], f32)
+    expected = em.instr(ptx.MovOp, "b32", [old], i32)
+    swap = ptx.AtomOp(f"{space}.cas.b32", [addr, expected, em.instr(ptx.MovOp, "b32", [wanted], i32)], [i32], offset=offset)
+    em.emit(swap)
+    seen = swap.outs[0]
+    em.assign(old, em.instr(ptx.MovOp, "b32", [seen], f32))
+    lost = em.instr(ptx.SetpOp, "ne.b32", [seen, expected], i1)
+    em.branch(retry, lost)
+    em.bind(op.result, old)
+
+
 @lowering(kernel.AtomicRMWOp)
 def lower_atomic_rmw(em: PtxEmitter, op: kernel.AtomicRMWOp) -> None:
     addr, offset, space = element_address(em, op.ref, tuple(op.indices))
     t = op.value.type
+    if op.combine.data in (Combine.MAXF, Combine.MINF):
+        if t != f32:
+            raise KaioCompileError(f"atomic float min/max works on f32, not {t}")
+        _float_min_max_loop(em, op, addr, offset, space)
+        return
     spec = f"{space}.{_atomic_spec(op.combine.data, t)}"
     atom = ptx.AtomOp(spec, [addr, em.value(op.value)], [reg_type(t)], offset=offset)
     em.emit(atom)

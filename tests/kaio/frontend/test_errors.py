@@ -450,13 +450,13 @@ CASES: list[tuple[str, str, int, int, int | None, str, str | None]] = [
         "sqrt(f32(x))",
     ),
     (
-        "atomic_min_float",
-        body("a = atomic_min(y, 0, 1.0)"),
+        "atomic_cas_float",
+        body("a = atomic_cas(y, 0, 1.0, 2.0)"),
         3,
         8,
-        29,
-        "atomic_min works on integer arrays, not f32",
-        "atomic_add",
+        34,
+        "atomic_cas works on integer arrays, not f32",
+        "integer array",
     ),
     (
         "atomic_on_read_only",
