@@ -31,11 +31,11 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
-from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
+from xdsl.traits import MemoryReadEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects.smem import BufferType
-from kaio.dialects.tile import ViewType
+from kaio.dialects.tile import AccumulatorStore
 
 ROLES = {"a": 4, "b": 2, "acc": 4}  # registers per lane
 
@@ -174,27 +174,10 @@ class MmaOp(IRDLOperation):
 
 
 @irdl_op_definition
-class StoreOp(IRDLOperation):
-    """Epilogue of one accumulator fragment: ``C[row.., col..] = alpha * acc + beta * C``, where
-    (row, col) is the fragment's top-left inside the C view; elements outside bounds are
-    skipped."""
+class StoreOp(AccumulatorStore):
+    """Epilogue of one 16x8 accumulator fragment whose top-left is (row, col) in the C view."""
 
     name = "mma.store"
-    acc = operand_def(FragType)
-    c = operand_def(ViewType)
-    row = operand_def(i32)
-    col = operand_def(i32)
-    alpha = operand_def(f32)
-    beta = operand_def(f32)
-    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
-    assembly_format = (
-        "$acc `,` $c `[` $row `,` $col `]` `alpha` $alpha `beta` $beta attr-dict "
-        "`:` type($acc) `,` type($c)"
-    )
-
-    def __init__(self, acc: SSAValue, c: SSAValue, row: SSAValue, col: SSAValue,
-                 alpha: SSAValue, beta: SSAValue):  # fmt: skip
-        super().__init__(operands=[acc, c, row, col, alpha, beta])
 
     def verify_(self) -> None:
         acc = self.acc.type

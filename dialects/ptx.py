@@ -31,7 +31,6 @@ from xdsl.dialects.builtin import (
     I64,
     FloatAttr,
     IntegerAttr,
-    IntegerType,
     StringAttr,
     SymbolNameConstraint,
     bf16,

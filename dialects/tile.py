@@ -177,28 +177,37 @@ class MmaOp(IRDLOperation):
             raise VerifyException("result type must be the accumulator type")
 
 
-@irdl_op_definition
-class StoreOp(IRDLOperation):
-    """Epilogue: ``C[warp tile] = alpha * acc + beta * C`` inside the view's bounds."""
+class AccumulatorStore(IRDLOperation):
+    """Base of the epilogue ops: ``C[row.., col..] = alpha * acc + beta * C`` for an accumulator
+    whose top-left sits at (row, col) inside the C view; elements outside its bounds are
+    skipped (C is only read where beta != 0)."""
 
-    name = "tile.store"
-    acc = operand_def(AccType)
+    acc = operand_def()
     c = operand_def(ViewType)
-    warp_row = operand_def(i32)
-    warp_col = operand_def(i32)
+    row = operand_def(i32)
+    col = operand_def(i32)
     alpha = operand_def(f32)
     beta = operand_def(f32)
     traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
     assembly_format = (
-        "$acc `,` $c `warp` `[` $warp_row `,` $warp_col `]` `alpha` $alpha `beta` $beta attr-dict "
+        "$acc `,` $c `[` $row `,` $col `]` `alpha` $alpha `beta` $beta attr-dict "
         "`:` type($acc) `,` type($c)"
     )
 
-    def __init__(self, acc: SSAValue, c: SSAValue, warp_row: SSAValue, warp_col: SSAValue,
+    def __init__(self, acc: SSAValue, c: SSAValue, row: SSAValue, col: SSAValue,
                  alpha: SSAValue, beta: SSAValue):  # fmt: skip
-        super().__init__(operands=[acc, c, warp_row, warp_col, alpha, beta])
+        super().__init__(operands=[acc, c, row, col, alpha, beta])
+
+
+@irdl_op_definition
+class StoreOp(AccumulatorStore):
+    """Epilogue of a warp's accumulator tile; (row, col) is the warp tile's origin."""
+
+    name = "tile.store"
 
     def verify_(self) -> None:
+        if not isinstance(self.acc.type, AccType):
+            raise VerifyException("tile.store stores a !tile.acc")
         wm, wn = tile_shape(self.acc.type)
         bm, bn = tile_shape(self.c.type)
         if wm > bm or wn > bn:

@@ -118,8 +118,8 @@ def lower_accumulator(op: tile.MmaOp) -> None:
         ix = IndexBuilder(Builder(InsertPoint.before(store)))
         for i in range(fm):
             for j in range(fn):
-                row = ix.add(store.warp_row, ix.const(16 * i))
-                col = ix.add(store.warp_col, ix.const(8 * j))
+                row = ix.add(store.row, ix.const(16 * i))
+                col = ix.add(store.col, ix.const(8 * j))
                 ix.b.insert(mma.StoreOp(fragments[i * fn + j], store.c, row, col, store.alpha, store.beta))
         store.detach()
         store.erase()

@@ -286,8 +286,8 @@ def lower_simt_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     view = view_of(op.c)
     rows, cols = op.acc.type.dims
     lr, lc = _simt_lane(em)
-    row0 = add32(em, em.value(view.row), add32(em, em.value(op.warp_row), lr))
-    col0 = add32(em, em.value(view.col), add32(em, em.value(op.warp_col), lc))
+    row0 = add32(em, em.value(view.row), add32(em, em.value(op.row), lr))
+    col0 = add32(em, em.value(view.col), add32(em, em.value(op.col), lc))
     alpha, beta = em.value(op.alpha), em.value(op.beta)
     accs = em.parts(op.acc)
     ncols = cols // 8
