@@ -1436,11 +1436,11 @@ class EntryOp(IRDLOperation):
                 raise VerifyException(f"bad parameter type {t}")
 
 
-@irdl_op_definition
-class SharedDeclOp(IRDLOperation):
-    """``.shared .align 16 .b8 name[size];`` (address it with ``ptx.mov`` of the symbol)."""
+class ArrayDecl(IRDLOperation):
+    """``.<space> .align A .b8 name[size];``: a byte array in a state space, declared in the
+    entry (address it with ``ptx.mov`` of the symbol)."""
 
-    name = "ptx.shared"
+    SPACE: ClassVar[str]
     sym_name = prop_def(StringAttr)
     size = prop_def(IntegerAttr[I64])
     align = prop_def(IntegerAttr[I64])
@@ -1456,7 +1456,24 @@ class SharedDeclOp(IRDLOperation):
         )
 
     def ptx(self, reg: RegName, imm: RegName) -> str:
-        return f".shared .align {self.align.value.data} .b8 {self.sym_name.data}[{self.size.value.data}];"
+        align, size = self.align.value.data, self.size.value.data
+        return f".{self.SPACE} .align {align} .b8 {self.sym_name.data}[{size}];"
+
+
+@irdl_op_definition
+class SharedDeclOp(ArrayDecl):
+    """Shared memory of the block."""
+
+    name = "ptx.shared"
+    SPACE: ClassVar[str] = "shared"
+
+
+@irdl_op_definition
+class LocalDeclOp(ArrayDecl):
+    """Per-thread local memory (a stack array)."""
+
+    name = "ptx.local"
+    SPACE: ClassVar[str] = "local"
 
 
 @irdl_op_definition
@@ -1516,6 +1533,7 @@ Ptx = Dialect(
         # structure
         EntryOp,
         SharedDeclOp,
+        LocalDeclOp,
         RegOp,
         LabelOp,
         CommentOp,

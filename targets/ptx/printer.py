@@ -94,7 +94,7 @@ def _print_entry(entry: ptx.EntryOp, out: IO[str]) -> None:
     for op in entry.body.block.ops:
         if op in regs.inlined or isinstance(op, ptx.RegOp):
             continue
-        if isinstance(op, ptx.SharedDeclOp):
+        if isinstance(op, ptx.ArrayDecl):
             out.write("\t" + op.ptx(regs.reg, regs.imm) + "\n")
             continue
         if isinstance(op, ptx.LabelOp):

@@ -111,3 +111,20 @@ def test_cp_async_needs_sm80():
     with pytest.raises(KaioTargetError, match="sm_80"):
         print_ptx(module, "sm_75")
     assert "cp.async.cg.shared.global [%r1], [%rd1], 16;" in print_ptx(module, "sm_80")
+
+
+def test_local_array_declaration_round_trips_and_assembles():
+    entry = ptx.EntryOp("k", [("k_p", "u64")])
+    local = ptx.LocalDeclOp("k_stack", 64, 8)
+    base = ptx.MovOp("u64", [], [i64], symbol="k_stack")
+    value = ptx.ConstOp(3, i32)
+    store = ptx.StOp("local.u32", [base.outs[0], value.result], offset=8)
+    entry.body.block.add_ops([local, base, value, store, ptx.RetOp("")])
+    module = ModuleOp([entry])
+    module.verify()
+    text = str(module)
+    assert str(Parser(context(), text).parse_module()) == text
+    out = print_ptx(module, "sm_80")
+    assert ".local .align 8 .b8 k_stack[64];" in out and "st.local.u32 [%rd1+8]" in out
+    if toolchain.find_ptxas() is not None:
+        toolchain.assemble(out, "sm_80")
