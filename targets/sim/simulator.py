@@ -29,7 +29,7 @@ from .parser import parse_module
 from .program import EntryInfo, Op, Symbol
 from .ptx_types import PTX_TYPES
 from .report import GlobalMemoryRow, LaunchReport, SharedMemoryRow
-from .syntax import ImmOperand, SymOperand, VarDecl
+from .syntax import FunctionDecl, ImmOperand, SymOperand, VarDecl
 
 MAX_SHARED_BYTES = 227 * 1024  # per CTA, as on sm_90
 MAX_BLOCK = (1024, 1024, 64)
@@ -82,8 +82,12 @@ class Simulator:
             for v in syntax.variables:  # second pass: initializers may name other variables
                 if v.space in ("global", "const") and v.init:
                     self._initialize(v, globals_)
+            functions: dict[str, FunctionDecl] = {}
+            for fn in syntax.functions:  # a definition wins over a prototype of the same name
+                if fn.body is not None or fn.name not in functions:
+                    functions[fn.name] = fn
             entries = {
-                fn.name: decode_entry(fn, syntax.variables, globals_)
+                fn.name: decode_entry(fn, syntax.variables, globals_, functions)
                 for fn in syntax.functions
                 if fn.is_entry and fn.body is not None
             }
