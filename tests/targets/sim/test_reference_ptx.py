@@ -4,40 +4,10 @@ fresh random inputs every run, outputs poisoned with NaN before the launch."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 import numpy as np
 import pytest
 
-from .conftest import PTX_DIR, Device, check_ptx
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def reference_module() -> ModuleType:
-    """benchmarks/reference_ptx.py (not a package): the generator and its kernel sources."""
-    spec = importlib.util.spec_from_file_location("reference_ptx", REPO / "benchmarks" / "reference_ptx.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-REFERENCE = reference_module()
-
-
-def load_fixture(sim, name: str, text: str | None = None):  # type: ignore[no-untyped-def]
-    text = text if text is not None else (PTX_DIR / f"{name}.ptx").read_text()
-    check_ptx(text)
-    kernel, block, shared = REFERENCE.launch_info(text)
-    return sim.load(text), kernel, block, shared
-
-
-def rel_error(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
-
+from .conftest import PTX_DIR, REFERENCE, Device, load_fixture, rel_error
 
 def _pad_params(module, kernel: str, params: list[bytes]) -> list[bytes]:  # type: ignore[no-untyped-def]
     """Triton appends scratch-buffer pointers these kernels never use: pass null."""
