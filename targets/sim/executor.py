@@ -19,7 +19,7 @@ set, exited threads count as arrived, as on the hardware.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -108,11 +108,16 @@ class Inliner:
 
     def _call(self, ins: Instruction, stack: tuple[str, ...]) -> list[Statement]:
         ops = list(ins.operands)
-        results = list(ops.pop(0).items) if ops and isinstance(ops[0], ParenOperand) else []
-        if not ops or not isinstance(ops[0], SymOperand) or ops[0].offset:
+        results: list[Operand] = []
+        if ops and isinstance(ops[0], ParenOperand):
+            results = list(ops.pop(0).items)  # type: ignore[union-attr]  # checked just above
+        target = ops.pop(0) if ops else None
+        if not isinstance(target, SymOperand) or target.offset:
             raise InlineError("indirect calls (through a register) are not supported", ins)
-        name = ops.pop(0).name  # type: ignore[union-attr]
-        args = list(ops.pop(0).items) if ops and isinstance(ops[0], ParenOperand) else []
+        name = target.name
+        args: list[Operand] = []
+        if ops and isinstance(ops[0], ParenOperand):
+            args = list(ops.pop(0).items)  # type: ignore[union-attr]
         if ops:
             raise InlineError("calls with a prototype or a target list (indirect calls) are not supported", ins)
         callee = self.functions.get(name)

@@ -84,15 +84,15 @@ class Profiler:
         """Lanes ``idx`` access ``nbytes`` each at shared (state-space) addresses ``addr``."""
         warp, a, _ = _per_lane(ctx, idx, addr, nbytes)
         lane = (ctx.lane if idx is None else ctx.lane[idx]).astype(np.int64)
-        phases = 1 if nbytes <= 4 else min(nbytes // 4, 4)  # 8 bytes: 2 half-warps; 16: 4 quarter-warps
-        phase = warp * 4 + lane // (WARP // phases)
+        phases = max(nbytes // BANK_BYTES, 1)  # a phase moves at most 128 bytes: 8 B -> 2, 16 B -> 4
+        phase = warp * WARP + lane // (WARP // phases)
         self._banks(warp, phase, a.astype(np.int64), max(nbytes, 1), access)
 
     def ldmatrix_access(self, ctx: ExecContext, row_threads: np.ndarray, addr: np.ndarray, count: int) -> None:
         """One phase per 8x8 matrix: rows ``addr`` (warp-major, matrix-major) of 16 bytes."""
         warp = ctx.warp[row_threads]
         matrix = np.tile(np.repeat(np.arange(count), 8), row_threads.size // (8 * count))
-        self._banks(warp, warp * 4 + matrix, addr.astype(np.int64), 16, "ldmatrix")
+        self._banks(warp, warp * WARP + matrix, addr.astype(np.int64), 16, "ldmatrix")
 
     def _banks(self, warp: np.ndarray, phase: np.ndarray, addr: np.ndarray, nbytes: int, access: str) -> None:
         words_per_lane = max(nbytes // BANK_BYTES, 1)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .context import ExecContext
-from .faults import DecodeError, SimFault, first_fault
+from .faults import DecodeError, first_fault
 from .memory import GLOBAL_BASE
 from .modifiers import Modifiers
 from .operands import DecodeContext

@@ -203,10 +203,10 @@ class SimModule:
 
 def fill_profile(report: LaunchReport, ops: list[Op], by_pc: np.ndarray, warp_requests: np.ndarray, profiler: Profiler) -> None:
     """Aggregate per-instruction counts into the report's tables (rows in PTX line order)."""
-    for pc in np.flatnonzero(by_pc):
-        op = ops[pc]
-        report.by_class[op.klass] += int(by_pc[pc])
-        report.by_category[op.category] += int(by_pc[pc])
+    for at in np.flatnonzero(by_pc):
+        op = ops[at]
+        report.by_class[op.klass] += int(by_pc[at])
+        report.by_category[op.category] += int(by_pc[at])
     report.warp_instructions = int(warp_requests.sum())
     for pc, g in sorted(profiler.global_counts.items(), key=lambda kv: ops[kv[0]].line):
         report.global_memory.append(GlobalMemoryRow(ops[pc].line, ops[pc].text, g.requests, g.sectors, g.bytes))

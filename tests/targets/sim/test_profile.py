@@ -102,7 +102,7 @@ def test_128_bit_accesses_are_served_in_four_quarter_warp_phases(lax):
 def ldmatrix_a_offsets(layout: LayoutAttr) -> np.ndarray:
     """Row addresses of ldmatrix.x4 loading the 16 x 16 A fragment at columns 0..15 of a
     16 x 32 f16 tile: lane l gives row l % 16, column 8 (l // 16), placed by ``layout``."""
-    return np.array([layout.offset(int(l % 16), int(8 * (l // 16)), 32, 2) for l in lane])
+    return np.array([layout.offset(int(i % 16), int(8 * (i // 16)), 32, 2) for i in lane])
 
 
 LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r5, %r6, %r7, %r8}, [%r4];"
@@ -205,3 +205,4 @@ def test_instruction_classes_and_the_printed_report(lax):
     assert report.barrier_releases == 1
     text = str(report)
     assert "sfu" in text and "ld.shared.f32 %f4, [%r4];" in text and "ways" in text and "sectors/req" in text
+
