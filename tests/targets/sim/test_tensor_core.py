@@ -282,3 +282,26 @@ def test_malformed_tensor_core_instructions_are_load_errors(sim, instruction, me
     text = HEADER + f".visible .entry k()\n{{\n\t.reg .b32 %a<4>, %b<2>, %c<4>, %d<4>;\n\t.reg .b64 %rd1;\n\t{instruction}\n\tret;\n}}\n"
     with pytest.raises(KaioLaunchError, match=message):
         sim.load(text)
+
+
+def test_warps_may_run_mma_at_different_instructions(sim, dev, rng):
+    # warp 0 takes one mma, warp 1 another (C negated): divergence between warps is fine
+    text = MMA.format(shape="m16n8k16", sat="", td="f32", ta="f16", tb="f16", tc="f32", guard="",
+                      d="%d0, %d1, %d2, %d3", a="%a0, %a1, %a2, %a3", b="%b0, %b1", c="%c0, %c1, %c2, %c3")  # fmt: skip
+    mma = next(line.strip() for line in text.splitlines() if "mma.sync" in line)
+    negate = "".join(f"\tneg.f32 %c{i}, %c{i};\n" for i in range(4))
+    branchy = f".reg .pred %p1;\n\tsetp.ge.u32 %p1, %r1, 32;\n\t@%p1 bra SECOND;\n\t{mma}\n\tbra.uni JOIN;\nSECOND:\n{negate}\t{mma}\nJOIN:"
+    text = text.replace(mma, branchy)
+    check_ptx(text)
+    a = [rng.standard_normal((16, 16)).astype(np.float16) for _ in range(2)]
+    b = [rng.standard_normal((16, 8)).astype(np.float16) for _ in range(2)]
+    c = [rng.standard_normal((16, 8)).astype(np.float32) for _ in range(2)]
+    out = dev.empty((64, 4), np.uint32)
+    dev.launch(
+        sim.load(text), "mma", (1, 1, 1), (64, 1, 1), dev.array(np.concatenate([pack_a(x, 2) for x in a])),
+        dev.array(np.concatenate([pack_b(x, 2) for x in b])), dev.array(np.concatenate([pack_c(x) for x in c])), out,
+    )  # fmt: skip
+    raw = dev.read(out).reshape(2, 32, 4).view(np.float32)
+    for w, sign in ((0, 1), (1, -1)):
+        want = a[w].astype(np.float64) @ b[w].astype(np.float64) + sign * c[w].astype(np.float64)
+        np.testing.assert_array_equal(unpack_c(raw[w]), want.astype(np.float32))
