@@ -13,15 +13,19 @@ import pytest
 from .conftest import Device, check_ptx, rel_error
 
 
-@pytest.fixture(scope="module")
-def compiled():  # type: ignore[no-untyped-def]
+def compile_matmul(align: tuple[int, int, int]):  # type: ignore[no-untyped-def]
     from kaio import dtypes
     from kaio.ops_library.matmul import MatmulKernel
     from kaio.ops_library.matmul_config import DEFAULT_CONFIG
 
-    kernel = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (8, 8, 2), DEFAULT_CONFIG), "sm_80")
+    kernel = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, align, DEFAULT_CONFIG), "sm_80")
     check_ptx(kernel.ptx)
     return kernel
+
+
+@pytest.fixture(scope="module")
+def compiled():  # type: ignore[no-untyped-def]
+    return compile_matmul((8, 8, 2))
 
 
 def run_matmul(sim, compiled, rng, m: int, n: int, k: int, alpha: float, beta: float, profile: bool = False):  # type: ignore[no-untyped-def]
@@ -52,3 +56,11 @@ def test_kaio_matmul_128_cube(sim, compiled, rng):
 def test_kaio_matmul_ragged_with_alpha_beta(sim, compiled, rng):
     error, _ = run_matmul(sim, compiled, rng, 200, 136, 72, 1.5, 0.5)
     assert error <= 1e-2
+
+
+def test_kaio_matmul_unaligned_rows(sim, rng):
+    # rows aligned to one element only: no 16-byte cp.async, element loads instead
+    compiled = compile_matmul((1, 1, 1))
+    error, report = run_matmul(sim, compiled, rng, 37, 29, 19, 1.0, 1.0, profile=True)
+    assert error <= 1e-2
+    assert "cp.async" not in report.by_class and report.by_category["tensor core"] > 0
