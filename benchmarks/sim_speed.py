@@ -4,6 +4,9 @@ Prints a table (medians of a few repeats):
   * straight-line integer code and straight-line f32 code, 16K and 64K threads:
     thread-instructions per second (target: >= 50 M/s at >= 16K threads);
   * a divergent kernel (per-thread loop trip counts and an if/else in the loop);
+  * a 128 x 128 x 128 f16 tensor-core matmul (mma.sync, ldmatrix, 3-stage cp.async): kaio's own
+    ops_library kernel (1 CTA of 128 threads) and the Triton fixture (4 CTAs): wall time per
+    launch (target: < 2 s), checked against numpy;
   * a 1M-thread launch: wall time and peak traced memory (numpy allocations, via tracemalloc).
 
 Run: python benchmarks/sim_speed.py [--repeats N]
@@ -12,13 +15,19 @@ Run: python benchmarks/sim_speed.py [--repeats N]
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import statistics
 import struct
 import time
 import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 from kaio.targets.sim import Simulator
+
+TRITON_MATMUL = Path(__file__).resolve().parent.parent / "tests" / "targets" / "sim" / "ptx" / "triton_matmul.ptx"
 
 HEADER = """.version 8.0
 .target sm_80
@@ -185,6 +194,77 @@ def measure(
     return statistics.median(rates), statistics.median(times), count
 
 
+def _matmul_inputs(sim: Simulator, size: int) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((size, size)).astype(np.float16)
+    b = rng.standard_normal((size, size)).astype(np.float16)
+    addrs = [sim.memory.alloc(x.nbytes) for x in (a, b)] + [sim.memory.alloc(size * size * 4)]
+    sim.memory.write(addrs[0], a)
+    sim.memory.write(addrs[1], b)
+    return a, b, *addrs
+
+
+def kaio_matmul(sim: Simulator, size: int) -> tuple[str, Callable[[], object], Callable[[], float]]:
+    """kaio's ops_library f16 -> f32 matmul, compiled for sm_80."""
+    import kaio
+    from kaio import dtypes
+    from kaio.ops_library.matmul import MatmulKernel
+    from kaio.ops_library.matmul_config import DEFAULT_CONFIG
+
+    compiled = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (8, 8, 2), DEFAULT_CONFIG), "sm_80")
+    module = sim.load(compiled.ptx)
+    a, b, pa, pb, pc = _matmul_inputs(sim, size)
+    params = [p.pack(v) for p, v in zip(compiled.params, [pa, pb, pc, size, size, size, 1.0, 0.0])]
+    grid = (math.ceil(size / 128) ** 2, 1, 1)
+
+    def launch() -> object:
+        return module.launch(compiled.name, grid, compiled.block_size, params)
+
+    return "kaio ops_library matmul", launch, lambda: _matmul_error(sim, pc, a, b)
+
+
+def triton_matmul(sim: Simulator, size: int) -> tuple[str, Callable[[], object], Callable[[], float]]:
+    """The Triton tl.dot fixture (64 x 64 x 32 tiles, 4 warps, 3 stages)."""
+    text = TRITON_MATMUL.read_text()
+    m = re.search(r"^// launch: kernel=(\S+) block=(\d+) shared_bytes=(\d+)$", text, flags=re.M)
+    assert m is not None
+    kernel, block, shared = m.group(1), int(m.group(2)), int(m.group(3))
+    module = sim.load(text)
+    a, b, pa, pb, pc = _matmul_inputs(sim, size)
+    params = [struct.pack("<Q", x) for x in (pa, pb, pc)] + [struct.pack("<i", size)] * 6
+    params += [b"\0" * nbytes for _, _, nbytes in module.entries[kernel].params[len(params) :]]
+    grid = (math.ceil(size / 64), math.ceil(size / 64), 1)
+
+    def launch() -> object:
+        return module.launch(kernel, grid, (block, 1, 1), params, shared_bytes=shared)
+
+    return "Triton fixture matmul", launch, lambda: _matmul_error(sim, pc, a, b)
+
+
+def _matmul_error(sim: Simulator, pc: int, a: np.ndarray, b: np.ndarray) -> float:
+    n = a.shape[0]
+    c = sim.memory.read(pc, n * n * 4).view(np.float32).reshape(n, n)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    return float(np.linalg.norm(c - want) / np.linalg.norm(want))
+
+
+def matmul_rows(repeats: int, size: int = 128) -> list[tuple[str, float, int, float]]:
+    rows = []
+    for make in (kaio_matmul, triton_matmul):
+        sim = Simulator()
+        name, launch, error = make(sim, size)
+        times, count = [], 0
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            report = launch()
+            times.append(time.perf_counter() - t0)
+            count = report.thread_instructions  # type: ignore[attr-defined]
+        err = error()
+        assert err < 1e-2, f"{name} computed a wrong result (relative error {err})"
+        rows.append((name, statistics.median(times), count, err))
+    return rows
+
+
 def million_threads(repeats: int) -> tuple[float, float, float]:
     sim = Simulator()
     module = sim.load(SMALL)
@@ -222,6 +302,10 @@ def main() -> None:
     print(f"{'workload':<32} {'threads':>8} {'thread-instr':>13} {'time (s)':>9} {'M thread-instr/s':>17}")
     for name, threads, count, seconds, rate in rows:
         print(f"{name:<32} {threads:>8} {count:>13} {seconds:>9.3f} {rate / 1e6:>17.1f}")
+    print()
+    print(f"{'128^3 f16 tensor-core matmul':<32} {'':>8} {'thread-instr':>13} {'time (s)':>9} {'rel. error':>17}")
+    for name, seconds, count, err in matmul_rows(args.repeats):
+        print(f"{name:<32} {'':>8} {count:>13} {seconds:>9.3f} {err:>17.1e}")
     seconds, peak_mib, batch_threads = million_threads(args.repeats)
     print()
     print(f"1M-thread launch (1,048,576 threads, 4 MiB buffer): {seconds:.2f} s, "

@@ -17,7 +17,7 @@ Contract with the runtime (``kaio.Device("sim")``)::
     report = module.launch("saxpy", grid=(gx, gy, gz), block=(bx, by, bz),
                            params=[b"...", ...],    # raw little-endian bytes, one per .param
                            shared_bytes=0,          # dynamic (.extern) shared memory
-                           profile=False)           # True -> per-instruction-class counts
+                           profile=False)           # True -> instruction mix, sectors, bank conflicts
 
 Faults raise ``KaioMemoryError`` (out of bounds, misaligned, uninitialized shared read) or
 ``KaioSimError`` (deadlock, a barrier reached by part of a block, a warp-synchronous

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .memory import GlobalMemory
 from .program import EntryInfo
+
+if TYPE_CHECKING:
+    from .metrics import Profiler
+    from .ops_async_copy import AsyncCopies
 
 WARP = 32
 
@@ -51,6 +56,7 @@ class ExecContext:
         param: np.ndarray,
         shared_bytes: int,
         check_shared_init: bool,
+        profiler: Profiler | None = None,
     ):
         self.entry = entry
         self.geometry = geometry
@@ -69,6 +75,8 @@ class ExecContext:
         self.local = np.zeros(self.n * self.local_stride if entry.local_bytes else 16, dtype=np.uint8)
         self.param = param
         self.clock = 0  # instructions issued so far: what %clock reads
+        self.async_copies: AsyncCopies | None = None  # cp.async queues, made by the first cp.async
+        self.profiler = profiler  # memory metrics (profile=True), else None
         self._views: dict[tuple[str, int], np.ndarray] = {}
 
     # --- memory views ---------------------------------------------------------------------------

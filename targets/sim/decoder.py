@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from .faults import DecodeError
+from .inliner import InlineError, Inliner
 from .instruction_table import decode_instruction
 from .operands import DecodeContext
 from .program import EntryInfo, Op, OpKind, Symbol
@@ -82,12 +83,12 @@ def _layout(variables: list[VarDecl], start: int = 0) -> tuple[dict[str, Symbol]
     return symbols, offset
 
 
-def decode_entry(fn: FunctionDecl, module_vars: list[VarDecl], globals_: dict[str, Symbol]) -> EntryInfo:
+def decode_entry(fn: FunctionDecl, module_vars: list[VarDecl], globals_: dict[str, Symbol], functions: dict[str, FunctionDecl]) -> EntryInfo:
     assert fn.body is not None
-    body = fn.body
-    for st in body:  # say what is missing before tripping over the .param blocks calls need
-        if isinstance(st, Instruction) and st.mnemonic == "call":
-            raise LoadError("call is not supported: the simulator runs kernels whose device functions are inlined", st.line, st.text)
+    try:
+        body = Inliner(functions).expand(fn)
+    except InlineError as exc:
+        raise LoadError(exc.message, exc.statement.line, exc.statement.text) from None
     used = _referenced(body)
 
     # parameters: laid out in order, each at its alignment

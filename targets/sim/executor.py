@@ -19,8 +19,7 @@ set, exited threads count as arrived, as on the hardware.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,8 +37,10 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 class BatchStats:
     steps: int = 0
     thread_instructions: int = 0
-    barriers: int = 0
-    by_class: Counter[str] = field(default_factory=Counter)
+    barriers: int = 0  # steps that executed a barrier instruction
+    barrier_releases: int = 0  # per CTA: times one of its barriers released its waiting threads
+    by_pc: np.ndarray | None = None  # profile=True: thread-instructions per instruction
+    warp_requests: np.ndarray | None = None  # profile=True: warp-level executions per instruction
 
 
 class SimDeadlock(Exception):
@@ -61,6 +62,9 @@ class BatchRunner:
         self.max_steps = max_steps
         self.profile = profile
         self.stats = BatchStats()
+        if profile:
+            self.stats.by_pc = np.zeros(len(ops), dtype=np.int64)
+            self.stats.warp_requests = np.zeros(len(ops), dtype=np.int64)
         self.current: Op | None = None
         # scheduler state
         self.sched = np.zeros(0, dtype=np.int64)
@@ -130,7 +134,7 @@ class BatchRunner:
             count = n if on is None else on.size
             stats.thread_instructions += count
             if self.profile and count:
-                stats.by_class[op.klass] += count
+                self._count(at, on, count)
 
             kind = op.kind
             if kind == OpKind.SIMPLE:
@@ -192,8 +196,10 @@ class BatchRunner:
                 and self.n_waiting == 0
                 and self.n_exited == 0
                 and np.ndim(spec.barrier_id(ctx, None)) == 0
+                and spec.reduction is None
             ):
                 pc = at + 1  # the whole batch arrives together: every CTA releases at once
+                stats.barrier_releases += ctx.n_ctas
                 continue
             if converged:
                 self._diverge(at, active)
@@ -205,6 +211,18 @@ class BatchRunner:
         if self.n_waiting:
             self._deadlock()
         return stats
+
+    def _count(self, at: int, on: np.ndarray | None, count: int) -> None:
+        stats, ctx = self.stats, self.ctx
+        assert stats.by_pc is not None and stats.warp_requests is not None
+        stats.by_pc[at] += count
+        if on is None:
+            stats.warp_requests[at] += ctx.warp_existing_lanes.size
+        else:
+            warps = ctx.warp[on]
+            stats.warp_requests[at] += 1 + int(np.count_nonzero(warps[1:] != warps[:-1]))
+        if ctx.profiler is not None:
+            ctx.profiler.pc = at
 
     # --- state transitions ----------------------------------------------------------------------
 
@@ -239,6 +257,8 @@ class BatchRunner:
                 raise SimFault("sim", f"barrier thread count {int(counts[k])} is not a positive multiple of 32", int(threads[k]))
             np.maximum.at(bar.expected, (ctas, ids), counts)
         np.add.at(bar.arrived, (ctas, ids), 1)
+        if spec.reduction is not None:
+            bar.red_value[threads] = np.broadcast_to(np.asarray(spec.reduction.value(ctx, threads)), threads.shape)
         if spec.wait:
             self.status[threads] = WAITING
             bar.wait_pc[threads] = at
@@ -267,12 +287,30 @@ class BatchRunner:
         released = waiting[ready_all[ctx.cta[waiting], bar.wait_id[waiting]]]
         if released.size:
             self._check_same_barrier(released)
+            self._reduce(released)
             self.status[released] = RUNNABLE
             self.sched[released] = bar.wait_pc[released] + 1
             self.n_runnable += released.size
             self.n_waiting -= released.size
+        self.stats.barrier_releases += int(ready.sum())
         bar.arrived[rows] = np.where(ready, np.maximum(arrived - expected, 0), arrived)
         bar.expected[rows] = np.where(ready, 0, bar.expected[rows])
+
+    def _reduce(self, released: np.ndarray) -> None:
+        """bar.red: give the threads released at a reducing barrier the reduction of the
+        predicates of everyone released with them (same CTA and barrier id)."""
+        bar, ctx = self.bar, self.ctx
+        for pc in np.unique(bar.wait_pc[released]):
+            reduction = self.ops[int(pc)].barrier.reduction  # type: ignore[union-attr]
+            if reduction is None:
+                continue
+            threads = released[bar.wait_pc[released] == pc]
+            key = ctx.cta[threads] * NUM_BARRIERS + bar.wait_id[threads]
+            groups, which = np.unique(key, return_inverse=True)
+            true = np.bincount(which, weights=bar.red_value[threads], minlength=groups.size).astype(np.int64)
+            total = np.bincount(which, minlength=groups.size)
+            result = {"popc": true, "and": true == total, "or": true > 0}[reduction.op][which]
+            reduction.result(ctx, threads, result.astype(np.uint32) if reduction.op == "popc" else result)
 
     def _check_same_barrier(self, released: np.ndarray) -> None:
         """A CTA-wide barrier whose waiters sit at different bar.sync instructions means a
@@ -326,3 +364,4 @@ class _BarrierState:
         self.wait_pc = np.zeros(ctx.n, dtype=np.int64)
         self.wait_id = np.full(ctx.n, -1, dtype=np.int64)
         self.counted = np.zeros(ctx.n, dtype=bool)
+        self.red_value = np.zeros(ctx.n, dtype=bool)  # bar.red: each waiting thread's predicate

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from . import (
+    ops_async_copy,
     ops_atomic,
     ops_bits,
     ops_compare,
@@ -22,9 +23,12 @@ from . import (
     ops_float,
     ops_half,
     ops_int,
+    ops_ldmatrix,
     ops_memory,
+    ops_mma,
     ops_warp,
 )
+from .categories import instruction_category
 from .faults import DecodeError
 from .modifiers import Modifiers
 from .operands import DecodeContext
@@ -56,6 +60,9 @@ INSTRUCTIONS: dict[tuple[str, str], Factory] = _merge(
     ops_atomic.TABLE,
     ops_warp.TABLE,
     ops_control.TABLE,
+    ops_async_copy.TABLE,
+    ops_ldmatrix.TABLE,
+    ops_mma.TABLE,
 )
 MNEMONICS = frozenset(m for m, _ in INSTRUCTIONS)
 
@@ -100,6 +107,7 @@ def decode_instruction(ins: Instruction, dc: DecodeContext) -> Op:
         text=ins.text,
         klass=klass,
         kind=behaviour.kind,
+        category=instruction_category(ins.opcode),
         run=behaviour.run,
         guard=guard,
         guard_negated=ins.guard_negated,

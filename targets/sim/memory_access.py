@@ -17,8 +17,19 @@ from .program import Idx
 from .spaces import check_shared_written, locate, mark_shared_written, split_generic
 
 
+def _profile(ctx: ExecContext, space: str, idx: Idx, addr: Any, nbytes: int, access: str) -> None:
+    profiler = ctx.profiler
+    if profiler is None:
+        return
+    if space == "global":
+        profiler.global_access(ctx, idx, addr, nbytes)
+    elif space == "shared":
+        profiler.shared_access(ctx, idx, addr, nbytes, access)
+
+
 def _load_in(ctx: ExecContext, space: str, idx: Idx, addr: Any, itemsize: int, count: int) -> list[np.ndarray]:
     off = locate(ctx, space, idx, addr, itemsize * count, itemsize * count, "load")
+    _profile(ctx, space, idx, addr, itemsize * count, "load")
     ix = np.asarray(off) // itemsize
     if space == "shared":
         for k in range(count):
@@ -47,6 +58,7 @@ def load(ctx: ExecContext, space: str | None, idx: Idx, addr: Any, itemsize: int
 def _store_in(ctx: ExecContext, space: str, idx: Idx, addr: Any, itemsize: int, values: list[Any]) -> None:
     count = len(values)
     off = np.asarray(locate(ctx, space, idx, addr, itemsize * count, itemsize * count, "store"))
+    _profile(ctx, space, idx, addr, itemsize * count, "store")
     view = ctx.view(space, itemsize)
     ix = off // itemsize
     for k, v in enumerate(values):

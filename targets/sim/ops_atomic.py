@@ -157,6 +157,8 @@ def make_atomic(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavio
     def apply(ctx: Any, sp: str, sub_idx: Idx, a: Any, bv: np.ndarray, cv: np.ndarray | None) -> np.ndarray:
         m = bv.size
         off = np.broadcast_to(np.asarray(locate(ctx, sp, sub_idx, a, itemsize, itemsize, "atomic")), (m,))
+        if ctx.profiler is not None and sp == "global":
+            ctx.profiler.global_access(ctx, sub_idx, a, itemsize)
         if sp == "shared":
             check_shared_written(ctx, sub_idx, off, itemsize, a)
         mem = ctx.view(sp, itemsize).view(dtype)

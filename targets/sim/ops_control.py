@@ -1,4 +1,4 @@
-"""Control flow and synchronization: bra, ret, exit, trap, bar/barrier (sync, arrive),
+"""Control flow and synchronization: bra, ret, exit, trap, bar/barrier (sync, arrive, red),
 bar.warp.sync, and the instructions that are no-ops in a sequentially consistent simulator
 (membar, fence, nanosleep, pmevent).
 
@@ -15,11 +15,12 @@ from .modifiers import Modifiers
 from .operands import DecodeContext
 from .ops_common import operands
 from .ops_warp import check_converged
-from .program import BarrierSpec, Behaviour, Idx, OpKind
+from .program import BarrierReduction, BarrierSpec, Behaviour, Idx, OpKind
 from .ptx_types import PTX_TYPES
 from .syntax import Instruction, SymOperand
 
 _U32 = PTX_TYPES["u32"]
+_PRED = PTX_TYPES["pred"]
 _FENCE_WORDS = {
     "sc", "acq_rel", "acquire", "release", "relaxed",
     "cta", "cluster", "gpu", "sys", "gl",
@@ -61,14 +62,21 @@ def make_barrier(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavi
     mods.flag("cta")
     mods.flag("aligned")
     kind = mods.require("sync", "arrive", "red")
+    reduction = None
     if kind == "red":
-        raise DecodeError(f"{ins.opcode}: barrier reductions (bar.red) are not supported yet")
-    ops = operands(ins, (1, 2))
+        op = mods.require("popc", "and", "or")
+        t = mods.one_type({"u32"} if op == "popc" else {"pred"})
+        mods.flag("aligned")
+        ops = operands(ins, (3, 4))
+        reduction = BarrierReduction(op, dc.reader(ops[-1], _PRED), dc.writer(ops[0], t))
+        ops = ops[1:-1]
+    else:
+        ops = operands(ins, (1, 2))
     barrier_id = dc.reader(ops[0], _U32)
     count = dc.reader(ops[1], _U32) if len(ops) == 2 else None
     if kind == "arrive" and count is None:
         raise DecodeError(f"{ins.opcode} needs a thread count")
-    spec = BarrierSpec(barrier_id=barrier_id, thread_count=count, wait=kind == "sync")
+    spec = BarrierSpec(barrier_id=barrier_id, thread_count=count, wait=kind != "arrive", reduction=reduction)
     return Behaviour(kind=OpKind.BARRIER, barrier=spec, klass=f"bar.{kind}")
 
 

@@ -17,7 +17,7 @@ from .program import Behaviour, Idx, RunFn
 from .ptx_types import PTX_TYPES
 from .syntax import Instruction, VecOperand
 
-_SPACE_NAMES = {
+SPACE_NAMES = {
     "global": "global",
     "shared": "shared",
     "shared::cta": "shared",
@@ -31,8 +31,8 @@ _WINDOW = {"shared": SHARED_WINDOW, "local": LOCAL_WINDOW, "param": PARAM_WINDOW
 
 
 def take_space(mods: Modifiers) -> str | None:
-    found = mods.take(*_SPACE_NAMES)
-    return _SPACE_NAMES[found] if found else None
+    found = mods.take(*SPACE_NAMES)
+    return SPACE_NAMES[found] if found else None
 
 
 def _vector(mods: Modifiers) -> int:

@@ -1,4 +1,5 @@
-"""Warp-synchronous instructions: shfl.sync, vote.sync, activemask.
+"""Warp-synchronous instructions: shfl.sync, vote.sync, redux.sync, activemask, and the
+convergence checks that ldmatrix and mma.sync share with them.
 
 The executor runs exactly the threads that sit at the same PC, so "the lanes executing this
 instruction together" is the executing set. A ``.sync`` instruction requires every existing lane
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .context import ExecContext
+from .context import WARP, ExecContext
 from .faults import DecodeError, SimFault
 from .modifiers import Modifiers
 from .operands import DecodeContext
@@ -65,6 +66,17 @@ def check_converged(ctx: ExecContext, idx: Idx, mask: Any, name: str) -> np.ndar
             )
         raise SimFault("sim", f"{name}: {detail}", thread)
     return lanes
+
+
+def full_warps(ctx: ExecContext, idx: Idx, name: str) -> None:
+    """Raise unless the executing threads are whole warps of 32 lanes, all converged here:
+    what ``.sync.aligned`` collectives (ldmatrix, mma.sync) need. Afterwards the executing
+    threads, in order, reshape to ``(-1, 32)`` with one warp per row."""
+    check_converged(ctx, idx, _FULL, name)
+    tail = ctx.cta_threads % WARP
+    if tail:
+        first = 0 if idx is None else int(idx[0])
+        raise SimFault("sim", f"{name} needs all 32 lanes of a warp; the last warp of this {ctx.cta_threads}-thread block has only {tail}", first)
 
 
 def _lane_list(bits: int) -> str:
@@ -186,6 +198,39 @@ def make_vote(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour
     return Behaviour(run=run, klass="vote")
 
 
+_REDUX_TYPES = {"add": {"u32", "s32"}, "min": {"u32", "s32"}, "max": {"u32", "s32"}, "and": {"b32"}, "or": {"b32"}, "xor": {"b32"}}
+
+
+def make_redux(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
+    """redux.sync.op.type d, a, membermask (sm_80 integer forms): every lane gets the reduction
+    over the lanes of its member mask, which must all execute the instruction."""
+    if not mods.flag("sync"):
+        raise DecodeError(f"{ins.opcode}: redux needs .sync")
+    op = mods.require(*_REDUX_TYPES)
+    t = mods.one_type(_REDUX_TYPES[op])
+    d_op, a_op, m_op = operands(ins, 3)
+    d, a, member = dc.writer(d_op, t), dc.reader(a_op, t), dc.reader(m_op, _U32)
+    wide = np.dtype(np.int64) if t.is_signed else np.dtype(np.uint64)
+    identity = {"add": 0, "or": 0, "xor": 0, "and": 0xFFFFFFFF, "min": np.iinfo(t.value).max, "max": np.iinfo(t.value).min}[op]
+    reduce = {"add": np.add, "min": np.minimum, "max": np.maximum, "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
+    name = ins.opcode
+    lane_bits = np.uint64(1) << np.arange(WARP, dtype=np.uint64)
+
+    def run(ctx: ExecContext, idx: Idx) -> None:
+        mask = np.asarray(member(ctx, idx)).astype(np.uint64)
+        check_converged(ctx, idx, mask, name)
+        warp = ctx.warp if idx is None else ctx.warp[idx]
+        first = ctx.warp_first_thread if idx is None else ctx.warp_first_thread[idx]
+        values = np.zeros(ctx.n, dtype=wide)
+        values[slice(None) if idx is None else idx] = np.asarray(a(ctx, idx)).astype(wide)
+        lanes = first[:, None] + np.arange(WARP)
+        members = ((np.broadcast_to(mask, warp.shape)[:, None] & ctx.warp_existing_lanes[warp][:, None]) & lane_bits) != 0
+        gathered = np.where(members, values[np.minimum(lanes, ctx.n - 1)], wide.type(identity))
+        d(ctx, idx, reduce.reduce(gathered, axis=1).astype(t.value))
+
+    return Behaviour(run=run, klass=f"redux.{op}")
+
+
 def make_activemask(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
     mods.one_type({"b32"})
     (d_op,) = operands(ins, 1)
@@ -202,4 +247,5 @@ TABLE = {
     ("shfl", "*"): make_shfl,
     ("vote", "*"): make_vote,
     ("activemask", "*"): make_activemask,
+    ("redux", "*"): make_redux,
 }

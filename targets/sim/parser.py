@@ -225,8 +225,9 @@ class _Parser:
     def function(self) -> FunctionDecl:
         head = self.next()
         is_entry = head.text == ".entry"
+        returns: list[ParamDecl] = []
         if not is_entry and self.peek() is not None and self.peek().text == "(":  # type: ignore[union-attr]
-            self.params()  # return value of a .func: irrelevant for kernels
+            returns = self.params()
         name = self.expect_kind("ident", "a function name").text
         params = self.params() if self.peek() is not None and self.peek().text == "(" else []  # type: ignore[union-attr]
         directives: dict[str, tuple[int, ...]] = {}
@@ -242,7 +243,7 @@ class _Parser:
                     break
             directives[tok.text[1:]] = tuple(values)
         body = None if self.accept(";") else self.body()
-        return FunctionDecl(name, is_entry, params, body, head.line, directives)
+        return FunctionDecl(name, is_entry, params, body, head.line, directives, returns)
 
     def params(self) -> list[ParamDecl]:
         self.expect("(")
@@ -272,7 +273,7 @@ class _Parser:
             if self.accept("["):
                 count = self.expect_int()
                 self.expect("]")
-            params.append(ParamDecl(name, ptx_type, align, count, head.line))
+            params.append(ParamDecl(name, ptx_type, align, count, head.line, head.text[1:]))
             if self.accept(")"):
                 return params
             self.expect(",")

@@ -33,10 +33,21 @@ class OpKind(IntEnum):
 
 
 @dataclass(frozen=True)
+class BarrierReduction:
+    """bar.red: ``op`` ("popc", "and" or "or") over the predicate ``value`` of the threads the
+    barrier releases together, written to ``result`` of each of them."""
+
+    op: str
+    value: Reader
+    result: Writer
+
+
+@dataclass(frozen=True)
 class BarrierSpec:
     barrier_id: Reader  # u32 barrier number, 0..15
     thread_count: Reader | None  # None: every thread of the CTA
     wait: bool  # bar.sync / barrier.sync wait; bar.arrive only signals
+    reduction: BarrierReduction | None = None
 
 
 @dataclass
@@ -61,6 +72,7 @@ class Op:
     guard_negated: bool = False
     target: int = -1  # branch target pc
     barrier: BarrierSpec | None = None
+    category: str = "control"  # its class in a profile: "int", "fp32", "memory", "tensor core"...
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,13 @@ from .executor import BatchRunner, SimDeadlock
 from .faults import SimFault
 from .lexer import PtxSyntaxError
 from .memory import GlobalMemory
+from .metrics import Profiler
 from .operands import immediate
 from .parser import parse_module
-from .program import EntryInfo, Symbol
+from .program import EntryInfo, Op, Symbol
 from .ptx_types import PTX_TYPES
-from .report import LaunchReport
-from .syntax import ImmOperand, SymOperand, VarDecl
+from .report import GlobalMemoryRow, LaunchReport, SharedMemoryRow
+from .syntax import FunctionDecl, ImmOperand, SymOperand, VarDecl
 
 MAX_SHARED_BYTES = 227 * 1024  # per CTA, as on sm_90
 MAX_BLOCK = (1024, 1024, 64)
@@ -81,8 +82,12 @@ class Simulator:
             for v in syntax.variables:  # second pass: initializers may name other variables
                 if v.space in ("global", "const") and v.init:
                     self._initialize(v, globals_)
+            functions: dict[str, FunctionDecl] = {}
+            for fn in syntax.functions:  # a definition wins over a prototype of the same name
+                if fn.body is not None or fn.name not in functions:
+                    functions[fn.name] = fn
             entries = {
-                fn.name: decode_entry(fn, syntax.variables, globals_)
+                fn.name: decode_entry(fn, syntax.variables, globals_, functions)
                 for fn in syntax.functions
                 if fn.is_entry and fn.body is not None
             }
@@ -158,11 +163,14 @@ class SimModule:
         per_cta = cta_threads * per_thread + 2 * total_shared
         batch = max(1, min(sim.batch_state_bytes // per_cta, sim.max_batch_threads // cta_threads, geometry.n_ctas))
         report.ctas_per_batch = batch
+        profiler = Profiler(entry.ops) if profile else None
+        by_pc = np.zeros(len(entry.ops), dtype=np.int64)
+        warp_requests = np.zeros(len(entry.ops), dtype=np.int64)
         start = time.perf_counter()
         with np.errstate(all="ignore"):
             for first in range(0, geometry.n_ctas, batch):
                 n_ctas = min(batch, geometry.n_ctas - first)
-                ctx = ExecContext(entry, geometry, first, n_ctas, sim.memory, param, total_shared, sim.check_uninitialized_shared)
+                ctx = ExecContext(entry, geometry, first, n_ctas, sim.memory, param, total_shared, sim.check_uninitialized_shared, profiler)
                 runner = BatchRunner(
                     ctx,
                     entry.ops,
@@ -183,9 +191,27 @@ class SimModule:
                 report.steps += stats.steps
                 report.thread_instructions += stats.thread_instructions
                 report.barriers += stats.barriers
-                report.by_class.update(stats.by_class)
+                report.barrier_releases += stats.barrier_releases
+                if stats.by_pc is not None and stats.warp_requests is not None:
+                    by_pc += stats.by_pc
+                    warp_requests += stats.warp_requests
         report.seconds = time.perf_counter() - start
+        if profiler is not None:
+            fill_profile(report, entry.ops, by_pc, warp_requests, profiler)
         return report
+
+
+def fill_profile(report: LaunchReport, ops: list[Op], by_pc: np.ndarray, warp_requests: np.ndarray, profiler: Profiler) -> None:
+    """Aggregate per-instruction counts into the report's tables (rows in PTX line order)."""
+    for at in np.flatnonzero(by_pc):
+        op = ops[at]
+        report.by_class[op.klass] += int(by_pc[at])
+        report.by_category[op.category] += int(by_pc[at])
+    report.warp_instructions = int(warp_requests.sum())
+    for pc, g in sorted(profiler.global_counts.items(), key=lambda kv: ops[kv[0]].line):
+        report.global_memory.append(GlobalMemoryRow(ops[pc].line, ops[pc].text, g.requests, g.sectors, g.bytes))
+    for pc, s in sorted(profiler.shared_counts.items(), key=lambda kv: ops[kv[0]].line):
+        report.shared_memory.append(SharedMemoryRow(ops[pc].line, ops[pc].text, s.access, s.requests, s.wavefronts, s.phases, s.max_ways))
 
 
 def _annotate(err: Exception, kernel: str, line: int, thread: tuple[int, int, int], block: tuple[int, int, int]) -> None:

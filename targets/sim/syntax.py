@@ -165,6 +165,7 @@ class ParamDecl:
     align: int | None
     count: int  # array elements, 1 for a scalar
     line: int
+    space: str = "param"  # "reg" for a .func parameter passed in a register
 
 
 @dataclass
@@ -177,6 +178,7 @@ class FunctionDecl:
     body: list[Statement] | None
     line: int
     directives: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    returns: list[ParamDecl] = field(default_factory=list)  # a .func's return parameters
 
 
 @dataclass

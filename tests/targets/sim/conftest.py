@@ -4,10 +4,12 @@ PTX validation with the wheel's ptxas (skipped when the wheel is absent), and a 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import ml_dtypes
 import numpy as np
@@ -17,6 +19,7 @@ from kaio.targets.sim import Simulator
 
 PTX_DIR = Path(__file__).parent / "ptx"
 HEADER = ".version 8.0\n.target sm_80\n.address_size 64\n"
+REPO = Path(__file__).resolve().parents[3]
 
 
 def check_ptx(ptx: str, arch: str = "sm_80") -> None:
@@ -97,6 +100,32 @@ def load_ptx(sim: Simulator, name: str):  # type: ignore[no-untyped-def]
     text = (PTX_DIR / f"{name}.ptx").read_text()
     check_ptx(text)
     return sim.load(text)
+
+
+def _reference_module() -> ModuleType:
+    """benchmarks/reference_ptx.py (not a package): the generator of the Triton and nvcc
+    fixtures, their kernel sources and launch configurations."""
+    spec = importlib.util.spec_from_file_location("reference_ptx", REPO / "benchmarks" / "reference_ptx.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+REFERENCE = _reference_module()
+
+
+def load_fixture(sim: Simulator, name: str, text: str | None = None):  # type: ignore[no-untyped-def]
+    """A Triton/nvcc fixture (or ``text``, a variant of it): (module, kernel, block, shared)."""
+    text = text if text is not None else (PTX_DIR / f"{name}.ptx").read_text()
+    check_ptx(text)
+    kernel, block, shared = REFERENCE.launch_info(text)
+    return sim.load(text), kernel, block, shared
+
+
+def rel_error(got: np.ndarray, want: np.ndarray) -> float:
+    """Relative Frobenius error."""
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
 @pytest.fixture

@@ -85,25 +85,6 @@ def test_declarations_without_bodies_and_several_entries(sim):
     assert list(module.entries) == ["first", "second"]
 
 
-def test_call_is_reported_as_unsupported(sim):
-    text = HEADER + """
-.func (.param .b32 r) f(.param .b32 a) { ret; }
-.entry k()
-{
-	.reg .b32 %r<2>;
-	{
-	.param .b32 param0;
-	st.param.b32 [param0], %r1;
-	.param .b32 retval0;
-	call.uni (retval0), f, (param0);
-	}
-	ret;
-}
-"""
-    with pytest.raises(KaioLaunchError, match="call is not supported"):
-        sim.load(text)
-
-
 def test_maxntid_is_enforced(sim):
     module = sim.load(HEADER + ".entry k() .maxntid 64, 1, 1\n{\n\tret;\n}\n")
     module.launch("k", (1, 1, 1), (64, 1, 1), [])

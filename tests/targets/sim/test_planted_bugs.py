@@ -1,6 +1,9 @@
-"""Kernels with planted bugs: every one must be reported with where it happened."""
+"""Kernels with planted bugs: every one must be reported with where it happened, or (where no
+check can see it, or with the check turned off) give a detectably wrong result."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -8,7 +11,7 @@ from kaio.targets.sim import Simulator
 
 from kaio.errors import KaioLaunchError, KaioMemoryError, KaioSimError
 
-from .conftest import HEADER, check_ptx
+from .conftest import HEADER, PTX_DIR, Device, check_ptx, load_fixture, rel_error
 
 
 def _line_of(module_text: str, needle: str, after: str = "") -> int:
@@ -177,3 +180,70 @@ def test_reset_invalidates_loaded_modules(sim):
     sim.memory.reset()
     with pytest.raises(KaioLaunchError, match="reset"):
         module.launch("k", (1, 1, 1), (1, 1, 1), [])
+
+
+# --- tensor-core bugs, planted in the nvcc and Triton matmul fixtures ------------------------
+
+
+def _nvcc_matmul(sim, text: str, shape: tuple[int, int, int], rng):  # type: ignore[no-untyped-def]
+    """Run a variant of the nvcc matmul fixture; returns (relative error, output)."""
+    module, kernel, block, _ = load_fixture(sim, "nvcc_matmul", text)
+    dev = Device(sim)
+    m, n, k = shape
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    c = dev.empty((m, n), np.float32)
+    dev.launch(module, kernel, (-(-n // 64), -(-m // 64), 1), (block, 1, 1), dev.array(a), dev.array(b), c, *(np.int32(v) for v in (m, n, k)))
+    return rel_error(dev.read(c), a.astype(np.float64) @ b.astype(np.float64))
+
+
+def _fixture(name: str) -> str:
+    return (PTX_DIR / f"{name}.ptx").read_text()
+
+
+def test_fixtures_are_correct_before_the_bugs_are_planted(sim, rng):
+    assert _nvcc_matmul(sim, _fixture("nvcc_matmul"), (64, 64, 96), rng) < 1e-6
+
+
+def test_missing_cp_async_wait_is_an_uninitialized_read(sim, rng):
+    text = _fixture("nvcc_matmul")
+    no_wait = re.sub(r"^\s*cp\.async\.wait_group \d+;\n", "", text, flags=re.M)
+    assert no_wait != text
+    with pytest.raises(KaioMemoryError, match="uninitialized shared read") as info:
+        _nvcc_matmul(sim, no_wait, (64, 64, 96), rng)
+    assert "ldmatrix" in no_wait.splitlines()[info.value.ptx_line - 1]
+
+
+def test_missing_cp_async_wait_gives_a_wrong_result_without_the_check(rng):
+    sim = Simulator(check_uninitialized_shared=False)
+    no_wait = re.sub(r"^\s*cp\.async\.wait_group \d+;\n", "", _fixture("nvcc_matmul"), flags=re.M)
+    assert _nvcc_matmul(sim, no_wait, (64, 64, 96), rng) > 0.5  # the tiles never arrive
+
+
+def test_waiting_for_one_group_too_few_reads_a_stale_tile(sim, rng):
+    # the last K step must wait for everything (wait_group 0); waiting for all but one leaves
+    # the last tile in flight, so the step reads the tile the buffer held two steps earlier
+    text = _fixture("nvcc_matmul")
+    off_by_one = text.replace("cp.async.wait_group 0;", "cp.async.wait_group 1;")
+    assert off_by_one != text
+    assert _nvcc_matmul(sim, off_by_one, (64, 64, 96), rng) > 0.1
+
+
+def test_missing_wait_in_the_triton_pipeline_is_reported(sim, rng):
+    text = _fixture("triton_matmul")
+    no_wait = re.sub(r"^\s*cp\.async\.wait_group \s*\d+;\n", "", text, flags=re.M)
+    module, kernel, block, shared = load_fixture(sim, "triton_matmul", no_wait)
+    dev = Device(sim)
+    a, b, c = dev.array(np.ones((64, 64), np.float16)), dev.array(np.ones((64, 64), np.float16)), dev.empty((64, 64), np.float32)
+    params = Device.params(a, b, c, *(np.int32(v) for v in (64, 64, 64, 64, 64, 64)))
+    params += [b"\0" * 8] * (len(module.entries[kernel].params) - len(params))
+    with pytest.raises(KaioMemoryError, match="uninitialized shared read"):
+        module.launch(kernel, (1, 1, 1), (block, 1, 1), params, shared_bytes=shared)
+
+
+def test_two_swapped_mma_fragment_registers_give_a_wrong_result(sim, rng):
+    # swap A registers 1 and 2 (rows g+8 of columns 0-7 and rows g of columns 8-15) in every mma
+    text = _fixture("nvcc_matmul")
+    swapped = re.sub(r"(mma\.sync[^{]*\{[^}]*\}, \{)(%r\d+),(%r\d+),(%r\d+),", r"\1\2,\4,\3,", text)
+    assert swapped != text
+    assert _nvcc_matmul(sim, swapped, (64, 64, 96), rng) > 0.5

@@ -213,3 +213,67 @@ $END:
     strict = Simulator()
     with pytest.raises(KaioSimError, match="24 exited without arriving"):
         _run(strict, Device(strict), body, 64, shared=NAMED)
+
+
+@pytest.mark.parametrize(
+    ("op", "type_", "reduce"),
+    [
+        ("add", "u32", lambda v: int(v.sum()) & 0xFFFFFFFF),
+        ("min", "s32", lambda v: int(v.view(np.int32).min())),
+        ("max", "u32", lambda v: int(v.max())),
+        ("and", "b32", lambda v: int(np.bitwise_and.reduce(v))),
+        ("or", "b32", lambda v: int(np.bitwise_or.reduce(v))),
+        ("xor", "b32", lambda v: int(np.bitwise_xor.reduce(v))),
+    ],
+)
+def test_redux_sync_over_full_and_partitioned_masks(sim, dev, op, type_, reduce):
+    # values: lane * 0x9E3779B9 (wrapping, so signed values are mixed); lanes < 8 reduce over
+    # their own group of 8 (a partitioned mask), the others over lanes 8-31.
+    body = f"""
+	mul.lo.s32 	%r3, %r2, -1640531527;
+	setp.lt.u32 	%p1, %r2, 8;
+	@!%p1 bra 	$REST;
+	redux.sync.{op}.{type_} 	%r4, %r3, 255;
+	bra.uni 	$JOIN;
+$REST:
+	redux.sync.{op}.{type_} 	%r4, %r3, -256;
+$JOIN:
+	st.global.u32 	[%rd3], %r4;
+"""
+    got = _run(sim, dev, body, 64)
+    values = (np.arange(32, dtype=np.uint64) * 0x9E3779B9 & 0xFFFFFFFF).astype(np.uint32)
+    low, high = reduce(values[:8]) & 0xFFFFFFFF, reduce(values[8:]) & 0xFFFFFFFF
+    np.testing.assert_array_equal(got, np.tile(np.where(np.arange(32) < 8, low, high), 2))
+
+
+def test_redux_sync_with_a_missing_member_is_reported(sim, dev):
+    body = """
+	setp.lt.u32 	%p1, %r2, 8;
+	@!%p1 bra 	$SKIP;
+	redux.sync.add.u32 	%r4, %r2, -1;
+$SKIP:
+	st.global.u32 	[%rd3], %r2;
+"""
+    with pytest.raises(KaioSimError, match="lanes 8-31 that are not converged"):
+        _run(sim, dev, body, 32)
+
+
+def test_bar_red_popc_and_or(sim, dev):
+    # 96 threads in 2 blocks; predicate: tid % 3 == 0 (32 of 96), and tid < 96 - block
+    body = """
+	rem.u32 	%r3, %r1, 3;
+	setp.eq.u32 	%p1, %r3, 0;
+	bar.red.popc.u32 	%r4, 0, %p1;
+	sub.s32 	%r5, 96, %r31;
+	setp.lt.u32 	%p2, %r1, %r5;
+	barrier.red.and.pred 	%p3, 1, %p2;
+	bar.red.or.pred 	%p4, 2, !%p2;
+	selp.u32 	%r6, 1000, 0, %p3;
+	selp.u32 	%r7, 10000, 0, %p4;
+	add.s32 	%r4, %r4, %r6;
+	add.s32 	%r4, %r4, %r7;
+	st.global.u32 	[%rd3], %r4;
+"""
+    got = _run(sim, dev, body, 96, grid=2)
+    # block 0: every tid < 96, so and = 1, or(!p) = 0; block 1: tid 95 fails, and = 0, or = 1
+    np.testing.assert_array_equal(got, np.concatenate([np.full(96, 32 + 1000), np.full(96, 32 + 10000)]))
