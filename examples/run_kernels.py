@@ -129,7 +129,7 @@ CASES = (
     Case("silu_gate", run_silu_gate, 1e-5, 1e-6),
     Case("warp_sum", run_warp_sum, 1e-5, 1e-6, summed=True),
     Case("block_sum", run_block_sum, 1e-5, 1e-6, summed=True),
-    Case("matmul", run_matmul, 1e-5, 1e-6, summed=True),
+    Case("matmul", run_matmul, 1e-5, 1e-4),  # dot products of at most a few hundred terms
     Case("histogram", run_histogram, 0, 0),
     Case("half_math", run_half_math, 1e-2, 1e-2),  # f16 arithmetic against an f32 reference
 )
