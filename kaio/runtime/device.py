@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from kaio.runtime import driver
 from kaio.runtime.backend import Backend, DeviceInfo
 from kaio.runtime.buffer import Buffer
 from kaio.runtime.modules import ModuleCache
+
+if TYPE_CHECKING:
+    from kaio.runtime.streams import Event, Stream
 
 Identity = tuple[str, Any]  # ("cuda", ordinal) or ("sim", arch)
 
@@ -268,12 +271,14 @@ class Device:
         """Wait for all work queued on this device (immediate on the simulator)."""
         self._backend.synchronize()
 
-    def stream(self) -> Any:
+    def stream(self) -> Stream:
+        """A new stream on this device (``kaio.Stream(dev)``)."""
         from kaio.runtime.streams import Stream
 
         return Stream(self)
 
-    def event(self, timing: bool = True) -> Any:
+    def event(self, timing: bool = True) -> Event:
+        """A new event on this device (``kaio.Event(dev)``)."""
         from kaio.runtime.streams import Event
 
         return Event(self, timing=timing)

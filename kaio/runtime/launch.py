@@ -105,7 +105,6 @@ class Launcher:
 
         self.kernel = kernel
         self.name = kernel.name
-        self.block_size: Dim3 = kernel.block_size
         declared = [
             DeclaredParam(p.name, p.kind is ParamKind.CONSTEXPR, p.has_default, p.default)
             for p in kernel.params
