@@ -4,6 +4,8 @@ kaio compiles them itself to PTX through a stack of xDSL dialects and runs them 
 driver, or on a CPU simulator of PTX when no GPU is present.
 """
 
+from typing import TYPE_CHECKING
+
 from kaio.dtypes import Array, MutArray, constexpr
 from kaio.errors import (
     KaioCompileError,
@@ -18,6 +20,16 @@ from kaio.errors import (
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
+    from kaio.compiler import compile
+    from kaio.frontend import device, gpu_kernel
+    from kaio.pipeline import Pipeline
+    from kaio.runtime.bench import BenchResult, bench
+    from kaio.runtime.buffer import Buffer
+    from kaio.runtime.device import Device
+    from kaio.runtime.grid import cdiv
+    from kaio.runtime.streams import Event, Stream
+
 
 # Names that pull in xDSL load on first use, so `import kaio` stays light.
 _LAZY = {
@@ -25,6 +37,14 @@ _LAZY = {
     "Pipeline": ("kaio.pipeline", "Pipeline"),
     "gpu_kernel": ("kaio.frontend", "gpu_kernel"),
     "device": ("kaio.frontend", "device"),
+    # The runtime imports numpy only; cuda-python loads when a CUDA device is first asked for.
+    "Device": ("kaio.runtime.device", "Device"),
+    "Buffer": ("kaio.runtime.buffer", "Buffer"),
+    "Stream": ("kaio.runtime.streams", "Stream"),
+    "Event": ("kaio.runtime.streams", "Event"),
+    "bench": ("kaio.runtime.bench", "bench"),
+    "BenchResult": ("kaio.runtime.bench", "BenchResult"),
+    "cdiv": ("kaio.runtime.grid", "cdiv"),
 }
 
 
@@ -45,6 +65,13 @@ __all__ = [
     "constexpr",
     "gpu_kernel",
     "device",
+    "Device",
+    "Buffer",
+    "Stream",
+    "Event",
+    "bench",
+    "BenchResult",
+    "cdiv",
     "KaioError",
     "KaioCompileError",
     "KaioTypeError",

@@ -19,6 +19,7 @@ from xdsl.dialects.builtin import IntegerType, ModuleOp
 from xdsl.ir import Attribute
 from xdsl.passes import ModulePass, PassPipeline
 
+from kaio import cache as disk_cache
 from kaio import dtypes
 from kaio.compiled import CompiledKernel, KernelParam
 from kaio.dialects import kernel as kernel_dialect
@@ -147,8 +148,40 @@ def compile(
     pipeline string). ``dump_ir``: a directory or a ``callback(stage, text)``; the environment
     variable ``KAIO_DUMP_IR=<dir>`` does the same. ``constexprs``: values of ``kaio.constexpr``
     parameters.
+
+    Kernels (not raw modules) go through the disk cache (:mod:`kaio.cache`): a hit returns the
+    stored PTX without building any IR; its ``stages`` are recompiled on first access. Watching
+    the stages (``dump_ir``, ``KAIO_DUMP_IR``) always compiles, and refreshes the entry.
     """
     arch_name = get_arch(arch or DEFAULT_ARCH).name
+    key = None
+    if not isinstance(kernel, ModuleOp) and disk_cache.enabled():
+        key = disk_cache.compile_key(kernel, arch_name, pipeline, constexprs)
+    if key is not None and dump_ir is None and not os.environ.get("KAIO_DUMP_IR"):
+        hit = disk_cache.load(key)
+        if hit is not None:
+            hit._recompile = lambda: _compile(
+                kernel, arch_name, pipeline, _ignore_stage, constexprs
+            )
+            return hit
+    compiled = _compile(kernel, arch_name, pipeline, dump_ir, constexprs)
+    if key is not None:
+        compiled.cache_key = key
+        disk_cache.store(key, compiled)
+    return compiled
+
+
+def _ignore_stage(stage: str, text: str) -> None:
+    return None
+
+
+def _compile(
+    kernel: Compilable | ModuleOp,
+    arch_name: str,
+    pipeline: str | PassPipeline | list[ModulePass] | None,
+    dump_ir: str | os.PathLike[str] | DumpCallback | None,
+    constexprs: dict[str, Any],
+) -> CompiledKernel:
     if isinstance(kernel, ModuleOp):
         module = kernel.clone()
         func = _the_kernel(module)
@@ -188,7 +221,7 @@ def compile(
         watch("ptx", ptx_text)
 
     def recompile() -> CompiledKernel:  # the same compile, watched: fills .stages
-        return compile(kernel, arch_name, chosen, lambda stage, text: None, **constexprs)
+        return _compile(kernel, arch_name, chosen, _ignore_stage, constexprs)
 
     shared = sum(op.size.value.data for op in module.walk() if op.name == "ptx.shared")
     params = _with_alignment(params, module)

@@ -76,7 +76,7 @@ class KaioTargetError(KaioError):
         super().__init__(message or f"{feature} needs sm_{min_sm} or newer; the target is {arch}")
 
     @classmethod
-    def unknown(cls, arch: str, known: str) -> "KaioTargetError":
+    def unknown(cls, arch: str, known: str) -> KaioTargetError:
         return cls("target", 0, arch, f"unknown GPU architecture '{arch}'; kaio knows {known}")
 
 
@@ -87,6 +87,7 @@ class KaioLaunchError(KaioError):
     """
 
     def __init__(self, message: str, *, log: str = "", ptx_path: str | None = None):
+        self.message = message  # without the log and the path: lets a caller re-raise with a path
         self.log = log
         self.ptx_path = ptx_path
         text = message
@@ -98,7 +99,8 @@ class KaioLaunchError(KaioError):
 
 
 class KaioDriverError(KaioError):
-    """A CUDA driver call failed; carries the driver's error name (e.g. CUDA_ERROR_OUT_OF_MEMORY)."""
+    """A CUDA driver call failed; carries the call, the driver's error name (e.g.
+    CUDA_ERROR_OUT_OF_MEMORY) and its description."""
 
     def __init__(self, call: str, error_name: str, error_string: str = ""):
         self.call = call
@@ -134,4 +136,23 @@ class KaioMemoryError(KaioError):
 
 class KaioSimError(KaioError):
     """The simulator found a bug that is not a memory access: deadlock, a barrier reached by part
-    of a block, a warp-synchronous instruction on diverged lanes, an unknown instruction."""
+    of a block, a warp-synchronous instruction on diverged lanes, an unknown instruction.
+
+    ``kernel``, ``ptx_line``, ``thread`` and ``block`` locate it when known (the message already
+    names them; the attributes are for programs).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kernel: str | None = None,
+        ptx_line: int | None = None,
+        thread: tuple[int, int, int] | None = None,
+        block: tuple[int, int, int] | None = None,
+    ):
+        self.kernel = kernel
+        self.ptx_line = ptx_line
+        self.thread = thread
+        self.block = block
+        super().__init__(message)

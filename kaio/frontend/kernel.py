@@ -76,6 +76,7 @@ class GpuKernel:
     def __init__(self, fn: Callable[..., Any], block_size: int | tuple[int, ...]):
         self.fn = fn
         self.name: str = fn.__name__
+        self._launcher: Any = None  # kaio.runtime.launch.Launcher, made on the first launch
         self._src = FunctionSource.of(fn, "kernel")
         try:
             self.block_size = _block_shape(block_size, self._src)
@@ -130,6 +131,41 @@ class GpuKernel:
     def __repr__(self) -> str:
         params = ", ".join(p.name for p in self.params)
         return f"<kaio.gpu_kernel {self.name}({params}) block={self.block_size}>"
+
+    # ------------------------------------------------------------------ launching (kaio.runtime)
+
+    def __getitem__(self, key: Any) -> Any:
+        """``kernel[grid](*args)`` or ``kernel[grid, block](*args)``; see kaio.runtime.launch."""
+        launcher = self._launcher
+        if launcher is None:
+            from kaio.runtime.launch import launcher_of
+
+            launcher = launcher_of(self)
+        return launcher[key]
+
+    def launch(
+        self,
+        device: Any,
+        *args: Any,
+        grid: Any,
+        block: Any = None,
+        shared_bytes: int = 0,
+        stream: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """Launch on ``device`` (None: the buffers' device, else ``kaio.Device()``) with an
+        explicit grid, optional block, dynamic shared memory bytes and stream."""
+        launcher = self._launcher
+        if launcher is None:
+            from kaio.runtime.launch import launcher_of
+
+            launcher = launcher_of(self)
+        launcher.launch_on(device, grid, block, args, kwargs, stream, shared_bytes)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from kaio.runtime.launch import not_callable
+
+        raise not_callable(self)
 
     # ------------------------------------------------------------------ internals
 

@@ -1,0 +1,202 @@
+"""The on-disk kernel cache: PTX plus the metadata a launch needs, keyed by everything that can
+change the output.
+
+``kaio.compile`` looks here first, so a kernel compiled in an earlier process is ready without
+building any IR. The key is a sha256 over: the kernel's ``source_key()`` (its source, the sources
+of the ``@kaio.device`` helpers it calls, the globals it reads, its block size), the constexpr
+values (type-exact), the pipeline (or "the kernel's default"), the target arch, kaio's version,
+xDSL's version, and a fingerprint of the compiler's own source files (so an edited pass in a
+development checkout never serves stale PTX under an unchanged version number).
+
+Each entry is one JSON file written atomically (a temporary file, then ``os.replace``). An entry
+that is truncated, not JSON, for another key, or whose PTX does not match its recorded hash is
+ignored and rebuilt, never an error. Writing is best effort: an unwritable directory only means
+no caching.
+
+Environment: ``KAIO_CACHE_DIR`` (default ``$XDG_CACHE_HOME/kaio``, else ``~/.cache/kaio``);
+``KAIO_CACHE=0`` disables the cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kaio.compiled import CompiledKernel, KernelParam
+from kaio.dtypes import BY_NAME
+
+FORMAT = 1
+_OFF = {"0", "false", "no", "off"}
+
+
+def enabled() -> bool:
+    return os.environ.get("KAIO_CACHE", "1").strip().lower() not in _OFF
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("KAIO_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "kaio"
+
+
+def entry_path(key: str) -> Path:
+    return cache_dir() / "kernels" / f"{key}.json"
+
+
+@functools.cache
+def _xdsl_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("xdsl")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """A digest of the names, sizes and modification times of kaio's installed source files."""
+    h = hashlib.sha256()
+    for package in ("kaio", "kaio.dialects", "kaio.passes", "kaio.targets", "kaio.ops_library"):
+        spec = importlib.util.find_spec(package)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            root = Path(location)
+            for path in sorted(root.rglob("*.py")):
+                st = path.stat()
+                h.update(
+                    f"{package}/{path.relative_to(root)} {st.st_size} {st.st_mtime_ns}\n".encode()
+                )
+    return h.hexdigest()
+
+
+def compile_key(kernel: Any, arch: str, pipeline: Any, constexprs: dict[str, Any]) -> str | None:
+    """The cache key of a compile, or None when the kernel cannot say what its output depends on
+    (no ``source_key``)."""
+    source_key = getattr(kernel, "source_key", None)
+    if not callable(source_key):
+        return None
+    try:
+        source = source_key()
+    except Exception:  # a kernel that cannot describe itself is simply not cached
+        return None
+    if pipeline is None:
+        pipeline_text = "<default>"  # the kernel's own: its code is in source_key/the fingerprint
+    else:
+        from kaio.pipeline import as_pipeline
+
+        pipeline_text = str(as_pipeline(pipeline))
+    from kaio import __version__
+
+    # The PTX quotes the kernel's file and line numbers in comments; source_key() covers the
+    # text, this covers where it sits (a line inserted above the kernel shifts every comment).
+    code = getattr(getattr(kernel, "fn", None), "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else ""
+    kind = type(kernel)
+    payload = {
+        "format": FORMAT,
+        "kernel": f"{kind.__module__}.{kind.__qualname__}:{getattr(kernel, 'name', '')}",
+        "where": where,
+        "source": source,
+        "constexprs": sorted((k, type(v).__name__, repr(v)) for k, v in constexprs.items()),
+        "pipeline": pipeline_text,
+        "arch": arch,
+        "kaio": __version__,
+        "xdsl": _xdsl_version(),
+        "compiler": compiler_fingerprint(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load(key: str) -> CompiledKernel | None:
+    """The cached compile for ``key``, or None (missing, unreadable or corrupt: rebuild it)."""
+    try:
+        data = json.loads(entry_path(key).read_text(encoding="utf-8"))
+        if data["format"] != FORMAT or data["key"] != key:
+            return None
+        ptx = data["ptx"]
+        if not isinstance(ptx, str) or _sha(ptx) != data["ptx_sha256"]:
+            return None
+        params = tuple(
+            KernelParam(str(name), BY_NAME[dtype], bool(is_array), bool(mutable))
+            for name, dtype, is_array, mutable in data["params"]
+        )
+        bx, by, bz = (int(d) for d in data["block_size"])
+        constexprs = dict(data["constexprs"])
+        return CompiledKernel(
+            name=str(data["name"]),
+            ptx=ptx,
+            arch=str(data["arch"]),
+            params=params,
+            block_size=(bx, by, bz),
+            shared_bytes=int(data["shared_bytes"]),
+            constexprs=constexprs,
+            pipeline=str(data["pipeline"]),
+            cache_key=key,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def store(key: str, compiled: CompiledKernel) -> bool:
+    """Write the entry atomically; False (and nothing written) when the directory is unusable."""
+    data = {
+        "format": FORMAT,
+        "key": key,
+        "name": compiled.name,
+        "arch": compiled.arch,
+        "ptx": compiled.ptx,
+        "ptx_sha256": _sha(compiled.ptx),
+        "params": [[p.name, p.dtype.name, p.is_array, p.mutable] for p in compiled.params],
+        "block_size": list(compiled.block_size),
+        "shared_bytes": compiled.shared_bytes,
+        "constexprs": compiled.constexprs,
+        "pipeline": compiled.pipeline,
+    }
+    try:
+        text = json.dumps(data)
+    except (TypeError, ValueError):  # a constexpr value JSON cannot hold: do not cache it
+        return False
+    return write_atomic(entry_path(key), text)
+
+
+def write_atomic(path: Path, text: str) -> bool:
+    """Readers see the old file or the whole new one, never a partial write."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        return False
+    return True
+
+
+def write_failed_ptx(ptx: str, name: str) -> str:
+    """Put PTX the driver rejected where a user can open it: the cache's ``failed/`` folder, or
+    a temporary file when the cache is off or unwritable. Returns the path."""
+    filename = f"{name}-{_sha(ptx)[:16]}.ptx"
+    if enabled():
+        path = cache_dir() / "failed" / filename
+        if write_atomic(path, ptx):
+            return str(path)
+    fd, tmp = tempfile.mkstemp(prefix=f"kaio-{name}-", suffix=".ptx")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(ptx)
+    return tmp

@@ -1,0 +1,138 @@
+"""The small interface a device implements: memory, modules, launches, streams and events.
+
+``Device``, ``Buffer``, argument checking and launching are written once against this interface;
+``CudaBackend`` (the CUDA driver) and ``SimBackend`` (kaio's CPU simulator of PTX) implement it.
+Handles (pointers, modules, functions, streams, events) are opaque to the shared code.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kaio.compiled import KernelParam
+
+# A prepared launch of one function: ``run(grid, block, dynamic_shared_bytes, stream, values)``
+# where ``values`` are the checked argument values (addresses for arrays) in parameter order.
+LaunchFn = Callable[[tuple[int, int, int], tuple[int, int, int], int, Any, Sequence[Any]], None]
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What a device is and what it allows; the properties ``Device`` exposes."""
+
+    name: str
+    arch: str  # "sm_90": the device's own architecture
+    sm: int  # 90
+    sm_count: int
+    total_memory: int  # bytes
+    shared_memory_per_block: int  # bytes a block gets without opting in
+    shared_memory_per_block_optin: int  # bytes a block may get after opting in (>= the above)
+    max_threads_per_block: int
+    max_block: tuple[int, int, int]
+    max_grid: tuple[int, int, int]
+    is_simulator: bool
+    ordinal: int | None  # CUDA device number; None for the simulator
+
+
+class Backend(ABC):
+    """One device's primitive operations. Pointers are ints; every other handle is opaque."""
+
+    info: DeviceInfo
+
+    def activate(self, force: bool = False) -> None:
+        """Make this device current on the calling thread (CUDA: its context)."""
+        return None
+
+    def stream_handle(self, stream: Any) -> Any:
+        """The backend's handle for a kaio stream handle, an interop int, or None (default)."""
+        return stream
+
+    # --- memory (synchronous with respect to the host unless a stream is given) -----------------
+
+    @abstractmethod
+    def alloc(self, nbytes: int) -> int: ...
+
+    @abstractmethod
+    def free(self, ptr: int) -> None: ...
+
+    @abstractmethod
+    def upload(self, ptr: int, host: np.ndarray) -> None:
+        """Copy a C-contiguous host array to ``ptr``."""
+
+    @abstractmethod
+    def download(self, ptr: int, host: np.ndarray) -> None:
+        """Fill a C-contiguous host array from ``ptr``."""
+
+    @abstractmethod
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Device to device."""
+
+    @abstractmethod
+    def zero(self, ptr: int, nbytes: int) -> None: ...
+
+    @abstractmethod
+    def memory_info(self) -> tuple[int, int]:
+        """(free, total) bytes."""
+
+    def owns(self, ptr: int, nbytes: int) -> bool | None:
+        """Whether [ptr, ptr+nbytes) is memory of this device: True/False when the backend can
+        tell cheaply, None when it cannot (the CUDA driver would need a call per argument)."""
+        return None
+
+    # --- modules and launches --------------------------------------------------------------------
+
+    @abstractmethod
+    def load_module(self, ptx: str) -> Any:
+        """Load PTX text; a rejection raises KaioLaunchError(message, log=...) without a path."""
+
+    @abstractmethod
+    def unload_module(self, module: Any) -> None: ...
+
+    @abstractmethod
+    def get_function(self, module: Any, name: str) -> Any: ...
+
+    @abstractmethod
+    def launcher(self, function: Any, params: tuple[KernelParam, ...], name: str) -> LaunchFn:
+        """A prepared launch of ``function``: its parameter packing is built once, here."""
+
+    @abstractmethod
+    def synchronize(self) -> None: ...
+
+    # --- streams and events ----------------------------------------------------------------------
+
+    @abstractmethod
+    def create_stream(self) -> Any: ...
+
+    @abstractmethod
+    def destroy_stream(self, stream: Any) -> None: ...
+
+    @abstractmethod
+    def synchronize_stream(self, stream: Any) -> None: ...
+
+    @abstractmethod
+    def create_event(self, timing: bool) -> Any: ...
+
+    @abstractmethod
+    def destroy_event(self, event: Any) -> None: ...
+
+    @abstractmethod
+    def record_event(self, event: Any, stream: Any) -> None: ...
+
+    @abstractmethod
+    def synchronize_event(self, event: Any) -> None: ...
+
+    @abstractmethod
+    def query_event(self, event: Any) -> bool: ...
+
+    @abstractmethod
+    def elapsed_ms(self, start: Any, end: Any) -> float: ...
+
+    def wait_stream(self, waiter: Any, producer: Any) -> None:
+        """Make ``waiter`` wait for the work queued so far on ``producer`` (an interop stream).
+        The simulator runs everything synchronously, so the default does nothing."""
+        return None

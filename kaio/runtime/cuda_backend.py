@@ -1,0 +1,317 @@
+"""The CUDA backend: one GPU through the driver API (cuda-python's ``cuda.bindings.driver``).
+
+Context: the device's *primary* context, retained once (it is the context the CUDA runtime,
+PyTorch and CuPy use, so buffers and streams interoperate) and made current on the calling thread
+before each operation. Which context kaio last made current is remembered per thread, so the
+check costs no driver call; if another library switched contexts behind kaio's back, the
+resulting INVALID_CONTEXT/INVALID_HANDLE makes kaio set it again and retry once.
+
+Launch: parameters are packed with one ``struct.pack_into`` into a buffer laid out once per
+function, and ``cuLaunchKernel`` gets the address of a prebuilt array of pointers into it: a
+launch is that pack and one driver call. The driver copies parameters at launch time, so the
+buffer is reused; a lock keeps two threads from packing into it at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kaio.compiled import KernelParam
+from kaio.errors import KaioDriverError, KaioLaunchError
+from kaio.runtime import driver
+from kaio.runtime.args import struct_code
+from kaio.runtime.backend import Backend, DeviceInfo, LaunchFn
+from kaio.runtime.driver import check
+
+JIT_LOG_BYTES = 64 * 1024
+DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory above this needs an opt-in attribute
+_RETRY_ERRORS = (
+    "CUDA_ERROR_INVALID_CONTEXT",
+    "CUDA_ERROR_INVALID_HANDLE",
+    "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+)
+
+_current = threading.local()  # .ctx: the context kaio last made current on this thread
+
+
+def _text(log: bytearray) -> str:
+    return bytes(log).split(b"\0", 1)[0].decode(errors="replace").strip()
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} B"
+
+
+class CudaBackend(Backend):
+    def __init__(self, ordinal: int) -> None:
+        drv = driver.load()  # DriverUnavailable when there is no driver
+        self._drv = drv
+        count = check("cuDeviceGetCount", drv.cuDeviceGetCount())
+        if count == 0:
+            raise driver.DriverUnavailable("no CUDA device found")
+        if not 0 <= ordinal < count:
+            raise KaioDriverError(
+                "cuDeviceGet",
+                "CUDA_ERROR_INVALID_DEVICE",
+                f"no CUDA device {ordinal}: there are {count}",
+            )
+        self._device = check("cuDeviceGet", drv.cuDeviceGet(ordinal))
+        major = self._attribute("COMPUTE_CAPABILITY_MAJOR")
+        minor = self._attribute("COMPUTE_CAPABILITY_MINOR")
+        raw_name = check("cuDeviceGetName", drv.cuDeviceGetName(256, self._device))
+        name = bytes(raw_name).split(b"\0", 1)[0].decode(errors="replace")
+        per_block = self._attribute("MAX_SHARED_MEMORY_PER_BLOCK")
+        self.info = DeviceInfo(
+            name=name,
+            arch=f"sm_{major}{minor}",
+            sm=major * 10 + minor,
+            sm_count=self._attribute("MULTIPROCESSOR_COUNT"),
+            total_memory=int(check("cuDeviceTotalMem", drv.cuDeviceTotalMem(self._device))),
+            shared_memory_per_block=per_block,
+            shared_memory_per_block_optin=max(
+                per_block, self._attribute("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
+            ),
+            max_threads_per_block=self._attribute("MAX_THREADS_PER_BLOCK"),
+            max_block=(
+                self._attribute("MAX_BLOCK_DIM_X"),
+                self._attribute("MAX_BLOCK_DIM_Y"),
+                self._attribute("MAX_BLOCK_DIM_Z"),
+            ),
+            max_grid=(
+                self._attribute("MAX_GRID_DIM_X"),
+                self._attribute("MAX_GRID_DIM_Y"),
+                self._attribute("MAX_GRID_DIM_Z"),
+            ),
+            is_simulator=False,
+            ordinal=ordinal,
+        )
+        self._ctx = check("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(self._device))
+        self._null_stream = drv.CUstream(0)
+        self.last_jit_log = ""  # the JIT's info log of the latest module load
+
+    def _attribute(self, name: str) -> int:
+        attr = getattr(self._drv.CUdevice_attribute, "CU_DEVICE_ATTRIBUTE_" + name)
+        return int(
+            check("cuDeviceGetAttribute", self._drv.cuDeviceGetAttribute(attr, self._device))
+        )
+
+    def activate(self, force: bool = False) -> None:
+        """Make the primary context current on this thread (no driver call if kaio already did)."""
+        if force or getattr(_current, "ctx", None) is not self._ctx:
+            check("cuCtxSetCurrent", self._drv.cuCtxSetCurrent(self._ctx))
+            _current.ctx = self._ctx
+
+    def stream_handle(self, stream: Any) -> Any:
+        """None -> the legacy default stream; an int (interop protocols) -> a CUstream."""
+        if stream is None:
+            return self._null_stream
+        if isinstance(stream, int):
+            return self._drv.CUstream(stream)
+        return stream
+
+    # --- memory ----------------------------------------------------------------------------------
+
+    def alloc(self, nbytes: int) -> int:
+        self.activate()
+        err, ptr = self._drv.cuMemAlloc(nbytes)
+        if err:
+            if driver.is_error(err, "CUDA_ERROR_OUT_OF_MEMORY"):
+                try:
+                    free, total = self.memory_info()
+                    have = f"; {_size(free)} of {_size(total)} free"
+                except KaioDriverError:
+                    have = ""
+                raise driver.error(
+                    "cuMemAlloc",
+                    err,
+                    f"out of memory: cannot allocate {_size(nbytes)} on {self.info.name}{have}",
+                )
+            raise driver.error("cuMemAlloc", err, f"{nbytes} bytes")
+        return int(ptr)
+
+    def free(self, ptr: int) -> None:
+        self.activate()
+        check("cuMemFree", self._drv.cuMemFree(ptr))
+
+    def upload(self, ptr: int, host: np.ndarray) -> None:
+        self.activate()
+        check("cuMemcpyHtoD", self._drv.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes))
+
+    def download(self, ptr: int, host: np.ndarray) -> None:
+        self.activate()
+        check("cuMemcpyDtoH", self._drv.cuMemcpyDtoH(host.ctypes.data, ptr, host.nbytes))
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        self.activate()
+        check("cuMemcpyDtoD", self._drv.cuMemcpyDtoD(dst, src, nbytes))
+
+    def zero(self, ptr: int, nbytes: int) -> None:
+        self.activate()
+        check("cuMemsetD8", self._drv.cuMemsetD8(ptr, 0, nbytes))
+
+    def memory_info(self) -> tuple[int, int]:
+        self.activate()
+        free, total = check("cuMemGetInfo", self._drv.cuMemGetInfo())
+        return int(free), int(total)
+
+    # --- modules and launches --------------------------------------------------------------------
+
+    def load_module(self, ptx: str) -> Any:
+        self.activate()
+        drv = self._drv
+        opt = drv.CUjit_option
+        errors, infos = bytearray(JIT_LOG_BYTES), bytearray(JIT_LOG_BYTES)
+        options = [
+            opt.CU_JIT_ERROR_LOG_BUFFER,
+            opt.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            opt.CU_JIT_INFO_LOG_BUFFER,
+            opt.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+            opt.CU_JIT_LOG_VERBOSE,
+        ]
+        values: list[Any] = [errors, JIT_LOG_BYTES, infos, JIT_LOG_BYTES, 1]
+        result = drv.cuModuleLoadDataEx(ptx.encode() + b"\0", len(options), options, values)
+        if result[0]:
+            failure = driver.error("cuModuleLoadDataEx", result[0])
+            log = "\n".join(part for part in (_text(errors), _text(infos)) if part)
+            raise KaioLaunchError(
+                f"the CUDA driver could not load the PTX ({failure.error_name}"
+                + (f": {failure.error_string})" if failure.error_string else ")"),
+                log=log,
+            )
+        self.last_jit_log = _text(infos)
+        return result[1]
+
+    def unload_module(self, module: Any) -> None:
+        self.activate()
+        check("cuModuleUnload", self._drv.cuModuleUnload(module))
+
+    def get_function(self, module: Any, name: str) -> Any:
+        self.activate()
+        return check("cuModuleGetFunction", self._drv.cuModuleGetFunction(module, name.encode()))
+
+    def launcher(self, function: Any, params: tuple[KernelParam, ...], name: str) -> LaunchFn:
+        drv = self._drv
+        # One slot per parameter at its natural alignment; a pointer array into the slots.
+        fmt, offsets, offset = "<", [], 0
+        for p in params:
+            size = p.nbytes
+            pad = -offset % size
+            fmt += "x" * pad + struct_code(p)
+            offset += pad
+            offsets.append(offset)
+            offset += size
+        storage = (ctypes.c_uint8 * max(offset, 1))()
+        base = ctypes.addressof(storage)
+        pointers = (ctypes.c_void_p * max(len(params), 1))(*[base + o for o in offsets])
+        kernel_params = ctypes.addressof(pointers) if params else 0
+        keep_alive = (storage, pointers)  # the driver reads them through raw addresses
+        pack_into = struct.Struct(fmt).pack_into
+        cu_launch = drv.cuLaunchKernel
+        lock = threading.Lock()
+        shared_optin = [DEFAULT_SHARED_LIMIT]  # dynamic shared memory this function allows so far
+        activate = self.activate
+        null_stream = self._null_stream
+
+        def run(
+            grid: tuple[int, int, int],
+            block: tuple[int, int, int],
+            shared_bytes: int,
+            stream: Any,
+            values: Sequence[Any],
+        ) -> None:
+            if shared_bytes > shared_optin[0]:
+                self._allow_shared(function, shared_bytes)
+                shared_optin[0] = shared_bytes
+            handle = null_stream if stream is None else stream
+            activate()
+            with lock:
+                pack_into(storage, 0, *values)
+                (err,) = cu_launch(function, *grid, *block, shared_bytes, handle, kernel_params, 0)
+                if err and any(driver.is_error(err, e) for e in _RETRY_ERRORS):
+                    activate(force=True)  # another library switched the current context
+                    (err,) = cu_launch(
+                        function, *grid, *block, shared_bytes, handle, kernel_params, 0
+                    )
+            if err:
+                raise driver.error(
+                    "cuLaunchKernel",
+                    err,
+                    f"kernel {name}, grid {grid}, block {block}, {shared_bytes} B dynamic shared",
+                )
+
+        run.keep_alive = keep_alive  # type: ignore[attr-defined]
+        return run
+
+    def _allow_shared(self, function: Any, nbytes: int) -> None:
+        attr = self._drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check("cuFuncSetAttribute", self._drv.cuFuncSetAttribute(function, attr, nbytes))
+
+    def synchronize(self) -> None:
+        self.activate()
+        check("cuCtxSynchronize", self._drv.cuCtxSynchronize())
+
+    # --- streams and events ----------------------------------------------------------------------
+
+    def create_stream(self) -> Any:
+        self.activate()
+        flags = (
+            self._drv.CUstream_flags.CU_STREAM_DEFAULT
+        )  # blocking: orders with legacy stream work
+        return check("cuStreamCreate", self._drv.cuStreamCreate(flags))
+
+    def destroy_stream(self, stream: Any) -> None:
+        self.activate()
+        check("cuStreamDestroy", self._drv.cuStreamDestroy(stream))
+
+    def synchronize_stream(self, stream: Any) -> None:
+        self.activate()
+        check("cuStreamSynchronize", self._drv.cuStreamSynchronize(self.stream_handle(stream)))
+
+    def create_event(self, timing: bool) -> Any:
+        self.activate()
+        flags = self._drv.CUevent_flags
+        flag = flags.CU_EVENT_DEFAULT if timing else flags.CU_EVENT_DISABLE_TIMING
+        return check("cuEventCreate", self._drv.cuEventCreate(flag))
+
+    def destroy_event(self, event: Any) -> None:
+        self.activate()
+        check("cuEventDestroy", self._drv.cuEventDestroy(event))
+
+    def record_event(self, event: Any, stream: Any) -> None:
+        self.activate()
+        check("cuEventRecord", self._drv.cuEventRecord(event, self.stream_handle(stream)))
+
+    def synchronize_event(self, event: Any) -> None:
+        check("cuEventSynchronize", self._drv.cuEventSynchronize(event))
+
+    def query_event(self, event: Any) -> bool:
+        (err,) = self._drv.cuEventQuery(event)
+        if err and driver.is_error(err, "CUDA_ERROR_NOT_READY"):
+            return False
+        if err:
+            raise driver.error("cuEventQuery", err)
+        return True
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        return float(check("cuEventElapsedTime", self._drv.cuEventElapsedTime(start, end)))
+
+    def wait_stream(self, waiter: Any, producer: Any) -> None:
+        self.activate()
+        event = self.create_event(timing=False)
+        try:
+            self.record_event(event, producer)
+            check(
+                "cuStreamWaitEvent",
+                self._drv.cuStreamWaitEvent(self.stream_handle(waiter), event, 0),
+            )
+        finally:
+            self.destroy_event(event)

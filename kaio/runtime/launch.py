@@ -1,0 +1,285 @@
+"""Launching a ``@kaio.gpu_kernel``: ``kernel[grid](...)``, ``kernel[grid, block](...)`` and
+``kernel.launch(dev, ..., grid=...)``.
+
+The first launch of a specialization (a set of constexpr values) on a device compiles it (through
+the disk cache), loads the module, and builds one checker per parameter and the backend's packed
+launch. Every later launch is: bind the arguments, one dict lookup, the checkers, one pack and
+one driver call.
+
+The launch device is the device of the kaio Buffers among the arguments (all must agree), else
+``kaio.Device()``; ``kernel.launch(dev, ...)`` names it explicitly.
+
+``kernel[4, 2]`` is a 2-D grid, as in Triton (``kernel[(4, 2)]`` is the same Python
+expression). A block is recognized when the subscript is a pair whose items are not both ints:
+``kernel[4, (128,)]``, ``kernel[(gx, gy), (16, 16)]``, ``kernel[grid_fn, 128]``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kaio.compiled import CompiledKernel
+from kaio.errors import KaioLaunchError, KaioTypeError
+from kaio.runtime.args import Check, apply_each, array_checker, scalar_checker
+from kaio.runtime.backend import LaunchFn
+from kaio.runtime.buffer import Buffer
+from kaio.runtime.device import Device, default_device
+from kaio.runtime.grid import Dim3, resolve_block, resolve_grid
+from kaio.runtime.signature import DeclaredParam, Signature, constexpr_key
+from kaio.runtime.streams import stream_handle
+
+if TYPE_CHECKING:
+    from kaio.frontend.kernel import GpuKernel
+
+_CACHED_SHAPES = 64  # validated grids/blocks remembered per specialization
+
+
+def _cacheable(shape: Any) -> bool:
+    """Whether ``shape`` may key a cache of validated shapes: only exact ints (and tuples of
+    them), since Python's ``2.0 == 2`` and ``True == 1`` would otherwise let an invalid shape hit
+    the entry of a valid one."""
+    if shape.__class__ is int:
+        return True
+    if shape.__class__ is tuple:
+        for d in shape:
+            if d.__class__ is not int and not (d.__class__ is tuple and _cacheable(d)):
+                return False
+        return True
+    return False
+
+
+@dataclass
+class Specialization:
+    """A kernel compiled for one set of constexpr values and loaded on one device."""
+
+    compiled: CompiledKernel
+    device: Device
+    checks: tuple[Check, ...]
+    check_all: Callable[[Sequence[Any], Any, list[Any]], tuple[Any, ...]]  # apply_each(checks)
+    run: LaunchFn
+    block: Dim3
+    grids: dict[Any, Dim3] = field(default_factory=dict)
+    blocks: dict[Any, Dim3] = field(default_factory=dict)
+
+
+def split_key(key: Any) -> tuple[Any, Any]:
+    """``kernel[key]`` -> (grid, block or None); see the module doc for the rule."""
+    if isinstance(key, tuple) and len(key) == 2:
+        if not all(isinstance(k, (int, np.integer)) for k in key):
+            return key[0], key[1]
+    return key, None
+
+
+class BoundLaunch:
+    """``kernel[grid]`` / ``kernel[grid, block]``: call it with the kernel's arguments."""
+
+    __slots__ = ("_launcher", "grid", "block")
+
+    def __init__(self, launcher: Launcher, grid: Any, block: Any) -> None:
+        self._launcher = launcher
+        self.grid = grid
+        self.block = block
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self._launcher.launch(self.grid, self.block, args, kwargs)
+
+    def __getitem__(self, key: Any) -> BoundLaunch:
+        raise KaioLaunchError(
+            "a launch takes one subscript: kernel[grid] or kernel[grid, block], then the arguments"
+        )
+
+    def __repr__(self) -> str:
+        return f"<launch of {self._launcher.name} grid={self.grid!r} block={self.block!r}>"
+
+
+class Launcher:
+    """The launch machinery of one kernel: its signature and its specializations."""
+
+    def __init__(self, kernel: GpuKernel) -> None:
+        from kaio.frontend.kernel import ParamKind
+
+        self.kernel = kernel
+        self.name = kernel.name
+        declared = [
+            DeclaredParam(p.name, p.kind is ParamKind.CONSTEXPR, p.has_default, p.default)
+            for p in kernel.params
+        ]
+        self.signature = Signature(kernel.name, declared)
+        runtime = kernel.runtime_params
+        self.array_positions = tuple(i for i, p in enumerate(runtime) if p.is_array)
+        self._specs: dict[tuple[Device, tuple[Any, ...]], Specialization] = {}
+        self._lock = threading.Lock()
+        # The specialization of the latest launch: consecutive launches of the same one (the
+        # common loop) skip hashing the constexpr key.
+        self._last: tuple[Device | None, Any, Specialization | None] = (None, None, None)
+        self._bound: dict[Any, BoundLaunch] = {}
+
+    def __getitem__(self, key: Any) -> BoundLaunch:
+        cacheable = _cacheable(key)
+        if cacheable:
+            bound = self._bound.get(key)
+            if bound is not None:
+                return bound
+        grid, block = split_key(key)
+        bound = BoundLaunch(self, grid, block)
+        if cacheable and len(self._bound) < _CACHED_SHAPES:
+            self._bound[key] = bound
+        return bound
+
+    def launch(
+        self,
+        grid: Any,
+        block: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        device: Device | None = None,
+        stream: Any = None,
+        shared_bytes: int = 0,
+    ) -> None:
+        sig = self.signature
+        if not kwargs and sig.fast_path and len(args) == sig.n_runtime:
+            runtime, constexprs, key = args, sig.default_constexprs, sig.default_key
+        else:
+            runtime, constexprs, key = sig.bind(args, kwargs)
+        if device is None:
+            for i in self.array_positions:
+                value = runtime[i]
+                if value.__class__ is Buffer:
+                    device = value._device
+                    break
+            else:
+                device = default_device()
+        last_device, last_key, spec = self._last
+        if device is not last_device or key is not last_key:
+            spec = self._specs.get((device, key))
+            if spec is None:
+                spec = self._specialize(device, constexprs, key)
+            self._last = (device, key, spec)
+        assert spec is not None
+        g = spec.grids.get(grid) if _cacheable(grid) else None
+        if g is None:
+            g = self._grid(spec, grid, runtime, constexprs)
+        b = spec.block if block is None else self._block(spec, block)
+        if shared_bytes:
+            self._check_shared(spec, shared_bytes)
+        handle = None if stream is None else stream_handle(device, stream)
+        cleanups: list[Any] = []
+        try:
+            spec.run(g, b, shared_bytes, handle, spec.check_all(runtime, handle, cleanups))
+        finally:
+            for release in cleanups:  # DLPack arguments: hand the tensors back
+                release()
+
+    def launch_on(
+        self,
+        device: Any,
+        grid: Any,
+        block: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        stream: Any,
+        shared_bytes: int,
+    ) -> None:
+        """``kernel.launch(device, ...)``: ``device`` a Device, an identity, or None."""
+        if device is not None and device.__class__ is not Device:
+            device = Device(device)
+        self.launch(grid, block, args, kwargs, device, stream, shared_bytes)
+
+    def specialization(self, device: Device | None = None, **constexprs: Any) -> Specialization:
+        """The compiled and loaded specialization for ``constexprs`` (defaults applied)."""
+        device = Device(device) if device is not None else default_device()
+        values = dict(self.signature.default_constexprs)
+        values.update(constexprs)
+        missing = [n for n in self.signature.constexpr_names if n not in values]
+        if missing:
+            raise KaioTypeError(
+                f"kernel `{self.name}`: no value for constexpr {', '.join(missing)}"
+            )
+        key = constexpr_key([values[n] for n in self.signature.constexpr_names])
+        return self._specs.get((device, key)) or self._specialize(device, values, key)
+
+    # --- first launch of a specialization --------------------------------------------------------
+
+    def _specialize(
+        self, device: Device, constexprs: dict[str, Any], key: tuple[Any, ...]
+    ) -> Specialization:
+        with self._lock:
+            spec = self._specs.get((device, key))
+            if spec is not None:
+                return spec
+            from kaio.compiler import compile
+
+            compiled = compile(self.kernel, arch=device.compile_arch, **constexprs)
+            names = tuple(p.name for p in compiled.params)
+            if names != self.signature.runtime_names:  # the compile contract was broken: a bug
+                raise KaioLaunchError(
+                    f"kernel `{self.name}` compiled with parameters {names}, declared "
+                    f"{self.signature.runtime_names}"
+                )
+            function = device._modules.function(compiled.ptx, compiled.name)
+            checks = tuple(
+                array_checker(self.name, p, device) if p.is_array else scalar_checker(self.name, p)
+                for p in compiled.params
+            )
+            run = device._backend.launcher(function, compiled.params, compiled.name)
+            check_all = apply_each(checks, ("stream", "cleanups"))
+            spec = Specialization(compiled, device, checks, check_all, run, compiled.block_size)
+            self._specs[(device, key)] = spec
+            return spec
+
+    def _grid(
+        self, spec: Specialization, grid: Any, runtime: Sequence[Any], constexprs: Mapping[str, Any]
+    ) -> Dim3:
+        def meta() -> dict[str, Any]:
+            return {**dict(zip(self.signature.runtime_names, runtime, strict=True)), **constexprs}
+
+        g = resolve_grid(grid, meta, spec.device.info.max_grid)
+        if _cacheable(grid) and len(spec.grids) < _CACHED_SHAPES:
+            spec.grids[grid] = g
+        return g
+
+    def _block(self, spec: Specialization, block: Any) -> Dim3:
+        cacheable = _cacheable(block)
+        b = spec.blocks.get(block) if cacheable else None
+        if b is not None:
+            return b
+        info = spec.device.info
+        b = resolve_block(block, spec.block, self.name, info.max_block, info.max_threads_per_block)
+        if cacheable and len(spec.blocks) < _CACHED_SHAPES:
+            spec.blocks[block] = b
+        return b
+
+    def _check_shared(self, spec: Specialization, shared_bytes: Any) -> None:
+        if (
+            not isinstance(shared_bytes, (int, np.integer))
+            or isinstance(shared_bytes, bool)
+            or shared_bytes < 0
+        ):
+            raise KaioLaunchError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
+        limit = spec.device.shared_memory_per_block_optin
+        total = spec.compiled.shared_bytes + int(shared_bytes)
+        if total > limit:
+            raise KaioLaunchError(
+                f"kernel `{self.name}` needs {spec.compiled.shared_bytes} bytes of static and "
+                f"{shared_bytes} of dynamic shared memory per block; {spec.device!r} allows {limit}"
+            )
+
+
+def launcher_of(kernel: GpuKernel) -> Launcher:
+    launcher: Launcher | None = getattr(kernel, "_launcher", None)
+    if launcher is None:
+        launcher = Launcher(kernel)
+        kernel._launcher = launcher
+    return launcher
+
+
+def not_callable(kernel: GpuKernel) -> KaioTypeError:
+    return KaioTypeError(
+        f"`{kernel.name}` is a GPU kernel and cannot be called like a function: launch it with "
+        f"{kernel.name}[grid](...) or {kernel.name}.launch(dev, ..., grid=...)"
+    )

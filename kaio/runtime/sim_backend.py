@@ -1,0 +1,175 @@
+"""The simulator backend: kaio's CPU simulator of PTX (``kaio.targets.sim``) as a device.
+
+Everything is synchronous: a launch returns when the kernel has run, so streams are markers and
+events read the wall clock when recorded. The simulator checks every access, so a kernel bug
+surfaces as ``KaioMemoryError``/``KaioSimError`` at the launch that caused it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kaio.compiled import KernelParam
+from kaio.errors import KaioDriverError, KaioError, KaioLaunchError
+from kaio.runtime.args import apply_each, struct_code
+from kaio.runtime.backend import Backend, DeviceInfo, LaunchFn
+from kaio.targets.ptx.arch import get_arch
+
+# Shared memory a block may opt into, per architecture (CUDA programming guide, "compute
+# capabilities"); the simulator itself allows up to sm_90's 227 KiB.
+_SHARED_OPTIN = {70: 96, 72: 96, 75: 64, 80: 163, 86: 99, 87: 163, 89: 99, 90: 227}
+# The simulator answers %nsmid with 108 (an A100); report the same count.
+_SIM_SM_COUNT = 108
+
+
+def _host_memory() -> int:
+    """Physical memory of the host: the simulated device's memory is host memory."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
+
+
+class _Event:
+    __slots__ = ("time",)
+
+    def __init__(self) -> None:
+        self.time: float | None = None
+
+
+class SimBackend(Backend):
+    def __init__(self, arch: str) -> None:
+        from kaio.targets.sim import Simulator
+        from kaio.targets.sim.simulator import MAX_BLOCK, MAX_GRID, MAX_SHARED_BYTES
+
+        target = get_arch(arch)
+        self.simulator = Simulator()
+        self.last_report: Any = None  # the LaunchReport of the latest launch
+        optin = min(_SHARED_OPTIN.get(target.sm, 48) * 1024, MAX_SHARED_BYTES)
+        self.info = DeviceInfo(
+            name=f"kaio CPU simulator ({target.name})",
+            arch=target.name,
+            sm=target.sm,
+            sm_count=_SIM_SM_COUNT,
+            total_memory=_host_memory(),
+            shared_memory_per_block=48 * 1024,
+            shared_memory_per_block_optin=max(optin, 48 * 1024),
+            max_threads_per_block=1024,
+            max_block=MAX_BLOCK,
+            max_grid=MAX_GRID,
+            is_simulator=True,
+            ordinal=None,
+        )
+
+    # --- memory ----------------------------------------------------------------------------------
+
+    def alloc(self, nbytes: int) -> int:
+        try:
+            return int(self.simulator.memory.alloc(nbytes))
+        except MemoryError:
+            raise KaioDriverError(
+                "alloc",
+                "CUDA_ERROR_OUT_OF_MEMORY",
+                f"out of memory: the simulator could not allocate {nbytes} bytes of host memory",
+            ) from None
+
+    def free(self, ptr: int) -> None:
+        self.simulator.memory.free(ptr)
+
+    def upload(self, ptr: int, host: np.ndarray) -> None:
+        self.simulator.memory.write(ptr, host.reshape(-1).view(np.uint8))
+
+    def download(self, ptr: int, host: np.ndarray) -> None:
+        raw = host.reshape(-1).view(np.uint8)
+        raw[:] = self.simulator.memory.read(ptr, raw.size)
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        memory = self.simulator.memory
+        memory.write(dst, memory.read(src, nbytes))
+
+    def zero(self, ptr: int, nbytes: int) -> None:
+        self.simulator.memory.write(ptr, np.zeros(nbytes, dtype=np.uint8))
+
+    def memory_info(self) -> tuple[int, int]:
+        total = self.info.total_memory
+        return max(total - self.simulator.memory.bytes_allocated, 0), total
+
+    def owns(self, ptr: int, nbytes: int) -> bool:
+        found = self.simulator.memory.allocation_of(ptr)
+        return found is not None and ptr + nbytes <= found[0] + found[1]
+
+    # --- modules and launches --------------------------------------------------------------------
+
+    def load_module(self, ptx: str) -> Any:
+        try:
+            return self.simulator.load(ptx)
+        except KaioError:
+            raise
+        except Exception as exc:  # a simulator bug while loading: still a load failure, not a crash
+            raise KaioLaunchError(
+                "the simulator could not load the PTX", log=f"{type(exc).__name__}: {exc}"
+            ) from exc
+
+    def unload_module(self, module: Any) -> None:
+        return None  # a parsed module holds no device memory besides its variables
+
+    def get_function(self, module: Any, name: str) -> Any:
+        if name not in module.entries:
+            raise KaioLaunchError(f"the PTX has no kernel named {name!r}")
+        return (module, name)
+
+    def launcher(self, function: Any, params: tuple[KernelParam, ...], name: str) -> LaunchFn:
+        module, entry = function
+        pack_all = apply_each([struct.Struct("<" + struct_code(p)).pack for p in params])
+        launch = module.launch
+
+        def run(
+            grid: tuple[int, int, int],
+            block: tuple[int, int, int],
+            shared_bytes: int,
+            stream: Any,
+            values: Sequence[Any],
+        ) -> None:
+            self.last_report = launch(entry, grid, block, pack_all(values), shared_bytes)
+
+        return run
+
+    def synchronize(self) -> None:
+        return None  # every operation already ran to completion
+
+    # --- streams and events ----------------------------------------------------------------------
+
+    def create_stream(self) -> Any:
+        return object()  # a marker: work on it runs at once, like everything here
+
+    def destroy_stream(self, stream: Any) -> None:
+        return None
+
+    def synchronize_stream(self, stream: Any) -> None:
+        return None
+
+    def create_event(self, timing: bool) -> Any:
+        return _Event()
+
+    def destroy_event(self, event: Any) -> None:
+        return None
+
+    def record_event(self, event: Any, stream: Any) -> None:
+        event.time = time.perf_counter()
+
+    def synchronize_event(self, event: Any) -> None:
+        return None
+
+    def query_event(self, event: Any) -> bool:
+        return True
+
+    def elapsed_ms(self, start: Any, end: Any) -> float:
+        if start.time is None or end.time is None:
+            raise KaioError("elapsed_ms needs two recorded events")
+        return float(end.time - start.time) * 1e3

@@ -1,0 +1,27 @@
+"""Settings for the whole test suite.
+
+``kaio.compile`` writes its disk cache under ``~/.cache/kaio`` by default; the suite must never
+touch the user's home, so every run gets a fresh temporary cache directory, set before any test
+module is imported (some compile at import time) and removed at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_cache_dir: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _cache_dir
+    _cache_dir = tempfile.mkdtemp(prefix="kaio-test-cache-")
+    os.environ["KAIO_CACHE_DIR"] = _cache_dir
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _cache_dir is not None:
+        shutil.rmtree(_cache_dir, ignore_errors=True)
