@@ -116,7 +116,8 @@ def main() -> None:
     n = 1000
     x = np.random.default_rng().normal(0.5, 1.0, n).astype(np.float32)
     xs, ys = dev.alloc_from(x), dev.alloc_from(np.full(n, np.nan, np.float32))
-    clamp01.launch(dev, xs, ys, n, grid=(n + 127) // 128, pipeline=pipeline(dev.arch))
+    saturating = clamp01.with_pipeline(pipeline)  # launches compile with our pipeline
+    saturating[kaio.cdiv(n, 128)](xs, ys, n)
     assert np.array_equal(ys.to_host(), np.clip(x, 0.0, 1.0))
     print(f"ran on {dev.name}: matches numpy.clip")
 

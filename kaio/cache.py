@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,25 @@ def compiler_fingerprint() -> str:
     return h.hexdigest()
 
 
+def extensions_fingerprint(passes: Any) -> str:
+    """A digest of the files defining user passes in the pipeline and user lowering rules (code
+    outside kaio and xDSL that changes the output without changing any name in the key)."""
+    from kaio.passes.to_ptx import LOWERINGS
+
+    modules = {type(p).__module__ for p in passes}
+    modules |= {rule.__module__ for rule in LOWERINGS.values()}
+    h = hashlib.sha256()
+    for name in sorted(m for m in modules if not m.startswith(("kaio.", "xdsl."))):
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if path and os.path.exists(path):
+            st = os.stat(path)
+            h.update(f"{name} {st.st_size} {st.st_mtime_ns}\n".encode())
+        else:
+            h.update(f"{name} ?\n".encode())
+    return h.hexdigest()
+
+
 def compile_key(kernel: Any, arch: str, pipeline: Any, constexprs: dict[str, Any]) -> str | None:
     """The cache key of a compile, or None when the kernel cannot say what its output depends on
     (no ``source_key``)."""
@@ -87,12 +107,10 @@ def compile_key(kernel: Any, arch: str, pipeline: Any, constexprs: dict[str, Any
         source = source_key()
     except Exception:  # a kernel that cannot describe itself is simply not cached
         return None
-    if pipeline is None:
-        pipeline_text = "<default>"  # the kernel's own: its code is in source_key/the fingerprint
-    else:
-        from kaio.pipeline import as_pipeline
+    from kaio.pipeline import as_pipeline
 
-        pipeline_text = str(as_pipeline(pipeline))
+    resolved = as_pipeline(pipeline)
+    pipeline_text = str(resolved)
     from kaio import __version__
 
     # The PTX quotes the kernel's file and line numbers in comments; source_key() covers the
@@ -111,6 +129,7 @@ def compile_key(kernel: Any, arch: str, pipeline: Any, constexprs: dict[str, Any
         "kaio": __version__,
         "xdsl": _xdsl_version(),
         "compiler": compiler_fingerprint(),
+        "extensions": extensions_fingerprint(resolved.passes),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 

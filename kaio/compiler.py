@@ -154,6 +154,7 @@ def compile(
     the stages (``dump_ir``, ``KAIO_DUMP_IR``) always compiles, and refreshes the entry.
     """
     arch_name = get_arch(arch or DEFAULT_ARCH).name
+    pipeline = _resolve_pipeline(kernel, arch_name, pipeline)
     key = None
     if not isinstance(kernel, ModuleOp) and disk_cache.enabled():
         key = disk_cache.compile_key(kernel, arch_name, pipeline, constexprs)
@@ -169,6 +170,14 @@ def compile(
         compiled.cache_key = key
         disk_cache.store(key, compiled)
     return compiled
+
+
+def _resolve_pipeline(kernel: Any, arch_name: str, pipeline: Any) -> Pipeline:
+    """The pipeline a compile runs: the given one, else the kernel's default."""
+    if pipeline is None:
+        default = getattr(kernel, "default_pipeline", None)
+        return as_pipeline(default(arch_name)) if callable(default) else kernel_pipeline(arch_name)
+    return as_pipeline(pipeline)
 
 
 def _ignore_stage(stage: str, text: str) -> None:
@@ -191,11 +200,7 @@ def _compile(
         module, params, values = built.module, tuple(built.params), dict(built.constexprs)
         func = _the_kernel(module)
         name = func.sym_name.data
-    if pipeline is None:
-        default = getattr(kernel, "default_pipeline", None)
-        chosen: Pipeline = default(arch_name) if callable(default) else kernel_pipeline(arch_name)
-    else:
-        chosen = as_pipeline(pipeline)
+    chosen = _resolve_pipeline(kernel, arch_name, pipeline)
     block_size = func.block_shape
 
     watchers: list[DumpCallback] = []

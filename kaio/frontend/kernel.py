@@ -9,6 +9,7 @@ per call for the compiler to lower.
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import hashlib
 import inspect
@@ -77,6 +78,7 @@ class GpuKernel:
         self.fn = fn
         self.name: str = fn.__name__
         self._launcher: Any = None  # kaio.runtime.launch.Launcher, made on the first launch
+        self._pipeline: Callable[[str], Any] | None = None  # with_pipeline's override
         self._src = FunctionSource.of(fn, "kernel")
         try:
             self.block_size = _block_shape(block_size, self._src)
@@ -124,9 +126,19 @@ class GpuKernel:
         """The pass pipeline ``kaio.compile`` uses for this kernel: print it, edit it (a
         :class:`kaio.Pipeline` is immutable: ``insert``/``replace``/``without`` return new ones),
         and pass it back as ``kaio.compile(kernel, pipeline=...)``."""
+        if self._pipeline is not None:
+            return self._pipeline(arch)
         from kaio.pipeline import kernel_pipeline
 
         return kernel_pipeline(arch)
+
+    def with_pipeline(self, pipeline: Callable[[str], Any]) -> GpuKernel:
+        """The same kernel, compiled (and launched) with ``pipeline(arch)`` instead of the
+        default pipeline: ``clamp.with_pipeline(lambda arch: ...)[grid](...)``."""
+        other = copy.copy(self)
+        other._pipeline = pipeline
+        other._launcher = None
+        return other
 
     def __repr__(self) -> str:
         params = ", ".join(p.name for p in self.params)

@@ -188,3 +188,20 @@ def test_raw_modules_are_not_cached(scale: GpuKernel, kaio_cache: Path) -> None:
     compiled = kaio.compile(module)
     assert compiled.cache_key == ""
     assert not entries(kaio_cache)
+
+
+def test_custom_pipeline_is_part_of_the_key(tmp_path, monkeypatch):
+    """A kernel recompiled with another pipeline (with_pipeline) must not hit the default's entry."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
+    import custom_op
+
+    import kaio
+
+    monkeypatch.setenv("KAIO_CACHE_DIR", str(tmp_path))
+    plain = kaio.compile(custom_op.clamp01, "sm_80")
+    saturating = kaio.compile(custom_op.clamp01.with_pipeline(custom_op.pipeline), "sm_80")
+    assert plain.cache_key != saturating.cache_key
+    assert "cvt.sat" in saturating.ptx and "cvt.sat" not in plain.ptx
