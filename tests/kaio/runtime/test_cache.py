@@ -192,10 +192,6 @@ def test_raw_modules_are_not_cached(scale: GpuKernel, kaio_cache: Path) -> None:
 
 def test_custom_pipeline_is_part_of_the_key(tmp_path, monkeypatch):
     """A kernel recompiled with another pipeline (with_pipeline) must not hit the default's entry."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
     import custom_op
 
     import kaio
