@@ -209,11 +209,21 @@ def array_checker(kernel: str, p: KernelParam, device: Device) -> Check:
     where = _where(kernel, p)
     ktype = p.dtype
     mutable = p.mutable
+    align = p.align
     backend = device._backend
+
+    def aligned(ptr: int) -> int:
+        if ptr % align:
+            raise KaioTypeError(
+                f"{where}: the kernel reads it with {align}-byte vector loads, but the array "
+                f"starts at address {ptr:#x}, not a multiple of {align}; pass an array allocated "
+                "by kaio (256-byte aligned) or an aligned view"
+            )
+        return ptr
 
     def slow(value: Any, stream: Any, cleanups: list[Callable[[], None]]) -> int:
         if isinstance(value, Buffer):
-            return _buffer_problem(where, p, device, value)
+            return aligned(_buffer_problem(where, p, device, value))
         if isinstance(value, np.ndarray):
             raise KaioTypeError(
                 f"{where}: got a host numpy array ({value.dtype}{list(value.shape)}); kernels read "
@@ -243,7 +253,7 @@ def array_checker(kernel: str, p: KernelParam, device: Device) -> Check:
             launch_stream = 1 if stream is None else int(stream)
             if ext.stream != launch_stream:
                 backend.wait_stream(stream, ext.stream)
-        return ext.ptr
+        return aligned(ext.ptr)
 
     def check(value: Any, stream: Any, cleanups: list[Callable[[], None]]) -> int:
         if (
@@ -252,6 +262,7 @@ def array_checker(kernel: str, p: KernelParam, device: Device) -> Check:
             and value._type is ktype
             and value._alloc.live
             and not (mutable and value._readonly)
+            and not value._ptr % align
         ):
             return value._ptr
         return slow(value, stream, cleanups)

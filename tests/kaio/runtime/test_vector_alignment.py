@@ -1,0 +1,51 @@
+"""Kernels with vector loads run correctly, and refuse arrays too misaligned for them."""
+
+# ruff: noqa: F405
+import numpy as np
+import pytest
+
+import kaio
+from kaio.prelude import *  # noqa: F403
+
+
+@kaio.gpu_kernel(block_size=64)
+def scale4(x: Array[f32], y: MutArray[f32], s: f32, n4: u32):
+    i = thread_idx_x() + block_idx_x() * block_dim_x()
+    if i < n4:
+        a = x[4 * i]
+        b = x[4 * i + 1]
+        c = x[4 * i + 2]
+        d = x[4 * i + 3]
+        y[4 * i] = a * s
+        y[4 * i + 1] = b * s
+        y[4 * i + 2] = c * s
+        y[4 * i + 3] = d * s
+
+
+class View:
+    """A CuPy-like array over simulator memory, starting ``offset`` bytes into an allocation."""
+
+    def __init__(self, ptr: int, n: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "data": (ptr, False), "version": 3}
+
+
+def test_vector_loads_compute_the_right_thing():
+    dev = kaio.Device("sim")
+    n4 = 150
+    x = np.random.default_rng().standard_normal(4 * n4).astype(np.float32)
+    xs, ys = dev.alloc_from(x), dev.alloc_from(np.full(4 * n4, np.nan, np.float32))
+    scale4[kaio.cdiv(n4, 64)](xs, ys, 3.0, n4)
+    np.testing.assert_allclose(ys.to_host(), x * np.float32(3.0), rtol=1e-6)
+    assert "ld.global.v4.f32" in kaio.compile(scale4, dev.compile_arch).ptx
+
+
+def test_a_misaligned_array_is_refused_before_launch():
+    dev = kaio.Device("sim")
+    n4 = 16
+    memory = dev.simulator.memory
+    base = memory.alloc(4 * (4 * n4 + 1))
+    memory.write(base, np.zeros(4 * n4 + 1, np.float32))
+    ys = dev.zeros(4 * n4, np.float32)
+    with pytest.raises(kaio.KaioTypeError, match=r"parameter `?x`?.*16-byte vector loads"):
+        scale4[1](View(base + 4, 4 * n4), ys, 1.0, n4)
+    scale4[1](View(base, 4 * n4), ys, 1.0, n4)  # the aligned start of the same memory is fine
