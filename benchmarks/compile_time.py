@@ -52,7 +52,7 @@ def kaio_rows(repeat: int) -> list[tuple[str, float, float, float]]:
 
     import kaio
     from kaio import dtypes
-    from kaio.ops_library.matmul import MatmulKernel
+    from kaio.ops_library.matmul_kernel import MatmulKernel
     from kaio.ops_library.matmul_config import DEFAULT_CONFIG
 
     os.environ["KAIO_CACHE"] = "0"

@@ -208,7 +208,7 @@ def kaio_matmul(sim: Simulator, size: int) -> tuple[str, Callable[[], object], C
     """kaio's ops_library f16 -> f32 matmul, compiled for sm_80."""
     import kaio
     from kaio import dtypes
-    from kaio.ops_library.matmul import MatmulKernel
+    from kaio.ops_library.matmul_kernel import MatmulKernel
     from kaio.ops_library.matmul_config import DEFAULT_CONFIG
 
     compiled = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (8, 8, 2), DEFAULT_CONFIG), "sm_80")

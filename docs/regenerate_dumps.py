@@ -34,7 +34,7 @@ def saxpy_stages() -> dict[str, str]:
 def matmul_stages() -> dict[str, str]:
     import kaio
     from kaio import dtypes
-    from kaio.ops_library.matmul import MatmulKernel
+    from kaio.ops_library.matmul_kernel import MatmulKernel
     from kaio.ops_library.matmul_config import DEFAULT_CONFIG
 
     kernel = MatmulKernel(dtypes.f16, dtypes.f32, (8, 8, 2), DEFAULT_CONFIG)

@@ -36,7 +36,7 @@ class Pipeline(PassPipeline):
         return [p.name for p in self.passes]
 
     def __str__(self) -> str:
-        return ",".join(str(p.spec()) for p in self.passes)
+        return ",".join(str(p.spec(include_default=True)) for p in self.passes)
 
     def _index(self, name: str) -> int:
         if name not in self.names:

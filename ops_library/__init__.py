@@ -1,1 +1,6 @@
 """High-level ops, one module each, each owning its default pass pipeline."""
+
+from kaio.ops_library.matmul import Matmul, matmul
+from kaio.ops_library.matmul_config import MatmulConfig
+
+__all__ = ["Matmul", "MatmulConfig", "matmul"]

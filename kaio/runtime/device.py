@@ -9,9 +9,12 @@ one. The same identity always gives the same object, so devices compare with ``i
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -212,6 +215,20 @@ class Device:
         if not self.is_simulator:
             raise AttributeError(f"{self!r} is not a simulator")
         return self._backend.last_report  # type: ignore[attr-defined]
+
+    @contextlib.contextmanager
+    def profiling(self) -> Iterator[None]:
+        """Simulator only: launches inside the block collect the full metrics (instruction mix,
+        global sectors per request, shared-memory bank conflicts per instruction); read them in
+        ``last_launch_report``, a printable table."""
+        if not self.is_simulator:
+            raise AttributeError(f"{self!r} is not a simulator: profile GPU kernels with Nsight")
+        backend = self._backend
+        previous, backend.profile = backend.profile, True  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            backend.profile = previous  # type: ignore[attr-defined]
 
     def memory_info(self) -> tuple[int, int]:
         """(free, total) bytes of device memory."""

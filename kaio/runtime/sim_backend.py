@@ -51,6 +51,7 @@ class SimBackend(Backend):
         target = get_arch(arch)
         self.simulator = Simulator()
         self.last_report: Any = None  # the LaunchReport of the latest launch
+        self.profile = False  # collect the full metrics (instruction mix, sectors, bank conflicts)
         optin = min(_SHARED_OPTIN.get(target.sm, 48) * 1024, MAX_SHARED_BYTES)
         self.info = DeviceInfo(
             name=f"kaio CPU simulator ({target.name})",
@@ -136,7 +137,9 @@ class SimBackend(Backend):
             stream: Any,
             values: Sequence[Any],
         ) -> None:
-            self.last_report = launch(entry, grid, block, pack_all(values), shared_bytes)
+            self.last_report = launch(
+                entry, grid, block, pack_all(values), shared_bytes, profile=self.profile
+            )
 
         return run
 

@@ -7,7 +7,7 @@ import pytest
 
 import kaio
 from kaio import dtypes
-from kaio.ops_library.matmul import MatmulKernel
+from kaio.ops_library.matmul_kernel import MatmulKernel
 from kaio.ops_library.matmul_config import (
     DEFAULT_CONFIG,
     DEFAULT_SIMT_CONFIG,

@@ -7,7 +7,7 @@ from xdsl.dialects.builtin import ModuleOp
 from kaio import dtypes
 from kaio.compiler import kaio_context
 from kaio.errors import KaioCompileError
-from kaio.ops_library.matmul import MatmulKernel
+from kaio.ops_library.matmul_kernel import MatmulKernel
 from kaio.ops_library.matmul_config import MatmulConfig
 from kaio.pipeline import Pipeline
 

@@ -15,7 +15,7 @@ from .conftest import Device, check_ptx, rel_error
 
 def compile_matmul(align: tuple[int, int, int]):  # type: ignore[no-untyped-def]
     from kaio import dtypes
-    from kaio.ops_library.matmul import MatmulKernel
+    from kaio.ops_library.matmul_kernel import MatmulKernel
     from kaio.ops_library.matmul_config import DEFAULT_CONFIG
 
     kernel = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, align, DEFAULT_CONFIG), "sm_80")
