@@ -147,6 +147,7 @@ class InstrInfo:
     min_ptx: tuple[int, int] = (1, 0)
     has_address: bool = False  # args[0] is a memory address: printed [%a + offset]
     group_outs: bool = False  # several outs print as one vector {%a, %b}
+    pair_outs: bool = False  # two outs print as d|p (setp's second predicate, shfl's valid bit)
 
     def but(self, **changes: object) -> "InstrInfo":
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -284,6 +285,8 @@ class PtxInstr(IRDLOperation):
         outs = [reg(v) for v in self.results]
         if self.INFO.group_outs and len(outs) > 1:
             outs = ["{" + ", ".join(outs) + "}"]
+        elif self.INFO.pair_outs and len(outs) == 2:
+            outs = [f"{outs[0]}|{outs[1]}"]
         srcs = self.value_srcs()
         first = 1 if self.INFO.has_address and self.symbol is None else 0
         texts = [
@@ -760,6 +763,7 @@ class SetpOp(PtxInstr):
     name = "ptx.setp"
     INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(
         n_outs=(1, 2),
+        pair_outs=True,
         n_args=(2, 3),
         types=frozenset(TYPE_BITS) - {"pred", "b8", "u8", "s8"},
         mods=CMP_OPS | {"and", "or", "xor", "ftz"},
@@ -780,11 +784,6 @@ class SetpOp(PtxInstr):
     def requirements(self) -> Iterable[Requirement]:
         yield from _half_requirements(self, 90, (7, 8))
 
-    def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
-        texts = super().operand_texts(reg, imm)
-        if len(self.results) == 2:
-            texts[0:2] = [f"{texts[0]}|{texts[1]}"]
-        return texts
 
 
 @irdl_op_definition
@@ -1193,6 +1192,7 @@ class ShflOp(PtxInstr):
     name = "ptx.shfl"
     INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(
         n_outs=(1, 2),
+        pair_outs=True,
         n_args=(4, 4),
         types=frozenset(("b32",)),
         mods=frozenset(("sync", "up", "down", "bfly", "idx")),
@@ -1207,11 +1207,6 @@ class ShflOp(PtxInstr):
         for v in self.srcs:
             _check_width(v, 32, "shfl")
 
-    def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
-        texts = super().operand_texts(reg, imm)
-        if len(self.results) == 2:
-            texts[0:2] = [f"{texts[0]}|{texts[1]}"]
-        return texts
 
 
 @irdl_op_definition

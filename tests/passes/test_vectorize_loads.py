@@ -2,24 +2,11 @@
 
 # ruff: noqa: F405
 import pytest
+from acceptance_kernels import scale4
+from kaio.targets.ptx import toolchain
 
 import kaio
 from kaio.prelude import *  # noqa: F403
-from kaio.targets.ptx import toolchain
-
-
-@kaio.gpu_kernel(block_size=128)
-def scale4(x: Array[f32], y: MutArray[f32], s: f32, n4: u32):
-    i = thread_idx_x() + block_idx_x() * block_dim_x()
-    if i < n4:
-        a = x[4 * i]
-        b = x[4 * i + 1]
-        c = x[4 * i + 2]
-        d = x[4 * i + 3]
-        y[4 * i] = a * s
-        y[4 * i + 1] = b * s
-        y[4 * i + 2] = c * s
-        y[4 * i + 3] = d * s
 
 
 @kaio.gpu_kernel(block_size=128)
