@@ -80,7 +80,7 @@ class _Registers:
         ]
 
 
-def _print_entry(entry: ptx.EntryOp, out: IO[str]) -> None:
+def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool) -> None:
     regs = _Registers(entry)
     name = entry.sym_name.data
     params = ",\n".join(f"\t.param .{t} {n}" for n, t in entry.params)
@@ -100,6 +100,8 @@ def _print_entry(entry: ptx.EntryOp, out: IO[str]) -> None:
         if isinstance(op, ptx.LabelOp):
             body.append(op.ptx(regs.reg, regs.imm))
             continue
+        if isinstance(op, ptx.CommentOp) and not comments:
+            continue
         if isinstance(op, ptx.PtxInstr | ptx.ConstOp | ptx.CommentOp):
             body.append("\t" + op.ptx(regs.reg, regs.imm))
             continue
@@ -109,8 +111,10 @@ def _print_entry(entry: ptx.EntryOp, out: IO[str]) -> None:
     out.write("\n}\n")
 
 
-def print_ptx(module: ModuleOp, arch: str) -> str:
+def print_ptx(module: ModuleOp, arch: str, comments: bool = True) -> str:
     """PTX text of every ``ptx.entry`` in the module, for ``arch`` (e.g. ``"sm_80"``).
+
+    ``comments``: keep the ``// file.py:line  statement`` lines that map PTX back to Python.
 
     Raises KaioTargetError if an instruction needs a newer GPU than ``arch``.
     """
@@ -136,5 +140,5 @@ def print_ptx(module: ModuleOp, arch: str) -> str:
     for op in module.ops:
         if isinstance(op, ptx.EntryOp):
             out.write("\n")
-            _print_entry(op, out)
+            _print_entry(op, out, comments)
     return out.getvalue()

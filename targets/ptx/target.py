@@ -1,4 +1,4 @@
-"""The ``ptx`` output target of ``kaio-opt`` / ``xdsl-opt``: ``-t ptx{arch=sm_90}``."""
+"""The ``ptx`` output target of ``kaio-opt`` / ``xdsl-opt``: ``-t ptx{arch=sm_90 comments=false}``."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ class PtxTarget(Target):
     name = "ptx"
 
     arch: str = DEFAULT_ARCH
+    comments: bool = True  # the "// file.py:line" lines mapping PTX back to Python
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        output.write(print_ptx(module, self.arch))
+        output.write(print_ptx(module, self.arch, self.comments))

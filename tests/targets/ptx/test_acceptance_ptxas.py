@@ -29,3 +29,15 @@ def test_ptx_comments_point_at_the_python_source():
 def test_f16_kernel_needs_no_newer_ptx_than_the_target_default():
     compiled = kaio.compile(ACCEPTANCE_KERNELS[-1], "sm_80")  # half_math
     assert ".version 7.0" in compiled.ptx
+
+
+def test_source_comments_can_be_left_out():
+    from kaio.targets.ptx.printer import print_ptx
+
+    module = ACCEPTANCE_KERNELS[1].build().module  # saxpy
+    kaio.compiler.run_pipeline(module, ACCEPTANCE_KERNELS[1].default_pipeline("sm_80"))
+    with_comments, without = print_ptx(module, "sm_80"), print_ptx(module, "sm_80", comments=False)
+    assert "// acceptance_kernels.py:" in with_comments
+    assert "// acceptance_kernels.py:" not in without
+    strip = [line for line in with_comments.splitlines() if "acceptance_kernels.py" not in line]
+    assert strip == without.splitlines()
