@@ -32,10 +32,11 @@ def test_f16_kernel_needs_no_newer_ptx_than_the_target_default():
 
 
 def test_source_comments_can_be_left_out():
+    from kaio.compiler import run_pipeline
     from kaio.targets.ptx.printer import print_ptx
 
     module = ACCEPTANCE_KERNELS[1].build().module  # saxpy
-    kaio.compiler.run_pipeline(module, ACCEPTANCE_KERNELS[1].default_pipeline("sm_80"))
+    run_pipeline(module, ACCEPTANCE_KERNELS[1].default_pipeline("sm_80"))
     with_comments, without = print_ptx(module, "sm_80"), print_ptx(module, "sm_80", comments=False)
     assert "// acceptance_kernels.py:" in with_comments
     assert "// acceptance_kernels.py:" not in without
