@@ -148,7 +148,7 @@ def main() -> None:
     if triton_s is None:
         print("\ntriton not installed: no side-by-side (pip install triton)")
     else:
-        print(f"\nmatmul 128x128x32, 3 stages, f16 -> f32, sm_80, Python -> PTX (ms)")
+        print("\nmatmul 128x128x32, 3 stages, f16 -> f32, sm_80, Python -> PTX (ms)")
         print(f"  kaio   {kaio_mm * 1e3:8.1f}")
         print(f"  Triton {triton_s * 1e3:8.1f}")
         print(f"  kaio / Triton = {kaio_mm / triton_s:.2f}")

@@ -6,10 +6,9 @@ import pytest
 from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects import arith, scf
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32, i1, i32, i64
+from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32, i32, i64
 
 from kaio.dialects import kernel as k
-from kaio.dialects import ptx
 from kaio.errors import KaioCompileError
 from kaio.passes.lower_to_ptx import LowerToPtxPass
 from kaio.targets.ptx import toolchain

@@ -175,11 +175,11 @@ def test_bfe_bfi(elementwise, rng):
         {"eu": "u32", "es": "u32", "fi": "u32", "e64": "u64"},
     )
     for i in range(n):
-        x, y, p, l = int(a[i]), int(b[i]), int(pos[i]), int(length[i])
-        assert int(out["eu"][i]) == _bfe(x, p, l, 32, False), (x, p, l)
-        assert int(out["es"][i]) == _bfe(x, p, l, 32, True), (x, p, l)
-        assert int(out["fi"][i]) == _bfi(x, y, p, l, 32), (x, y, p, l)
-        assert int(out["e64"][i]) == _bfe(int(w[i]), p, l, 64, True), (int(w[i]), p, l)
+        x, y, p, ln = int(a[i]), int(b[i]), int(pos[i]), int(length[i])
+        assert int(out["eu"][i]) == _bfe(x, p, ln, 32, False), (x, p, ln)
+        assert int(out["es"][i]) == _bfe(x, p, ln, 32, True), (x, p, ln)
+        assert int(out["fi"][i]) == _bfi(x, y, p, ln, 32), (x, y, p, ln)
+        assert int(out["e64"][i]) == _bfe(int(w[i]), p, ln, 64, True), (int(w[i]), p, ln)
 
 
 def _prmt(a: int, b: int, c: int) -> int:

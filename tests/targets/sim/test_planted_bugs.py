@@ -16,7 +16,7 @@ from .conftest import HEADER, PTX_DIR, Device, check_ptx, load_fixture, rel_erro
 
 def _line_of(module_text: str, needle: str, after: str = "") -> int:
     lines = module_text.splitlines()
-    start = next(i for i, l in enumerate(lines) if after in l) if after else 0
+    start = next(i for i, text in enumerate(lines) if after in text) if after else 0
     return next(i for i in range(start, len(lines)) if needle in lines[i]) + 1
 
 
