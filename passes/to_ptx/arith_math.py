@@ -202,22 +202,21 @@ def _half_bits(em: PtxEmitter, cls: type[ptx.PtxInstr], mask: int, v: SSAValue) 
     return em.instr(ptx.MovOp, "b16", [flipped], v.type)
 
 
-@lowering(arith.NegfOp)
-def lower_negf(em: PtxEmitter, op: arith.NegfOp) -> None:
-    v, t = em.value(op.operand), op.result.type
-    if t in (f16, bf16):
-        em.bind(op.result, _half_bits(em, ptx.XorOp, 0x8000, v))
-    else:
-        em.bind(op.result, em.instr(ptx.NegOp, float_spec(t), [v], t))
+# sign operations: (half-precision bit trick, mask, f32/f64 instruction)
+_SIGN_OPS: dict[type[Operation], tuple[type[ptx.PtxInstr], int, type[ptx.PtxInstr]]] = {
+    arith.NegfOp: (ptx.XorOp, 0x8000, ptx.NegOp),
+    xmath.AbsFOp: (ptx.AndOp, 0x7FFF, ptx.AbsOp),
+}
 
 
-@lowering(xmath.AbsFOp)
-def lower_absf(em: PtxEmitter, op: xmath.AbsFOp) -> None:
-    v, t = em.value(op.operand), op.result.type
+@lowering(*_SIGN_OPS)
+def lower_sign_op(em: PtxEmitter, op: Operation) -> None:
+    bit_op, mask, float_op = _SIGN_OPS[type(op)]
+    v, t = em.value(op.operands[0]), op.results[0].type
     if t in (f16, bf16):
-        em.bind(op.result, _half_bits(em, ptx.AndOp, 0x7FFF, v))
+        em.bind(op.results[0], _half_bits(em, bit_op, mask, v))
     else:
-        em.bind(op.result, em.instr(ptx.AbsOp, float_spec(t), [v], t))
+        em.bind(op.results[0], em.instr(float_op, float_spec(t), [v], t))
 
 
 @lowering(xmath.FmaOp)
