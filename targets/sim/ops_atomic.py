@@ -160,6 +160,8 @@ def make_atomic(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavio
         if ctx.profiler is not None and sp == "global":
             ctx.profiler.global_access(ctx, sub_idx, a, itemsize)
         if sp == "shared":
+            if ctx.race is not None:
+                ctx.race.atomic(sub_idx, off, itemsize)
             check_shared_written(ctx, sub_idx, off, itemsize, a)
         mem = ctx.view(sp, itemsize).view(dtype)
         flush = op == "add" and t.name == "f32" and sp == "global"
