@@ -155,7 +155,7 @@ def _copy(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
             pc = ctx.race.pc
         async_copies(ctx).issue(np.array(threads), np.array(offsets), data, pc)
 
-    return Behaviour(run=run, klass="cp.async")
+    return Behaviour(run=run, klass="cp.async", shared_access=size)
 
 
 def _src_size_reader(dc: DecodeContext, op: Any, size: int) -> Any:

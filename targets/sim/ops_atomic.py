@@ -188,7 +188,7 @@ def make_atomic(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavio
         if d is not None:
             d(ctx, idx, old.view(t.value) if t.lanes > 1 else old)
 
-    return Behaviour(run=run, klass=f"{mods.mnemonic}.{space or 'generic'}")
+    return Behaviour(run=run, klass=f"{mods.mnemonic}.{space or 'generic'}", shared_access=itemsize if space in (None, "shared") else 0)
 
 
 TABLE = {

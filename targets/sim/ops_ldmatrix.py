@@ -84,7 +84,7 @@ def make_ldmatrix(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behav
         for i, write in enumerate(writers):
             write(ctx, idx, packed[:, i, :].reshape(-1))
 
-    return Behaviour(run=run, klass=f"ldmatrix.x{count}{'.trans' if trans else ''}")
+    return Behaviour(run=run, klass=f"ldmatrix.x{count}{'.trans' if trans else ''}", shared_access=ROW_BYTES)
 
 
 TABLE = {("ldmatrix", "*"): make_ldmatrix}

@@ -18,11 +18,20 @@ ones are enough to name "another thread" for any accessor), how they wrote (atom
 store, a landed cp.async), two distinct readers, the epochs of both sets, the thread whose
 cp.async is in flight, and the PC of each for the message. Every shared access gathers the
 records of its bytes, compares them with numpy and scatters them back: a few dozen array
-operations per shared instruction, none per other instruction.
+operations per shared instruction, none per other instruction. A record stands for a *granule*
+of bytes rather than one byte when every shared access of the kernel covers whole granules
+(``EntryInfo.shared_granule``: 16 bytes for a kernel whose shared accesses are all ``ldmatrix``,
+``cp.async`` 16 and ``.v4`` words, 4 for 32-bit words): the same answers for a fraction of the
+work, since two accesses then share a byte exactly when they share a granule.
 
-Within one instruction the threads run in increasing thread order (as stores and atomics do), so
-two threads of one ``st.shared`` writing one byte race, and the reported access is the one of the
-lowest-numbered thread that has a hazard: the first hazard in execution order, deterministically.
+An instruction's checks and updates run once per distinct granule it touches, not per thread:
+with the lowest and highest thread touching a granule (``lo``, ``hi``), "a recorded thread other
+than the accessor" exists for some accessor exactly when the record holds two threads, or one
+that differs from ``lo`` or ``hi``; so a shared word that 256 threads read costs what one read
+does. Only a hazard is resolved per thread: within one instruction the threads run in increasing
+thread order (as stores and atomics do), so two threads of one ``st.shared`` writing different
+values to one byte race, and the reported access is the one of the lowest-numbered thread that
+has a hazard: the first hazard in execution order, deterministically.
 """
 
 from __future__ import annotations
@@ -42,11 +51,36 @@ NONE = -1
 # the fields of a byte's record, the columns of RaceChecker.state
 W1, W1PC, W2, W2PC, WEPOCH, WHOW, R1, R1PC, R2, R2PC, REPOCH, F, FPC = range(13)
 FIELDS = 13
-BYTES_PER_SHARED_BYTE = 4 * (FIELDS + 1)  # a record and a scratch word, int32 each
+BYTES_PER_SHARED_BYTE = 4 * FIELDS + 8  # a record and a scratch word (at the finest granule)
 ATOMIC, PLAIN, COPY = 0, 1, 2  # WHOW: atomics only; a plain store; a landed cp.async
 _WRITE_KINDS = {ATOMIC: "atomic", PLAIN: "write", COPY: "cp.async write (landed at its wait)"}
 _RECORD = np.dtype((np.void, 4 * FIELDS))
-_BYTES = np.arange(64, dtype=np.int64)  # byte offsets within one access
+_STEPS = np.arange(64, dtype=np.int64)  # granule offsets within one access
+_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32}  # how to compare the values of a granule
+
+
+class _Access:
+    """One instruction's accesses: per accessed granule (thread-major) its thread ``t`` and granule
+    ``b``; per distinct granule ``u`` the lowest and highest thread touching it (``lo``, ``hi``), the
+    epoch of its CTA and a copy of its record ``st`` (``c = st.T``: ``c[FIELD]`` is a field of every
+    distinct granule). ``rep`` picks one element per distinct granule (None: all are distinct)."""
+
+    __slots__ = ("t", "b", "u", "lo", "hi", "rep", "epoch", "st", "c")
+
+    def __init__(self, t: np.ndarray, b: np.ndarray, u: np.ndarray, lo: np.ndarray, hi: np.ndarray, rep: np.ndarray | None, epoch: Any, st: np.ndarray):
+        self.t, self.b, self.u, self.lo, self.hi, self.rep, self.epoch, self.st = t, b, u, lo, hi, rep, epoch, st
+        self.c = st.T
+
+    def other(self, one: int) -> np.ndarray:
+        """Per distinct granule: whether the two-slot record at ``one`` holds a thread other than
+        some accessor (slot ``one + 2`` is the second)."""
+        first = self.c[one]
+        return (first >= 0) & ((self.c[one + 2] >= 0) | (first != self.lo) | (first != self.hi))
+
+    def not_only(self, field: int) -> np.ndarray:
+        """Per distinct granule: whether ``field`` names a thread other than some accessor."""
+        v = self.c[field]
+        return (v >= 0) & ((v != self.lo) | (v != self.hi))
 
 
 class RaceChecker:
@@ -56,16 +90,18 @@ class RaceChecker:
     def __init__(self, ctx: ExecContext):
         # no reference to ctx itself (ctx holds the checker: a cycle would keep a whole batch
         # alive until the garbage collector runs)
-        self.threads = ctx.thread_index
+        self.threads = ctx.thread_index.astype(np.int32)
         self.cta_threads = ctx.cta_threads
         self.geometry = ctx.geometry
         self.ops = ctx.entry.ops
-        self.stride = ctx.shared_stride
-        size = ctx.shared.size
-        # one record of FIELDS int32 per shared byte, gathered and scattered as a whole
+        self.granule = ctx.entry.shared_granule
+        self.stride = ctx.shared_stride // self.granule  # granules per CTA
+        size = ctx.shared.size // self.granule
+        # one record of FIELDS int32 per granule, gathered and scattered as a whole
         self.state = np.full((size, FIELDS), NONE, dtype=np.int32)
         self.records = self.state.view(_RECORD).reshape(size)
-        self.scratch = np.empty(size, dtype=np.int32)
+        self.scratch = np.empty(size, dtype=np.int64)
+        self.scratch32 = self.scratch.view(np.int32)[:size]  # the dtype of thread numbers: no casts
         self.epoch = np.zeros(ctx.n_ctas, dtype=np.int32)
         self.pc = 0
 
@@ -80,155 +116,184 @@ class RaceChecker:
     def read(self, idx: Idx, offsets: np.ndarray, nbytes: int) -> None:
         """A plain read (``ld``, ``ldmatrix`` rows) of ``nbytes`` at each byte offset into
         ``ctx.shared``, by the threads ``idx``."""
-        t, b, st, epoch = self._gather(idx, offsets, nbytes)
-        c = st.T  # c[FIELD]: that field of every accessed byte (a view: writes go to st)
-        raw = (c[WEPOCH] == epoch) & (_other(c, W1, W2, t) >= 0)
-        flight = (c[F] >= 0) & (c[F] != t)
+        a = self._access(idx, offsets, nbytes)
+        c = a.c
+        raw = (c[WEPOCH] == a.epoch) & a.other(W1)
+        flight = a.not_only(F)
         if (raw | flight).any():
-            raise self._fault("read", t, b, c, [(raw, "writer", W1), (flight, "cp.async", F)])
-        tmin, tmax = self._spread(t, b)
-        self._add(c, c[REPOCH] == epoch, R1, R2, tmin, tmax)
-        c[REPOCH] = epoch
-        self.records[b] = st.view(_RECORD).reshape(-1)
+            raise self._fault("read", a, [(raw, "writer", W1), (flight, "cp.async", F)])
+        self._add(a, c[REPOCH] == a.epoch, R1)
+        c[REPOCH] = a.epoch
+        self._store(a)
 
     def write(self, idx: Idx, offsets: np.ndarray, nbytes: int, values: Callable[[], np.ndarray] | None = None) -> None:
         """A plain write (``st``). ``values`` gives the stored bytes, (threads, nbytes) uint8:
         threads of this instruction storing the same value to a byte do not race (Triton has
         every lane of a warp store the warp's result)."""
-        t, b, st, epoch = self._gather(idx, offsets, nbytes)
-        self._check_write(t, b, st.T, epoch, "write", values)
-        self._record_write(b, t, st, epoch, self.pc, PLAIN)
+        a = self._access(idx, offsets, nbytes)
+        self._check_write(a, "write", values)
+        self._record_write(a, self.pc, PLAIN)
 
     def atomic(self, idx: Idx, offsets: np.ndarray, nbytes: int) -> None:
         """``atom``/``red``: a write that does not race with other atomics."""
-        t, b, st, epoch = self._gather(idx, offsets, nbytes)
-        c = st.T
-        live = c[WEPOCH] == epoch
-        waw = live & (_other(c, W1, W2, t) >= 0) & (c[WHOW] != ATOMIC)  # a plain write by another thread
-        war = (c[REPOCH] == epoch) & (_other(c, R1, R2, t) >= 0)
-        flight = (c[F] >= 0) & (c[F] != t)
+        a = self._access(idx, offsets, nbytes)
+        c = a.c
+        live = c[WEPOCH] == a.epoch
+        waw = live & a.other(W1) & (c[WHOW] != ATOMIC)  # a plain write by another thread
+        war = (c[REPOCH] == a.epoch) & a.other(R1)
+        flight = a.not_only(F)
         if (waw | war | flight).any():
-            raise self._fault("atomic", t, b, c, [(waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)])
-        tmin, tmax = self._spread(t, b)
-        self._add(c, live, W1, W2, tmin, tmax)
+            raise self._fault("atomic", a, [(waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)])
+        self._add(a, live, W1)
         c[WHOW] = np.where(live, c[WHOW], ATOMIC)
-        c[WEPOCH] = epoch
-        self.records[b] = st.view(_RECORD).reshape(-1)
+        c[WEPOCH] = a.epoch
+        self._store(a)
 
     def issue_copy(self, threads: np.ndarray, offsets: np.ndarray, nbytes: int) -> None:
         """A ``cp.async`` issued: its bytes may land from now on, so it must not touch what
         another thread accessed in this epoch; they are in flight until its wait lands them."""
-        t, b, st, epoch = self._gather(threads, offsets, nbytes)
-        c = st.T
-        self._check_write(t, b, c, epoch, "cp.async")
-        c[F] = t
-        c[FPC] = self.pc
-        self.records[b] = st.view(_RECORD).reshape(-1)
+        a = self._access(threads, offsets, nbytes)
+        self._check_write(a, "cp.async")
+        a.c[F] = a.hi  # the one thread copying there (two would have raised)
+        a.c[FPC] = self.pc
+        self._store(a)
 
     def land_copy(self, threads: np.ndarray, offsets: np.ndarray, nbytes: int, issue_pc: int) -> None:
         """The bytes of a ``cp.async`` (issued at ``issue_pc``) land at its thread's wait."""
-        t, b, st, epoch = self._gather(threads, offsets, nbytes)
-        c = st.T
-        self._check_write(t, b, c, epoch, f"landing:{issue_pc}")
-        c[F] = np.where(c[F] == t, NONE, c[F])
-        self._record_write(b, t, st, epoch, issue_pc, COPY)
+        a = self._access(threads, offsets, nbytes)
+        self._check_write(a, f"landing:{issue_pc}")
+        a.c[F] = np.where(a.c[F] == a.hi, NONE, a.c[F])
+        self._record_write(a, issue_pc, COPY)
 
     # --- helpers --------------------------------------------------------------------------------
 
-    def _gather(self, idx: Idx, offsets: np.ndarray, nbytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | int]:
-        """(thread, byte) per accessed byte, thread-major; the records of those bytes (a copy,
-        (bytes, FIELDS)); the epoch of their CTA (one number when the batch is one CTA)."""
-        threads = self.threads if idx is None else np.asarray(idx, dtype=np.int64)
-        off = np.broadcast_to(np.asarray(offsets, dtype=np.int64), threads.shape)
-        if nbytes == 1:
+    def _access(self, idx: Idx, offsets: np.ndarray, nbytes: int) -> _Access:
+        threads = self.threads if idx is None else np.asarray(idx).astype(np.int32)
+        off = np.broadcast_to(np.asarray(offsets, dtype=np.int64), threads.shape) // self.granule
+        steps, rest = divmod(nbytes, self.granule)
+        assert rest == 0, "a shared access smaller than the kernel's granule: annotate its op (Behaviour.shared_access)"
+        if steps == 1:
             t, b = threads, off
         else:
-            t = np.repeat(threads, nbytes)
-            b = (off[:, None] + _BYTES[:nbytes]).reshape(-1)
-        epoch = int(self.epoch[0]) if self.epoch.size == 1 else self.epoch[b // self.stride]
-        return t.astype(np.int32), b, np.take(self.state, b, axis=0), epoch
-
-    def _spread(self, t: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per accessed byte: the lowest and the highest thread of this instruction touching
-        that byte (usually the thread itself: then no ufunc.at is needed)."""
-        s = self.scratch
+            t = np.repeat(threads, steps)
+            b = (off[:, None] + _STEPS[:steps]).reshape(-1)
+        # t ascends: a scatter keeps each granule's highest thread (numpy assigns repeated
+        # indices in order), a reversed one its lowest; checked, with ufunc.at as the fallback
+        s = self.scratch32
         s[b] = t
-        if np.array_equal(s[b], t):  # each byte is touched by one thread
-            return t, t
-        s[b] = np.iinfo(np.int32).max
-        np.minimum.at(s, b, t)
-        tmin = s[b]
-        s[b] = NONE
-        np.maximum.at(s, b, t)
-        return tmin, s[b]
+        hi = s[b]
+        if np.array_equal(hi, t):  # each granule is touched by one thread (the common case)
+            u, lo, rep = b, t, None
+        else:
+            s[b[::-1]] = t[::-1]
+            lo = s[b]
+            if not ((hi >= t).all() and (lo <= t).all()):
+                s[b] = np.iinfo(np.int32).max
+                np.minimum.at(s, b, t)
+                lo = s[b]
+                s[b] = NONE
+                np.maximum.at(s, b, t)
+                hi = s[b]
+            rep = np.flatnonzero(lo == t)  # one element per granule: its lowest thread's
+            u, lo, hi = b[rep], lo[rep], hi[rep]
+        epoch = int(self.epoch[0]) if self.epoch.size == 1 else self.epoch[u // self.stride]
+        return _Access(t, b, u, lo, hi, rep, epoch, np.take(self.state, u, axis=0))
 
-    def _check_write(self, t: np.ndarray, b: np.ndarray, c: np.ndarray, epoch: np.ndarray | int, access: str, values: Callable[[], np.ndarray] | None = None) -> None:
+    def _store(self, a: _Access) -> None:
+        self.records[a.u] = a.st.view(_RECORD).reshape(-1)
+
+    def _check_write(self, a: _Access, access: str, values: Callable[[], np.ndarray] | None = None) -> None:
         """Raise for a write that races: with a write, a read or an in-flight copy of another
-        thread in this epoch, or with a lower thread of this instruction writing the byte too."""
-        tmin, _ = self._spread(t, b)
-        same = tmin != t
+        thread in this epoch, or with another thread of this instruction writing the granule."""
+        c = a.c
+        same = a.lo != a.hi
         if values is not None and same.any():
-            same &= self._different_values(b, values().reshape(-1))
-        waw = (c[WEPOCH] == epoch) & (_other(c, W1, W2, t) >= 0)
-        war = (c[REPOCH] == epoch) & (_other(c, R1, R2, t) >= 0)
-        flight = (c[F] >= 0) & (c[F] != t)
+            same &= self._different_values(a, values())
+        waw = (c[WEPOCH] == a.epoch) & a.other(W1)
+        war = (c[REPOCH] == a.epoch) & a.other(R1)
+        flight = a.not_only(F)
         if (same | waw | war | flight).any():
-            masks = [(same, "write", tmin), (waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)]
-            raise self._fault(access, t, b, c, masks)
+            raise self._fault(access, a, [(same, "write", None), (waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)])
 
-    def _different_values(self, b: np.ndarray, v: np.ndarray) -> np.ndarray:
-        """Per accessed byte: whether the threads of this instruction store different values."""
+    def _different_values(self, a: _Access, stored: np.ndarray) -> np.ndarray:
+        """Per distinct granule: whether the threads of this instruction store different values
+        there (``stored``: (threads, bytes) uint8, thread-major like ``a.b``)."""
+        g, b = self.granule, a.b
+        words = stored.reshape(b.size, g)
+        words = words.view(np.uint64) if g >= 8 else words.view(_WORDS[g])  # (granules, 1 or 2)
+        s = self.scratch.view(np.uint64)
+        differs = np.zeros(b.size, dtype=bool)
+        for column in words.T:
+            s[b] = column
+            differs |= s[b] != column  # some other store to this granule holds another value
         s = self.scratch
-        s[b] = v
-        differs = s[b] != v  # some other store to this byte holds another value
         s[b] = 0
         s[b[differs]] = 1
-        return s[b] == 1
+        return s[a.u] == 1
 
-    def _record_write(self, b: np.ndarray, t: np.ndarray, st: np.ndarray, epoch: np.ndarray | int, pc: int, how: int) -> None:
-        """A write that passed the check: its thread is now the byte's only writer."""
-        c = st.T
-        c[W1] = t
+    def _record_write(self, a: _Access, pc: int, how: int) -> None:
+        """A write that passed the check: its thread (the highest, whose value remains, when
+        several stored one value) is now the granule's only writer."""
+        c = a.c
+        c[W1] = a.hi
         c[W1PC] = pc
         c[W2] = NONE
         c[WHOW] = how
-        c[WEPOCH] = epoch
-        self.records[b] = st.view(_RECORD).reshape(-1)
+        c[WEPOCH] = a.epoch
+        self._store(a)
 
-    def _add(self, c: np.ndarray, live: np.ndarray, one: int, two: int, tmin: np.ndarray, tmax: np.ndarray) -> None:
-        """Add this instruction's threads to a two-slot record (readers or atomic writers) in
-        ``c``: keep the first two distinct threads, which is all a later access needs to find a
-        thread other than itself. Stale slots (another epoch) count as empty."""
+    def _add(self, a: _Access, live: np.ndarray, one: int) -> None:
+        """Add this instruction's threads to a two-slot record (readers or atomic writers): keep
+        the first two distinct threads, which is all a later access needs to find a thread other
+        than itself. Stale slots (another epoch) count as empty."""
+        c, lo, hi, two = a.c, a.lo, a.hi, one + 2
         first = np.where(live, c[one], NONE)
         second = np.where(live, c[two], NONE)
-        new_first = np.where(first >= 0, first, tmin)
-        candidate = np.where(tmin != new_first, tmin, np.where(tmax != new_first, tmax, NONE))
+        new_first = np.where(first >= 0, first, lo)
+        candidate = np.where(lo != new_first, lo, np.where(hi != new_first, hi, NONE))
         pc = self.pc
         c[one + 1] = np.where(first >= 0, c[one + 1], pc)
         c[one] = new_first
         c[two + 1] = np.where(second >= 0, c[two + 1], pc)
         c[two] = np.where(second >= 0, second, candidate)
 
-    def _fault(self, access: str, t: np.ndarray, b: np.ndarray, c: np.ndarray, masks: list[tuple[np.ndarray, str, Any]]) -> SimFault:
-        """The hazard of the lowest thread that has one (the first in execution order), named
-        for the error message. A mask names who the other access is: ``"write"`` a thread of
-        this instruction (an array), else a record field: a two-slot record's first slot
-        (``"writer"``: the recorded writer, whose WHOW says how it wrote; ``"read"``), or F."""
-        hit = np.zeros(t.shape, dtype=bool)
-        for mask, *_ in masks:
-            hit |= mask
-        k = int(np.flatnonzero(hit)[0])
-        _, first_kind, who = next(m for m in masks if m[0][k])
+    def _fault(self, access: str, a: _Access, masks: list[tuple[np.ndarray, str, int | None]]) -> SimFault:
+        """The hazard of the lowest thread that has one (the first in execution order), named for
+        the error message. The masks flag distinct granules; here they are resolved per thread.
+        A mask names who the other access is: ``"write"`` another thread of this instruction,
+        else a record field: a two-slot record's first slot (``"writer"``: the recorded writer,
+        whose WHOW says how it wrote; ``"read"``), or F."""
+        t = a.t
+        if a.rep is None:
+            per, lo = a.c, t  # elements are the distinct granules
+        else:
+            s = self.scratch
+            s[a.u] = np.arange(a.u.size)
+            which = s[a.b]  # the distinct granule of each element
+            per, lo = a.c[:, which], a.lo[which]
+        hits = []
+        for mask, kind, field in masks:
+            m = mask if a.rep is None else mask[which]
+            if kind == "write":
+                m = m & (lo != t)  # the granule's lowest writer is first, not racing
+            elif kind == "cp.async":
+                m = m & (per[F] != t)
+            else:
+                m = m & (np.where(per[field] != t, per[field], per[field + 2]) >= 0)
+            hits.append(m)
+        k = int(np.flatnonzero(np.logical_or.reduce(hits))[0])
+        first_kind, field = next((kind, field) for m, (_, kind, field) in zip(hits, masks) if m[k])
         me = int(t[k])
         if first_kind == "write":
-            other, other_pc = int(who[k]), self.pc
+            other, other_pc = int(lo[k]), self.pc
         elif first_kind == "cp.async":
-            other, other_pc = int(c[F][k]), int(c[FPC][k])
+            other, other_pc = int(per[F][k]), int(per[FPC][k])
         else:
-            slot = who if int(c[who][k]) != me else who + 2  # W1 -> W2, R1 -> R2
-            other, other_pc = int(c[slot][k]), int(c[slot + 1][k])
+            assert field is not None
+            slot = field if int(per[field][k]) != me else field + 2  # W1 -> W2, R1 -> R2
+            other, other_pc = int(per[slot][k]), int(per[slot + 1][k])
             if first_kind == "writer":
-                first_kind = _WRITE_KINDS[int(c[WHOW][k])]
+                first_kind = _WRITE_KINDS[int(per[WHOW][k])]
         other_thread = self.geometry.thread_coords(other % self.cta_threads)
         other_line = self.ops[other_pc].line
         this = access
@@ -242,12 +307,7 @@ class RaceChecker:
             other_text = f"cp.async by thread {other_thread} at PTX line {other_line}, still in flight (it lands at that thread's wait)"
         else:
             other_text = f"{first_kind} by thread {other_thread} at PTX line {other_line}, no barrier in between"
-        byte = int(b[k])
+        byte = int(a.b[k]) % self.stride * self.granule  # the granule's first byte in the CTA's window
         message = f"shared memory race ({hazard}; this access: {this}; other access: {other_text})"
         extra = {"hazard": hazard, "other_thread": other_thread, "other_ptx_line": other_line}
-        return SimFault("memory", message, me, byte % self.stride, extra=extra)
-
-
-def _other(c: np.ndarray, one: int, two: int, t: np.ndarray) -> np.ndarray:
-    """Per byte, a thread of a two-slot record other than the accessor (NONE if none)."""
-    return np.where(c[one] != t, c[one], c[two])
+        return SimFault("memory", message, me, byte, extra=extra)
