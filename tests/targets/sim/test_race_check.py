@@ -288,6 +288,25 @@ def test_two_threads_writing_one_word_in_different_instructions(racy, barrier):
     assert (err.ptx_line, err.other_ptx_line) == (line_of(text, "st.shared.u16"), line_of(text, "st.shared.u32"))
 
 
+@pytest.mark.parametrize("barrier", [True, False])
+def test_threads_storing_neighbouring_bytes_of_one_word_do_not_race(racy, barrier):
+    body = "\n".join([
+        "\tadd.s32 %r3, %r2, %r1;",
+        "\tst.shared.u8 [%r3], %r1;",  # thread i writes byte i: the race check tracks bytes
+        BAR if barrier else "",
+        "\tld.shared.u32 %r4, [%r2+4];",  # every thread reads bytes 4-7
+    ])  # fmt: skip
+    text = two_writers_kernel(body)
+    module = load(racy, text)
+    assert module.entries["two_writers"].shared_granule == 1
+    if barrier:
+        module.launch("two_writers", 1, 64, [b"\0" * 8])
+        return
+    with pytest.raises(KaioMemoryError, match=r"^shared memory race \(read-after-write") as info:
+        module.launch("two_writers", 1, 64, [b"\0" * 8])
+    assert (info.value.thread, info.value.other_thread, info.value.address) == ((0, 0, 0), (4, 0, 0), 4)
+
+
 # --- atomics ------------------------------------------------------------------------------------------
 
 
