@@ -19,6 +19,9 @@ Contract with the runtime (``kaio.Device("sim")``)::
                            shared_bytes=0,          # dynamic (.extern) shared memory
                            profile=False)           # True -> instruction mix, sectors, bank conflicts
 
+``Simulator(race_check=True)`` (or ``sim.race_check = True``) also reports shared-memory races
+between barriers as ``KaioMemoryError("shared memory race ...")``.
+
 Faults raise ``KaioMemoryError`` (out of bounds, misaligned, uninitialized shared read) or
 ``KaioSimError`` (deadlock, a barrier reached by part of a block, a warp-synchronous
 instruction on diverged lanes, trap, endless loop). See docs/simulator.md.

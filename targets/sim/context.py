@@ -15,6 +15,7 @@ import numpy as np
 
 from .memory import GlobalMemory
 from .program import EntryInfo
+from .race import RaceChecker
 
 if TYPE_CHECKING:
     from .metrics import Profiler
@@ -57,6 +58,7 @@ class ExecContext:
         shared_bytes: int,
         check_shared_init: bool,
         profiler: Profiler | None = None,
+        race_check: bool = False,
     ):
         self.entry = entry
         self.geometry = geometry
@@ -78,6 +80,8 @@ class ExecContext:
         self.async_copies: AsyncCopies | None = None  # cp.async queues, made by the first cp.async
         self.profiler = profiler  # memory metrics (profile=True), else None
         self._views: dict[tuple[str, int], np.ndarray] = {}
+        # race_check=True, for kernels that have shared memory
+        self.race: RaceChecker | None = RaceChecker(self) if race_check and shared_bytes else None
 
     # --- memory views ---------------------------------------------------------------------------
 

@@ -65,6 +65,8 @@ class BatchRunner:
         if profile:
             self.stats.by_pc = np.zeros(len(ops), dtype=np.int64)
             self.stats.warp_requests = np.zeros(len(ops), dtype=np.int64)
+        self.race = ctx.race
+        self.track = profile or self.race is not None  # something wants the PC of every step
         self.current: Op | None = None
         # scheduler state
         self.sched = np.zeros(0, dtype=np.int64)
@@ -133,7 +135,7 @@ class BatchRunner:
                         on, off = sel[g], sel[~g]
             count = n if on is None else on.size
             stats.thread_instructions += count
-            if self.profile and count:
+            if self.track and count:
                 self._count(at, on, count)
 
             kind = op.kind
@@ -200,6 +202,8 @@ class BatchRunner:
             ):
                 pc = at + 1  # the whole batch arrives together: every CTA releases at once
                 stats.barrier_releases += ctx.n_ctas
+                if self.race is not None:
+                    self.race.barrier()
                 continue
             if converged:
                 self._diverge(at, active)
@@ -213,6 +217,10 @@ class BatchRunner:
         return stats
 
     def _count(self, at: int, on: np.ndarray | None, count: int) -> None:
+        if self.race is not None:
+            self.race.pc = at
+        if not self.profile:
+            return
         stats, ctx = self.stats, self.ctx
         assert stats.by_pc is not None and stats.warp_requests is not None
         stats.by_pc[at] += count
@@ -293,6 +301,12 @@ class BatchRunner:
             self.n_runnable += released.size
             self.n_waiting -= released.size
         self.stats.barrier_releases += int(ready.sum())
+        if self.race is not None:
+            # a new race epoch for the CTAs a CTA-wide barrier released (a counted barrier
+            # that covers only part of the CTA orders only some threads: not an epoch boundary)
+            wide = (ready & (expected >= full[:, None])).any(axis=1)
+            if wide.any():
+                self.race.barrier(rows[wide])
         bar.arrived[rows] = np.where(ready, np.maximum(arrived - expected, 0), arrived)
         bar.expected[rows] = np.where(ready, 0, bar.expected[rows])
 

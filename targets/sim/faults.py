@@ -14,13 +14,15 @@ class DecodeError(Exception):
 
 class SimFault(Exception):
     """A runtime fault of one thread: ``memory`` faults become KaioMemoryError, the rest
-    KaioSimError. ``thread`` is the batch-local index of the first faulting thread."""
+    KaioSimError. ``thread`` is the batch-local index of the first faulting thread; ``extra``
+    holds attributes the public error carries as well (a race's other thread and line)."""
 
-    def __init__(self, kind: str, message: str, thread: int, address: int | None = None):
+    def __init__(self, kind: str, message: str, thread: int, address: int | None = None, extra: dict[str, object] | None = None):
         self.kind = kind
         self.message = message
         self.thread = thread
         self.address = address
+        self.extra = extra or {}
         super().__init__(message)
 
 

@@ -113,4 +113,5 @@ def decode_instruction(ins: Instruction, dc: DecodeContext) -> Op:
         guard_negated=ins.guard_negated,
         target=target,
         barrier=behaviour.barrier,
+        shared_access=min(behaviour.shared_access & -behaviour.shared_access, 16),  # a power of two
     )

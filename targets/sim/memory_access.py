@@ -32,6 +32,8 @@ def _load_in(ctx: ExecContext, space: str, idx: Idx, addr: Any, itemsize: int, c
     _profile(ctx, space, idx, addr, itemsize * count, "load")
     ix = np.asarray(off) // itemsize
     if space == "shared":
+        if ctx.race is not None:
+            ctx.race.read(idx, off, itemsize * count)
         for k in range(count):
             element = np.asarray(addr, dtype=np.uint64) + np.uint64(k * itemsize)
             check_shared_written(ctx, idx, np.asarray(off) + k * itemsize, itemsize, element)
@@ -59,6 +61,13 @@ def _store_in(ctx: ExecContext, space: str, idx: Idx, addr: Any, itemsize: int, 
     count = len(values)
     off = np.asarray(locate(ctx, space, idx, addr, itemsize * count, itemsize * count, "store"))
     _profile(ctx, space, idx, addr, itemsize * count, "store")
+    if space == "shared" and ctx.race is not None:
+
+        def stored_bytes() -> np.ndarray:
+            parts = [np.broadcast_to(np.asarray(v, dtype=f"<u{itemsize}"), off.shape) for v in values]
+            return np.stack(parts, axis=1).view(np.uint8).reshape(off.size, -1)
+
+        ctx.race.write(idx, off, itemsize * count, stored_bytes)
     view = ctx.view(space, itemsize)
     ix = off // itemsize
     for k, v in enumerate(values):

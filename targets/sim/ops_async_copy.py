@@ -49,6 +49,7 @@ class _Pending:
     group: np.ndarray  # int64: the group each copy belongs to (its thread's commit count at issue)
     offsets: np.ndarray  # int64 byte offsets into ctx.shared
     data: np.ndarray  # uint8 (threads, cp-size): the bytes to land, zero-filled past src-size
+    pc: int = 0  # the cp.async instruction (race_check names it)
 
 
 class AsyncCopies:
@@ -58,8 +59,8 @@ class AsyncCopies:
         self.committed = np.zeros(n, dtype=np.int64)
         self.pending: list[_Pending] = []
 
-    def issue(self, threads: np.ndarray, offsets: np.ndarray, data: np.ndarray) -> None:
-        self.pending.append(_Pending(threads, self.committed[threads], offsets, data))
+    def issue(self, threads: np.ndarray, offsets: np.ndarray, data: np.ndarray, pc: int = 0) -> None:
+        self.pending.append(_Pending(threads, self.committed[threads], offsets, data, pc))
 
     def commit(self, idx: Idx) -> None:
         if idx is None:
@@ -84,12 +85,14 @@ class AsyncCopies:
                 due &= waiting[p.threads]
             if due.any():
                 offsets, data = p.offsets[due], p.data[due]
+                if ctx.race is not None:
+                    ctx.race.land_copy(p.threads[due], offsets, data.shape[1], p.pc)
                 ctx.shared[offsets[:, None] + np.arange(data.shape[1])] = data
                 for start in range(0, data.shape[1], 4):
                     mark_shared_written(ctx, offsets + start, 4)
                 if not due.all():
                     keep_mask = ~due
-                    remaining.append(_Pending(p.threads[keep_mask], p.group[keep_mask], p.offsets[keep_mask], p.data[keep_mask]))
+                    remaining.append(_Pending(p.threads[keep_mask], p.group[keep_mask], p.offsets[keep_mask], p.data[keep_mask], p.pc))
             else:
                 remaining.append(p)
         self.pending = remaining
@@ -146,9 +149,13 @@ def _copy(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
         if ctx.profiler is not None:
             ctx.profiler.global_access(ctx, idx, s_addr, n_read)
             ctx.profiler.shared_access(ctx, idx, d_addr, size)
-        async_copies(ctx).issue(np.array(threads), np.array(offsets), data)
+        pc = 0
+        if ctx.race is not None:
+            ctx.race.issue_copy(threads, offsets, size)
+            pc = ctx.race.pc
+        async_copies(ctx).issue(np.array(threads), np.array(offsets), data, pc)
 
-    return Behaviour(run=run, klass="cp.async")
+    return Behaviour(run=run, klass="cp.async", shared_access=size)
 
 
 def _src_size_reader(dc: DecodeContext, op: Any, size: int) -> Any:

@@ -160,6 +160,8 @@ def make_atomic(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavio
         if ctx.profiler is not None and sp == "global":
             ctx.profiler.global_access(ctx, sub_idx, a, itemsize)
         if sp == "shared":
+            if ctx.race is not None:
+                ctx.race.atomic(sub_idx, off, itemsize)
             check_shared_written(ctx, sub_idx, off, itemsize, a)
         mem = ctx.view(sp, itemsize).view(dtype)
         flush = op == "add" and t.name == "f32" and sp == "global"
@@ -186,7 +188,7 @@ def make_atomic(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavio
         if d is not None:
             d(ctx, idx, old.view(t.value) if t.lanes > 1 else old)
 
-    return Behaviour(run=run, klass=f"{mods.mnemonic}.{space or 'generic'}")
+    return Behaviour(run=run, klass=f"{mods.mnemonic}.{space or 'generic'}", shared_access=itemsize if space in (None, "shared") else 0)
 
 
 TABLE = {

@@ -70,6 +70,8 @@ def make_ldmatrix(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behav
                 raise first_fault(outside, row_threads, "memory", "ldmatrix address is not in shared memory", flat)
             flat = flat - np.uint64(SHARED_WINDOW)
         offsets = np.asarray(locate(ctx, "shared", row_threads, flat, ROW_BYTES, ROW_BYTES, "ldmatrix read"))
+        if ctx.race is not None:  # each row is read on behalf of the lane that gave its address
+            ctx.race.read(row_threads, offsets, ROW_BYTES)
         for half in (0, 8):
             check_shared_written(ctx, row_threads, offsets + half, 8, flat + np.uint64(half))
         if ctx.profiler is not None:
@@ -82,7 +84,7 @@ def make_ldmatrix(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behav
         for i, write in enumerate(writers):
             write(ctx, idx, packed[:, i, :].reshape(-1))
 
-    return Behaviour(run=run, klass=f"ldmatrix.x{count}{'.trans' if trans else ''}")
+    return Behaviour(run=run, klass=f"ldmatrix.x{count}{'.trans' if trans else ''}", shared_access=ROW_BYTES)
 
 
 TABLE = {("ldmatrix", "*"): make_ldmatrix}

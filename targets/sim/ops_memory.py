@@ -65,7 +65,7 @@ def make_ld(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
         for write, part in zip(writers, parts):
             write(ctx, idx, part.view(value))
 
-    return Behaviour(run=run, klass=f"ld.{space or 'generic'}")
+    return Behaviour(run=run, klass=f"ld.{space or 'generic'}", shared_access=itemsize * count if space in (None, "shared") else 0)
 
 
 def make_st(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
@@ -85,7 +85,7 @@ def make_st(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
         values = [np.asarray(read(ctx, idx)).view(container) for read in readers]
         store(ctx, space, idx, addr(ctx, idx), itemsize, values)
 
-    return Behaviour(run=run, klass=f"st.{space or 'generic'}")
+    return Behaviour(run=run, klass=f"st.{space or 'generic'}", shared_access=itemsize * count if space in (None, "shared") else 0)
 
 
 def make_cvta(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn:

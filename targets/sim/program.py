@@ -59,6 +59,7 @@ class Behaviour:
     target_label: str | None = None
     barrier: BarrierSpec | None = None
     klass: str | None = None
+    shared_access: int = 0  # bytes per thread of the shared-memory access it may make (0: none)
 
 
 @dataclass(slots=True)
@@ -73,6 +74,7 @@ class Op:
     target: int = -1  # branch target pc
     barrier: BarrierSpec | None = None
     category: str = "control"  # its class in a profile: "int", "fp32", "memory", "tensor core"...
+    shared_access: int = 0  # bytes per thread (aligned to as many) it may access in shared memory
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,13 @@ class EntryInfo:
     reqntid: tuple[int, ...] | None = None
     maxntid: tuple[int, ...] | None = None
     symbols: dict[str, Symbol] = field(default_factory=dict)
+
+    @property
+    def shared_granule(self) -> int:
+        """The largest power of two (at most 16) dividing the size and alignment of every
+        shared-memory access the kernel may make: the race check keeps one record per granule,
+        which is exact since no access covers part of one."""
+        return min((op.shared_access for op in self.ops if op.shared_access), default=16)
 
     @property
     def register_bytes_per_thread(self) -> int:

@@ -28,6 +28,7 @@ from .operands import immediate
 from .parser import parse_module
 from .program import EntryInfo, Op, Symbol
 from .ptx_types import PTX_TYPES
+from .race import BYTES_PER_SHARED_BYTE as RACE_BYTES_PER_SHARED_BYTE
 from .report import GlobalMemoryRow, LaunchReport, SharedMemoryRow
 from .syntax import FunctionDecl, ImmOperand, SymOperand, VarDecl
 
@@ -51,6 +52,10 @@ class Simulator:
       batch_state_bytes: memory budget for the per-thread state of one batch of CTAs.
       max_batch_threads: upper bound on threads per batch (larger batches amortize Python
         overhead; smaller ones bound memory).
+      race_check: report shared-memory races between barriers (two threads of a CTA touching
+        one byte in the same barrier interval, at least one writing) as KaioMemoryError("shared
+        memory race ..."). Off by default; costs nothing when off. Every option is read at each
+        launch, so ``sim.race_check = True`` on an existing simulator applies to later launches.
     """
 
     def __init__(
@@ -61,6 +66,7 @@ class Simulator:
         max_steps: int = 1 << 22,
         batch_state_bytes: int = 64 << 20,
         max_batch_threads: int = 1 << 17,
+        race_check: bool = False,
     ):
         self.memory = GlobalMemory()
         self.check_uninitialized_shared = check_uninitialized_shared
@@ -68,6 +74,7 @@ class Simulator:
         self.max_steps = max_steps
         self.batch_state_bytes = batch_state_bytes
         self.max_batch_threads = max_batch_threads
+        self.race_check = race_check
 
     def load(self, ptx: str) -> SimModule:
         """Parse and decode a PTX module once; KaioLaunchError names the offending line."""
@@ -161,6 +168,9 @@ class SimModule:
         cta_threads = geometry.cta_threads
         per_thread = entry.register_bytes_per_thread + entry.local_bytes + SCHEDULER_BYTES_PER_THREAD
         per_cta = cta_threads * per_thread + 2 * total_shared
+        race_check = bool(sim.race_check)
+        if race_check:
+            per_cta += RACE_BYTES_PER_SHARED_BYTE * total_shared
         batch = max(1, min(sim.batch_state_bytes // per_cta, sim.max_batch_threads // cta_threads, geometry.n_ctas))
         report.ctas_per_batch = batch
         profiler = Profiler(entry.ops) if profile else None
@@ -170,7 +180,7 @@ class SimModule:
         with np.errstate(all="ignore"):
             for first in range(0, geometry.n_ctas, batch):
                 n_ctas = min(batch, geometry.n_ctas - first)
-                ctx = ExecContext(entry, geometry, first, n_ctas, sim.memory, param, total_shared, sim.check_uninitialized_shared, profiler)
+                ctx = ExecContext(entry, geometry, first, n_ctas, sim.memory, param, total_shared, sim.check_uninitialized_shared, profiler, race_check)
                 runner = BatchRunner(
                     ctx,
                     entry.ops,
@@ -226,7 +236,10 @@ def _public_error(fault: SimFault, ctx: ExecContext, runner: BatchRunner, kernel
     line = op.line if op is not None else 0
     thread, block = ctx.coordinates(fault.thread)
     if fault.kind == "memory":
-        return KaioMemoryError(fault.message, kernel=kernel, ptx_line=line, thread=thread, block=block, address=fault.address or 0)
+        err = KaioMemoryError(fault.message, kernel=kernel, ptx_line=line, thread=thread, block=block, address=fault.address or 0)
+        for key, value in fault.extra.items():
+            setattr(err, key, value)
+        return err
     text = f" ({op.text})" if op is not None else ""
     err = KaioSimError(f"{fault.message} in kernel '{kernel}' at PTX line {line}{text}: thread {thread}, block {block}")
     _annotate(err, kernel, line, thread, block)

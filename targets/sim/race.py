@@ -1,0 +1,313 @@
+"""Opt-in race detection on shared memory (``Simulator(race_check=True)``), like
+compute-sanitizer's racecheck.
+
+Time is cut into *epochs* per CTA: every release of a CTA-wide barrier (``bar.sync``,
+``barrier.sync``, ``bar.red``; a counted barrier only when its count covers the whole CTA) starts
+a new one. Two accesses to one shared byte by different threads of a CTA race when they fall in
+the same epoch and at least one writes: read-after-write, write-after-write, write-after-read.
+Atomics (``atom``/``red``) count as writes, but do not race with each other.
+``cp.async`` writes its bytes when the issuing thread's wait lands them (checked and recorded
+there, with the ``cp.async`` line as the writer), and is also checked when it is issued: between
+issue and landing its bytes are *in flight*, and any access to them by another thread races
+with it (the hardware may land the copy at any moment in between). ``ldmatrix`` reads each
+16-byte row on behalf of the lane that supplied the row's address.
+
+Per CTA batch the checker keeps a record of 13 int32 fields per shared byte (``state``): the
+writers of the byte in its epoch (one plain writer, or up to two atomic writers: two distinct
+ones are enough to name "another thread" for any accessor), how they wrote (atomics only, a
+store, a landed cp.async), two distinct readers, the epochs of both sets, the thread whose
+cp.async is in flight, and the PC of each for the message. Every shared access gathers the
+records of its bytes, compares them with numpy and scatters them back: a few dozen array
+operations per shared instruction, none per other instruction. A record stands for a *granule*
+of bytes rather than one byte when every shared access of the kernel covers whole granules
+(``EntryInfo.shared_granule``: 16 bytes for a kernel whose shared accesses are all ``ldmatrix``,
+``cp.async`` 16 and ``.v4`` words, 4 for 32-bit words): the same answers for a fraction of the
+work, since two accesses then share a byte exactly when they share a granule.
+
+An instruction's checks and updates run once per distinct granule it touches, not per thread:
+with the lowest and highest thread touching a granule (``lo``, ``hi``), "a recorded thread other
+than the accessor" exists for some accessor exactly when the record holds two threads, or one
+that differs from ``lo`` or ``hi``; so a shared word that 256 threads read costs what one read
+does. Only a hazard is resolved per thread: within one instruction the threads run in increasing
+thread order (as stores and atomics do), so two threads of one ``st.shared`` writing different
+values to one byte race, and the reported access is the one of the lowest-numbered thread that
+has a hazard: the first hazard in execution order, deterministically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .faults import SimFault
+from .program import Idx
+
+if TYPE_CHECKING:
+    from .context import ExecContext
+
+NONE = -1
+# the fields of a byte's record, the columns of RaceChecker.state
+W1, W1PC, W2, W2PC, WEPOCH, WHOW, R1, R1PC, R2, R2PC, REPOCH, F, FPC = range(13)
+FIELDS = 13
+BYTES_PER_SHARED_BYTE = 4 * FIELDS + 8  # a record and a scratch word (at the finest granule)
+ATOMIC, PLAIN, COPY = 0, 1, 2  # WHOW: atomics only; a plain store; a landed cp.async
+_WRITE_KINDS = {ATOMIC: "atomic", PLAIN: "write", COPY: "cp.async write (landed at its wait)"}
+_RECORD = np.dtype((np.void, 4 * FIELDS))
+_STEPS = np.arange(64, dtype=np.int64)  # granule offsets within one access
+_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32}  # how to compare the values of a granule
+
+
+class _Access:
+    """One instruction's accesses: per accessed granule (thread-major) its thread ``t`` and granule
+    ``b``; per distinct granule ``u`` the lowest and highest thread touching it (``lo``, ``hi``), the
+    epoch of its CTA and a copy of its record ``st`` (``c = st.T``: ``c[FIELD]`` is a field of every
+    distinct granule). ``rep`` picks one element per distinct granule (None: all are distinct)."""
+
+    __slots__ = ("t", "b", "u", "lo", "hi", "rep", "epoch", "st", "c")
+
+    def __init__(self, t: np.ndarray, b: np.ndarray, u: np.ndarray, lo: np.ndarray, hi: np.ndarray, rep: np.ndarray | None, epoch: Any, st: np.ndarray):
+        self.t, self.b, self.u, self.lo, self.hi, self.rep, self.epoch, self.st = t, b, u, lo, hi, rep, epoch, st
+        self.c = st.T
+
+    def other(self, one: int) -> np.ndarray:
+        """Per distinct granule: whether the two-slot record at ``one`` holds a thread other than
+        some accessor (slot ``one + 2`` is the second)."""
+        first = self.c[one]
+        return (first >= 0) & ((self.c[one + 2] >= 0) | (first != self.lo) | (first != self.hi))
+
+    def not_only(self, field: int) -> np.ndarray:
+        """Per distinct granule: whether ``field`` names a thread other than some accessor."""
+        v = self.c[field]
+        return (v >= 0) & ((v != self.lo) | (v != self.hi))
+
+
+class RaceChecker:
+    """One batch's race-detection state. ``pc`` is the instruction running now (the executor
+    sets it before each step); ``barrier`` starts a new epoch for CTAs."""
+
+    def __init__(self, ctx: ExecContext):
+        # no reference to ctx itself (ctx holds the checker: a cycle would keep a whole batch
+        # alive until the garbage collector runs)
+        self.threads = ctx.thread_index.astype(np.int32)
+        self.cta_threads = ctx.cta_threads
+        self.geometry = ctx.geometry
+        self.ops = ctx.entry.ops
+        self.granule = ctx.entry.shared_granule
+        self.stride = ctx.shared_stride // self.granule  # granules per CTA
+        size = ctx.shared.size // self.granule
+        # one record of FIELDS int32 per granule, gathered and scattered as a whole
+        self.state = np.full((size, FIELDS), NONE, dtype=np.int32)
+        self.records = self.state.view(_RECORD).reshape(size)
+        self.scratch = np.empty(size, dtype=np.int64)
+        self.scratch32 = self.scratch.view(np.int32)[:size]  # the dtype of thread numbers: no casts
+        self.epoch = np.zeros(ctx.n_ctas, dtype=np.int32)
+        self.pc = 0
+
+    def barrier(self, ctas: np.ndarray | None = None) -> None:
+        if ctas is None:
+            self.epoch += 1
+        else:
+            self.epoch[ctas] += 1
+
+    # --- the accesses ---------------------------------------------------------------------------
+
+    def read(self, idx: Idx, offsets: np.ndarray, nbytes: int) -> None:
+        """A plain read (``ld``, ``ldmatrix`` rows) of ``nbytes`` at each byte offset into
+        ``ctx.shared``, by the threads ``idx``."""
+        a = self._access(idx, offsets, nbytes)
+        c = a.c
+        raw = (c[WEPOCH] == a.epoch) & a.other(W1)
+        flight = a.not_only(F)
+        if (raw | flight).any():
+            raise self._fault("read", a, [(raw, "writer", W1), (flight, "cp.async", F)])
+        self._add(a, c[REPOCH] == a.epoch, R1)
+        c[REPOCH] = a.epoch
+        self._store(a)
+
+    def write(self, idx: Idx, offsets: np.ndarray, nbytes: int, values: Callable[[], np.ndarray] | None = None) -> None:
+        """A plain write (``st``). ``values`` gives the stored bytes, (threads, nbytes) uint8:
+        threads of this instruction storing the same value to a byte do not race (Triton has
+        every lane of a warp store the warp's result)."""
+        a = self._access(idx, offsets, nbytes)
+        self._check_write(a, "write", values)
+        self._record_write(a, self.pc, PLAIN)
+
+    def atomic(self, idx: Idx, offsets: np.ndarray, nbytes: int) -> None:
+        """``atom``/``red``: a write that does not race with other atomics."""
+        a = self._access(idx, offsets, nbytes)
+        c = a.c
+        live = c[WEPOCH] == a.epoch
+        waw = live & a.other(W1) & (c[WHOW] != ATOMIC)  # a plain write by another thread
+        war = (c[REPOCH] == a.epoch) & a.other(R1)
+        flight = a.not_only(F)
+        if (waw | war | flight).any():
+            raise self._fault("atomic", a, [(waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)])
+        self._add(a, live, W1)
+        c[WHOW] = np.where(live, c[WHOW], ATOMIC)
+        c[WEPOCH] = a.epoch
+        self._store(a)
+
+    def issue_copy(self, threads: np.ndarray, offsets: np.ndarray, nbytes: int) -> None:
+        """A ``cp.async`` issued: its bytes may land from now on, so it must not touch what
+        another thread accessed in this epoch; they are in flight until its wait lands them."""
+        a = self._access(threads, offsets, nbytes)
+        self._check_write(a, "cp.async")
+        a.c[F] = a.hi  # the one thread copying there (two would have raised)
+        a.c[FPC] = self.pc
+        self._store(a)
+
+    def land_copy(self, threads: np.ndarray, offsets: np.ndarray, nbytes: int, issue_pc: int) -> None:
+        """The bytes of a ``cp.async`` (issued at ``issue_pc``) land at its thread's wait."""
+        a = self._access(threads, offsets, nbytes)
+        self._check_write(a, f"landing:{issue_pc}")
+        a.c[F] = np.where(a.c[F] == a.hi, NONE, a.c[F])
+        self._record_write(a, issue_pc, COPY)
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _access(self, idx: Idx, offsets: np.ndarray, nbytes: int) -> _Access:
+        threads = self.threads if idx is None else np.asarray(idx).astype(np.int32)
+        off = np.broadcast_to(np.asarray(offsets, dtype=np.int64), threads.shape) // self.granule
+        steps, rest = divmod(nbytes, self.granule)
+        assert rest == 0, "a shared access smaller than the kernel's granule: annotate its op (Behaviour.shared_access)"
+        if steps == 1:
+            t, b = threads, off
+        else:
+            t = np.repeat(threads, steps)
+            b = (off[:, None] + _STEPS[:steps]).reshape(-1)
+        # t ascends: a scatter keeps each granule's highest thread (numpy assigns repeated
+        # indices in order), a reversed one its lowest; checked, with ufunc.at as the fallback
+        s = self.scratch32
+        s[b] = t
+        hi = s[b]
+        if np.array_equal(hi, t):  # each granule is touched by one thread (the common case)
+            u, lo, rep = b, t, None
+        else:
+            s[b[::-1]] = t[::-1]
+            lo = s[b]
+            if not ((hi >= t).all() and (lo <= t).all()):
+                s[b] = np.iinfo(np.int32).max
+                np.minimum.at(s, b, t)
+                lo = s[b]
+                s[b] = NONE
+                np.maximum.at(s, b, t)
+                hi = s[b]
+            rep = np.flatnonzero(lo == t)  # one element per granule: its lowest thread's
+            u, lo, hi = b[rep], lo[rep], hi[rep]
+        epoch = int(self.epoch[0]) if self.epoch.size == 1 else self.epoch[u // self.stride]
+        return _Access(t, b, u, lo, hi, rep, epoch, np.take(self.state, u, axis=0))
+
+    def _store(self, a: _Access) -> None:
+        self.records[a.u] = a.st.view(_RECORD).reshape(-1)
+
+    def _check_write(self, a: _Access, access: str, values: Callable[[], np.ndarray] | None = None) -> None:
+        """Raise for a write that races: with a write, a read or an in-flight copy of another
+        thread in this epoch, or with another thread of this instruction writing the granule."""
+        c = a.c
+        same = a.lo != a.hi
+        if values is not None and same.any():
+            same &= self._different_values(a, values())
+        waw = (c[WEPOCH] == a.epoch) & a.other(W1)
+        war = (c[REPOCH] == a.epoch) & a.other(R1)
+        flight = a.not_only(F)
+        if (same | waw | war | flight).any():
+            raise self._fault(access, a, [(same, "write", None), (waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)])
+
+    def _different_values(self, a: _Access, stored: np.ndarray) -> np.ndarray:
+        """Per distinct granule: whether the threads of this instruction store different values
+        there (``stored``: (threads, bytes) uint8, thread-major like ``a.b``)."""
+        g, b = self.granule, a.b
+        words = stored.reshape(b.size, g)
+        words = words.view(np.uint64) if g >= 8 else words.view(_WORDS[g])  # (granules, 1 or 2)
+        s = self.scratch.view(np.uint64)
+        differs = np.zeros(b.size, dtype=bool)
+        for column in words.T:
+            s[b] = column
+            differs |= s[b] != column  # some other store to this granule holds another value
+        s = self.scratch
+        s[b] = 0
+        s[b[differs]] = 1
+        return s[a.u] == 1
+
+    def _record_write(self, a: _Access, pc: int, how: int) -> None:
+        """A write that passed the check: its thread (the highest, whose value remains, when
+        several stored one value) is now the granule's only writer."""
+        c = a.c
+        c[W1] = a.hi
+        c[W1PC] = pc
+        c[W2] = NONE
+        c[WHOW] = how
+        c[WEPOCH] = a.epoch
+        self._store(a)
+
+    def _add(self, a: _Access, live: np.ndarray, one: int) -> None:
+        """Add this instruction's threads to a two-slot record (readers or atomic writers): keep
+        the first two distinct threads, which is all a later access needs to find a thread other
+        than itself. Stale slots (another epoch) count as empty."""
+        c, lo, hi, two = a.c, a.lo, a.hi, one + 2
+        first = np.where(live, c[one], NONE)
+        second = np.where(live, c[two], NONE)
+        new_first = np.where(first >= 0, first, lo)
+        candidate = np.where(lo != new_first, lo, np.where(hi != new_first, hi, NONE))
+        pc = self.pc
+        c[one + 1] = np.where(first >= 0, c[one + 1], pc)
+        c[one] = new_first
+        c[two + 1] = np.where(second >= 0, c[two + 1], pc)
+        c[two] = np.where(second >= 0, second, candidate)
+
+    def _fault(self, access: str, a: _Access, masks: list[tuple[np.ndarray, str, int | None]]) -> SimFault:
+        """The hazard of the lowest thread that has one (the first in execution order), named for
+        the error message. The masks flag distinct granules; here they are resolved per thread.
+        A mask names who the other access is: ``"write"`` another thread of this instruction,
+        else a record field: a two-slot record's first slot (``"writer"``: the recorded writer,
+        whose WHOW says how it wrote; ``"read"``), or F."""
+        t = a.t
+        if a.rep is None:
+            per, lo = a.c, t  # elements are the distinct granules
+        else:
+            s = self.scratch
+            s[a.u] = np.arange(a.u.size)
+            which = s[a.b]  # the distinct granule of each element
+            per, lo = a.c[:, which], a.lo[which]
+        hits = []
+        for mask, kind, field in masks:
+            m = mask if a.rep is None else mask[which]
+            if kind == "write":
+                m = m & (lo != t)  # the granule's lowest writer is first, not racing
+            elif kind == "cp.async":
+                m = m & (per[F] != t)
+            else:
+                m = m & (np.where(per[field] != t, per[field], per[field + 2]) >= 0)
+            hits.append(m)
+        k = int(np.flatnonzero(np.logical_or.reduce(hits))[0])
+        first_kind, field = next((kind, field) for m, (_, kind, field) in zip(hits, masks) if m[k])
+        me = int(t[k])
+        if first_kind == "write":
+            other, other_pc = int(lo[k]), self.pc
+        elif first_kind == "cp.async":
+            other, other_pc = int(per[F][k]), int(per[FPC][k])
+        else:
+            assert field is not None
+            slot = field if int(per[field][k]) != me else field + 2  # W1 -> W2, R1 -> R2
+            other, other_pc = int(per[slot][k]), int(per[slot + 1][k])
+            if first_kind == "writer":
+                first_kind = _WRITE_KINDS[int(per[WHOW][k])]
+        other_thread = self.geometry.thread_coords(other % self.cta_threads)
+        other_line = self.ops[other_pc].line
+        this = access
+        if access.startswith("landing:"):
+            this = f"the cp.async of PTX line {self.ops[int(access.split(':')[1])].line} landing at this wait"
+        if first_kind == "read":
+            hazard = "write-after-read"
+        else:
+            hazard = "read-after-write" if access == "read" else "write-after-write"
+        if first_kind == "cp.async":
+            other_text = f"cp.async by thread {other_thread} at PTX line {other_line}, still in flight (it lands at that thread's wait)"
+        else:
+            other_text = f"{first_kind} by thread {other_thread} at PTX line {other_line}, no barrier in between"
+        byte = int(a.b[k]) % self.stride * self.granule  # the granule's first byte in the CTA's window
+        message = f"shared memory race ({hazard}; this access: {this}; other access: {other_text})"
+        extra = {"hazard": hazard, "other_thread": other_thread, "other_ptx_line": other_line}
+        return SimFault("memory", message, me, byte, extra=extra)
