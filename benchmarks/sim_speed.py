@@ -122,29 +122,8 @@ DONE:
 }
 """
 
-SMALL = HEADER + """.visible .entry scale(.param .u64 x, .param .u32 n)
-{
-  .reg .pred %p<2>;
-  .reg .b32 %r<8>;
-  .reg .f32 %f<4>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [x];
-  ld.param.u32 %r1, [n];
-  mov.u32 %r2, %ctaid.x;
-  mov.u32 %r3, %ntid.x;
-  mov.u32 %r4, %tid.x;
-  mad.lo.s32 %r5, %r2, %r3, %r4;
-  setp.ge.u32 %p1, %r5, %r1;
-  @%p1 bra DONE;
-  mul.wide.u32 %rd2, %r5, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  ld.global.f32 %f1, [%rd3];
-  fma.rn.f32 %f2, %f1, 0f40000000, 0f3F800000;
-  st.global.f32 [%rd3], %f2;
-DONE:
-  ret;
-}
-"""
+# the same small kernel the simulator tests launch with a million threads
+SMALL = (Path(__file__).resolve().parent.parent / "tests" / "targets" / "sim" / "ptx" / "scale.ptx").read_text()
 
 
 def int_chain_reference(threads: int, length: int) -> np.ndarray:
@@ -206,10 +185,11 @@ def _matmul_inputs(sim: Simulator, size: int) -> tuple[np.ndarray, np.ndarray, i
 
 def kaio_matmul(sim: Simulator, size: int) -> tuple[str, Callable[[], object], Callable[[], float]]:
     """kaio's ops_library f16 -> f32 matmul, compiled for sm_80."""
+    from kaio.ops_library.matmul_config import DEFAULT_CONFIG
+    from kaio.ops_library.matmul_kernel import MatmulKernel
+
     import kaio
     from kaio import dtypes
-    from kaio.ops_library.matmul_kernel import MatmulKernel
-    from kaio.ops_library.matmul_config import DEFAULT_CONFIG
 
     compiled = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (8, 8, 2), DEFAULT_CONFIG), "sm_80")
     module = sim.load(compiled.ptx)

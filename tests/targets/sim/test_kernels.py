@@ -4,6 +4,7 @@ run, outputs poisoned before the launch."""
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -147,33 +148,7 @@ def test_atomic_cas_retry_loop(ptx_file, dev):
     np.testing.assert_array_equal(np.sort(dev.read(tickets)), np.arange(96))
 
 
-SCALE = """
-.version 8.0
-.target sm_80
-.address_size 64
-.visible .entry scale(.param .u64 x, .param .u32 n)
-{
-  .reg .pred %p<2>;
-  .reg .b32 %r<8>;
-  .reg .f32 %f<4>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [x];
-  ld.param.u32 %r1, [n];
-  mov.u32 %r2, %ctaid.x;
-  mov.u32 %r3, %ntid.x;
-  mov.u32 %r4, %tid.x;
-  mad.lo.s32 %r5, %r2, %r3, %r4;
-  setp.ge.u32 %p1, %r5, %r1;
-  @%p1 bra DONE;
-  mul.wide.u32 %rd2, %r5, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  ld.global.f32 %f1, [%rd3];
-  fma.rn.f32 %f2, %f1, 0f40000000, 0f3F800000;
-  st.global.f32 [%rd3], %f2;
-DONE:
-  ret;
-}
-"""
+SCALE = (Path(__file__).parent / "ptx" / "scale.ptx").read_text()
 
 
 def test_million_thread_launch_has_bounded_memory(dev, rng):
