@@ -666,58 +666,6 @@ class AtomicCasOp(IRDLOperation):
             raise VerifyException("atomic_cas compares and stores integers of one type")
 
 
-# --------------------------------------------------------------------------- whole-grid ops
-
-
-@irdl_op_definition
-class MatmulOp(IRDLOperation):
-    """``C = alpha * A @ B + beta * C`` over the whole launch grid (an ops_library builder's
-    output; ``tile-matmul`` splits it into CTA and warp tiles).
-
-    A is MxK, B is KxN and C is MxN, all row-major and densely packed in global memory.
-    """
-
-    name = "kernel.matmul"
-    a = operand_def(ArrayType)
-    b = operand_def(ArrayType)
-    c = operand_def(ArrayType)
-    m = operand_def(i32)
-    n = operand_def(i32)
-    k = operand_def(i32)
-    alpha = operand_def(f32)
-    beta = operand_def(f32)
-    align = prop_def(DenseArrayBase)
-    assembly_format = (
-        "$a `,` $b `,` $c `sizes` `(` $m `,` $n `,` $k `)` `alpha` $alpha `beta` $beta "
-        "`align` $align attr-dict `:` type($a) `,` type($b) `,` type($c)"
-    )
-
-    def __init__(self, a: SSAValue, b: SSAValue, c: SSAValue, m: SSAValue, n: SSAValue,
-                 k: SSAValue, alpha: SSAValue, beta: SSAValue,
-                 align: Sequence[int] = (1, 1, 1)):  # fmt: skip
-        super().__init__(
-            operands=[a, b, c, m, n, k, alpha, beta],
-            properties={"align": DenseArrayBase.from_list(i32, list(align))},
-        )
-
-    @property
-    def alignments(self) -> tuple[int, int, int]:
-        """Elements every row of A, B, C starts on a multiple of (the builder proved it)."""
-        a, b, c = (int(x) for x in self.align.get_values())
-        return a, b, c
-
-    def verify_(self) -> None:
-        a, b, c = self.a.type, self.b.type, self.c.type
-        assert isinstance(a, ArrayType) and isinstance(b, ArrayType) and isinstance(c, ArrayType)
-        if a.element_type != b.element_type:
-            raise VerifyException("matmul A and B must have the same element type")
-        if not c.mutable:
-            raise VerifyException("matmul writes C: it must be a mut array")
-        values = self.align.get_values()
-        if len(values) != 3 or any(int(v) < 1 or int(v) & (int(v) - 1) for v in values):
-            raise VerifyException("align holds three powers of two (A, B, C row alignment)")
-
-
 Kernel = Dialect(
     "kernel",
     [
@@ -744,8 +692,6 @@ Kernel = Dialect(
         ShuffleOp,
         WarpReduceOp,
         BlockReduceOp,
-        # whole-grid ops
-        MatmulOp,
     ],
     [ArrayType, DimAttr, ShuffleModeAttr, CombineAttr],
 )

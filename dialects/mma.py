@@ -8,15 +8,17 @@ A fragment is a matrix spread over the 32 lanes of a warp, each lane holding a f
   L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1.
 
 ``mma.load_a`` / ``mma.load_b`` read fragments from shared buffers with ``ldmatrix`` (``.trans``
-for the row-major B tile), ``mma.mma`` is one ``mma.sync``, ``mma.store`` the epilogue of one
-accumulator fragment.
+for a row-major B tile or a transposed A; ``transposed`` says the buffer holds the operand's
+transpose), ``mma.mma`` is one ``mma.sync``. ``mma.split`` / ``mma.join`` view an accumulator tile
+in the ``#tile.mma`` layout as its fragments (each 4 of the tile's registers per thread) and
+back: no data moves.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import StringAttr, bf16, f16, f32, i32
+from xdsl.dialects.builtin import I64, IntegerAttr, StringAttr, TensorType, bf16, f16, f32, i32, i64
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
@@ -24,9 +26,12 @@ from xdsl.irdl import (
     base,
     irdl_attr_definition,
     irdl_op_definition,
+    ParsePropInAttrDict,
     operand_def,
+    opt_prop_def,
     result_def,
     traits_def,
+    var_operand_def,
     var_result_def,
 )
 from xdsl.parser import AttrParser
@@ -35,7 +40,7 @@ from xdsl.traits import MemoryReadEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects.smem import BufferType
-from kaio.dialects.tile import AccumulatorStore
+from kaio.dialects.tile_layout import MmaLayout, layout_of
 
 ROLES = {"a": 4, "b": 2, "acc": 4}  # registers per lane
 
@@ -99,21 +104,39 @@ class ZeroOp(IRDLOperation):
         super().__init__(result_types=[FragType("acc", f32)])
 
 
-@irdl_op_definition
-class LoadAOp(IRDLOperation):
-    """The 16x16 A block whose top-left is (row, col) of the buffer tile (``ldmatrix.x4``)."""
+class _FragmentLoad(IRDLOperation):
+    """(row, col) index the operand; with ``transposed`` the buffer holds its transpose."""
 
-    name = "mma.load_a"
     buffer = operand_def(BufferType)
     row = operand_def(i32)
     col = operand_def(i32)
-    result = result_def(FragType)
+    transposed = opt_prop_def(IntegerAttr[I64])
     traits = traits_def(MemoryReadEffect())
+    irdl_options = (ParsePropInAttrDict(),)
+
+    @property
+    def is_transposed(self) -> bool:
+        return self.transposed is not None and bool(self.transposed.value.data)
+
+    @staticmethod
+    def props(transposed: bool) -> dict[str, IntegerAttr]:
+        return {"transposed": IntegerAttr(1, i64)} if transposed else {}
+
+
+@irdl_op_definition
+class LoadAOp(_FragmentLoad):
+    """The 16x16 A block whose top-left is (row, col) of the operand (``ldmatrix.x4``)."""
+
+    name = "mma.load_a"
+    result = result_def(FragType)
     assembly_format = "$buffer `[` $row `,` $col `]` attr-dict `:` type($buffer) `->` type($result)"
 
-    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue):
+    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False):
         assert isinstance(buffer.type, BufferType)
-        super().__init__(operands=[buffer, row, col], result_types=[FragType("a", buffer.type.element_type)])
+        super().__init__(
+            operands=[buffer, row, col], properties=self.props(transposed),
+            result_types=[FragType("a", buffer.type.element_type)],
+        )  # fmt: skip
 
     def verify_(self) -> None:
         buf = _check_buffer(self.buffer.type, 16)
@@ -122,22 +145,18 @@ class LoadAOp(IRDLOperation):
 
 
 @irdl_op_definition
-class LoadBOp(IRDLOperation):
-    """The 16(k) x 16(n) block of a row-major B tile at (row, col), as the two 16x8 B fragments
-    of its column halves (``ldmatrix.x4.trans``)."""
+class LoadBOp(_FragmentLoad):
+    """The 16(k) x 16(n) block of B at (row, col), as the two 16x8 B fragments of its column
+    halves (``ldmatrix.x4.trans`` from a row-major B, ``ldmatrix.x4`` from a transposed one)."""
 
     name = "mma.load_b"
-    buffer = operand_def(BufferType)
-    row = operand_def(i32)
-    col = operand_def(i32)
     results_ = var_result_def(FragType)
-    traits = traits_def(MemoryReadEffect())
     assembly_format = "$buffer `[` $row `,` $col `]` attr-dict `:` type($buffer) `->` type($results_)"
 
-    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue):
+    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False):
         assert isinstance(buffer.type, BufferType)
         frag = FragType("b", buffer.type.element_type)
-        super().__init__(operands=[buffer, row, col], result_types=[[frag, frag]])
+        super().__init__(operands=[buffer, row, col], properties=self.props(transposed), result_types=[[frag, frag]])
 
     def verify_(self) -> None:
         buf = _check_buffer(self.buffer.type, 16)
@@ -173,16 +192,52 @@ class MmaOp(IRDLOperation):
             raise VerifyException("the result is an accumulator like c")
 
 
-@irdl_op_definition
-class StoreOp(AccumulatorStore):
-    """Epilogue of one 16x8 accumulator fragment whose top-left is (row, col) in the C view."""
+def fragment_count(t: Attribute) -> int:
+    """Accumulator fragments (16x8 each) of one thread's share of an mma-layout tile."""
+    layout = layout_of(t)
+    if not isinstance(t, TensorType) or not isinstance(layout, MmaLayout) or t.element_type != f32:
+        raise VerifyException(f"expected an f32 tile in the #tile.mma layout, got {t}")
+    m, n = t.get_shape()
+    tm, tn = layout.warp_tile((m, n))
+    if tm < 16 or tn < 8:
+        raise VerifyException(f"a {m}x{n} tile is smaller than one fragment per warp")
+    return (tm // 16) * (tn // 8)
 
-    name = "mma.store"
+
+@irdl_op_definition
+class SplitOp(IRDLOperation):
+    """An mma-layout accumulator tile as its fragments, fragment (i, j) at i * (tile N/8) + j."""
+
+    name = "mma.split"
+    tile = operand_def(TensorType)
+    fragments = var_result_def(FragType)
+    traits = traits_def(Pure())
+    assembly_format = "$tile attr-dict `:` type($tile) `->` type($fragments)"
+
+    def __init__(self, tile: SSAValue):
+        super().__init__(operands=[tile], result_types=[[FragType("acc", f32)] * fragment_count(tile.type)])
 
     def verify_(self) -> None:
-        acc = self.acc.type
-        if not isinstance(acc, FragType) or acc.role.data != "acc":
-            raise VerifyException("mma.store stores an accumulator fragment")
+        if len(self.fragments) != fragment_count(self.tile.type):
+            raise VerifyException("mma.split gives every fragment of the tile")
 
 
-Mma = Dialect("mma", [ZeroOp, LoadAOp, LoadBOp, MmaOp, StoreOp], [FragType])
+@irdl_op_definition
+class JoinOp(IRDLOperation):
+    """Fragments back into the accumulator tile they make up."""
+
+    name = "mma.join"
+    fragments = var_operand_def(FragType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$fragments attr-dict `:` type($fragments) `->` type($result)"
+
+    def __init__(self, fragments: list[SSAValue], tile_type: Attribute):
+        super().__init__(operands=[fragments], result_types=[tile_type])
+
+    def verify_(self) -> None:
+        if len(self.fragments) != fragment_count(self.result.type):
+            raise VerifyException("mma.join takes every fragment of the tile")
+
+
+Mma = Dialect("mma", [ZeroOp, LoadAOp, LoadBOp, MmaOp, SplitOp, JoinOp], [FragType])

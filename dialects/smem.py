@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from xdsl.dialects.builtin import I64, ArrayAttr, IntAttr, IntegerAttr, StringAttr, i32, i64
+from xdsl.dialects.builtin import I64, ArrayAttr, IntAttr, IntegerAttr, StringAttr, TensorType, i32, i64
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
@@ -225,4 +225,25 @@ class CopyOp(TileCopy):
     name = "smem.copy"
 
 
-Smem = Dialect("smem", [AllocOp, StageOp, CopyOp], [LayoutAttr, BufferType])
+@irdl_op_definition
+class StoreOp(IRDLOperation):
+    """Every thread writes its elements of a tile into a single-stage buffer of its shape
+    (the data is there for all once every thread passed the next barrier)."""
+
+    name = "smem.store"
+    value = operand_def(TensorType)
+    dst = operand_def(BufferType)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$value `->` $dst attr-dict `:` type($value) `->` type($dst)"
+
+    def __init__(self, value: SSAValue, dst: SSAValue):
+        super().__init__(operands=[value, dst])
+
+    def verify_(self) -> None:
+        t, dst = self.value.type, self.dst.type
+        assert isinstance(t, TensorType) and isinstance(dst, BufferType)
+        if len(dst.dims) != 2 or tuple(t.get_shape()) != dst.dims or t.element_type != dst.element_type:
+            raise VerifyException(f"storing {t} into {dst}: shapes or types differ")
+
+
+Smem = Dialect("smem", [AllocOp, StageOp, CopyOp, StoreOp], [LayoutAttr, BufferType])

@@ -1,42 +1,104 @@
-"""The ``tile`` dialect: a matmul split into CTA tiles, warp tiles and a K loop.
+"""The ``tile`` dialect: values owned by a whole CTA (a *program* of a tile kernel).
 
-``tile.view`` names a rectangle of a row-major matrix in global memory (with the matrix bounds,
-so edge tiles can be masked). ``tile.mma`` is one warp's share of a CTA tile product:
-``acc += A[warp rows, :] @ B[:, warp cols]``, where A and B are CTA tiles (global views, or
-shared buffers once ``promote-to-shared`` ran). ``!tile.acc`` is a warp's accumulator tile; how
-its elements spread over lanes is decided by the lowering (``lower-to-mma-sync`` turns it into
-mma fragments; without it, lower-to-ptx uses a SIMT layout).
+A tile is a builtin ``tensor<64x32xf16>`` whose dims are powers of two; after ``tile-layout``
+its encoding says how its elements spread over the threads (``kaio.dialects.tile_layout``).
+Scalars are ordinary ``i32``/``f32``... values, the same in every thread.
+
+- Views: ``tile.view`` names a rectangle of a global array (offsets, bounds, strides: elements
+  at or past the bounds are outside the array); ``tile.load``/``tile.store`` move a whole view,
+  masked by the bounds. ``tile.gather``/``tile.scatter`` take an index tile and a mask tile.
+- Making tiles: ``tile.range`` (0..n-1), ``tile.splat`` (one scalar everywhere).
+- Elementwise code: ``tile.map`` applies its region (ordinary scalar ``arith``/``math`` ops on
+  block arguments, one per tile operand, and any scalar from outside) to every element.
+- Shapes: ``tile.broadcast`` (size-1 dims grow), ``tile.expand_dims``, ``tile.trans``.
+- ``tile.reduce`` along one axis (sum/max/min); ``tile.dot`` ``acc + a @ b``; and
+  ``tile.convert_layout``, which only ``tile-layout`` inserts, where a value must move between
+  threads.
+
+``tile.dot`` operands are tiles until ``promote-to-shared`` stages them in shared buffers
+(``smem.buffer``; ``transposed`` says the buffer holds the operand's transpose).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
 
-from xdsl.dialects.builtin import I64, ArrayAttr, IntAttr, IntegerAttr, f32, i32, i64
-from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.dialects.builtin import (
+    I64,
+    AnyFloat,
+    ArrayAttr,
+    IntAttr,
+    IntegerAttr,
+    IntegerType,
+    TensorType,
+    i1,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Dialect, ParametrizedAttribute, Region, SSAValue, TypeAttribute
 from xdsl.irdl import (
+    AttrSizedOperandSegments,
     IRDLOperation,
-    VarConstraint,
-    base,
+    ParsePropInAttrDict,
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
+    region_def,
     result_def,
     traits_def,
+    var_operand_def,
 )
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
-from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
+from xdsl.traits import HasParent, IsTerminator, MemoryReadEffect, MemoryWriteEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from kaio.dialects.kernel import ArrayType
+from kaio.dialects.kernel import ArrayType, CombineAttr
+from kaio.dialects.tile_layout import BlockedLayout, MmaLayout, SliceLayout, layout_of
 
 
-class _ShapedTile(ParametrizedAttribute, TypeAttribute):
-    """``<64x32xf16>``: a 2-D shape and an element type."""
+def is_pow2(n: int) -> bool:
+    return n >= 1 and not n & (n - 1)
 
+
+def tile_type(element_type: Attribute, shape: Sequence[int], layout: Attribute | None = None) -> TensorType:
+    if layout is None:
+        return TensorType(element_type, list(shape))
+    return TensorType(element_type, list(shape), layout)
+
+
+def shape_of(t: Attribute) -> tuple[int, ...]:
+    if isinstance(t, TensorType):
+        return tuple(t.get_shape())
+    dims = getattr(t, "dims", None)
+    if dims is None:
+        raise VerifyException(f"expected a tile, got {t}")
+    return tuple(dims)
+
+
+def element_of(t: Attribute) -> Attribute:
+    return t.element_type  # type: ignore[attr-defined]
+
+
+def check_tile(t: Attribute, what: str = "tile") -> TensorType:
+    if not isinstance(t, TensorType):
+        raise VerifyException(f"{what} must be a tensor, got {t}")
+    shape = t.get_shape()
+    if not 1 <= len(shape) <= 2 or not all(is_pow2(d) for d in shape):
+        raise VerifyException(f"{what} dims must be 1 or 2 powers of two, got {list(shape)}")
+    return t
+
+
+# --------------------------------------------------------------------------- views
+
+
+@irdl_attr_definition
+class ViewType(ParametrizedAttribute, TypeAttribute):
+    """``!tile.view<64x32xf16>``: a rectangle of a global array."""
+
+    name = "tile.view"
     shape: ArrayAttr[IntAttr]
     element_type: Attribute
 
@@ -48,8 +110,8 @@ class _ShapedTile(ParametrizedAttribute, TypeAttribute):
         return tuple(d.data for d in self.shape.data)
 
     def verify(self) -> None:
-        if len(self.dims) != 2 or any(d <= 0 for d in self.dims):
-            raise VerifyException(f"{self.name} needs a positive 2-D shape, got {self.dims}")
+        if not 1 <= len(self.dims) <= 2 or any(d <= 0 for d in self.dims):
+            raise VerifyException(f"{self.name} needs a positive 1-D or 2-D shape, got {self.dims}")
 
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():
@@ -63,155 +125,470 @@ class _ShapedTile(ParametrizedAttribute, TypeAttribute):
         return ArrayAttr([IntAttr(d) for d in shape]), elem
 
 
-@irdl_attr_definition
-class ViewType(_ShapedTile):
-    """A rows x cols rectangle of a row-major matrix in global memory."""
-
-    name = "tile.view"
-
-
-@irdl_attr_definition
-class AccType(_ShapedTile):
-    """One warp's accumulator tile."""
-
-    name = "tile.acc"
-
-
-def tile_shape(t: Attribute) -> tuple[int, int]:
-    """Shape of a tile operand: a global view or a (single-stage) shared buffer."""
-    dims = getattr(t, "dims", None)
-    if dims is None or len(dims) != 2:
-        raise VerifyException(f"expected a 2-D tile operand, got {t}")
-    return dims[0], dims[1]
-
-
-def tile_element(t: Attribute) -> Attribute:
-    return t.element_type  # type: ignore[attr-defined]
-
-
 @irdl_op_definition
 class ViewOp(IRDLOperation):
-    """``tile.view %a[%row, %col] bounds [%rows, %cols] stride %ld align N``: the tile whose
-    top-left element is ``a[row * ld + col]``; elements at or past (rows, cols) are outside the
-    matrix. ``align``: every row of the matrix starts at an element index that is a multiple
-    of N, and ``col`` is one too (so copies may move N elements at once)."""
+    """``tile.view %a[%row, %col] bounds [%rows, %cols] strides [%ld, %one] align N``: element
+    (i, j) of the view is ``a[(row + i) * ld + (col + j) * one]``, outside the array where
+    ``row + i >= rows`` or ``col + j >= cols``. ``align``: a proven power of two (in elements)
+    that the array's base, the row stride, the last offset and the last bound are multiples of,
+    with a last stride of 1 (so accesses may move that many elements at once)."""
 
     name = "tile.view"
     array = operand_def(ArrayType)
-    row = operand_def(i32)
-    col = operand_def(i32)
-    rows = operand_def(i32)
-    cols = operand_def(i32)
-    ld = operand_def(i32)
+    offsets = var_operand_def(i32)
+    bounds = var_operand_def(i32)
+    strides = var_operand_def(i32)
     align = prop_def(IntegerAttr[I64])
     result = result_def(ViewType)
+    irdl_options = (AttrSizedOperandSegments(as_property=True),)
     traits = traits_def(Pure())
     assembly_format = (
-        "$array `[` $row `,` $col `]` `bounds` `[` $rows `,` $cols `]` `stride` $ld "
+        "$array `[` $offsets `]` `bounds` `[` $bounds `]` `strides` `[` $strides `]` "
         "`align` $align attr-dict `:` type($array) `->` type($result)"
     )
 
-    def __init__(self, array: SSAValue, row: SSAValue, col: SSAValue, rows: SSAValue,
-                 cols: SSAValue, ld: SSAValue, shape: Sequence[int], align: int = 1):  # fmt: skip
+    def __init__(self, array: SSAValue, offsets: Sequence[SSAValue], bounds: Sequence[SSAValue],
+                 strides: Sequence[SSAValue], shape: Sequence[int], align: int = 1):  # fmt: skip
         assert isinstance(array.type, ArrayType)
         super().__init__(
-            operands=[array, row, col, rows, cols, ld],
+            operands=[array, list(offsets), list(bounds), list(strides)],
             result_types=[ViewType(shape, array.type.element_type)],
             properties={"align": IntegerAttr(align, i64)},
         )
+
+    @property
+    def rank(self) -> int:
+        return len(self.offsets)
 
     def verify_(self) -> None:
         assert isinstance(self.array.type, ArrayType)
         if self.array.type.element_type != self.result.type.element_type:
             raise VerifyException("view element type must match the array's")
+        n = len(self.result.type.dims)
+        if not len(self.offsets) == len(self.bounds) == len(self.strides) == n:
+            raise VerifyException(f"a rank-{n} view takes {n} offsets, bounds and strides")
+        if not is_pow2(self.align.value.data):
+            raise VerifyException("align must be a power of two")
 
 
 @irdl_op_definition
-class ZeroOp(IRDLOperation):
-    """A warp accumulator tile of zeros."""
+class LoadOp(IRDLOperation):
+    """The elements of a view (``other`` where outside the array)."""
 
-    name = "tile.zero"
-    result = result_def(AccType)
+    name = "tile.load"
+    view = operand_def(ViewType)
+    other = operand_def()
+    result = result_def(TensorType)
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = "$view `other` $other attr-dict `:` type($view) `,` type($other) `->` type($result)"
+
+    def __init__(self, view: SSAValue, other: SSAValue, layout: Attribute | None = None):
+        vt = view.type
+        assert isinstance(vt, ViewType)
+        super().__init__(operands=[view, other], result_types=[tile_type(vt.element_type, vt.dims, layout)])
+
+    def verify_(self) -> None:
+        t = check_tile(self.result.type)
+        vt = self.view.type
+        assert isinstance(vt, ViewType)
+        if tuple(t.get_shape()) != vt.dims or t.element_type != vt.element_type:
+            raise VerifyException(f"loading a {vt} gives a tile of its shape and type, not {t}")
+        if self.other.type != vt.element_type:
+            raise VerifyException("`other` has the view's element type")
+
+
+@irdl_op_definition
+class StoreOp(IRDLOperation):
+    """Write a tile into a view (only the elements inside the array)."""
+
+    name = "tile.store"
+    view = operand_def(ViewType)
+    value = operand_def(TensorType)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = "$value `,` $view attr-dict `:` type($value) `,` type($view)"
+
+    def __init__(self, view: SSAValue, value: SSAValue):
+        super().__init__(operands=[view, value])
+
+    def verify_(self) -> None:
+        t = check_tile(self.value.type)
+        vt = self.view.type
+        assert isinstance(vt, ViewType)
+        if tuple(t.get_shape()) != vt.dims or t.element_type != vt.element_type:
+            raise VerifyException(f"storing {t} into a {vt}: shapes or types differ")
+
+
+def _check_gather(array: Attribute, index: Attribute, mask: Attribute, value: Attribute) -> None:
+    assert isinstance(array, ArrayType)
+    shape = shape_of(check_tile(index, "the index"))
+    if element_of(index) != i32:
+        raise VerifyException("gather/scatter indices are i32 tiles")
+    if shape_of(mask) != shape or element_of(mask) != i1:
+        raise VerifyException("the mask is a bool tile of the index's shape")
+    if shape_of(value) != shape or element_of(value) != array.element_type:
+        raise VerifyException("the values have the index's shape and the array's element type")
+
+
+@irdl_op_definition
+class GatherOp(IRDLOperation):
+    """``result[i] = mask[i] ? array[index[i]] : other``."""
+
+    name = "tile.gather"
+    array = operand_def(ArrayType)
+    index = operand_def(TensorType)
+    mask = operand_def(TensorType)
+    other = operand_def()
+    result = result_def(TensorType)
+    traits = traits_def(MemoryReadEffect())
+    assembly_format = (
+        "$array `[` $index `]` `mask` $mask `other` $other attr-dict `:` type($array) `,` "
+        "type($index) `,` type($mask) `,` type($other) `->` type($result)"
+    )
+
+    def __init__(self, array: SSAValue, index: SSAValue, mask: SSAValue, other: SSAValue):
+        assert isinstance(array.type, ArrayType) and isinstance(index.type, TensorType)
+        t = tile_type(array.type.element_type, index.type.get_shape(), layout_of(index.type))
+        super().__init__(operands=[array, index, mask, other], result_types=[t])
+
+    def verify_(self) -> None:
+        _check_gather(self.array.type, self.index.type, self.mask.type, self.result.type)
+
+
+@irdl_op_definition
+class ScatterOp(IRDLOperation):
+    """``array[index[i]] = value[i]`` where ``mask[i]``."""
+
+    name = "tile.scatter"
+    array = operand_def(ArrayType)
+    index = operand_def(TensorType)
+    value = operand_def(TensorType)
+    mask = operand_def(TensorType)
+    traits = traits_def(MemoryWriteEffect())
+    assembly_format = (
+        "$value `,` $array `[` $index `]` `mask` $mask attr-dict `:` type($value) `,` "
+        "type($array) `,` type($index) `,` type($mask)"
+    )
+
+    def __init__(self, array: SSAValue, index: SSAValue, value: SSAValue, mask: SSAValue):
+        super().__init__(operands=[array, index, value, mask])
+
+    def verify_(self) -> None:
+        assert isinstance(self.array.type, ArrayType)
+        if not self.array.type.mutable:
+            raise VerifyException("tile.scatter writes a mutable array")
+        _check_gather(self.array.type, self.index.type, self.mask.type, self.value.type)
+
+
+@irdl_op_definition
+class MultipleOfOp(IRDLOperation):
+    """``x``, known to be a multiple of ``n`` (``kt.multiple_of``): a fact for vectorisation."""
+
+    name = "tile.multiple_of"
+    input = operand_def(i32)
+    n = prop_def(IntegerAttr[I64])
+    result = result_def(i32)
+    traits = traits_def(Pure())
+    assembly_format = "$input `,` $n attr-dict"
+
+    def __init__(self, input: SSAValue, n: int):
+        super().__init__(operands=[input], result_types=[i32], properties={"n": IntegerAttr(n, i64)})
+
+
+# --------------------------------------------------------------------------- making tiles
+
+
+@irdl_op_definition
+class RangeOp(IRDLOperation):
+    """``tile.range : tensor<Nxi32>``: 0, 1, ..., N-1."""
+
+    name = "tile.range"
+    result = result_def(TensorType)
     traits = traits_def(Pure())
     assembly_format = "attr-dict `:` type($result)"
 
-    def __init__(self, shape: Sequence[int], element_type: Attribute = f32):
-        super().__init__(result_types=[AccType(shape, element_type)])
+    def __init__(self, n: int, layout: Attribute | None = None):
+        super().__init__(result_types=[tile_type(i32, (n,), layout)])
+
+    def verify_(self) -> None:
+        t = check_tile(self.result.type)
+        if len(t.get_shape()) != 1 or t.element_type != i32:
+            raise VerifyException("tile.range makes a 1-D i32 tile")
 
 
 @irdl_op_definition
-class MmaOp(IRDLOperation):
-    """``acc += A[warp_row : warp_row + WM, :] @ B[:, warp_col : warp_col + WN]`` for one warp.
+class SplatOp(IRDLOperation):
+    """A tile with one scalar in every element."""
 
-    A is a BMxBK and B a BKxBN CTA tile (global views or shared buffers); acc is WMxWN.
-    """
+    name = "tile.splat"
+    value = operand_def()
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$value attr-dict `:` type($value) `->` type($result)"
 
-    name = "tile.mma"
-    T: ClassVar = VarConstraint("T", base(AccType))
+    def __init__(self, value: SSAValue, shape: Sequence[int], layout: Attribute | None = None):
+        super().__init__(operands=[value], result_types=[tile_type(value.type, shape, layout)])
+
+    def verify_(self) -> None:
+        t = check_tile(self.result.type)
+        if t.element_type != self.value.type:
+            raise VerifyException("a splat tile has its scalar's type")
+
+
+@irdl_op_definition
+class MapOp(IRDLOperation):
+    """Apply the region (scalar ops on one element of each operand) to every element."""
+
+    name = "tile.map"
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    body = region_def("single_block")
+    traits = traits_def(Pure())
+
+    def __init__(self, inputs: Sequence[SSAValue], result_type: Attribute, body: Region):
+        super().__init__(operands=[list(inputs)], result_types=[result_type], regions=[body])
+
+    @property
+    def block(self) -> Block:
+        return self.body.block
+
+    def verify_(self) -> None:
+        t = check_tile(self.result.type)
+        shape = t.get_shape()
+        for x in self.inputs:
+            if tuple(check_tile(x.type).get_shape()) != tuple(shape):
+                raise VerifyException(f"tile.map operands have the result's shape {list(shape)}, not {x.type}")
+        args = [a.type for a in self.block.args]
+        if args != [element_of(x.type) for x in self.inputs]:
+            raise VerifyException("the region takes one element of each operand")
+        last = self.block.last_op
+        if not isinstance(last, YieldOp) or [v.type for v in last.operands] != [t.element_type]:
+            raise VerifyException("the region yields one element of the result type")
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_list(self.inputs, printer.print_operand)
+        printer.print_string(" : ")
+        printer.print_list([x.type for x in self.inputs], printer.print_attribute)
+        printer.print_string(" -> ")
+        printer.print_attribute(self.result.type)
+        printer.print_string(" ")
+        printer.print_region(self.body, print_entry_block_args=True)
+        printer.print_op_attributes(self.attributes, print_keyword=True)
+
+    @classmethod
+    def parse(cls, parser) -> MapOp:  # type: ignore[no-untyped-def]
+        inputs = parser.parse_optional_undelimited_comma_separated_list(
+            parser.parse_optional_operand, parser.parse_unresolved_operand
+        ) or []
+        parser.parse_punctuation(":")
+        types = []
+        if inputs:
+            types = parser.parse_comma_separated_list(parser.Delimiter.NONE, parser.parse_type)
+        parser.parse_punctuation("->")
+        result_type = parser.parse_type()
+        body = parser.parse_region()
+        attrs = parser.parse_optional_attr_dict_with_keyword()
+        operands = parser.resolve_operands(inputs, types, parser.pos)
+        op = cls(operands, result_type, body)
+        if attrs is not None:
+            op.attributes |= attrs.data
+        return op
+
+
+@irdl_op_definition
+class YieldOp(IRDLOperation):
+    name = "tile.yield"
+    values = var_operand_def()
+    traits = traits_def(IsTerminator(), HasParent(MapOp))
+    assembly_format = "$values attr-dict `:` type($values)"
+
+    def __init__(self, *values: SSAValue):
+        super().__init__(operands=[list(values)])
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+@irdl_op_definition
+class BroadcastOp(IRDLOperation):
+    """Grow size-1 dims: ``tensor<1x64xf32> -> tensor<32x64xf32>``."""
+
+    name = "tile.broadcast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, shape: Sequence[int], layout: Attribute | None = None):
+        super().__init__(operands=[input], result_types=[tile_type(element_of(input.type), shape, layout)])
+
+    def verify_(self) -> None:
+        a, r = shape_of(check_tile(self.input.type)), shape_of(check_tile(self.result.type))
+        if len(a) != len(r) or any(x != y and x != 1 for x, y in zip(a, r)):
+            raise VerifyException(f"cannot broadcast {list(a)} to {list(r)}")
+
+
+@irdl_op_definition
+class ExpandDimsOp(IRDLOperation):
+    """Insert a size-1 dim at ``axis``."""
+
+    name = "tile.expand_dims"
+    input = operand_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input `axis` $axis attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, axis: int, layout: Attribute | None = None):
+        shape = list(shape_of(input.type))
+        shape.insert(axis, 1)
+        super().__init__(
+            operands=[input], properties={"axis": IntegerAttr(axis, i64)},
+            result_types=[tile_type(element_of(input.type), shape, layout)],
+        )  # fmt: skip
+
+    def verify_(self) -> None:
+        a = list(shape_of(check_tile(self.input.type)))
+        a.insert(self.axis.value.data, 1)
+        if tuple(a) != shape_of(check_tile(self.result.type)):
+            raise VerifyException("expand_dims inserts one size-1 dim at axis")
+
+
+@irdl_op_definition
+class TransOp(IRDLOperation):
+    """The transpose of a 2-D tile."""
+
+    name = "tile.trans"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, layout: Attribute | None = None):
+        m, n = shape_of(input.type)
+        super().__init__(operands=[input], result_types=[tile_type(element_of(input.type), (n, m), layout)])
+
+    def verify_(self) -> None:
+        a, r = shape_of(check_tile(self.input.type)), shape_of(check_tile(self.result.type))
+        if len(a) != 2 or r != (a[1], a[0]):
+            raise VerifyException("tile.trans swaps the two dims of a 2-D tile")
+
+
+@irdl_op_definition
+class ConvertLayoutOp(IRDLOperation):
+    """The same tile, spread over the threads by another layout."""
+
+    name = "tile.convert_layout"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, layout: Attribute):
+        t = input.type
+        super().__init__(operands=[input], result_types=[tile_type(element_of(t), shape_of(t), layout)])
+
+    def verify_(self) -> None:
+        a, r = self.input.type, self.result.type
+        if shape_of(a) != shape_of(r) or element_of(a) != element_of(r):
+            raise VerifyException("convert_layout keeps the shape and the element type")
+
+
+# --------------------------------------------------------------------------- math
+
+
+@irdl_op_definition
+class ReduceOp(IRDLOperation):
+    """Combine the elements along ``axis``: a 2-D tile gives a 1-D tile, a 1-D tile a scalar."""
+
+    name = "tile.reduce"
+    input = operand_def(TensorType)
+    axis = prop_def(IntegerAttr[I64])
+    combine = prop_def(CombineAttr)
+    result = result_def()
+    traits = traits_def(Pure())
+    assembly_format = "$combine $input `axis` $axis attr-dict `:` type($input) `->` type($result)"
+
+    def __init__(self, input: SSAValue, axis: int, combine: CombineAttr, layout: Attribute | None = None):
+        t = input.type
+        shape = list(shape_of(t))
+        del shape[axis]
+        if shape and layout is None and layout_of(t) is not None:
+            layout = SliceLayout(axis, layout_of(t))
+        result = tile_type(element_of(t), shape, layout) if shape else element_of(t)
+        super().__init__(
+            operands=[input], result_types=[result],
+            properties={"axis": IntegerAttr(axis, i64), "combine": combine},
+        )  # fmt: skip
+
+    def verify_(self) -> None:
+        shape = list(shape_of(check_tile(self.input.type)))
+        axis = self.axis.value.data
+        if not 0 <= axis < len(shape):
+            raise VerifyException(f"axis {axis} of a {len(shape)}-D tile")
+        del shape[axis]
+        r = self.result.type
+        got = list(shape_of(r)) if isinstance(r, TensorType) else []
+        if got != shape or (element_of(r) if isinstance(r, TensorType) else r) != element_of(self.input.type):
+            raise VerifyException("the result has the input's type with the axis removed")
+        t = element_of(self.input.type)
+        if not isinstance(t, AnyFloat | IntegerType) or t == i1:
+            raise VerifyException(f"cannot reduce {t} tiles")
+
+
+def operand_shape(t: Attribute, transposed: bool) -> tuple[int, int]:
+    """Shape of a dot operand (a tile, or a shared buffer holding it or its transpose)."""
+    dims = t.tile if hasattr(t, "tile") else shape_of(t)  # type: ignore[attr-defined]
+    if len(dims) != 2:
+        raise VerifyException(f"dot operands are 2-D, got {t}")
+    return (dims[1], dims[0]) if transposed else (dims[0], dims[1])
+
+
+@irdl_op_definition
+class DotOp(IRDLOperation):
+    """``acc + a @ b`` with a (M, K), b (K, N) and acc (M, N) in f32 (or the input type)."""
+
+    name = "tile.dot"
     a = operand_def()
     b = operand_def()
-    acc = operand_def(T)
-    warp_row = operand_def(i32)
-    warp_col = operand_def(i32)
-    result = result_def(T)
+    acc = operand_def(TensorType)
+    transposed = opt_prop_def(ArrayAttr[IntAttr])  # [a, b]: the shared buffer holds the transpose
+    result = result_def(TensorType)
     traits = traits_def(MemoryReadEffect())
-    assembly_format = (
-        "$a `,` $b `,` $acc `warp` `[` $warp_row `,` $warp_col `]` attr-dict "
-        "`:` type($a) `,` type($b) `,` type($acc)"
-    )
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)"
 
-    def __init__(self, a: SSAValue, b: SSAValue, acc: SSAValue, warp_row: SSAValue, warp_col: SSAValue):
-        super().__init__(operands=[a, b, acc, warp_row, warp_col], result_types=[acc.type])
+    def __init__(self, a: SSAValue, b: SSAValue, acc: SSAValue, transposed: tuple[bool, bool] = (False, False)):
+        props = {"transposed": ArrayAttr([IntAttr(int(t)) for t in transposed])} if any(transposed) else {}
+        super().__init__(operands=[a, b, acc], result_types=[acc.type], properties=props)
+
+    @property
+    def trans(self) -> tuple[bool, bool]:
+        if self.transposed is None:
+            return (False, False)
+        ta, tb = (bool(x.data) for x in self.transposed.data)
+        return ta, tb
 
     def verify_(self) -> None:
-        bm, bk = tile_shape(self.a.type)
-        bk2, bn = tile_shape(self.b.type)
-        wm, wn = tile_shape(self.acc.type)
-        if bk != bk2:
-            raise VerifyException(f"A is {bm}x{bk} but B is {bk2}x{bn}: K differs")
-        if wm > bm or wn > bn or bm % wm or bn % wn:
-            raise VerifyException(f"warp tile {wm}x{wn} must evenly divide the CTA tile {bm}x{bn}")
-        if tile_element(self.a.type) != tile_element(self.b.type):
-            raise VerifyException("A and B tiles must have the same element type")
+        ta, tb = self.trans
+        m, k = operand_shape(self.a.type, ta)
+        k2, n = operand_shape(self.b.type, tb)
+        acc = shape_of(check_tile(self.acc.type))
+        if k != k2 or acc != (m, n):
+            raise VerifyException(f"dot of {m}x{k} and {k2}x{n} into {acc[0]}x{acc[-1]}: shapes differ")
+        if element_of(self.a.type) != element_of(self.b.type):
+            raise VerifyException("dot operands have one element type")
         if self.result.type != self.acc.type:
-            raise VerifyException("result type must be the accumulator type")
+            raise VerifyException("the result is like the accumulator")
 
 
-class AccumulatorStore(IRDLOperation):
-    """Base of the epilogue ops: ``C[row.., col..] = alpha * acc + beta * C`` for an accumulator
-    whose top-left sits at (row, col) inside the C view; elements outside its bounds are
-    skipped (C is only read where beta != 0)."""
-
-    acc = operand_def()
-    c = operand_def(ViewType)
-    row = operand_def(i32)
-    col = operand_def(i32)
-    alpha = operand_def(f32)
-    beta = operand_def(f32)
-    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
-    assembly_format = (
-        "$acc `,` $c `[` $row `,` $col `]` `alpha` $alpha `beta` $beta attr-dict "
-        "`:` type($acc) `,` type($c)"
-    )
-
-    def __init__(self, acc: SSAValue, c: SSAValue, row: SSAValue, col: SSAValue,
-                 alpha: SSAValue, beta: SSAValue):  # fmt: skip
-        super().__init__(operands=[acc, c, row, col, alpha, beta])
-
-
-@irdl_op_definition
-class StoreOp(AccumulatorStore):
-    """Epilogue of a warp's accumulator tile; (row, col) is the warp tile's origin."""
-
-    name = "tile.store"
-
-    def verify_(self) -> None:
-        if not isinstance(self.acc.type, AccType):
-            raise VerifyException("tile.store stores a !tile.acc")
-        wm, wn = tile_shape(self.acc.type)
-        bm, bn = tile_shape(self.c.type)
-        if wm > bm or wn > bn:
-            raise VerifyException(f"warp tile {wm}x{wn} larger than the C tile {bm}x{bn}")
-
-
-Tile = Dialect("tile", [ViewOp, ZeroOp, MmaOp, StoreOp], [ViewType, AccType])
+Tile = Dialect(
+    "tile",
+    [
+        ViewOp, LoadOp, StoreOp, GatherOp, ScatterOp, MultipleOfOp,
+        RangeOp, SplatOp, MapOp, YieldOp,
+        BroadcastOp, ExpandDimsOp, TransOp, ConvertLayoutOp,
+        ReduceOp, DotOp,
+    ],
+    [ViewType, BlockedLayout, MmaLayout, SliceLayout],
+)  # fmt: skip

@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
     from kaio.compiler import compile
-    from kaio.frontend import device, gpu_kernel
+    from kaio.frontend import device, gpu_kernel, tile_kernel
     from kaio.pipeline import Pipeline
     from kaio.runtime.bench import BenchResult, bench
     from kaio.runtime.buffer import Buffer
@@ -36,6 +36,7 @@ _LAZY = {
     "compile": ("kaio.compiler", "compile"),
     "Pipeline": ("kaio.pipeline", "Pipeline"),
     "gpu_kernel": ("kaio.frontend", "gpu_kernel"),
+    "tile_kernel": ("kaio.frontend", "tile_kernel"),
     "device": ("kaio.frontend", "device"),
     # The runtime imports numpy only; cuda-python loads when a CUDA device is first asked for.
     "Device": ("kaio.runtime.device", "Device"),
@@ -64,6 +65,7 @@ __all__ = [
     "MutArray",
     "constexpr",
     "gpu_kernel",
+    "tile_kernel",
     "device",
     "Device",
     "Buffer",

@@ -10,10 +10,10 @@ from xdsl.passes import ModulePass
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """kaio's passes by name, loaded lazily (the xDSL registry convention)."""
 
-    def tile_matmul() -> type[ModulePass]:
-        from kaio.passes.tile_matmul import TileMatmulPass
+    def tile_layout() -> type[ModulePass]:
+        from kaio.passes.tile_layout import TileLayoutPass
 
-        return TileMatmulPass
+        return TileLayoutPass
 
     def promote_to_shared() -> type[ModulePass]:
         from kaio.passes.promote_to_shared import PromoteToSharedPass
@@ -41,7 +41,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return LowerToPtxPass
 
     return {
-        "tile-matmul": tile_matmul,
+        "tile-layout": tile_layout,
         "promote-to-shared": promote_to_shared,
         "pipeline-cp-async": pipeline_cp_async,
         "lower-to-mma-sync": lower_to_mma_sync,

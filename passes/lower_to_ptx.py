@@ -16,6 +16,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     control_flow,
     kernel_ops,
     mma_sync,
+    tile_values,
     tiles,
 )
 from kaio.passes.to_ptx.emitter import PtxEmitter

@@ -1,77 +1,123 @@
-"""``promote-to-shared{layout=swizzle}``: stage the CTA tiles of every ``tile.mma`` in shared
-memory.
+"""``promote-to-shared{layout=swizzle}``: stage the operands of every ``tile.dot`` in shared
+memory, where the warps read the rows and columns they need (``ldmatrix`` or FMA loads).
 
-Each global tile operand gets a shared buffer (allocated once at the top of the kernel); inside
-the K loop the block copies the tile in (``smem.copy``, zero-filling past the matrix edge), a
-barrier makes it visible, the warps compute from shared memory, and a second barrier keeps the
-next copy from overwriting a tile still being read. ``pipeline-cp-async`` later turns this into
-an asynchronous multi-stage ring.
+An operand loaded from global memory for this dot alone (``kt.load`` with ``other=0``,
+possibly through ``kt.trans``) is *copied* straight into its buffer (``smem.copy``, zero-filled
+past the bounds: no registers on the way, and ``pipeline-cp-async`` can make it asynchronous).
+Any other operand (a tile computed in registers, like attention's probabilities) is *stored*
+by the threads holding it (``smem.store``). A transposed operand is staged as it is and the dot
+reads it transposed. A barrier before the dot makes the data visible; one after it keeps the
+next iteration from overwriting a buffer still being read (``pipeline-cp-async`` replaces the
+barriers of copies with its own).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.builder import InsertPoint
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import ModuleOp, UnitAttr
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.pattern_rewriter import (
-    PatternRewriter,
-    PatternRewriteWalker,
-    RewritePattern,
-    op_type_rewrite_pattern,
-)
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects import kernel, smem, tile
 from kaio.errors import KaioCompileError
+
+COPY_BARRIER = "kaio.copy_barrier"  # a barrier that only orders tile copies
 
 
 def copy_vector(view: tile.ViewOp) -> int:
     """Elements per copy access: the view's alignment, at most 16 bytes, dividing its rows."""
     vtype = view.result.type
     elem_bytes = max(vtype.element_type.bitwidth // 8, 1)  # type: ignore[attr-defined]
-    vec = min(view.align.value.data, 16 // elem_bytes, vtype.dims[1])
-    while vtype.dims[1] % vec:
+    vec = min(view.align.value.data, 16 // elem_bytes, vtype.dims[-1])
+    while vtype.dims[-1] % vec:
         vec //= 2
     return max(vec, 1)
 
 
+def _is_zero(v: SSAValue) -> bool:
+    owner = v.owner
+    return isinstance(owner, arith.ConstantOp) and owner.value.value.data == 0  # type: ignore[union-attr]
+
+
+def _buffer_type(shape: tuple[int, ...], elem: object, layout: str) -> smem.BufferType:
+    elem_bytes = max(elem.bitwidth // 8, 1)  # type: ignore[attr-defined]
+    if layout == "swizzle":
+        try:
+            smem.LayoutAttr("swizzle").check_tile(shape[1], elem_bytes)
+        except VerifyException:
+            layout = "pad"  # rows too narrow or oddly sized for the XOR swizzle
+    pad = 16 // elem_bytes if layout == "pad" else 0  # one 16-byte chunk per row
+    return smem.BufferType(shape, elem, smem.LayoutAttr(layout, pad))  # type: ignore[arg-type]
+
+
 @dataclass
-class _Promote(RewritePattern):
+class _Stager:
+    func: kernel.KernelFuncOp
     layout: str
+    count: int = 0
 
-    def _buffer(self, rewriter: PatternRewriter, func: kernel.KernelFuncOp, view: SSAValue, hint: str) -> SSAValue:
-        vtype = view.type
-        assert isinstance(vtype, tile.ViewType)
-        elem_bytes = max(vtype.element_type.bitwidth // 8, 1)  # type: ignore[attr-defined]
-        pad = 16 // elem_bytes if self.layout == "pad" else 0  # one 16-byte chunk per row
-        buffer = smem.BufferType(vtype.dims, vtype.element_type, smem.LayoutAttr(self.layout, pad))
-        alloc = smem.AllocOp(hint, buffer)
-        rewriter.insert(alloc, InsertPoint.at_start(func.body.block))
-        return alloc.result
+    def alloc(self, shape: tuple[int, ...], elem: object, hint: str) -> SSAValue:
+        self.count += 1
+        op = smem.AllocOp(f"{hint}{self.count}", _buffer_type(shape, elem, self.layout))
+        Rewriter.insert_op(op, InsertPoint.at_start(self.func.body.block))
+        return op.result
 
-    @op_type_rewrite_pattern
-    def match_and_rewrite(self, op: tile.MmaOp, rewriter: PatternRewriter) -> None:
-        operands = [(name, v) for name, v in (("a", op.a), ("b", op.b)) if isinstance(v.type, tile.ViewType)]
-        if not operands:
-            return
-        func = op.parent_op()
-        while func is not None and not isinstance(func, kernel.KernelFuncOp):
-            func = func.parent_op()
-        if func is None:
-            raise KaioCompileError("tile.mma outside a kernel.func")
-        for name, view in operands:
-            view_op = view.owner
-            if not isinstance(view_op, tile.ViewOp):
-                raise KaioCompileError("promote-to-shared needs tile operands made by tile.view")
-            buffer = self._buffer(rewriter, func, view, f"{name}_tile")
-            rewriter.insert(smem.CopyOp(view, buffer, copy_vector(view_op)))
-            op.operands[0 if name == "a" else 1] = buffer
-        rewriter.insert(kernel.BarrierOp())
-        rewriter.insert(kernel.BarrierOp(), InsertPoint.after(op))
-        rewriter.notify_op_modified(op)
+    def stage(self, dot: tile.DotOp, value: SSAValue, hint: str) -> tuple[SSAValue, bool, bool]:
+        """(buffer, transposed, copied) for one operand."""
+        transposed = False
+        source = value
+        trans_op = value.owner if isinstance(value.owner, tile.TransOp) and value.uses.get_length() == 1 else None
+        if trans_op is not None:
+            source, transposed = trans_op.input, True
+        load = source.owner
+        shape = tile.shape_of(source.type)
+        elem = tile.element_of(source.type)
+        if isinstance(load, tile.LoadOp) and source.uses.get_length() == 1 and _is_zero(load.other):
+            view = load.view.owner
+            assert isinstance(view, tile.ViewOp)
+            buffer = self.alloc(shape, elem, hint)
+            Rewriter.insert_op(smem.CopyOp(load.view, buffer, copy_vector(view)), InsertPoint.before(load))
+            self._drop(dot, value, trans_op, load)
+            return buffer, transposed, True
+        buffer = self.alloc(shape, elem, hint)
+        Rewriter.insert_op(smem.StoreOp(source, buffer), InsertPoint.before(dot))
+        return buffer, transposed, False
+
+    @staticmethod
+    def _drop(dot: tile.DotOp, value: SSAValue, trans_op: Operation | None, load: Operation) -> None:
+        """The operand is now staged: its load (and transpose) have no other use."""
+        for i, operand in enumerate(dot.operands):
+            if operand is value:
+                dot.operands[i] = dot.acc  # placeholder until the dot is rebuilt
+        if trans_op is not None:
+            Rewriter.erase_op(trans_op)
+        Rewriter.erase_op(load)
+
+    def promote(self, dot: tile.DotOp) -> None:
+        a, ta, ca = self.stage(dot, dot.a, "a_tile")
+        b, tb, cb = self.stage(dot, dot.b, "b_tile")
+        new = tile.DotOp(a, b, dot.acc, (ta, tb))
+        Rewriter.replace_op(dot, new)
+        before, after = kernel.BarrierOp(), kernel.BarrierOp()
+        if ca and cb:
+            before.attributes[COPY_BARRIER] = UnitAttr()
+            after.attributes[COPY_BARRIER] = UnitAttr()
+        Rewriter.insert_op(before, InsertPoint.before(new))
+        Rewriter.insert_op(after, InsertPoint.after(new))
+
+
+def enclosing_kernel(op: Operation) -> kernel.KernelFuncOp:
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, kernel.KernelFuncOp):
+        parent = parent.parent_op()
+    if parent is None:
+        raise KaioCompileError(f"{op.name} outside a kernel.func")
+    return parent
 
 
 @dataclass(frozen=True)
@@ -84,4 +130,10 @@ class PromoteToSharedPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.layout not in smem.LAYOUT_KINDS:
             raise KaioCompileError(f"layout is one of {smem.LAYOUT_KINDS}, not '{self.layout}'")
-        PatternRewriteWalker(_Promote(self.layout), apply_recursively=False).rewrite_module(op)
+        stagers: dict[kernel.KernelFuncOp, _Stager] = {}
+        for dot in [o for o in op.walk() if isinstance(o, tile.DotOp)]:
+            if isinstance(dot.a.type, smem.BufferType):
+                continue  # already staged
+            func = enclosing_kernel(dot)
+            stager = stagers.setdefault(func, _Stager(func, self.layout))
+            stager.promote(dot)

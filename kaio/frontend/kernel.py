@@ -74,6 +74,9 @@ class KernelIR:
 
 
 class GpuKernel:
+    compiler_class: type[FunctionCompiler] = FunctionCompiler  # what compiles the body
+    kind = "gpu_kernel"
+
     def __init__(self, fn: Callable[..., Any], block_size: int | tuple[int, ...]):
         self.fn = fn
         self.name: str = fn.__name__
@@ -142,7 +145,7 @@ class GpuKernel:
 
     def __repr__(self) -> str:
         params = ", ".join(p.name for p in self.params)
-        return f"<kaio.gpu_kernel {self.name}({params}) block={self.block_size}>"
+        return f"<kaio.{self.kind} {self.name}({params}) block={self.block_size}>"
 
     # ------------------------------------------------------------------ launching (kaio.runtime)
 
@@ -211,7 +214,12 @@ class GpuKernel:
                 unknown.append(p)
         self._build(known, tuple(unknown))
 
-    def _build(self, constexprs: dict[str, Const], unknown: tuple[ParamSpec, ...]) -> KernelIR:
+    def _bind_facts(self, scope: Scope, state: BuildState, facts: Any) -> None:
+        """Bind what a launch proved about the arguments (tile kernels: divisibility)."""
+
+    def _build(
+        self, constexprs: dict[str, Const], unknown: tuple[ParamSpec, ...], facts: Any = None
+    ) -> KernelIR:
         runtime = self.runtime_params
         types: list[Attribute] = [
             ArrayType(p.dtype.ir_type, p.mutable) if p.is_array else p.dtype.ir_type
@@ -235,7 +243,8 @@ class GpuKernel:
             scope.bind(name, c)
         scope.bind(RET, Const(False, bool_))
         state = BuildState(Emitter(block))
-        compiler = FunctionCompiler(state, self._src, Env(self.fn), scope, is_kernel=True)
+        self._bind_facts(scope, state, facts)
+        compiler = self.compiler_class(state, self._src, Env(self.fn), scope, is_kernel=True)
         try:
             compiler.visit_body(self._src.tree.body)
             block.add_op(ReturnOp())

@@ -32,8 +32,11 @@ from kaio.frontend.values import (
     Const,
     PyObject,
     Scalar,
+    TileValue,
     Undefined,
     Value,
+    ValueType,
+    runtime_value,
     scalar_type_of,
     type_name,
 )
@@ -203,12 +206,12 @@ class LoopsMixin(StatementsMixin):
 
     def _carried(
         self, body: list[ast.stmt], exits: frozenset[str], skip: str | None
-    ) -> list[tuple[str, ScalarType, Value]]:
+    ) -> list[tuple[str, ValueType, Value]]:
         """(name, type, value before the loop) of each loop-carried variable."""
-        carried: list[tuple[str, ScalarType, Value]] = []
+        carried: list[tuple[str, ValueType, Value]] = []
         for n in assigned_names(self.src, body):
             v = self.scope.get(n)
-            if n == skip or v is None or not isinstance(v, Scalar | Const):
+            if n == skip or v is None or not isinstance(v, Scalar | Const | TileValue):
                 continue
             carried.append((n, carried_type(n, v), v))
         flags = [(RET_VAR, RET), (BRK_VAR, BRK)]
@@ -219,7 +222,7 @@ class LoopsMixin(StatementsMixin):
                 carried.append((var, bool_, v))
         if RET in exits and self.value_returning:
             rv = self.scope.get(RV)
-            if not isinstance(rv, Scalar | Const):
+            if not isinstance(rv, Scalar | Const | TileValue):
                 raise SemanticError(
                     "a device function that returns from inside a loop needs a declared "
                     "return type",
@@ -315,17 +318,17 @@ class LoopsMixin(StatementsMixin):
         return c.ssa if isinstance(c, Scalar) else self.em.constant(bool(c.value), bool_)
 
     def _body_scope(
-        self, pre: Scope, carried: list[tuple[str, ScalarType, Value]], args: tuple[SSAValue, ...]
+        self, pre: Scope, carried: list[tuple[str, ValueType, Value]], args: tuple[SSAValue, ...]
     ) -> Scope:
         scope = pre.copy()
         for (n, ct, _), arg in zip(carried, args, strict=True):
-            scope.bind(n, Scalar(arg, ct))
+            scope.bind(n, runtime_value(arg, ct))
         return scope
 
     def _loop_end(
         self,
         node: ast.stmt,
-        carried: list[tuple[str, ScalarType, Value]],
+        carried: list[tuple[str, ValueType, Value]],
         args: tuple[SSAValue, ...],
     ) -> list[SSAValue]:
         """The values the body yields for the next iteration."""
@@ -335,13 +338,13 @@ class LoopsMixin(StatementsMixin):
             if v is None or isinstance(v, Undefined):
                 yields.append(arg)
                 continue
-            if isinstance(v, Scalar) and v.type is not ct:
+            if isinstance(v, Scalar | TileValue) and v.type != ct:
                 raise SemanticError(
                     f"`{n}` changes type in the loop: {ct.name} before, {v.type.name} after",
                     TYPE_CHANGE_HINT,
                     node,
                 )
-            if not isinstance(v, Scalar | Const):
+            if not isinstance(v, Scalar | Const | TileValue):
                 raise SemanticError(f"`{n}` changes to a {type_name(v)} in the loop", None, node)
             try:
                 yields.append(materialize(self.em, v, ct))
@@ -355,7 +358,7 @@ class LoopsMixin(StatementsMixin):
         self,
         node: ast.For | ast.While,
         pre: Scope,
-        carried: list[tuple[str, ScalarType, Value]],
+        carried: list[tuple[str, ValueType, Value]],
         results: list[SSAValue],
         loop_var: str | None,
     ) -> None:
@@ -369,7 +372,7 @@ class LoopsMixin(StatementsMixin):
                     n, v or Undefined(f"`{n}` is not assigned on every path of the loop")
                 )
             else:
-                self.scope.bind(n, Scalar(r, ct))
+                self.scope.bind(n, runtime_value(r, ct))
         where = f"the loop at line {node.lineno}"
         for n in assigned_names(self.src, node.body):
             if n in carried_names:

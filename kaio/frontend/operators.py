@@ -31,7 +31,7 @@ from kaio.frontend.typerules import (
     trunc_div,
     unify,
 )
-from kaio.frontend.values import Const, Scalar, Value, type_name
+from kaio.frontend.values import Const, Scalar, TileType, TileValue, Value, type_name
 
 BinaryOp = Callable[[SSAValue, SSAValue], Operation]
 ConversionOp = Callable[[SSAValue, Any], Operation]
@@ -65,8 +65,12 @@ def require_scalar(v: Value, what: str) -> Scalar | Const:
     raise SemanticError(f"{what} needs a scalar value, got {type_name(v)}")
 
 
-def materialize(em: Emitter, v: Value, t: ScalarType) -> SSAValue:
+def materialize(em: Emitter, v: Value, t: ScalarType | TileType) -> SSAValue:
     """``v`` as an SSA value of type ``t`` (a literal adapts; a typed value must already be ``t``)."""
+    if isinstance(t, TileType):
+        if not isinstance(v, TileValue) or v.type != t:
+            raise SemanticError(f"expected {t.name}, got {type_name(v)}")
+        return v.ssa
     if isinstance(v, Scalar):
         if v.type is not t:
             raise SemanticError(f"expected {t.name}, got {v.type.name}")

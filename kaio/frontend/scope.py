@@ -26,9 +26,13 @@ from kaio.frontend.values import (
     PyObject,
     Scalar,
     SharedRef,
+    TileType,
+    TileValue,
     TupleValue,
     Undefined,
     Value,
+    ValueType,
+    runtime_value,
     scalar_type_of,
     type_name,
 )
@@ -68,6 +72,12 @@ def checked_assignment(name: str, old: Value | None, new: Value) -> Value:
     if isinstance(new, TupleValue):
         raise SemanticError(f"cannot store a tuple in `{name}`", "unpack it: `a, b = ...`")
     if old is None or isinstance(old, Undefined):
+        return new
+    if isinstance(old, TileValue) or isinstance(new, TileValue):
+        if not (isinstance(old, TileValue) and isinstance(new, TileValue)) or old.type != new.type:
+            raise SemanticError(
+                f"`{name}` changes from {type_name(old)} to {type_name(new)}", TYPE_CHANGE_HINT
+            )
         return new
     if isinstance(old, Scalar | Const) and isinstance(new, Scalar | Const):
         old_t, new_t = scalar_type_of(old), scalar_type_of(new)
@@ -113,6 +123,8 @@ def same_value(a: Value, b: Value) -> bool:
     match a, b:
         case Scalar(), Scalar():
             return a.ssa is b.ssa and a.type is b.type
+        case TileValue(), TileValue():
+            return a.ssa is b.ssa
         case Const(), Const():
             return a.type is b.type and type(a.value) is type(b.value) and a.value == b.value
         case ArrayRef(), ArrayRef():
@@ -131,12 +143,12 @@ class Merge:
 
     scope: Scope
     names: list[str]
-    types: list[ScalarType]
+    types: list[ValueType]
     incoming: list[list[SSAValue]]
 
     def bind_results(self, results: tuple[SSAValue, ...] | list[SSAValue]) -> None:
         for name, t, r in zip(self.names, self.types, results, strict=True):
-            self.scope.bind(name, Scalar(r, t))
+            self.scope.bind(name, runtime_value(r, t))
 
 
 def merge(em: Emitter, paths: list[Scope], where: str, cond: SSAValue | None = None) -> Merge:
@@ -147,7 +159,7 @@ def merge(em: Emitter, paths: list[Scope], where: str, cond: SSAValue | None = N
     exits produce exactly this pattern."""
     joined = Scope()
     names: list[str] = []
-    types: list[ScalarType] = []
+    types: list[ValueType] = []
     incoming: list[list[SSAValue]] = [[] for _ in paths]
     all_names = dict.fromkeys(n for p in paths for n in p.vars)
     for name in all_names:
@@ -163,6 +175,18 @@ def merge(em: Emitter, paths: list[Scope], where: str, cond: SSAValue | None = N
         if any(isinstance(v, Undefined) for v in present):
             undefined = next(v for v in present if isinstance(v, Undefined))
             joined.bind(name, undefined)
+            continue
+        if all(isinstance(v, TileValue) for v in present) and len(present) == len(values):
+            tile_types = {v.type for v in present}  # type: ignore[union-attr]
+            if len(tile_types) != 1:
+                raise SemanticError(
+                    f"`{name}` is {' or '.join(sorted(t.name for t in tile_types))} after {where}",
+                    TYPE_CHANGE_HINT,
+                )
+            names.append(name)
+            types.append(tile_types.pop())
+            for i, v in enumerate(values):
+                incoming[i].append(v.ssa)  # type: ignore[union-attr]
             continue
         if not all(isinstance(v, Scalar | Const) for v in present):
             joined.bind(
@@ -214,9 +238,9 @@ def _merged_type(name: str, values: list[Value], where: str) -> ScalarType:
         raise SemanticError(e.message, TYPE_CHANGE_HINT) from None
 
 
-def carried_type(name: str, v: Value) -> ScalarType:
+def carried_type(name: str, v: Value) -> ValueType:
     """The type a loop-carried variable has inside the loop (a literal takes its default)."""
-    if isinstance(v, Scalar):
+    if isinstance(v, Scalar | TileValue):
         return v.type
     if isinstance(v, Const):
         if v.type is not None:

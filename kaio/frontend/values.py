@@ -66,6 +66,41 @@ class SharedRef:
 
 
 @dataclass(frozen=True)
+class TileType:
+    """A tile's type in a tile kernel: element type and power-of-two shape (no layout: the
+    ``tile-layout`` pass picks it)."""
+
+    elem: ScalarType
+    shape: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return f"tile<{'x'.join(map(str, self.shape))}x{self.elem.name}>"
+
+    @property
+    def ir_type(self) -> Any:
+        from kaio.dialects.tile import tile_type
+
+        return tile_type(self.elem.ir_type, self.shape)
+
+
+@dataclass(frozen=True, eq=False)
+class TileValue:
+    """A tile owned by the whole CTA of a tile kernel."""
+
+    ssa: SSAValue
+    type: TileType
+
+    @property
+    def elem(self) -> ScalarType:
+        return self.type.elem
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+
+@dataclass(frozen=True)
 class TupleValue:
     items: tuple[Value, ...]
 
@@ -89,7 +124,13 @@ class Undefined:
     reason: str
 
 
-Value = Scalar | Const | ArrayRef | SharedRef | TupleValue | PyObject | NoneValue | Undefined
+Value = Scalar | Const | ArrayRef | SharedRef | TileValue | TupleValue | PyObject | NoneValue | Undefined
+ValueType = ScalarType | TileType  # the type of a runtime value (what an SSA merge yields)
+
+
+def runtime_value(ssa: SSAValue, t: ValueType) -> Scalar | TileValue:
+    """The frontend value of an SSA value of type ``t`` (a merge, loop or region result)."""
+    return TileValue(ssa, t) if isinstance(t, TileType) else Scalar(ssa, t)
 
 
 def const_of(obj: Any) -> Const | None:
@@ -124,6 +165,8 @@ def type_name(v: Value) -> str:
             return repr(t)
         case SharedRef(elem=e, shape=shape):
             return f"shared {e.name}[{', '.join(map(str, shape))}]"
+        case TileValue(type=t):
+            return t.name
         case TupleValue():
             return "tuple"
         case NoneValue():

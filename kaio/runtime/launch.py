@@ -118,6 +118,8 @@ class Launcher:
         # common loop) skip hashing the constexpr key.
         self._last: tuple[Device | None, Any, Specialization | None] = (None, None, None)
         self._bound: dict[Any, BoundLaunch] = {}
+        # Kernels that specialize on argument values (tile kernels: ints divisible by 16).
+        self._arg_specialization = getattr(kernel, "arg_specialization", None)
 
     def __getitem__(self, key: Any) -> BoundLaunch:
         cacheable = _cacheable(key)
@@ -146,6 +148,10 @@ class Launcher:
             runtime, constexprs, key = args, sig.default_constexprs, sig.default_key
         else:
             runtime, constexprs, key = sig.bind(args, kwargs)
+        if self._arg_specialization is not None:
+            facts = self._arg_specialization(runtime)
+            key = (key, facts)
+            constexprs = {**constexprs, "__divisible__": facts}
         if device is None:
             for i in self.array_positions:
                 value = runtime[i]

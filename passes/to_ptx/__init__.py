@@ -21,15 +21,17 @@ Rule = Callable[["PtxEmitter", Operation], None]
 
 LOWERINGS: dict[type[Operation], Rule] = {}
 
-# IR types held in several registers (an mma fragment, a warp's accumulator tile): type class ->
-# function giving the register types of one value's parts.
-AGGREGATES: dict[type[Attribute], Callable[[Attribute], list[Attribute]]] = {}
+# IR types held in several registers (an mma fragment, a thread's share of a tile): type class ->
+# function giving the register types of one value's parts (it may ask the emitter, e.g. for the
+# kernel's number of warps).
+Parts = Callable[[Attribute, "PtxEmitter"], list[Attribute]]
+AGGREGATES: dict[type[Attribute], Parts] = {}
 
 
-def register_parts(type_class: type[Attribute]) -> Callable[[Callable[[Attribute], list[Attribute]]], Callable[[Attribute], list[Attribute]]]:
+def register_parts(type_class: type[Attribute]) -> Callable[[Parts], Parts]:
     """Declare how a value of ``type_class`` splits into registers."""
 
-    def register(parts: Callable[[Attribute], list[Attribute]]) -> Callable[[Attribute], list[Attribute]]:
+    def register(parts: Parts) -> Parts:
         AGGREGATES[type_class] = parts
         return parts
 

@@ -211,7 +211,7 @@ class PtxEmitter:
     def regs(self, t: Attribute) -> list[SSAValue]:
         """Fresh assignable registers for a value of type ``t`` (several for aggregates)."""
         parts = AGGREGATES.get(type(t))
-        return [self.reg(p) for p in parts(t)] if parts is not None else [self.reg(t)]
+        return [self.reg(p) for p in parts(t, self)] if parts is not None else [self.reg(t)]
 
     def assign(self, dst: SSAValue, src: SSAValue) -> None:
         if dst is not src:

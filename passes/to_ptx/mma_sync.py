@@ -1,34 +1,32 @@
-"""``mma`` -> ``ldmatrix`` / ``mma.sync`` / epilogue PTX.
+"""``mma`` -> ``ldmatrix`` / ``mma.sync`` PTX.
 
-Lane roles follow the PTX ISA fragment layouts for m16n8k16 (row.col):
+Lane roles follow the PTX ISA fragment layouts for m16n8k16 (row.col). Each ``ldmatrix.x4``
+loads four 8x8 matrices; lane 8q + i gives the address of row i of matrix q:
 
-- ``ldmatrix.x4`` of A: lane L gives the address of row L%16, column 8*(L/16) of the 16x16
-  block; the four 8x8 matrices come back as a0..a3 in the order mma expects.
-- ``ldmatrix.x4.trans`` of a row-major 16(k)x16(n) B block: lane L gives row (k) L%16, column
-  (n) 8*(L/16); registers 0-1 are the B fragment of columns 0-7, 2-3 of columns 8-15.
-- accumulator: lane L holds rows L/4 and L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1.
+- A (16x16, row-major in shared memory): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7),
+  (rows 0-7, k 8-15), (rows 8-15, k 8-15) are a0..a3. A stored transposed (k rows) is read
+  with ``.trans``, lane 8q + i giving k row 8*(q/2) + i, column 8*(q%2).
+- B (16(k)x16(n), row-major): ``.trans``, lane L gives k row L%16, column 8*(L/16); registers
+  0-1 are the B fragment of columns 0-7, 2-3 of columns 8-15. B stored transposed (n rows, as
+  ``kt.trans(k)`` gives it) is read without ``.trans``: lane 8q + i gives n row 8*(q/2) + i,
+  column 8*(q%2).
+- accumulator: lane L holds rows L/4 and L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1: 4 registers
+  of the ``#tile.mma`` tile per fragment, so ``mma.split``/``mma.join`` only regroup registers.
 """
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import f32, i1, i32
+from xdsl.dialects.builtin import f32, i32
 from xdsl.ir import Attribute, SSAValue
 
 from kaio.dialects import mma, ptx
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
-from kaio.passes.to_ptx.tiles import (
-    add32,
-    epilogue_values,
-    global_address,
-    shared_offset,
-    store_pair,
-    view_of,
-)
+from kaio.passes.to_ptx.tiles import add32, shared_offset
 
 
 @register_parts(mma.FragType)
-def fragment_parts(t: Attribute) -> list[Attribute]:
+def fragment_parts(t: Attribute, em: PtxEmitter) -> list[Attribute]:
     assert isinstance(t, mma.FragType)
     return [f32 if t.role.data == "acc" else i32] * t.registers
 
@@ -59,8 +57,20 @@ def _ldmatrix(em: PtxEmitter, buffer: SSAValue, row: SSAValue, col: SSAValue, tr
     return list(load.outs)
 
 
+def _transposed_block(em: PtxEmitter, op: mma.LoadAOp | mma.LoadBOp, trans: bool) -> list[SSAValue]:
+    """ldmatrix of the 16x16 block at (row, col) of the operand, stored transposed: lane 8q + i
+    reads stored row col + 8*(q/2) + i, stored column row + 8*(q%2)."""
+    stored_row = add32(em, em.value(op.col), _lane_bits(em, 0, 7))
+    stored_row = add32(em, stored_row, _lane_bits(em, 4, 1, 8))
+    stored_col = add32(em, em.value(op.row), _lane_bits(em, 3, 1, 8))
+    return _ldmatrix(em, op.buffer, stored_row, stored_col, trans=trans)
+
+
 @lowering(mma.LoadAOp)
 def lower_load_a(em: PtxEmitter, op: mma.LoadAOp) -> None:
+    if op.is_transposed:
+        em.bind(op.result, _transposed_block(em, op, trans=True))
+        return
     row = add32(em, em.value(op.row), _lane_bits(em, 0, 15))
     col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, 8))
     em.bind(op.result, _ldmatrix(em, op.buffer, row, col, trans=False))
@@ -68,9 +78,12 @@ def lower_load_a(em: PtxEmitter, op: mma.LoadAOp) -> None:
 
 @lowering(mma.LoadBOp)
 def lower_load_b(em: PtxEmitter, op: mma.LoadBOp) -> None:
-    row = add32(em, em.value(op.row), _lane_bits(em, 0, 15))  # L%8 + 8*((L/8)%2) == L%16
-    col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, 8))
-    regs = _ldmatrix(em, op.buffer, row, col, trans=True)
+    if op.is_transposed:
+        regs = _transposed_block(em, op, trans=False)
+    else:
+        row = add32(em, em.value(op.row), _lane_bits(em, 0, 15))  # L%8 + 8*((L/8)%2) == L%16
+        col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, 8))
+        regs = _ldmatrix(em, op.buffer, row, col, trans=True)
     em.bind(op.results_[0], regs[:2])
     em.bind(op.results_[1], regs[2:])
 
@@ -85,21 +98,13 @@ def lower_mma(em: PtxEmitter, op: mma.MmaOp) -> None:
     em.bind(op.result, list(sync.outs))
 
 
-@lowering(mma.StoreOp)
-def lower_store(em: PtxEmitter, op: mma.StoreOp) -> None:
-    view = view_of(op.c)
-    acc = em.parts(op.acc)
-    vector = view.align.value.data >= 2  # C rows start on even columns: pairs are aligned
-    row = add32(em, em.value(view.row), add32(em, em.value(op.row), _lane_bits(em, 2, 7)))
-    col = add32(em, em.value(view.col), add32(em, em.value(op.col), _lane_bits(em, 0, 3, 2)))
-    col_next = add32(em, col, 1)
-    alpha, beta = em.value(op.alpha), em.value(op.beta)
-    cols = em.value(view.cols)
-    col_ok = em.instr(ptx.SetpOp, "lt.u32", [col, cols], i1)
-    next_ok = em.instr(ptx.SetpOp, "lt.u32", [col_next, cols], i1)
-    for half, r in enumerate((row, add32(em, row, 8))):
-        row_ok = em.instr(ptx.SetpOp, "lt.u32", [r, em.value(view.rows)], i1)
-        oks = [em.instr(ptx.AndOp, "pred", [row_ok, ok], i1) for ok in (col_ok, next_ok)]
-        addr = global_address(em, view, r, col)
-        values = epilogue_values(em, view, alpha, beta, addr, list(acc[2 * half : 2 * half + 2]), oks, vector)
-        store_pair(em, view, addr, values, oks, vector)
+@lowering(mma.SplitOp)
+def lower_split(em: PtxEmitter, op: mma.SplitOp) -> None:
+    parts = em.parts(op.tile)
+    for i, frag in enumerate(op.fragments):
+        em.bind(frag, parts[4 * i : 4 * i + 4])
+
+
+@lowering(mma.JoinOp)
+def lower_join(em: PtxEmitter, op: mma.JoinOp) -> None:
+    em.bind(op.result, [r for f in op.fragments for r in em.parts(f)])

@@ -1,13 +1,9 @@
-"""``tile``, ``smem`` and ``cpasync`` -> PTX.
+"""``smem`` and ``cpasync`` -> PTX, and the SIMT (FMA) ``tile.dot``.
 
-Tile views are descriptions: their users read the view op's operands. Shared buffers are
-``.shared`` arrays addressed by the smem layout function (the XOR swizzle is three integer ops).
-Tile copies are spread over all threads of the block, ``vec`` elements (up to 16 bytes) per
-access; ``cpasync.copy`` issues ``cp.async`` with a source size of zero past the matrix edge
-(hardware zero-fill), ``smem.copy`` loads and stores synchronously.
-
-Without ``lower-to-mma-sync``, a warp's accumulator tile is spread over its lanes in a SIMT
-layout: lane L owns rows L/8 + 4i and columns L%8 + 8j, and ``tile.mma`` is plain FMAs.
+Shared buffers are ``.shared`` arrays addressed by the smem layout function (the XOR swizzle is
+three integer ops). Tile copies are spread over all threads of the block, ``vec`` elements (up
+to 16 bytes) per access; ``cpasync.copy`` issues ``cp.async`` with a source size of zero past
+the view's bounds (hardware zero-fill), ``smem.copy`` loads and stores synchronously.
 """
 
 from __future__ import annotations
@@ -19,23 +15,14 @@ from xdsl.ir import Attribute, SSAValue
 
 from kaio.dialects import cpasync, ptx, smem, tile
 from kaio.errors import KaioCompileError
-from kaio.passes.to_ptx import lowering, register_parts
+from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, float_spec, mem_spec
 from kaio.passes.to_ptx.kernel_ops import linear_thread_id
+from kaio.passes.tile_layout import divisibility
+from kaio.passes.to_ptx.tile_values import add32 as add_const
+from kaio.passes.to_ptx.tile_values import distribution, owner_predicate, thread_base, view_of
 
 # --------------------------------------------------------------------------- shared buffers
-
-
-@lowering(tile.ViewOp)
-def lower_view(em: PtxEmitter, op: tile.ViewOp) -> None:
-    """Nothing to emit: copies and stores read the view's operands directly."""
-
-
-def view_of(value: SSAValue) -> tile.ViewOp:
-    owner = value.owner
-    if not isinstance(owner, tile.ViewOp):
-        raise KaioCompileError("tile operands must come straight from a tile.view")
-    return owner
 
 
 @lowering(smem.AllocOp)
@@ -79,19 +66,19 @@ _VECTOR_LOADS = {16: ("v4.b32", i32, 4), 8: ("v2.b32", i32, 2), 4: ("b32", i32, 
 
 
 def global_address(em: PtxEmitter, view: tile.ViewOp, row: SSAValue, col: SSAValue) -> SSAValue:
-    """64-bit address of element (row, col) of the matrix a view looks into."""
+    """64-bit address of element (row, col) of the 2-D array a view looks into."""
     eb = element_bytes(view.result.type.element_type)
-    base = em.value(view.array)
-    ld = em.value(view.ld)
-    ld_bytes = em.hoisted(("bytes", ld, eb), [ld], lambda: em.instr(ptx.MulOp, "lo.s32", [ld, em.const(eb, i32)], i32))
-    row_off = em.instr(ptx.MulOp, "wide.u32", [row, ld_bytes], i64)
-    col_off = em.instr(ptx.MulOp, "wide.u32", [col, em.const(eb, i32)], i64)
-    return em.instr(ptx.AddOp, "s64", [em.instr(ptx.AddOp, "s64", [base, row_off], i64), col_off], i64)
+    addr = em.value(view.array)
+    for index, stride in ((row, view.strides[0]), (col, view.strides[1])):
+        s = em.value(stride)
+        scaled = em.hoisted(("bytes", s, eb), [s], lambda s=s: em.instr(ptx.MulOp, "lo.s32", [s, em.const(eb, i32)], i32))
+        addr = em.instr(ptx.MadOp, "wide.u32", [index, scaled, addr], i64)
+    return addr
 
 
 def in_bounds(em: PtxEmitter, view: tile.ViewOp, row: SSAValue, col: SSAValue) -> SSAValue:
-    row_ok = em.instr(ptx.SetpOp, "lt.u32", [row, em.value(view.rows)], i1)
-    col_ok = em.instr(ptx.SetpOp, "lt.u32", [col, em.value(view.cols)], i1)
+    row_ok = em.instr(ptx.SetpOp, "lt.u32", [row, em.value(view.bounds[0])], i1)
+    col_ok = em.instr(ptx.SetpOp, "lt.u32", [col, em.value(view.bounds[1])], i1)
     return em.instr(ptx.AndOp, "pred", [row_ok, col_ok], i1)
 
 
@@ -105,11 +92,12 @@ def _lower_tile_copy(em: PtxEmitter, op: smem.TileCopy, asynchronous: bool) -> N
     if nbytes < 4:  # cp.async moves 4, 8 or 16 bytes; narrower copies go synchronously
         asynchronous = False
     threads = math.prod(em.block_shape)
+    ragged = divisibility(view.bounds[1]) < vec
     per_row = cols // vec
     total = rows * per_row
     tid = linear_thread_id(em)
     dst = em.value(op.dst)
-    row0, col0 = em.value(view.row), em.value(view.col)
+    row0, col0 = em.value(view.offsets[0]), em.value(view.offsets[1])
     for first in range(0, total, threads):
         q = add32(em, tid, first) if first else tid
         r = em.instr(ptx.DivOp, "u32", [q, em.const(per_row, i32)], i32)
@@ -120,10 +108,25 @@ def _lower_tile_copy(em: PtxEmitter, op: smem.TileCopy, asynchronous: bool) -> N
         gaddr = global_address(em, view, grow, gcol)
         saddr = em.instr(ptx.AddOp, "s32", [dst, shared_offset(em, buffer, r, c)], i32)
         if asynchronous:
-            size = em.instr(ptx.SelpOp, "b32", [em.const(nbytes, i32), em.const(0, i32), inside], i32)
+            if ragged:  # the vector may straddle the bound: read what is inside, zero-fill the rest
+                left = em.instr(ptx.SubOp, "s32", [em.value(view.bounds[1]), gcol], i32)
+                left = em.instr(ptx.MaxOp, "s32", [em.instr(ptx.MinOp, "s32", [left, em.const(vec, i32)], i32), em.const(0, i32)], i32)
+                row_ok = em.instr(ptx.SetpOp, "lt.u32", [grow, em.value(view.bounds[0])], i1)
+                inside = em.instr(ptx.AndOp, "pred", [row_ok, em.instr(ptx.SetpOp, "gt.s32", [left, em.const(0, i32)], i1)], i1)
+                size = em.instr(ptx.MulOp, "lo.s32", [left, em.const(buffer.elem_bytes, i32)], i32)
+                size = em.instr(ptx.SelpOp, "b32", [size, em.const(0, i32), inside], i32)
+            else:
+                size = em.instr(ptx.SelpOp, "b32", [em.const(nbytes, i32), em.const(0, i32), inside], i32)
             safe = em.instr(ptx.SelpOp, "b64", [gaddr, em.value(view.array), inside], i64)
             kind = "cg" if nbytes == 16 else "ca"
             em.emit(ptx.CpAsyncOp(f"{kind}.shared.global", [saddr, safe, em.const(nbytes, i32), size], guard=active))
+        elif ragged:  # element by element
+            eb = buffer.elem_bytes
+            for e in range(vec):
+                ok = in_bounds(em, view, grow, add32(em, gcol, e)) if e else inside
+                one = em.instr(ptx.AddOp, "s32", [saddr, em.const(e * eb, i32)], i32) if e else saddr
+                addr = em.instr(ptx.AddOp, "s64", [gaddr, em.const(e * eb, i64)], i64) if e else gaddr
+                _sync_copy(em, addr, one, ok, active, eb)
         else:
             _sync_copy(em, gaddr, saddr, inside, active, nbytes)
 
@@ -164,7 +167,25 @@ def lower_wait(em: PtxEmitter, op: cpasync.WaitOp) -> None:
     em.emit(ptx.CpAsyncWaitGroupOp("", [em.const(op.pending.value.data, i32)]))
 
 
-# --------------------------------------------------------------------------- C epilogue
+# --------------------------------------------------------------------------- registers -> shared
+
+
+@lowering(smem.StoreOp)
+def lower_smem_store(em: PtxEmitter, op: smem.StoreOp) -> None:
+    """Each thread writes the elements it holds (one copy of each) at the layout's offsets."""
+    buffer = op.dst.type
+    assert isinstance(buffer, smem.BufferType)
+    dist = distribution(em, op.value.type)
+    t = buffer.element_type
+    base, owner, parts = thread_base(em, dist), owner_predicate(em, dist), em.parts(op.value)
+    dst = em.value(op.dst)
+    for r, off in enumerate(dist.offsets):
+        row, col = (add_const(em, base[d], off[d]) for d in range(2))
+        addr = em.instr(ptx.AddOp, "s32", [dst, shared_offset(em, buffer, row, col)], i32)
+        em.emit(ptx.StOp(f"shared.{mem_spec(t)}", [addr, parts[r]], guard=owner))
+
+
+# --------------------------------------------------------------------------- SIMT dot
 
 
 def to_f32(em: PtxEmitter, v: SSAValue) -> SSAValue:
@@ -175,129 +196,35 @@ def to_f32(em: PtxEmitter, v: SSAValue) -> SSAValue:
     return em.instr(ptx.CvtOp, f"f32.{float_spec(v.type)}", [v], f32)
 
 
-def from_f32(em: PtxEmitter, v: SSAValue, t: Attribute) -> SSAValue:
-    return v if t == f32 else em.instr(ptx.CvtOp, f"rn.{float_spec(t)}.f32", [v], t)
+def _operand_element(em: PtxEmitter, buffer: SSAValue, transposed: bool, row: SSAValue, col: SSAValue) -> SSAValue:
+    bt = buffer.type
+    if not isinstance(bt, smem.BufferType):
+        raise KaioCompileError("tile.dot operands must be in shared memory: run promote-to-shared first")
+    if transposed:
+        row, col = col, row
+    addr = em.instr(ptx.AddOp, "s32", [em.value(buffer), shared_offset(em, bt, row, col)], i32)
+    t = bt.element_type
+    return to_f32(em, em.instr(ptx.LdOp, f"shared.{mem_spec(t)}", [addr], t))
 
 
-def epilogue_values(
-    em: PtxEmitter, view: tile.ViewOp, alpha: SSAValue, beta: SSAValue,
-    addr: SSAValue, accs: list[SSAValue], oks: list[SSAValue], vector: bool,
-) -> list[SSAValue]:  # fmt: skip
-    """alpha * acc + beta * C for consecutive elements of C at ``addr`` (C is read only where
-    beta != 0 and the element is inside C)."""
-    t = view.result.type.element_type
-    eb = element_bytes(t)
-    scaled = [em.instr(ptx.MulOp, "f32", [alpha, a], f32) for a in accs]
-    reads_c = em.hoisted(("reads_c", beta), [beta], lambda: em.instr(ptx.SetpOp, "neu.f32", [beta, em.const(0.0, f32)], i1))
-    load_oks = [em.instr(ptx.AndOp, "pred", [reads_c, ok], i1) for ok in oks]
-    if vector and len(accs) == 2 and t == f32:
-        load = ptx.LdOp("global.v2.f32", [addr], [f32, f32], guard=load_oks[0])
-        em.emit(load)
-        old = list(load.outs)
-    else:
-        old = []
-        for i, ok in enumerate(load_oks):
-            load = ptx.LdOp(f"global.{mem_spec(t)}", [addr], [t], guard=ok, offset=i * eb)
-            em.emit(load)
-            old.append(to_f32(em, load.outs[0]))
-    zero = em.const(0.0, f32)
-    old = [em.instr(ptx.SelpOp, "f32", [o, zero, ok], f32) for o, ok in zip(old, load_oks)]
-    return [em.instr(ptx.FmaOp, "rn.f32", [beta, o, s], f32) for o, s in zip(old, scaled)]
-
-
-def store_pair(em: PtxEmitter, view: tile.ViewOp, addr: SSAValue, values: list[SSAValue],
-               oks: list[SSAValue], vector: bool) -> None:  # fmt: skip
-    """Store consecutive elements of C (as one vector store when C's rows allow it)."""
-    t = view.result.type.element_type
-    eb = element_bytes(t)
-    out = [from_f32(em, v, t) for v in values]
-    if vector and len(out) == 2:
-        if t == f32:
-            em.emit(ptx.StOp("global.v2.f32", [addr, *out], guard=oks[0]))
-        else:
-            packed = em.instr(ptx.MovOp, "b32", out, i32)
-            em.emit(ptx.StOp("global.b32", [addr, packed], guard=oks[0]))
-        return
-    for i, (v, ok) in enumerate(zip(out, oks)):
-        em.emit(ptx.StOp(f"global.{mem_spec(t)}", [addr, v], guard=ok, offset=i * eb))
-
-
-# --------------------------------------------------------------------------- SIMT warp tiles
-
-
-@register_parts(tile.AccType)
-def simt_parts(t: Attribute) -> list[Attribute]:
-    rows, cols = t.dims  # type: ignore[attr-defined]
-    if rows % 4 or cols % 8:
-        raise KaioCompileError(f"a SIMT warp tile must be a multiple of 4x8, got {rows}x{cols}")
-    return [f32] * (rows * cols // 32)
-
-
-def _simt_lane(em: PtxEmitter) -> tuple[SSAValue, SSAValue]:
-    lane = em.special("laneid")
-    return (
-        em.instr(ptx.ShrOp, "u32", [lane, em.const(3, i32)], i32),
-        em.instr(ptx.AndOp, "b32", [lane, em.const(7, i32)], i32),
-    )
-
-
-@lowering(tile.ZeroOp)
-def lower_zero(em: PtxEmitter, op: tile.ZeroOp) -> None:
-    em.bind(op.result, [em.const(0.0, f32)] * len(simt_parts(op.result.type)))
-
-
-def _load_element(em: PtxEmitter, source: SSAValue, row: SSAValue, col: SSAValue) -> SSAValue:
-    """Element (row, col) of a CTA tile (shared buffer or global view), as f32."""
-    if isinstance(source.type, smem.BufferType):
-        addr = em.instr(ptx.AddOp, "s32", [em.value(source), shared_offset(em, source.type, row, col)], i32)
-        t = source.type.element_type
-        return to_f32(em, em.instr(ptx.LdOp, f"shared.{mem_spec(t)}", [addr], t))
-    view = view_of(source)
-    t = view.result.type.element_type
-    grow, gcol = add32(em, em.value(view.row), row), add32(em, em.value(view.col), col)
-    ok = in_bounds(em, view, grow, gcol)
-    safe = em.instr(ptx.SelpOp, "b64", [global_address(em, view, grow, gcol), em.value(view.array), ok], i64)
-    value = to_f32(em, em.instr(ptx.LdOp, f"global.{mem_spec(t)}", [safe], t))
-    return em.instr(ptx.SelpOp, "f32", [value, em.const(0.0, f32), ok], f32)
-
-
-@lowering(tile.MmaOp)
-def lower_simt_mma(em: PtxEmitter, op: tile.MmaOp) -> None:
-    rows, cols = op.acc.type.dims
-    bk = tile.tile_shape(op.a.type)[1]
-    lr, lc = _simt_lane(em)
-    wrow, wcol = em.value(op.warp_row), em.value(op.warp_col)
-    my_rows = [add32(em, wrow, add32(em, lr, 4 * i)) for i in range(rows // 4)]
-    my_cols = [add32(em, wcol, add32(em, lc, 8 * j)) for j in range(cols // 8)]
+@lowering(tile.DotOp)
+def lower_simt_dot(em: PtxEmitter, op: tile.DotOp) -> None:
+    """``acc + a @ b`` with FMAs: each thread computes its accumulator elements, reading the
+    rows of A and the columns of B it needs from shared memory (lower-to-mma-sync takes the
+    f16/bf16 dots in the mma layout before this)."""
+    dist = distribution(em, op.acc.type)
+    ta, tb = op.trans
+    k_size = tile.operand_shape(op.a.type, ta)[1]
+    base = thread_base(em, dist)
+    rows = sorted({off[0] for off in dist.offsets})
+    cols = sorted({off[1] for off in dist.offsets})
+    row_of = {o: add_const(em, base[0], o) for o in rows}
+    col_of = {o: add_const(em, base[1], o) for o in cols}
     accs = list(em.parts(op.acc))
-    for kk in range(bk):
+    for kk in range(k_size):
         k = em.const(kk, i32)
-        a = [_load_element(em, op.a, r, k) for r in my_rows]
-        b = [_load_element(em, op.b, k, c) for c in my_cols]
-        for i, av in enumerate(a):
-            for j, bv in enumerate(b):
-                n = i * len(b) + j
-                accs[n] = em.instr(ptx.FmaOp, "rn.f32", [av, bv, accs[n]], f32)
+        a = {o: _operand_element(em, op.a, ta, row_of[o], k) for o in rows}
+        b = {o: _operand_element(em, op.b, tb, k, col_of[o]) for o in cols}
+        for r, off in enumerate(dist.offsets):
+            accs[r] = em.instr(ptx.FmaOp, "rn.f32", [a[off[0]], b[off[1]], accs[r]], f32)
     em.bind(op.result, accs)
-
-
-@lowering(tile.StoreOp)
-def lower_simt_store(em: PtxEmitter, op: tile.StoreOp) -> None:
-    view = view_of(op.c)
-    rows, cols = op.acc.type.dims
-    lr, lc = _simt_lane(em)
-    row0 = add32(em, em.value(view.row), add32(em, em.value(op.row), lr))
-    col0 = add32(em, em.value(view.col), add32(em, em.value(op.col), lc))
-    alpha, beta = em.value(op.alpha), em.value(op.beta)
-    accs = em.parts(op.acc)
-    ncols = cols // 8
-    for i in range(rows // 4):
-        for j in range(ncols):
-            r, c = add32(em, row0, 4 * i), add32(em, col0, 8 * j)
-            ok = in_bounds(em, view, r, c)
-            addr = global_address(em, view, r, c)
-            (value,) = epilogue_values(em, view, alpha, beta, addr, [accs[i * ncols + j]], [ok], False)
-            store_pair(em, view, addr, [value], [ok], False)
-
-
-__all__ = ["f16", "view_of"]

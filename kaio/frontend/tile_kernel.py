@@ -1,0 +1,104 @@
+"""``@kaio.tile_kernel(num_warps=4, num_stages=3)``: a kernel written over tiles.
+
+The function is one *program*, run by one CTA of ``32 * num_warps`` threads; ``kernel[grid]``
+launches ``grid`` programs. It is parsed and checked when decorated, exactly like a
+``@kaio.gpu_kernel`` (the same parameters, constexprs, errors and launch), and compiled through
+the tile stack: ``tile-layout`` -> ``promote-to-shared`` -> ``pipeline-cp-async{stages=
+num_stages}`` -> ``lower-to-mma-sync`` -> ``lower-to-ptx``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kaio.errors import KaioCompileError
+from kaio.frontend.context import BuildState
+from kaio.frontend.kernel import GpuKernel, KernelIR
+from kaio.frontend.scope import Scope
+from kaio.frontend.tiles import TileCompiler
+from kaio.frontend.values import Scalar
+
+MAX_WARPS = 32
+DIVISIBLE = "__divisible__"  # the launch's specialization: int arguments that are multiples of 16
+DIVISOR = 16
+
+
+class TileKernel(GpuKernel):
+    compiler_class = TileCompiler
+    kind = "tile_kernel"
+
+    def __init__(self, fn: Callable[..., Any], num_warps: int = 4, num_stages: int = 3):
+        self.num_warps = _checked("num_warps", num_warps, fn, lambda n: 1 <= n <= MAX_WARPS and not n & (n - 1),
+                                  f"a power of two from 1 to {MAX_WARPS}")  # fmt: skip
+        self.num_stages = _checked("num_stages", num_stages, fn, lambda n: 0 <= n <= 8,
+                                   "0 or 1 (no cp.async ring) up to 8")  # fmt: skip
+        super().__init__(fn, 32 * self.num_warps)
+
+    def build(self, constexprs: Any = None) -> KernelIR:
+        values = dict(constexprs or {})
+        divisible = tuple(values.pop(DIVISIBLE, ()))
+        return self._build(self._constexpr_values(values), unknown=(), facts=divisible)
+
+    def arg_specialization(self, runtime: Any) -> tuple[str, ...]:
+        """What a launch specializes on besides constexprs (as Triton does): the integer
+        arguments that are multiples of 16, so views on them vectorise."""
+        names = self._int_params
+        return tuple(
+            name for name, v in zip(names, runtime, strict=False)
+            if name is not None and v.__class__ is int and v % DIVISOR == 0
+        )  # fmt: skip
+
+    def _bind_facts(self, scope: Scope, state: BuildState, facts: Any) -> None:
+        from kaio.dialects.tile import MultipleOfOp
+
+        for name in facts or ():
+            v = scope.get(name)
+            if isinstance(v, Scalar) and v.type.is_int and v.type.bits == 32:
+                scope.bind(name, Scalar(state.emitter.value(MultipleOfOp(v.ssa, DIVISOR)), v.type))
+
+    @property
+    def _int_params(self) -> tuple[str | None, ...]:
+        return tuple(
+            p.name if not p.is_array and p.dtype.is_int and p.dtype.bits == 32 else None
+            for p in self.runtime_params
+        )
+
+    def default_pipeline(self, arch: str = "sm_80") -> Any:
+        if self._pipeline is not None:
+            return self._pipeline(arch)
+        from kaio.pipeline import tile_pipeline
+
+        return tile_pipeline(arch, self.num_stages)
+
+    def with_options(self, num_warps: int | None = None, num_stages: int | None = None) -> TileKernel:
+        """The same kernel with other launch options (checked, parsed again)."""
+        return TileKernel(
+            self.fn,
+            self.num_warps if num_warps is None else num_warps,
+            self.num_stages if num_stages is None else num_stages,
+        )
+
+    def source_key(self) -> str:
+        return f"{super().source_key()}|stages={self.num_stages}"
+
+    def __repr__(self) -> str:
+        params = ", ".join(p.name for p in self.params)
+        return f"<kaio.tile_kernel {self.name}({params}) num_warps={self.num_warps} num_stages={self.num_stages}>"
+
+
+def _checked(name: str, value: Any, fn: Callable[..., Any], ok: Callable[[int], bool], what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not ok(value):
+        where = getattr(fn, "__qualname__", repr(fn))
+        raise KaioCompileError(f"@kaio.tile_kernel of `{where}`: {name}={value!r} is not {what}")
+    return value
+
+
+def tile_kernel(fn: Callable[..., Any] | None = None, *, num_warps: int = 4, num_stages: int = 3) -> Any:
+    """Compile a Python function over tiles into a GPU kernel: ``@kaio.tile_kernel(num_warps=4)``."""
+    if fn is not None:
+        return TileKernel(fn, num_warps, num_stages)
+    return lambda f: TileKernel(f, num_warps, num_stages)
+
+
+__all__ = ["TileKernel", "tile_kernel"]

@@ -1,0 +1,407 @@
+"""``tile-layout{mma=true warps=0,0}``: give every tile a layout; prove the alignment of views.
+
+1. **Alignment.** Each ``tile.view``'s ``align`` becomes the largest power of two (in elements,
+   at most the array's assumed base alignment) that its last offset and row stride are proven
+   multiples of: constants, ``kt.multiple_of`` (and integer arguments the launch found to be
+   multiples of 16), products, sums, loop variables (``lb`` and ``step``). Accesses move that
+   many elements at once (a bound that is not a proven multiple masks element by element).
+2. **Layouts**, forward in program order: loads, ranges and splats get a blocked layout that
+   vectorises their rows (*flexible*: they can be produced in any layout); ``tile.dot`` results
+   get the mma accumulator layout (f16/bf16 operands, with ``mma=true``) or a blocked one
+   (*anchored*); elementwise maps take an anchored operand's layout; reductions the slice of
+   their input's; ``expand_dims`` of a slice its parent; loop-carried tiles what their init and
+   the loop body agree on (iterated to a fixed point).
+3. **Conversions** (``tile.convert_layout``) where an operand's layout is not the one its user
+   needs, then *rematerialisation*: a conversion of a flexible producer (a load, a splat, a
+   range, a broadcast or expand_dims of one) becomes that producer made in the wanted layout,
+   so ``acc + bias`` loads the bias straight into the accumulator's layout. The conversions
+   left move data through shared memory at lower-to-ptx.
+
+``warps=WM,WN`` fixes the mma warp grid (0,0: chosen from the tile shape).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import ModuleOp, TensorType, bf16, f16
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+
+from kaio.dialects import kernel, tile
+from kaio.dialects.tile_layout import (
+    BlockedLayout,
+    MmaLayout,
+    SliceLayout,
+    TileLayout,
+    default_blocked,
+    layout_of,
+    mma_warps,
+)
+from kaio.errors import KaioCompileError
+
+CAP = 1 << 20
+
+# --------------------------------------------------------------------------- alignment
+
+
+def divisibility(v: SSAValue, depth: int = 0) -> int:
+    """A power of two ``v`` is proven to be a multiple of (``CAP`` for zero)."""
+    if depth > 32:
+        return 1
+    owner = v.owner
+    d = lambda x: divisibility(x, depth + 1)  # noqa: E731
+    if isinstance(owner, arith.ConstantOp):
+        value = getattr(owner.value, "value", None)
+        n = int(value.data) if value is not None and isinstance(value.data, int) else 1
+        return CAP if n == 0 else min(n & -n, CAP)
+    if isinstance(owner, tile.MultipleOfOp):
+        return max(owner.n.value.data, d(owner.input))
+    if isinstance(owner, arith.MuliOp):
+        return min(d(owner.lhs) * d(owner.rhs), CAP)
+    if isinstance(owner, arith.ShLIOp) and isinstance(owner.rhs.owner, arith.ConstantOp):
+        return min(d(owner.lhs) << int(owner.rhs.owner.value.value.data), CAP)  # type: ignore[union-attr]
+    if isinstance(owner, arith.AddiOp | arith.SubiOp):
+        return min(d(owner.lhs), d(owner.rhs))
+    if isinstance(owner, arith.SelectOp):
+        return min(d(owner.lhs), d(owner.rhs))
+    if isinstance(v, BlockArgument) and v.index == 0 and isinstance(loop := v.block.parent_op(), scf.ForOp):
+        return min(d(loop.lb), d(loop.step))
+    return 1
+
+
+def view_alignment(view: tile.ViewOp) -> int:
+    align = view.align.value.data
+    last_stride = view.strides[-1].owner
+    if not (isinstance(last_stride, arith.ConstantOp) and last_stride.value.value.data == 1):  # type: ignore[union-attr]
+        return 1
+    facts = [view.offsets[-1]]
+    if view.rank == 2:
+        facts.append(view.strides[0])
+    for v in facts:
+        align = min(align, divisibility(v))
+    return max(align, 1)
+
+
+# --------------------------------------------------------------------------- layout choice
+
+
+@dataclass(frozen=True)
+class Choice:
+    layout: TileLayout
+    anchored: bool
+
+
+_RANK = {MmaLayout: 3, SliceLayout: 2, BlockedLayout: 1}
+
+
+def join(a: Choice, b: Choice) -> Choice:
+    """The layout two values must share: an anchored one over a flexible one, mma first."""
+    if a.anchored != b.anchored:
+        return a if a.anchored else b
+    if _RANK[type(b.layout)] > _RANK[type(a.layout)]:
+        return b
+    return a
+
+
+def _shape(v: SSAValue) -> tuple[int, ...]:
+    return tuple(v.type.get_shape())  # type: ignore[attr-defined]
+
+
+def _elem_bytes(v: SSAValue) -> int:
+    t = v.type.element_type  # type: ignore[attr-defined]
+    return max(getattr(t, "bitwidth", 32) // 8, 1) if not hasattr(t, "width") else max(t.width.data // 8, 1)
+
+
+def _tiles(values: Iterator[SSAValue] | tuple[SSAValue, ...] | list[SSAValue]) -> list[SSAValue]:
+    return [v for v in values if isinstance(v.type, TensorType)]
+
+
+def transposed(layout: BlockedLayout) -> BlockedLayout:
+    spt, tpw, wpc = layout.params
+    return BlockedLayout(spt[::-1], tpw[::-1], wpc[::-1])
+
+
+class LayoutSolver:
+    """Phase 1: a layout for every tile value, without touching the IR."""
+
+    def __init__(self, num_warps: int, mma: bool, warps: tuple[int, int]):
+        self.num_warps = num_warps
+        self.mma = mma
+        self.warps = warps
+        self.choice: dict[SSAValue, Choice] = {}
+
+    def default(self, v: SSAValue) -> Choice:
+        return Choice(default_blocked(_shape(v), _elem_bytes(v), self.num_warps), False)
+
+    def get(self, v: SSAValue) -> Choice:
+        c = self.choice.get(v)
+        if c is None:
+            c = self.choice[v] = self.default(v)
+        return c
+
+    def solve_block(self, block: Block) -> None:
+        for op in block.ops:
+            self.solve_op(op)
+
+    def solve_op(self, op: Operation) -> None:
+        if isinstance(op, scf.ForOp):
+            self._loop(op)
+            return
+        if isinstance(op, scf.IfOp):
+            for region in op.regions:
+                for b in region.blocks:
+                    self.solve_block(b)
+            for i, r in enumerate(op.results):
+                if isinstance(r.type, TensorType):
+                    ins = [self.get(b.last_op.operands[i]) for reg in op.regions for b in reg.blocks]  # type: ignore[union-attr]
+                    c = ins[0]
+                    for other in ins[1:]:
+                        c = join(c, other)
+                    self.choice[r] = c
+            return
+        if isinstance(op, scf.WhileOp):
+            raise KaioCompileError("tiles cannot be carried by a `while` loop yet; use `for ... in range(...)`")
+        for region in op.regions:
+            if not isinstance(op, tile.MapOp):
+                for b in region.blocks:
+                    self.solve_block(b)
+        if not op.results or not isinstance(op.results[0].type, TensorType):
+            return
+        self.choice[op.results[0]] = self.rule(op)
+
+    def rule(self, op: Operation) -> Choice:
+        r = op.results[0]
+        if isinstance(op, tile.MapOp):
+            ins = [self.get(x) for x in op.inputs]
+            c = ins[0] if ins else self.default(r)
+            for other in ins[1:]:
+                c = join(c, other)
+            return c
+        if isinstance(op, tile.BroadcastOp):
+            return self.get(op.input)
+        if isinstance(op, tile.ExpandDimsOp):
+            c = self.get(op.input)
+            if isinstance(c.layout, SliceLayout) and c.layout.dim.data == op.axis.value.data:
+                return Choice(c.layout.parent, c.anchored)  # type: ignore[arg-type]
+            return self.default(r)
+        if isinstance(op, tile.TransOp):
+            c = self.get(op.input)
+            if isinstance(c.layout, BlockedLayout):
+                return Choice(transposed(c.layout), c.anchored)
+            return self.default(r)
+        if isinstance(op, tile.ReduceOp):
+            c = self.get(op.input)
+            return Choice(SliceLayout(op.axis.value.data, c.layout), c.anchored)
+        if isinstance(op, tile.GatherOp):
+            return self.get(op.index)
+        if isinstance(op, tile.DotOp):
+            return Choice(self.dot_layout(op), True)
+        if isinstance(op, tile.ConvertLayoutOp):
+            return Choice(layout_of(r.type), True)  # type: ignore[arg-type]
+        return self.default(r)
+
+    def dot_layout(self, op: tile.DotOp) -> TileLayout:
+        shape = _shape(op.result)
+        elem = op.a.type.element_type  # type: ignore[attr-defined]
+        if self.mma and elem in (f16, bf16):
+            warps = self.warps if self.warps != (0, 0) else mma_warps(shape, self.num_warps)
+            wm, wn = warps
+            if wm * wn > self.num_warps or shape[0] < 16 * wm or shape[1] < 16 * wn:
+                raise KaioCompileError(f"tile-layout: {wm}x{wn} warps do not fit a {shape[0]}x{shape[1]} mma tile")
+            return MmaLayout(warps)
+        return default_blocked(shape, 4, self.num_warps)
+
+    def _loop(self, op: scf.ForOp) -> None:
+        body = op.body.block
+        carried = list(zip(op.iter_args, body.args[1:], op.results, strict=True))
+        for init, arg, _ in carried:
+            if isinstance(arg.type, TensorType):
+                self.choice[arg] = self.get(init)
+        for _ in range(4):  # each round can only strengthen a carried layout
+            self.solve_block(body)
+            yielded = body.last_op.operands  # type: ignore[union-attr]
+            changed = False
+            for (_, arg, _), y in zip(carried, yielded, strict=True):
+                if isinstance(arg.type, TensorType):
+                    c = join(self.choice[arg], self.get(y))
+                    if c != self.choice[arg]:
+                        self.choice[arg], changed = c, True
+            if not changed:
+                break
+        for _, arg, res in carried:
+            if isinstance(arg.type, TensorType):
+                self.choice[res] = self.choice[arg]
+
+
+# --------------------------------------------------------------------------- rewriting
+
+
+class LayoutWriter:
+    """Phase 2: retype every tile to its layout and convert operands where users need another."""
+
+    def __init__(self, solver: LayoutSolver):
+        self.solver = solver
+        self.converts: list[tile.ConvertLayoutOp] = []
+
+    def layout(self, v: SSAValue) -> TileLayout:
+        return self.solver.get(v).layout
+
+    def retype(self, values: list[SSAValue] | tuple[SSAValue, ...]) -> None:
+        for v in values:
+            if isinstance(v.type, TensorType) and layout_of(v.type) is None:
+                layout = self.solver.choice.get(v)
+                if layout is None:
+                    continue
+                new = Rewriter.replace_value_with_new_type(v, tile.tile_type(v.type.element_type, v.type.get_shape(), layout.layout))
+                self.solver.choice[new] = layout
+
+    def require(self, op: Operation, index: int, layout: Attribute) -> None:
+        v = op.operands[index]
+        if layout_of(v.type) == layout:
+            return
+        conv = tile.ConvertLayoutOp(v, layout)
+        Rewriter.insert_op(conv, InsertPoint.before(op))
+        op.operands[index] = conv.result
+        self.converts.append(conv)
+
+    def write_block(self, block: Block) -> None:
+        self.retype(block.args)
+        for op in list(block.ops):
+            for region in op.regions:
+                for b in region.blocks:
+                    if not isinstance(op, tile.MapOp):
+                        self.write_block(b)
+            self.retype(op.results)
+            self.requirements(op)
+
+    def requirements(self, op: Operation) -> None:
+        lay = lambda v: layout_of(v.type)  # noqa: E731
+        if isinstance(op, tile.MapOp):
+            for i in range(len(op.inputs)):
+                self.require(op, i, lay(op.result))  # type: ignore[arg-type]
+        elif isinstance(op, tile.BroadcastOp):
+            self.require(op, 0, lay(op.result))  # type: ignore[arg-type]
+        elif isinstance(op, tile.ExpandDimsOp):
+            self.require(op, 0, SliceLayout(op.axis.value.data, lay(op.result)))  # type: ignore[arg-type]
+        elif isinstance(op, tile.TransOp):
+            out = lay(op.result)
+            if isinstance(out, BlockedLayout):
+                self.require(op, 0, transposed(out))
+        elif isinstance(op, tile.DotOp):
+            self.require(op, 2, lay(op.result))  # type: ignore[arg-type]
+        elif isinstance(op, tile.GatherOp):
+            self.require(op, 2, lay(op.index))  # type: ignore[arg-type]
+        elif isinstance(op, tile.ScatterOp):
+            self.require(op, 2, lay(op.index))  # type: ignore[arg-type]
+            self.require(op, 3, lay(op.index))  # type: ignore[arg-type]
+        elif isinstance(op, scf.ForOp):
+            body = op.body.block
+            for i, arg in enumerate(body.args[1:]):
+                if isinstance(arg.type, TensorType):
+                    self.require(op, 3 + i, lay(arg))  # type: ignore[arg-type]
+                    self.require(body.last_op, i, lay(arg))  # type: ignore[arg-type]
+        elif isinstance(op, scf.IfOp):
+            for i, r in enumerate(op.results):
+                if isinstance(r.type, TensorType):
+                    for region in op.regions:
+                        for b in region.blocks:
+                            self.require(b.last_op, i, lay(r))  # type: ignore[arg-type]
+
+    # -- rematerialisation -------------------------------------------------------------
+
+    def rematerialise(self) -> None:
+        work = list(self.converts)
+        while work:
+            conv = work.pop()
+            if conv.parent is None:
+                continue
+            src, want = conv.input, layout_of(conv.result.type)
+            if layout_of(src.type) == want:
+                conv.result.replace_all_uses_with(src)
+                Rewriter.erase_op(conv)
+                continue
+            made = self.remake(src, want, depth=0)  # type: ignore[arg-type]
+            if made is not None:
+                conv.result.replace_all_uses_with(made)
+                Rewriter.erase_op(conv)
+
+    def remake(self, v: SSAValue, want: TileLayout, depth: int) -> SSAValue | None:
+        """``v`` produced again directly in layout ``want``, or None if that is not cheap."""
+        owner = v.owner
+        if depth > 6 or not isinstance(owner, Operation):
+            return None
+        if layout_of(v.type) == want:
+            return v
+        single = v.uses.get_length() == 1
+        if isinstance(owner, tile.ConvertLayoutOp):
+            return self.remake(owner.input, want, depth + 1)
+        if isinstance(owner, tile.SplatOp | tile.RangeOp) or (isinstance(owner, tile.LoadOp) and single):
+            clone = owner.clone() if not single else owner
+            if not single:
+                Rewriter.insert_op(clone, InsertPoint.after(owner))
+            return self._retyped(clone.results[0], want)
+        if isinstance(owner, tile.BroadcastOp | tile.ExpandDimsOp) and single:
+            inner = want if isinstance(owner, tile.BroadcastOp) else SliceLayout(owner.axis.value.data, want)
+            made = self.remake(owner.input, inner, depth + 1)
+            if made is None:
+                return None
+            owner.operands[0] = made
+            return self._retyped(owner.result, want)
+        if isinstance(owner, tile.MapOp) and single:
+            inputs = [self.remake(x, want, depth + 1) if self._cheap(x, depth + 1) else None for x in owner.inputs]
+            if any(x is None for x in inputs):
+                return None
+            for i, x in enumerate(inputs):
+                owner.operands[i] = x  # type: ignore[assignment]
+            return self._retyped(owner.result, want)
+        return None
+
+    def _cheap(self, v: SSAValue, depth: int) -> bool:
+        owner = v.owner
+        if depth > 6 or not isinstance(owner, Operation):
+            return False
+        if isinstance(owner, tile.SplatOp | tile.RangeOp | tile.ConvertLayoutOp):
+            return True
+        if isinstance(owner, tile.LoadOp):
+            return v.uses.get_length() == 1
+        if isinstance(owner, tile.BroadcastOp | tile.ExpandDimsOp):
+            return v.uses.get_length() == 1 and self._cheap(owner.input, depth + 1)
+        if isinstance(owner, tile.MapOp):
+            return v.uses.get_length() == 1 and all(self._cheap(x, depth + 1) for x in owner.inputs)
+        return False
+
+    @staticmethod
+    def _retyped(v: SSAValue, layout: TileLayout) -> SSAValue:
+        t = v.type
+        return Rewriter.replace_value_with_new_type(v, tile.tile_type(t.element_type, t.get_shape(), layout))  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class TileLayoutPass(ModulePass):
+    name = "tile-layout"
+
+    mma: bool = True
+    """Tensor-core (mma.sync) accumulator layouts for f16/bf16 dots; false: blocked (FMA)."""
+
+    warps: tuple[int, ...] = (0, 0)
+    """The mma warp grid WM,WN; 0,0 picks one from the tile shape."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if len(self.warps) != 2:
+            raise KaioCompileError("tile-layout takes warps=WM,WN")
+        for func in kernel.kernel_funcs(op):
+            for view in [o for o in func.walk() if isinstance(o, tile.ViewOp)]:
+                view.align = tile.IntegerAttr(view_alignment(view), tile.i64)
+            threads = func.block_shape[0] * func.block_shape[1] * func.block_shape[2]
+            if threads % 32:
+                raise KaioCompileError(f"tile kernels run whole warps; this one has {threads} threads")
+            solver = LayoutSolver(threads // 32, self.mma, (self.warps[0], self.warps[1]))
+            solver.solve_block(func.body.block)
+            writer = LayoutWriter(solver)
+            writer.write_block(func.body.block)
+            writer.rematerialise()

@@ -1,0 +1,543 @@
+"""Distributed tiles -> PTX: each thread holds the registers its layout gives it.
+
+A tile value is an aggregate: register r of a thread holds the element at the thread's base
+coordinates (from its lane and warp bits, computed once per kernel) plus the layout's
+compile-time offset of r. So elementwise code is the scalar code once per register
+(``tile.map`` lowers its region with the rules of every other scalar op), broadcasts and
+layout changes that keep each element in its thread just relabel registers, and only a
+``tile.convert_layout`` between incompatible layouts goes through shared memory.
+
+Global accesses take the view's proven alignment: up to 16 bytes of consecutive registers move
+as one ``ld.global.v4``/``st.global.v4`` (16-bit elements packed two per 32-bit word). Threads
+that hold copies of an element (a tile smaller than the CTA) all load it; only one stores it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, TensorType, bf16, f16, f32, f64, i1, i16, i32, i64
+from xdsl.ir import Attribute, SSAValue
+
+from kaio.dialects import kernel, ptx, tile
+from kaio.dialects.tile_layout import Bit, Distribution, TileLayout, layout_of
+from kaio.errors import KaioCompileError
+from kaio.passes.to_ptx import lowering, register_parts
+from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
+from kaio.passes.to_ptx.kernel_ops import combine, identity, linear_thread_id, shuffle
+from kaio.passes.vectorize_loads import ALIGN_ATTR
+
+# --------------------------------------------------------------------------- distributions
+
+
+def num_warps(em: PtxEmitter) -> int:
+    return max(math.prod(em.block_shape) // 32, 1)
+
+
+def distribution(em_or_warps: PtxEmitter | int, t: Attribute) -> Distribution:
+    layout = layout_of(t)
+    if layout is None:
+        raise KaioCompileError(f"tile {t} has no layout: run tile-layout before lower-to-ptx")
+    warps = em_or_warps if isinstance(em_or_warps, int) else num_warps(em_or_warps)
+    assert isinstance(t, TensorType)
+    return layout.distribution(tuple(t.get_shape()), warps)
+
+
+@register_parts(TensorType)
+def tile_parts(t: Attribute, em: PtxEmitter) -> list[Attribute]:
+    return [reg_type(t.element_type)] * distribution(em, t).registers  # type: ignore[attr-defined]
+
+
+def _warp_id(em: PtxEmitter) -> SSAValue:
+    return em.invariant(("warp",), lambda: em.instr(ptx.ShrOp, "u32", [linear_thread_id(em), em.const(5, i32)], i32))
+
+
+def _bits_value(em: PtxEmitter, source: SSAValue, picks: list[tuple[int, int]]) -> SSAValue | None:
+    """Sum of ((source >> i) & 1) << o over (i, o) pairs, in runs of consecutive bits."""
+    picks = sorted(picks)
+    runs: list[list[int]] = []  # [first input bit, first output bit, length]
+    for i, o in picks:
+        if runs and runs[-1][0] + runs[-1][2] == i and runs[-1][1] + runs[-1][2] == o:
+            runs[-1][2] += 1
+        else:
+            runs.append([i, o, 1])
+    total = None
+    for i, o, n in runs:
+        v = em.instr(ptx.ShrOp, "u32", [source, em.const(i, i32)], i32) if i else source
+        v = em.instr(ptx.AndOp, "b32", [v, em.const((1 << n) - 1, i32)], i32)
+        v = em.instr(ptx.ShlOp, "b32", [v, em.const(o, i32)], i32) if o else v
+        total = v if total is None else em.instr(ptx.OrOp, "b32", [total, v], i32)
+    return total
+
+
+def thread_base(em: PtxEmitter, dist: Distribution) -> list[SSAValue]:
+    """This thread's base coordinate along each dim (computed once per kernel)."""
+
+    def build(d: int) -> SSAValue:
+        terms = []
+        for source, bits in (("laneid", dist.lane), ("warp", dist.warp)):
+            picks = [(i, b[1]) for i, b in enumerate(bits) if b is not None and b[0] == d]
+            if picks:
+                src = em.special("laneid") if source == "laneid" else _warp_id(em)
+                terms.append(_bits_value(em, src, picks))
+        if not terms:
+            return em.const(0, i32)
+        total = terms[0]
+        for t in terms[1:]:
+            total = em.instr(ptx.OrOp, "b32", [total, t], i32)  # type: ignore[list-item]
+        return total  # type: ignore[return-value]
+
+    return [em.invariant(("tile-base", dist.lane, dist.warp, d), lambda d=d: build(d)) for d in range(len(dist.shape))]
+
+
+def owner_predicate(em: PtxEmitter, dist: Distribution) -> SSAValue | None:
+    """True in the one thread of each group holding copies of the same elements."""
+    lane_mask = sum(1 << i for i, b in enumerate(dist.lane) if b is None)
+    warp_mask = sum(1 << i for i, b in enumerate(dist.warp) if b is None)
+    if not lane_mask and not warp_mask:
+        return None
+
+    def build() -> SSAValue:
+        preds = []
+        for mask, src in ((lane_mask, "lane"), (warp_mask, "warp")):
+            if mask:
+                reg = em.special("laneid") if src == "lane" else _warp_id(em)
+                bits = em.instr(ptx.AndOp, "b32", [reg, em.const(mask, i32)], i32)
+                preds.append(em.instr(ptx.SetpOp, "eq.u32", [bits, em.const(0, i32)], i1))
+        return preds[0] if len(preds) == 1 else em.instr(ptx.AndOp, "pred", preds, i1)
+
+    return em.invariant(("owner", lane_mask, warp_mask), build)
+
+
+def add32(em: PtxEmitter, a: SSAValue, b: int) -> SSAValue:
+    return a if b == 0 else em.instr(ptx.AddOp, "s32", [a, em.const(b, i32)], i32)
+
+
+def and_pred(em: PtxEmitter, preds: Sequence[SSAValue | None]) -> SSAValue | None:
+    live = [p for p in preds if p is not None]
+    if not live:
+        return None
+    result = live[0]
+    for p in live[1:]:
+        result = em.instr(ptx.AndOp, "pred", [result, p], i1)
+    return result
+
+
+# --------------------------------------------------------------------------- relabelling
+
+
+def relabel(src: Distribution, dst: Distribution, dim_map: Sequence[int | None]) -> list[int] | None:
+    """For each register of ``dst``, the register of ``src`` holding its element, when the
+    change keeps every element in its thread (``dim_map[d]``: the src dim of dst dim d, None
+    for a dim that src broadcasts); None when data must move between threads."""
+
+    def src_bit(b: Bit) -> Bit:
+        if b is None:
+            return None
+        d = dim_map[b[0]]
+        return None if d is None else (d, b[1])
+
+    if len(src.lane) != len(dst.lane) or len(src.warp) != len(dst.warp):
+        return None
+    for sb, db in zip(src.thread_bits(), dst.thread_bits(), strict=True):
+        if src_bit(db) != sb:
+            return None
+    result = []
+    for off in dst.offsets:
+        coord = [0] * len(src.shape)
+        for d, v in enumerate(off):
+            if dim_map[d] is not None:
+                coord[dim_map[d]] = v  # type: ignore[index]
+        r = src.register_of.get(tuple(coord))
+        if r is None:
+            return None
+        result.append(r)
+    return result
+
+
+def _relabel_or_fail(em: PtxEmitter, op_name: str, src_v: SSAValue, dst_v: SSAValue, dim_map: Sequence[int | None]) -> None:
+    src, dst = distribution(em, src_v.type), distribution(em, dst_v.type)
+    regs = relabel(src, dst, dim_map)
+    if regs is None:
+        raise KaioCompileError(f"internal: {op_name} from {src_v.type} to {dst_v.type} moves data between threads")
+    parts = em.parts(src_v)
+    em.bind(dst_v, [parts[r] for r in regs])
+
+
+@lowering(tile.BroadcastOp)
+def lower_broadcast(em: PtxEmitter, op: tile.BroadcastOp) -> None:
+    a, r = tile.shape_of(op.input.type), tile.shape_of(op.result.type)
+    _relabel_or_fail(em, "broadcast", op.input, op.result, [d if a[d] == r[d] else None for d in range(len(r))])
+
+
+@lowering(tile.ExpandDimsOp)
+def lower_expand_dims(em: PtxEmitter, op: tile.ExpandDimsOp) -> None:
+    axis = op.axis.value.data
+    rank = len(tile.shape_of(op.result.type))
+    _relabel_or_fail(em, "expand_dims", op.input, op.result, [None if d == axis else d - (d > axis) for d in range(rank)])
+
+
+@lowering(tile.TransOp)
+def lower_trans(em: PtxEmitter, op: tile.TransOp) -> None:
+    src, dst = distribution(em, op.input.type), distribution(em, op.result.type)
+    regs = relabel(src, dst, [1, 0])
+    if regs is None:
+        em.bind(op.result, through_shared(em, op.input, dst, transpose=True))
+        return
+    parts = em.parts(op.input)
+    em.bind(op.result, [parts[r] for r in regs])
+
+
+@lowering(tile.ConvertLayoutOp)
+def lower_convert(em: PtxEmitter, op: tile.ConvertLayoutOp) -> None:
+    src, dst = distribution(em, op.input.type), distribution(em, op.result.type)
+    regs = relabel(src, dst, list(range(len(dst.shape))))
+    if regs is not None:
+        parts = em.parts(op.input)
+        em.bind(op.result, [parts[r] for r in regs])
+        return
+    em.bind(op.result, through_shared(em, op.input, dst, transpose=False))
+
+
+def through_shared(em: PtxEmitter, value: SSAValue, dst: Distribution, transpose: bool) -> list[SSAValue]:
+    """Every thread writes its elements to a shared scratch tile, then reads the ones ``dst``
+    gives it (bracketed by barriers, so the scratch can be reused)."""
+    src = distribution(em, value.type)
+    t = value.type.element_type  # type: ignore[attr-defined]
+    eb = element_bytes(t)
+    rows = src.shape
+    scratch = em.shared("relayout", max(math.prod(rows) * eb, 4), 16)
+
+    def address(coord: Sequence[SSAValue]) -> SSAValue:
+        linear = coord[0]
+        for d in range(1, len(coord)):
+            linear = em.instr(ptx.MadOp, "lo.s32", [linear, em.const(rows[d], i32), coord[d]], i32)
+        return em.instr(ptx.MadOp, "lo.s32", [linear, em.const(eb, i32), scratch], i32)
+
+    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    base, owner, parts = thread_base(em, src), owner_predicate(em, src), em.parts(value)
+    for r, off in enumerate(src.offsets):
+        coord = [add32(em, base[d], off[d]) for d in range(len(off))]
+        em.emit(ptx.StOp(f"shared.{mem_spec(t)}", [address(coord), parts[r]], guard=owner))
+    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    base = thread_base(em, dst)
+    out = []
+    for off in dst.offsets:
+        coord = [add32(em, base[d], off[d]) for d in range(len(off))]
+        if transpose:
+            coord = coord[::-1]
+        out.append(em.instr(ptx.LdOp, f"shared.{mem_spec(t)}", [address(coord)], reg_type(t)))
+    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    return out
+
+
+# --------------------------------------------------------------------------- making tiles
+
+
+@lowering(tile.SplatOp)
+def lower_splat(em: PtxEmitter, op: tile.SplatOp) -> None:
+    em.bind(op.result, [em.value(op.value)] * distribution(em, op.result.type).registers)
+
+
+@lowering(tile.RangeOp)
+def lower_range(em: PtxEmitter, op: tile.RangeOp) -> None:
+    dist = distribution(em, op.result.type)
+    (base,) = thread_base(em, dist)
+    em.bind(op.result, [add32(em, base, off[0]) for off in dist.offsets])
+
+
+@lowering(tile.MultipleOfOp)
+def lower_multiple_of(em: PtxEmitter, op: tile.MultipleOfOp) -> None:
+    em.bind(op.result, em.value(op.input))
+
+
+@lowering(tile.YieldOp)
+def lower_yield(em: PtxEmitter, op: tile.YieldOp) -> None:
+    """Nothing to emit: ``tile.map`` reads the yielded value."""
+
+
+@lowering(tile.MapOp)
+def lower_map(em: PtxEmitter, op: tile.MapOp) -> None:
+    block = op.block
+    inputs = [em.parts(x) for x in op.inputs]
+    yielded = block.last_op.operands[0]  # type: ignore[union-attr]
+    out = []
+    for r in range(distribution(em, op.result.type).registers):
+        for arg, parts in zip(block.args, inputs, strict=True):
+            em.bind(arg, parts[r])
+        em.lower_block(block)
+        out.append(em.value(yielded))
+    em.bind(op.result, out)
+
+
+# --------------------------------------------------------------------------- global memory
+
+
+def _require_alignment(em: PtxEmitter, array: SSAValue, nbytes: int) -> None:
+    """Record that the launch must check the array's base address alignment."""
+    if nbytes <= 1:
+        return
+    func = em.func
+    args = list(func.body.block.args)
+    if array not in args:
+        return
+    name = func.param_names.data[args.index(array)].data
+    old = func.attributes.get(ALIGN_ATTR)
+    merged = {k: v.value.data for k, v in old.data.items()} if isinstance(old, DictionaryAttr) else {}  # type: ignore[union-attr]
+    merged[name] = max(merged.get(name, 1), nbytes)
+    func.attributes[ALIGN_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in merged.items()})
+
+
+def _vector(view: tile.ViewOp, dist: Distribution, t: Attribute) -> int:
+    """Elements per access: consecutive in this thread, aligned, and all in or all out of bounds."""
+    from kaio.passes.tile_layout import divisibility
+
+    eb = element_bytes(t)
+    if eb not in (2, 4, 8):
+        return 1
+    vec = min(dist.contiguous(len(dist.shape) - 1), view.align.value.data, 16 // eb, divisibility(view.bounds[-1]))
+    return max(vec, 1)
+
+
+class _Access:
+    """Addresses and masks of one view's elements for this thread, shared between registers."""
+
+    def __init__(self, em: PtxEmitter, view: tile.ViewOp, dist: Distribution):
+        self.em, self.view, self.dist = em, view, dist
+        self.t = view.result.type.element_type
+        self.eb = element_bytes(self.t)
+        base = thread_base(em, dist)
+        self.start = [em.instr(ptx.AddOp, "s32", [em.value(o), b], i32) for o, b in zip(view.offsets, base, strict=True)]
+        self.bounds = [em.value(b) for b in view.bounds]
+        self.strides = [em.value(s) for s in view.strides]
+        self._oks: dict[tuple[int, int], SSAValue] = {}
+        self._addrs: dict[tuple[int, ...], SSAValue] = {}
+
+    def ok(self, off: tuple[int, ...]) -> SSAValue:
+        preds = []
+        for d, o in enumerate(off):
+            if (d, o) not in self._oks:
+                self._oks[(d, o)] = self.em.instr(ptx.SetpOp, "lt.u32", [add32(self.em, self.start[d], o), self.bounds[d]], i1)
+            preds.append(self._oks[(d, o)])
+        return and_pred(self.em, preds)  # type: ignore[return-value]
+
+    def address(self, off: tuple[int, ...]) -> tuple[SSAValue, int]:
+        """(register, immediate byte offset) of the element at ``off`` from the thread base."""
+        em = self.em
+        last = len(off) - 1
+        key = off[:last]
+        if key not in self._addrs:
+            addr = em.value(self.view.array)
+            for d in range(last + 1):
+                index = add32(em, self.start[d], off[d]) if d < last else self.start[d]
+                scale = em.instr(ptx.MulOp, "lo.s32", [self.strides[d], em.const(self.eb, i32)], i32)
+                addr = em.instr(ptx.MadOp, "wide.u32", [index, scale, addr], i64)
+            self._addrs[key] = addr
+        unit = _constant_of(self.view.strides[last])
+        if unit is None:
+            scale = em.instr(ptx.MulOp, "lo.s32", [self.strides[last], em.const(off[last] * self.eb, i32)], i32)
+            return em.instr(ptx.MadOp, "wide.u32", [scale, em.const(1, i32), self._addrs[key]], i64), 0
+        return self._addrs[key], off[last] * unit * self.eb
+
+
+def _constant_of(v: SSAValue) -> int | None:
+    from xdsl.dialects import arith
+
+    owner = v.owner
+    if isinstance(owner, arith.ConstantOp):
+        return int(owner.value.value.data)  # type: ignore[union-attr]
+    return None
+
+
+def _word_spec(t: Attribute, vec: int) -> tuple[str, Attribute, int]:
+    """(ld/st type spec, register type, register count) moving ``vec`` elements of ``t``."""
+    eb = element_bytes(t)
+    if eb == 2 and vec >= 2:
+        words = vec // 2
+        return (f"v{words}.b32" if words > 1 else "b32"), i32, words
+    spec = mem_spec(t) if t not in (f32, f64) else ("f32" if t == f32 else "f64")
+    return (f"v{vec}.{spec}" if vec > 1 else spec), reg_type(t), vec
+
+
+def _unpack(em: PtxEmitter, words: list[SSAValue], t: Attribute, vec: int) -> list[SSAValue]:
+    if element_bytes(t) != 2 or vec < 2:
+        return words
+    out = []
+    for w in words:
+        unpack = ptx.MovOp("b32", [w], [reg_type(t), reg_type(t)])
+        em.emit(unpack)
+        out += list(unpack.outs)
+    return out
+
+
+def _pack(em: PtxEmitter, values: list[SSAValue], t: Attribute, vec: int) -> list[SSAValue]:
+    if element_bytes(t) != 2 or vec < 2:
+        return values
+    return [em.instr(ptx.MovOp, "b32", values[i : i + 2], i32) for i in range(0, len(values), 2)]
+
+
+@lowering(tile.ViewOp)
+def lower_view(em: PtxEmitter, op: tile.ViewOp) -> None:
+    """Nothing to emit: loads, stores and copies read the view's operands."""
+
+
+def view_of(value: SSAValue) -> tile.ViewOp:
+    owner = value.owner
+    if not isinstance(owner, tile.ViewOp):
+        raise KaioCompileError("tile views must come straight from a tile.view")
+    return owner
+
+
+@lowering(tile.LoadOp)
+def lower_load(em: PtxEmitter, op: tile.LoadOp) -> None:
+    view = view_of(op.view)
+    dist = distribution(em, op.result.type)
+    access = _Access(em, view, dist)
+    t, other = access.t, em.value(op.other)
+    vec = _vector(view, dist, t)
+    _require_alignment(em, view.array, vec * access.eb)
+    spec, reg, count = _word_spec(t, vec)
+    out: list[SSAValue] = []
+    for r in range(0, dist.registers, vec):
+        off = dist.offsets[r]
+        ok = access.ok(off)
+        addr, imm = access.address(off)
+        load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=ok, offset=imm)
+        em.emit(load)
+        values = _unpack(em, list(load.outs), t, vec)
+        out += [em.instr(ptx.SelpOp, _selp_spec(t), [v, other, ok], reg_type(t)) for v in values]
+    em.bind(op.result, out)
+
+
+def _selp_spec(t: Attribute) -> str:
+    if t in (f32, f64):
+        return "f32" if t == f32 else "f64"
+    bits = {f16: 16, bf16: 16}.get(t) or max(element_bytes(t) * 8, 16)
+    return f"b{bits}"
+
+
+@lowering(tile.StoreOp)
+def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
+    view = view_of(op.view)
+    dist = distribution(em, op.value.type)
+    access = _Access(em, view, dist)
+    t = access.t
+    vec = _vector(view, dist, t)
+    _require_alignment(em, view.array, vec * access.eb)
+    spec, _, _ = _word_spec(t, vec)
+    parts = em.parts(op.value)
+    owner = owner_predicate(em, dist)
+    for r in range(0, dist.registers, vec):
+        off = dist.offsets[r]
+        ok = and_pred(em, [access.ok(off), owner])
+        addr, imm = access.address(off)
+        values = _pack(em, list(parts[r : r + vec]), t, vec)
+        em.emit(ptx.StOp(f"global.{spec}", [addr, *values], guard=ok, offset=imm))
+
+
+def _element_address(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribute) -> SSAValue:
+    return em.instr(ptx.MadOp, "wide.u32", [index, em.const(element_bytes(t), i32), em.value(array)], i64)
+
+
+@lowering(tile.GatherOp)
+def lower_gather(em: PtxEmitter, op: tile.GatherOp) -> None:
+    t = op.result.type.element_type  # type: ignore[attr-defined]
+    other = em.value(op.other)
+    out = []
+    for idx, ok in zip(em.parts(op.index), em.parts(op.mask), strict=True):
+        load = ptx.LdOp(f"global.{mem_spec(t)}", [_element_address(em, op.array, idx, t)], [reg_type(t)], guard=ok)
+        em.emit(load)
+        out.append(em.instr(ptx.SelpOp, _selp_spec(t), [load.outs[0], other, ok], reg_type(t)))
+    em.bind(op.result, out)
+
+
+@lowering(tile.ScatterOp)
+def lower_scatter(em: PtxEmitter, op: tile.ScatterOp) -> None:
+    t = op.value.type.element_type  # type: ignore[attr-defined]
+    owner = owner_predicate(em, distribution(em, op.value.type))
+    for idx, v, ok in zip(em.parts(op.index), em.parts(op.value), em.parts(op.mask), strict=True):
+        guard = and_pred(em, [ok, owner])
+        em.emit(ptx.StOp(f"global.{mem_spec(t)}", [_element_address(em, op.array, idx, t), v], guard=guard))
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+@lowering(tile.ReduceOp)
+def lower_reduce(em: PtxEmitter, op: tile.ReduceOp) -> None:
+    dist = distribution(em, op.input.type)
+    axis = op.axis.value.data
+    kind = op.combine.data
+    t = op.input.type.element_type  # type: ignore[attr-defined]
+    parts = em.parts(op.input)
+
+    def key(off: tuple[int, ...]) -> tuple[int, ...]:
+        return off[:axis] + off[axis + 1 :]
+
+    partial: dict[tuple[int, ...], SSAValue] = {}
+    for r, off in enumerate(dist.offsets):  # 1. within the thread
+        k = key(off)
+        partial[k] = parts[r] if k not in partial else combine(em, kind, partial[k], parts[r], t)
+    mask = em.const(-1, i32)
+    for i, b in enumerate(dist.lane):  # 2. across the lanes holding the axis
+        if b is not None and b[0] == axis:
+            for k, v in partial.items():
+                partial[k] = combine(em, kind, v, shuffle(em, "bfly", v, em.const(1 << i, i32), 32, mask), t)
+    warp_bits = [i for i, b in enumerate(dist.warp) if b is not None and b[0] == axis]
+    if warp_bits:  # 3. across the warps holding the axis, through shared memory
+        partial = _across_warps(em, dist, axis, warp_bits, partial, kind, t)
+    if isinstance(op.result.type, TensorType):
+        out_dist = distribution(em, op.result.type)
+        em.bind(op.result, [partial[off] for off in out_dist.offsets])
+    else:
+        em.bind(op.result, partial[()])
+
+
+def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list[int],
+                  partial: dict[tuple[int, ...], SSAValue], kind: object, t: Attribute) -> dict[tuple[int, ...], SSAValue]:  # fmt: skip
+    eb = element_bytes(t)
+    rest = [s for d, s in enumerate(dist.shape) if d != axis]
+    count = math.prod(rest) if rest else 1
+    groups = 1 << len(warp_bits)
+    scratch = em.shared("reduce", groups * count * eb, 16)
+    warp = _warp_id(em)
+    slot = _bits_value(em, warp, [(i, n) for n, i in enumerate(warp_bits)])
+    base = thread_base(em, dist)
+    rest_base = [b for d, b in enumerate(base) if d != axis]
+    # the lanes holding the axis hold the same total now: one writes it
+    axis_lanes = sum(1 << i for i, b in enumerate(dist.lane) if b is not None and b[0] == axis)
+    dup_lanes = sum(1 << i for i, b in enumerate(dist.lane) if b is None)
+    dup_warps = sum(1 << i for i, b in enumerate(dist.warp) if b is None)
+    preds = []
+    for mask, reg in ((axis_lanes | dup_lanes, em.special("laneid")), (dup_warps, warp)):
+        if mask:
+            bits = em.instr(ptx.AndOp, "b32", [reg, em.const(mask, i32)], i32)
+            preds.append(em.instr(ptx.SetpOp, "eq.u32", [bits, em.const(0, i32)], i1))
+    writer = and_pred(em, preds)
+
+    def address(k: tuple[int, ...], group: SSAValue | int) -> SSAValue:
+        linear = em.const(0, i32)
+        for d, size in enumerate(rest):
+            linear = em.instr(ptx.MadOp, "lo.s32", [linear, em.const(size, i32), add32(em, rest_base[d], k[d])], i32)
+        g = em.const(group, i32) if isinstance(group, int) else group
+        linear = em.instr(ptx.MadOp, "lo.s32", [g, em.const(count, i32), linear], i32)
+        return em.instr(ptx.MadOp, "lo.s32", [linear, em.const(eb, i32), scratch], i32)
+
+    spec = mem_spec(t) if t != f32 else "f32"
+    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    for k, v in partial.items():
+        em.emit(ptx.StOp(f"shared.{spec}", [address(k, slot), v], guard=writer))  # type: ignore[arg-type]
+    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    result = {}
+    for k in partial:
+        total = None
+        for g in range(groups):
+            v = em.instr(ptx.LdOp, f"shared.{spec}", [address(k, g)], reg_type(t))
+            total = v if total is None else combine(em, kind, total, v, t)  # type: ignore[arg-type]
+        result[k] = total
+    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    return result  # type: ignore[return-value]
+
+
+__all__ = ["distribution", "thread_base", "owner_predicate", "relabel", "identity", "view_of", "Callable", "kernel", "TileLayout", "i16"]
