@@ -85,9 +85,10 @@ def kernel_pipeline(arch: str) -> Pipeline:
 
 
 def tile_pipeline(arch: str, stages: int = 3, layout: str = "swizzle") -> Pipeline:
-    """The default pipeline of a ``@kaio.tile_kernel``: layouts, shared-memory staging of dot
-    operands, the cp.async ring (``stages`` >= 2), tensor cores, clean up, PTX."""
-    spec = ["tile-layout", f"promote-to-shared{{layout={layout}}}"]
+    """The default pipeline of a ``@kaio.tile_kernel``: fused elementwise code, layouts,
+    shared-memory staging of dot operands, the cp.async ring (``stages`` >= 2), tensor cores,
+    clean up, PTX."""
+    spec = ["fuse-tile-maps", "tile-layout", f"promote-to-shared{{layout={layout}}}"]
     if stages >= 2:
         spec.append(f"pipeline-cp-async{{stages={stages}}}")
     spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{{arch={arch}}}"]

@@ -32,7 +32,7 @@ full = _marker("full(shape, value, dtype)")
 # memory
 load = _marker("load(array, offsets, shape, bounds, strides=None, other=0) | load(array, index, mask=None, other=0)")
 store = _marker("store(array, offsets, tile, bounds, strides=None) | store(array, index, tile, mask=None)")
-multiple_of = _marker("multiple_of(value, n)")
+multiple_of = _marker("multiple_of(value, n)")  # an int: n divides it; an array: its base is n-byte aligned
 
 # shapes
 trans = _marker("trans(t)")

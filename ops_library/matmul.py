@@ -4,7 +4,13 @@
     c = matmul(a, b)                        # A (MxK) @ B (KxN), f16/bf16 in, f32 out
     matmul(a, b, out=c16)                   # output in the input type (f16 or bf16)
     matmul(a, b, out=c, alpha=2.0, beta=1.0)
+    matmul(a, b, bias=bias, activation="gelu")   # fused epilogue: act(A @ B + bias)
     print(matmul.pipeline())                # the pass pipeline of the default config
+
+The kernel is a tile kernel (``kaio.ops_library.matmul_kernel``): one screen of ``kaio.tile``
+code that the tile stack stages through shared memory, pipelines with cp.async and lowers to
+``ldmatrix``/``mma.sync``. ``bias`` (N,) is added to every row; ``activation`` is ``"relu"``,
+``"gelu"`` (tanh form) or ``"silu"``, applied after ``alpha``, ``beta`` and the bias.
 
 A and B are row-major device arrays (kaio buffers, ``__cuda_array_interface__`` or DLPack
 objects) or numpy arrays (bf16 as ``ml_dtypes.bfloat16``: copied to the device, the result comes
@@ -22,7 +28,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -35,8 +40,25 @@ from kaio.ops_library.matmul_config import (
     choose_config,
     default_config,
 )
-from kaio.ops_library.matmul_kernel import INPUT_TYPES, MatmulKernel, row_alignment
+from kaio.ops_library.matmul_kernel import (
+    ACTIVATIONS,
+    INPUT_TYPES,
+    MatmulKernel,
+    base_alignment,
+    row_alignment,
+)
 from kaio.pipeline import Pipeline
+
+
+def _check_epilogue(a: _Operand, bias: _Operand | None, n: int, activation: Any) -> None:
+    if activation not in ACTIVATIONS:
+        names = ", ".join(repr(k) for k in ACTIVATIONS)
+        raise KaioTypeError(f"matmul: activation must be one of {names}, got {activation!r}")
+    if bias is not None:
+        if bias.shape != (n,):
+            raise KaioTypeError(f"matmul: bias must have shape ({n},), got {bias.shape}")
+        if bias.dtype not in (dtypes.f32, a.dtype):
+            raise KaioTypeError(f"matmul: bias must be f32 or {a.dtype.name} (the input type), got {bias.dtype.name}")
 
 
 @dataclass
@@ -98,11 +120,11 @@ def _check(a: _Operand, b: _Operand, out: _Operand | None, acc: Any) -> tuple[in
     return m, n, k
 
 
-@lru_cache(maxsize=256)
-def _launcher(kernel: MatmulKernel) -> Any:
-    from kaio.runtime.launch import Launcher
-
-    return Launcher(kernel)  # type: ignore[arg-type]  (MatmulKernel speaks the GpuKernel protocol)
+def launch(kernel: MatmulKernel, a: Any, b: Any, c: Any, bias: Any, m: int, n: int, k: int,
+           alpha: float, beta: float, dev: Any) -> None:  # fmt: skip
+    """One launch of a specialization (a program per C tile)."""
+    tiles = math.ceil(m / kernel.config.block[0]) * math.ceil(n / kernel.config.block[1])
+    kernel.launch(tiles, (a, b, c, c if bias is None else bias, m, n, k, alpha, beta), dev)
 
 
 class Matmul:
@@ -110,34 +132,38 @@ class Matmul:
 
     def __call__(
         self, a: Any, b: Any, out: Any = None, *, acc: Any = None, alpha: float = 1.0,
-        beta: float = 0.0, config: MatmulConfig | str | None = None, device: Any = None,
+        beta: float = 0.0, bias: Any = None, activation: str | None = None,
+        config: MatmulConfig | str | None = None, device: Any = None,
     ) -> Any:  # fmt: skip
         from kaio.runtime.device import Device, default_device
 
-        dev = Device(device) if device is not None else _device_of(a, b, out) or default_device()
+        dev = Device(device) if device is not None else _device_of(a, b, out, bias) or default_device()
         oa, ob = _operand("a", a, dev), _operand("b", b, dev)
         oc = _operand("out", out, dev) if out is not None else None
+        obias = _operand("bias", bias, dev) if bias is not None else None
         m, n, k = _check(oa, ob, oc, acc)
+        _check_epilogue(oa, obias, n, activation)
         host_result = oa.host is not None or ob.host is not None
         if oc is None:
             buf = dev.zeros((m, n), np.float32)
             oc = _Operand(buf, (m, n), dtypes.f32, buf.ptr)
         if m == 0 or n == 0:
             return _result(oc, out, host_result)
-        kernel = self.kernel(oa, ob, oc, m, n, k, config, dev)
-        tiles = math.ceil(m / kernel.config.block[0]) * math.ceil(n / kernel.config.block[1])
-        _launcher(kernel).launch((tiles,), None, (oa.value, ob.value, oc.value, m, n, k, alpha, beta), {}, dev)
+        kernel = self.kernel(oa, ob, oc, m, n, k, config, dev, obias, activation)
+        launch(kernel, oa.value, ob.value, oc.value, obias.value if obias else None, m, n, k, alpha, beta, dev)
         return _result(oc, out, host_result)
 
     def kernel(self, a: _Operand, b: _Operand, c: _Operand, m: int, n: int, k: int,
-               config: MatmulConfig | str | None, dev: Any) -> MatmulKernel:  # fmt: skip
-        """The specialization a call runs: dtypes, proven row alignments, chosen config."""
+               config: MatmulConfig | str | None, dev: Any, bias: _Operand | None = None,
+               activation: str | None = None) -> MatmulKernel:  # fmt: skip
+        """The specialization a call runs: dtypes, base alignments, chosen config, epilogue."""
         eb = a.dtype.nbytes
         align = (
             row_alignment(k, a.ptr, eb),
             row_alignment(n, b.ptr, eb),
             min(row_alignment(n, c.ptr, c.dtype.nbytes), 2),
         )
+        bases = (base_alignment(a.ptr), base_alignment(b.ptr), base_alignment(c.ptr))
         tensor_cores = a.dtype != dtypes.f32
         if config is None:
             chosen = default_config(tensor_cores, align, eb)
@@ -147,7 +173,7 @@ class Matmul:
             chosen = config
         else:
             raise KaioTypeError(f"matmul: config is None, 'auto' or a MatmulConfig, not {config!r}")
-        return MatmulKernel(a.dtype, c.dtype, align, chosen)
+        return MatmulKernel(a.dtype, c.dtype, bases, chosen, bias.dtype if bias else None, activation)
 
     def _auto(self, a: _Operand, b: _Operand, c: _Operand, m: int, n: int, k: int,
               align: tuple[int, int, int], tensor_cores: bool, dev: Any) -> MatmulConfig:  # fmt: skip

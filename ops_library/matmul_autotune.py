@@ -54,8 +54,8 @@ def _config(data: dict[str, Any]) -> MatmulConfig:
 
 def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.ScalarType,
              align: tuple[int, int, int], tensor_cores: bool, dev: Any) -> MatmulConfig:  # fmt: skip
-    from kaio.ops_library.matmul import _launcher
-    from kaio.ops_library.matmul_kernel import MatmulKernel
+    from kaio.ops_library.matmul import launch
+    from kaio.ops_library.matmul_kernel import MatmulKernel, base_alignment
     from kaio.runtime.bench import bench
 
     key = _key(dev, a.dtype, c_type, m, n, k, align)
@@ -70,11 +70,10 @@ def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.Sca
     for config in candidates(tensor_cores, align, a.dtype.nbytes):
         if config.shared_bytes(a.dtype.nbytes) > dev.shared_memory_per_block:
             continue
-        kernel = MatmulKernel(a.dtype, c_type, align, config)
-        launcher = _launcher(kernel)
-        tiles = math.ceil(m / config.block[0]) * math.ceil(n / config.block[1])
-        args = (a.value, b.value, scratch, m, n, k, 1.0, 0.0)
-        result = bench(lambda: launcher.launch((tiles,), None, args, {}, dev), warmup=10, rep=50, device=dev)
+        bases = (base_alignment(a.ptr), base_alignment(b.ptr), base_alignment(scratch.ptr))
+        kernel = MatmulKernel(a.dtype, c_type, bases, config)
+        args = (a.value, b.value, scratch, None, m, n, k, 1.0, 0.0, dev)
+        result = bench(lambda: launch(kernel, *args), warmup=10, rep=50, device=dev)
         timings.append((result.median, config))
     best = min(timings, key=lambda t: t[0])[1]
     entries[key] = {

@@ -31,10 +31,11 @@ class MatmulConfig:
 
     def pipeline(self, arch: str = "sm_80") -> Pipeline:
         """The pass pipeline this config compiles with (print it, edit it, pass it back)."""
-        bm, bn, bk = self.block
         wm, wn = self.warps
+        mma = "true" if self.tensor_cores else "false"
         spec = [
-            f"tile-matmul{{block={bm},{bn},{bk} warps={wm},{wn} group={self.group}}}",
+            "fuse-tile-maps",
+            f"tile-layout{{mma={mma} warps={wm},{wn}}}",
             f"promote-to-shared{{layout={self.layout}}}",
         ]
         if self.stages >= 2:

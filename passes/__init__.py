@@ -10,6 +10,11 @@ from xdsl.passes import ModulePass
 def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
     """kaio's passes by name, loaded lazily (the xDSL registry convention)."""
 
+    def fuse_tile_maps() -> type[ModulePass]:
+        from kaio.passes.fuse_tile_maps import FuseTileMapsPass
+
+        return FuseTileMapsPass
+
     def tile_layout() -> type[ModulePass]:
         from kaio.passes.tile_layout import TileLayoutPass
 
@@ -41,6 +46,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return LowerToPtxPass
 
     return {
+        "fuse-tile-maps": fuse_tile_maps,
         "tile-layout": tile_layout,
         "promote-to-shared": promote_to_shared,
         "pipeline-cp-async": pipeline_cp_async,

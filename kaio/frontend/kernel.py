@@ -76,6 +76,7 @@ class KernelIR:
 class GpuKernel:
     compiler_class: type[FunctionCompiler] = FunctionCompiler  # what compiles the body
     kind = "gpu_kernel"
+    stand_in_int = 1  # what an int constexpr without a default stands for while checking
 
     def __init__(self, fn: Callable[..., Any], block_size: int | tuple[int, ...]):
         self.fn = fn
@@ -121,7 +122,7 @@ class GpuKernel:
         source, the sources of the device functions it calls (transitively), the values of the
         global/closure constants they read, the block size."""
         h = hashlib.sha256()
-        h.update(f"kernel {self.name} block {self.block_size}\n".encode())
+        h.update(f"kernel {self.name} block {self.block_size} params {self.params!r}\n".encode())
         _hash_function(h, self._src, Env(self.fn), set())
         return h.hexdigest()
 
@@ -238,7 +239,7 @@ class GpuKernel:
             else:
                 scope.bind(rp.name, Scalar(arg, rp.dtype))
         for spec, t, arg in zip(unknown, stand_in_types, block.args[len(runtime) :], strict=True):
-            scope.bind(spec.name, Scalar(arg, t, _stand_in(t)))
+            scope.bind(spec.name, Scalar(arg, t, _stand_in(t, self.stand_in_int)))
         for name, c in constexprs.items():
             scope.bind(name, c)
         scope.bind(RET, Const(False, bool_))
@@ -267,11 +268,11 @@ class GpuKernel:
         )
 
 
-def _stand_in(t: ScalarType) -> int | float | bool:
+def _stand_in(t: ScalarType, integer: int) -> int | float | bool:
     """The compile-time number an unknown constexpr stands for while checking a kernel."""
     if t.is_bool:
         return True
-    return 1.0 if t.is_float else 1
+    return 1.0 if t.is_float else integer
 
 
 def _internal_error(state: BuildState, exc: BaseException) -> KaioCompileError:
@@ -316,8 +317,11 @@ def _parameters(fn: Callable[..., Any], src: FunctionSource) -> tuple[ParamSpec,
                 f"kernel parameter `{node.arg}` needs a type annotation",
                 "e.g. `x: Array[f32]`, `y: MutArray[f32]`, `n: u32`, `BLOCK: kaio.constexpr`",
             )
+        evaluated = getattr(fn, "__annotations__", {}).get(node.arg)
         try:
-            t = annotation_value(node.annotation, env)
+            # Annotations Python already evaluated (no `from __future__ import annotations`)
+            # may name a factory's locals, which the kernel's environment cannot see.
+            t = evaluated if evaluated is not None and not isinstance(evaluated, str) else annotation_value(node.annotation, env)
         except SemanticError as e:
             raise e.locate(node.annotation, src).to_compile_error() from None
         if isinstance(t, KaioArrayType):

@@ -20,13 +20,14 @@ from kaio.frontend.tiles import TileCompiler
 from kaio.frontend.values import Scalar
 
 MAX_WARPS = 32
-DIVISIBLE = "__divisible__"  # the launch's specialization: int arguments that are multiples of 16
-DIVISOR = 16
+DIVISIBLE = "__divisible__"  # the launch's specialization: (name, power of two dividing it)
+MAX_DIVISOR = 16
 
 
 class TileKernel(GpuKernel):
     compiler_class = TileCompiler
     kind = "tile_kernel"
+    stand_in_int = 16  # a tile size without a default is checked as 16 (the smallest mma tile)
 
     def __init__(self, fn: Callable[..., Any], num_warps: int = 4, num_stages: int = 3):
         self.num_warps = _checked("num_warps", num_warps, fn, lambda n: 1 <= n <= MAX_WARPS and not n & (n - 1),
@@ -40,22 +41,24 @@ class TileKernel(GpuKernel):
         divisible = tuple(values.pop(DIVISIBLE, ()))
         return self._build(self._constexpr_values(values), unknown=(), facts=divisible)
 
-    def arg_specialization(self, runtime: Any) -> tuple[str, ...]:
-        """What a launch specializes on besides constexprs (as Triton does): the integer
-        arguments that are multiples of 16, so views on them vectorise."""
-        names = self._int_params
-        return tuple(
-            name for name, v in zip(names, runtime, strict=False)
-            if name is not None and v.__class__ is int and v % DIVISOR == 0
-        )  # fmt: skip
+    def arg_specialization(self, runtime: Any) -> tuple[tuple[str, int], ...]:
+        """What a launch specializes on besides constexprs (as Triton does): the largest power
+        of two up to 16 dividing each 32-bit integer argument, so views on them vectorise."""
+        facts = []
+        for name, v in zip(self._int_params, runtime, strict=False):
+            if name is not None and v.__class__ is int and v:
+                d = min(v & -v, MAX_DIVISOR)
+                if d > 1:
+                    facts.append((name, d))
+        return tuple(facts)
 
     def _bind_facts(self, scope: Scope, state: BuildState, facts: Any) -> None:
         from kaio.dialects.tile import MultipleOfOp
 
-        for name in facts or ():
+        for name, divisor in facts or ():
             v = scope.get(name)
             if isinstance(v, Scalar) and v.type.is_int and v.type.bits == 32:
-                scope.bind(name, Scalar(state.emitter.value(MultipleOfOp(v.ssa, DIVISOR)), v.type))
+                scope.bind(name, Scalar(state.emitter.value(MultipleOfOp(v.ssa, divisor)), v.type))
 
     @property
     def _int_params(self) -> tuple[str | None, ...]:

@@ -339,7 +339,7 @@ def _view(fc: TileCompiler, array: ArrayRef, offsets: Value, shape: tuple[int, .
     else:
         strides_v = _tuple_of(strides, rank, "strides", node)
     strd = [_index32(fc, v, "a stride", node) for v in strides_v]
-    align = max(16 // array.elem.nbytes, 1)  # the base is assumed 16-byte aligned (checked at launch)
+    align = max(array.align // array.elem.nbytes, 1)  # base assumed aligned so (checked at launch)
     view = tile.ViewOp(array.ssa, offs, bnds, strd, shape, align)
     return fc.em.value(view)
 
@@ -444,6 +444,8 @@ def _multiple_of(fc: TileCompiler, node: ast.Call, args: Args, kwargs: Kwargs) -
         raise SemanticError("kt.multiple_of takes a compile-time power of two", None, node)
     if isinstance(value, Const):
         return value
+    if isinstance(value, ArrayRef):  # the base address, in bytes
+        return ArrayRef(value.ssa, value.kaio_type, value.name, min(int(c.value), 16))
     if not isinstance(value, Scalar) or not value.type.is_int or value.type.bits != 32:
         raise SemanticError(f"kt.multiple_of takes a 32-bit integer, got {type_name(value)}", None, node)
     return Scalar(fc.em.value(tile.MultipleOfOp(value.ssa, int(c.value))), value.type)

@@ -50,6 +50,7 @@ class ArrayRef:
     ssa: SSAValue
     kaio_type: KaioArrayType
     name: str
+    align: int = 16  # bytes the base address is assumed a multiple of (tile views; checked at launch)
 
     @property
     def elem(self) -> ScalarType:

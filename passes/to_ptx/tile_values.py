@@ -257,18 +257,39 @@ def lower_yield(em: PtxEmitter, op: tile.YieldOp) -> None:
     """Nothing to emit: ``tile.map`` reads the yielded value."""
 
 
+class _MapElements:
+    """A map's region, one register at a time. A load only this map uses is streamed: each
+    group of its registers is loaded right before the elements that use it."""
+
+    def __init__(self, em: PtxEmitter, op: tile.MapOp):
+        self.em, self.op = em, op
+        self.streamed = {i: _LoadGroups(em, x.owner) for i, x in enumerate(op.inputs) if x in em.deferred}
+        self.inputs = [None if i in self.streamed else em.parts(x) for i, x in enumerate(op.inputs)]
+        self.yielded = op.block.last_op.operands[0]  # type: ignore[union-attr]
+
+    def value(self, r: int) -> SSAValue:
+        for i, (arg, parts) in enumerate(zip(self.op.block.args, self.inputs, strict=True)):
+            self.em.bind(arg, self.streamed[i].value(r) if parts is None else parts[r])
+        self.em.lower_block(self.op.block)
+        return self.em.value(self.yielded)
+
+
 @lowering(tile.MapOp)
 def lower_map(em: PtxEmitter, op: tile.MapOp) -> None:
-    block = op.block
-    inputs = [em.parts(x) for x in op.inputs]
-    yielded = block.last_op.operands[0]  # type: ignore[union-attr]
-    out = []
-    for r in range(distribution(em, op.result.type).registers):
-        for arg, parts in zip(block.args, inputs, strict=True):
-            em.bind(arg, parts[r])
-        em.lower_block(block)
-        out.append(em.value(yielded))
-    em.bind(op.result, out)
+    """Every register of the result; a map only a store uses is computed by the store instead,
+    a vector at a time, so a whole tile of results is never live at once (an epilogue)."""
+    user = op.result.get_user_of_unique_use() if op.result.has_one_use() else None
+    if isinstance(user, tile.StoreOp) and user.parent_block() is op.parent_block():
+        em.deferred.add(op.result)
+        return
+    elements = _MapElements(em, op)
+    em.bind(op.result, [elements.value(r) for r in range(distribution(em, op.result.type).registers)])
+
+
+def _streamable(op: tile.LoadOp) -> bool:
+    """A load used once, by an elementwise map right after it in the same block."""
+    user = op.result.get_user_of_unique_use() if op.result.has_one_use() else None
+    return isinstance(user, tile.MapOp) and user.parent_block() is op.parent_block()
 
 
 # --------------------------------------------------------------------------- global memory
@@ -389,25 +410,43 @@ def view_of(value: SSAValue) -> tile.ViewOp:
     return owner
 
 
-@lowering(tile.LoadOp)
-def lower_load(em: PtxEmitter, op: tile.LoadOp) -> None:
-    view = view_of(op.view)
-    dist = distribution(em, op.result.type)
-    access = _Access(em, view, dist)
-    t, other = access.t, em.value(op.other)
-    vec = _vector(view, dist, t)
-    _require_alignment(em, view.array, vec * access.eb)
-    spec, reg, count = _word_spec(t, vec)
-    out: list[SSAValue] = []
-    for r in range(0, dist.registers, vec):
-        off = dist.offsets[r]
-        ok = access.ok(off)
-        addr, imm = access.address(off)
+class _LoadGroups:
+    """A tile load, one vector access (``vec`` registers) at a time."""
+
+    def __init__(self, em: PtxEmitter, op: tile.LoadOp):
+        self.em, self.op = em, op
+        view = view_of(op.view)
+        self.dist = distribution(em, op.result.type)
+        self.access = _Access(em, view, self.dist)
+        self.t, self.other = self.access.t, em.value(op.other)
+        self.vec = _vector(view, self.dist, self.t)
+        _require_alignment(em, view.array, self.vec * self.access.eb)
+        self.group: list[SSAValue] = []
+
+    def load(self, r: int) -> list[SSAValue]:
+        em, t = self.em, self.t
+        spec, reg, count = _word_spec(t, self.vec)
+        off = self.dist.offsets[r]
+        ok = self.access.ok(off)
+        addr, imm = self.access.address(off)
         load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=ok, offset=imm)
         em.emit(load)
-        values = _unpack(em, list(load.outs), t, vec)
-        out += [em.instr(ptx.SelpOp, _selp_spec(t), [v, other, ok], reg_type(t)) for v in values]
-    em.bind(op.result, out)
+        values = _unpack(em, list(load.outs), t, self.vec)
+        return [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, ok], reg_type(t)) for v in values]
+
+    def value(self, r: int) -> SSAValue:
+        if r % self.vec == 0:
+            self.group = self.load(r)
+        return self.group[r % self.vec]
+
+
+@lowering(tile.LoadOp)
+def lower_load(em: PtxEmitter, op: tile.LoadOp) -> None:
+    if _streamable(op):
+        em.deferred.add(op.result)  # the map that uses it loads it (lower_map)
+        return
+    groups = _LoadGroups(em, op)
+    em.bind(op.result, [v for r in range(0, groups.dist.registers, groups.vec) for v in groups.load(r)])
 
 
 def _selp_spec(t: Attribute) -> str:
@@ -426,13 +465,19 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     vec = _vector(view, dist, t)
     _require_alignment(em, view.array, vec * access.eb)
     spec, _, _ = _word_spec(t, vec)
-    parts = em.parts(op.value)
+    if op.value in em.deferred:  # the elementwise code that makes the value, streamed
+        elements = _MapElements(em, op.value.owner)  # type: ignore[arg-type]
+        element: Callable[[int], SSAValue] = elements.value
+    else:
+        parts = em.parts(op.value)
+        element = parts.__getitem__
     owner = owner_predicate(em, dist)
     for r in range(0, dist.registers, vec):
         off = dist.offsets[r]
+        group = [element(r + i) for i in range(vec)]
         ok = and_pred(em, [access.ok(off), owner])
         addr, imm = access.address(off)
-        values = _pack(em, list(parts[r : r + vec]), t, vec)
+        values = _pack(em, group, t, vec)
         em.emit(ptx.StOp(f"global.{spec}", [addr, *values], guard=ok, offset=imm))
 
 

@@ -32,7 +32,7 @@ def assemble(kernel: MatmulKernel, arch: str) -> toolchain.PtxasReport:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("dtype", [dtypes.f16, dtypes.bf16])
 def test_tensor_core_matmul_has_no_spills(arch, dtype, record_property):
-    kernel = MatmulKernel(dtype, dtypes.f32, (8, 8, 2), DEFAULT_CONFIG)
+    kernel = MatmulKernel(dtype, dtypes.f32, (16, 16, 16), DEFAULT_CONFIG)
     report = assemble(kernel, arch)
     name = kernel.name
     record_property("registers", report.registers[name])
@@ -43,16 +43,19 @@ def test_tensor_core_matmul_has_no_spills(arch, dtype, record_property):
 
 @needs_ptxas
 @pytest.mark.parametrize("out", [dtypes.f16, dtypes.f32])
-@pytest.mark.parametrize("align", [(8, 8, 2), (1, 1, 1)])
+@pytest.mark.parametrize("align", [(16, 16, 16), (2, 2, 2)])
 def test_edge_variants_assemble(out, align):
-    kernel = MatmulKernel(dtypes.f16, out, align, default_config(True, align, 2))
+    """Aligned, and misaligned bases with ragged sizes (element-wise copies and stores)."""
+    divisible = () if align == (2, 2, 2) else (("m", 16), ("n", 16), ("k", 16))
+    row = tuple(a // 2 for a in align)
+    kernel = MatmulKernel(dtypes.f16, out, align, default_config(True, row, 2), divisible=divisible)
     report = assemble(kernel, "sm_80")
     assert report.spill_stores[kernel.name] == 0
 
 
 @needs_ptxas
 def test_simt_f32_matmul_has_no_spills():
-    kernel = MatmulKernel(dtypes.f32, dtypes.f32, (4, 4, 4), DEFAULT_SIMT_CONFIG)
+    kernel = MatmulKernel(dtypes.f32, dtypes.f32, (16, 16, 16), DEFAULT_SIMT_CONFIG)
     report = assemble(kernel, "sm_80")
     assert report.spill_stores[kernel.name] == 0
 
@@ -61,7 +64,7 @@ def test_simt_f32_matmul_has_no_spills():
 @needs_sass
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_sass_uses_tensor_cores_ldmatrix_and_async_copies(arch):
-    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (8, 8, 2), DEFAULT_CONFIG)
+    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), DEFAULT_CONFIG)
     sass = toolchain.disassemble(assemble(kernel, arch).cubin)
     counts = {ins: len(re.findall(rf"\b{re.escape(ins)}", sass)) for ins in ("HMMA.16816", "LDSM", "LDGSTS", "LDL", "STL")}
     print(arch, counts)
@@ -75,6 +78,6 @@ def test_sass_uses_tensor_cores_ldmatrix_and_async_copies(arch):
 @needs_sass
 def test_without_pipelining_there_are_no_async_copies():
     config = MatmulConfig(stages=0)
-    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (8, 8, 2), config)
+    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), config)
     sass = toolchain.disassemble(assemble(kernel, "sm_80").cubin)
     assert "LDGSTS" not in sass and "HMMA.16816" in sass
