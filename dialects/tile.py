@@ -378,7 +378,7 @@ class MapOp(IRDLOperation):
     @classmethod
     def parse(cls, parser) -> MapOp:  # type: ignore[no-untyped-def]
         inputs = parser.parse_optional_undelimited_comma_separated_list(
-            parser.parse_optional_operand, parser.parse_unresolved_operand
+            parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand
         ) or []
         parser.parse_punctuation(":")
         types = []

@@ -37,7 +37,7 @@ def matmul_stages() -> dict[str, str]:
     from kaio.ops_library.matmul_kernel import MatmulKernel
     from kaio.ops_library.matmul_config import DEFAULT_CONFIG
 
-    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (8, 8, 2), DEFAULT_CONFIG)
+    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), DEFAULT_CONFIG)
     return kaio.compile(kernel, "sm_80").stages
 
 
@@ -53,9 +53,9 @@ DUMPS: dict[str, Callable[[], str]] = {
     "saxpy/cse": lambda: saxpy_stages()["cse"],
     "saxpy/lower-to-ptx": lambda: saxpy_stages()["lower-to-ptx"],
     "saxpy/ptx": lambda: saxpy_stages()["ptx"],
-    "matmul/frontend": lambda: matmul_stages()["frontend"],
-    "matmul/tile-matmul": lambda: matmul_stages()["tile-matmul"],
-    "matmul/promote-to-shared": lambda: excerpt(matmul_stages()["promote-to-shared"], "scf.for", 12),
+    "matmul/frontend": lambda: excerpt(matmul_stages()["frontend"], "acc = kt.zeros", 34),
+    "matmul/tile-layout": lambda: excerpt(matmul_stages()["tile-layout"], "= scf.for", 24),
+    "matmul/promote-to-shared": lambda: excerpt(matmul_stages()["promote-to-shared"], "= scf.for", 14),
     "matmul/pipeline-cp-async": lambda: excerpt(matmul_stages()["pipeline-cp-async"], "= scf.for", 40),
     "matmul/lower-to-mma-sync": lambda: excerpt(matmul_stages()["lower-to-mma-sync"], "cpasync.wait 1", 24),
     "matmul/ptx": lambda: excerpt(matmul_stages()["ptx"], "cp.async.wait_group 1", 30),

@@ -13,19 +13,23 @@ import pytest
 from .conftest import Device, check_ptx, rel_error
 
 
-def compile_matmul(align: tuple[int, int, int]):  # type: ignore[no-untyped-def]
+def compile_matmul(align: tuple[int, int, int], divisor: int = 16):  # type: ignore[no-untyped-def]
+    """The kernel for base addresses aligned to ``align`` bytes and m, n, k multiples of
+    ``divisor`` (what a launch would specialize on; these tests launch the PTX directly)."""
     from kaio import dtypes
     from kaio.ops_library.matmul_kernel import MatmulKernel
     from kaio.ops_library.matmul_config import DEFAULT_CONFIG
 
-    kernel = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, align, DEFAULT_CONFIG), "sm_80")
+    divisible = tuple((name, divisor) for name in "mnk") if divisor > 1 else ()
+    spec = MatmulKernel(dtypes.f16, dtypes.f32, align, DEFAULT_CONFIG, divisible=divisible)
+    kernel = kaio.compile(spec, "sm_80")
     check_ptx(kernel.ptx)
     return kernel
 
 
 @pytest.fixture(scope="module")
 def compiled():  # type: ignore[no-untyped-def]
-    return compile_matmul((8, 8, 2))
+    return compile_matmul((16, 16, 16), 8)
 
 
 def run_matmul(sim, compiled, rng, m: int, n: int, k: int, alpha: float, beta: float, profile: bool = False):  # type: ignore[no-untyped-def]
@@ -34,7 +38,7 @@ def run_matmul(sim, compiled, rng, m: int, n: int, k: int, alpha: float, beta: f
     b = rng.standard_normal((k, n)).astype(np.float16)
     c0 = rng.standard_normal((m, n)).astype(np.float32)
     bufs = [dev.array(a), dev.array(b), dev.array(c0)]
-    values = [bufs[0].address, bufs[1].address, bufs[2].address, m, n, k, alpha, beta]
+    values = [bufs[0].address, bufs[1].address, bufs[2].address, bufs[2].address, m, n, k, alpha, beta]
     params = [p.pack(v) for p, v in zip(compiled.params, values)]
     grid = (math.ceil(m / 128) * math.ceil(n / 128), 1, 1)
     report = sim.load(compiled.ptx).launch(compiled.name, grid, compiled.block_size, params, profile=profile)
@@ -60,7 +64,7 @@ def test_kaio_matmul_ragged_with_alpha_beta(sim, compiled, rng):
 
 def test_kaio_matmul_unaligned_rows(sim, rng):
     # rows aligned to one element only: no 16-byte cp.async, element loads instead
-    compiled = compile_matmul((1, 1, 1))
+    compiled = compile_matmul((2, 2, 4), 1)
     error, report = run_matmul(sim, compiled, rng, 37, 29, 19, 1.0, 1.0, profile=True)
     assert error <= 1e-2
     assert "cp.async" not in report.by_class and report.by_category["tensor core"] > 0

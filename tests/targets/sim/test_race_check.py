@@ -520,7 +520,7 @@ def test_ldmatrix_rows_count_as_reads_of_the_lane_that_gave_the_address(racy):
 
 @pytest.fixture(scope="module")
 def kaio_matmul():  # type: ignore[no-untyped-def]
-    return compile_matmul((8, 8, 2))
+    return compile_matmul((16, 16, 16), 8)
 
 
 @pytest.mark.parametrize("shape", [(128, 128, 128), (200, 136, 72)], ids=lambda s: "x".join(map(str, s)))
