@@ -66,7 +66,12 @@ def builtin_handler(fc: CompilerBase, obj: Any) -> Callable[[ast.Call, Args, Kwa
         return partial(_cast, fc, obj)
     obj = _PYTHON_ALIASES.get(id(obj), obj)
     if isinstance(obj, kp.Builtin):
-        handler = _TABLE[obj]
+        handler = _TABLE.get(obj)
+        if handler is None:  # a kaio.tile builtin in a SIMT kernel
+            raise SemanticError(
+                f"`{obj.signature}` can only be used in a @kaio.tile_kernel",
+                "decorate the kernel with @kaio.tile_kernel to work on tiles",
+            )
         return partial(handler, fc)
     return None
 
