@@ -26,7 +26,7 @@ import numpy as np
 from kaio.compiled import KernelParam
 from kaio.dtypes import ScalarType
 from kaio.errors import KaioTypeError
-from kaio.runtime import dlpack
+from kaio.runtime import dlpack, tensors
 from kaio.runtime.interop import InteropError, external_array
 
 if TYPE_CHECKING:
@@ -221,9 +221,17 @@ def array_checker(kernel: str, p: KernelParam, device: Device) -> Check:
             )
         return ptr
 
+    # Checkers of other array classes met at this parameter (torch.Tensor and its subclasses),
+    # built on the first value of the class: the next ones skip the slow path's tests.
+    by_class: dict[type, Check] = {}
+
     def slow(value: Any, stream: Any, cleanups: list[Callable[[], None]]) -> int:
         if isinstance(value, Buffer):
             return aligned(_buffer_problem(where, p, device, value))
+        if tensors.is_tensor(value):
+            checker = tensors.tensor_checker(where, ktype, mutable, device, aligned)
+            by_class[value.__class__] = checker
+            return checker(value, stream, cleanups)  # type: ignore[no-any-return]
         if isinstance(value, np.ndarray):
             raise KaioTypeError(
                 f"{where}: got a host numpy array ({value.dtype}{list(value.shape)}); kernels read "
@@ -265,6 +273,9 @@ def array_checker(kernel: str, p: KernelParam, device: Device) -> Check:
             and not value._ptr % align
         ):
             return value._ptr
+        other = by_class.get(value.__class__)
+        if other is not None:
+            return other(value, stream, cleanups)
         return slow(value, stream, cleanups)
 
     return check
