@@ -138,13 +138,15 @@ def current_stream(ordinal: int) -> int:
 
 
 def torch_stream(values: Sequence[Any], positions: Sequence[int], ordinal: int) -> int | None:
-    """torch's current stream on ``ordinal`` when any array argument is a torch tensor."""
+    """torch's current stream on ``ordinal`` when any array argument is a CUDA torch tensor (a
+    CPU tensor is refused by its checker; asking a CPU-only torch for a stream would fail)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     tensor = torch.Tensor
     for i in positions:
-        if isinstance(values[i], tensor):
+        value = values[i]
+        if isinstance(value, tensor) and value.get_device() >= 0:
             return current_stream(ordinal)
     return None
 
