@@ -4,8 +4,9 @@ Each parameter of a compiled kernel gets a *checker*, built once per specializat
 ``check(value, stream, cleanups) -> packed`` returns what goes into the parameter buffer (an
 address for arrays, a number for scalars) or raises ``KaioTypeError`` naming the kernel and the
 parameter. The common case (a kaio Buffer of the right type, a Python int or float in range) is a
-couple of attribute and comparison tests; everything else takes a slow path that converts or
-explains.
+couple of attribute and comparison tests. A torch tensor gets a checker of its own
+(``kaio.runtime.tensors``), found by its class after the first one; everything else takes a slow
+path that converts or explains.
 
 Rules: integers must fit their type (no wrap-around); a float for an integer parameter must be
 integral; floats must be finite in the parameter's type unless they are inf/NaN already; a bool is

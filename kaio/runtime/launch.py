@@ -7,7 +7,12 @@ launch. Every later launch is: bind the arguments, one dict lookup, the checkers
 one driver call.
 
 The launch device is the device of the kaio Buffers among the arguments (all must agree), else
+that of the first torch tensor (``cuda:i``: ``Device(i)``; a CPU tensor: ``kaio.Device()``), else
 ``kaio.Device()``; ``kernel.launch(dev, ...)`` names it explicitly.
+
+The stream: ``stream=`` when given; else, inside ``dev.capture()``, the capture's stream; else,
+on a GPU with a CUDA torch tensor among the arguments, torch's current stream (so the launch is
+ordered with torch's work and captured by ``torch.cuda.graph``); else the legacy default stream.
 
 ``kernel[4, 2]`` is a 2-D grid, as in Triton (``kernel[(4, 2)]`` is the same Python
 expression). A block is recognized when the subscript is a pair whose items are not both ints:
