@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,8 @@ except ImportError:
     triton_add = None
 
 
-def optional(name: str):  # noqa: ANN201
+def optional(name: str) -> Any:
+    """The module ``name`` if it is installed, else None."""
     try:
         return __import__(name)
     except ImportError:
@@ -176,7 +178,9 @@ def bench_simulator(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
     cupy = "installed but needs a GPU" if optional("cupy") else "not installed"
     rows.append(f"| {'CuPy arrays: ' + cupy:<58} | {'-':>10} | {'-':>10} |      |")
     tri = "installed but needs a GPU" if triton_add is not None else "not installed"
-    rows.append(f"| {'Triton kernel of the same work: ' + tri:<58} | {'-':>10} | {'-':>10} |      |")
+    rows.append(
+        f"| {'Triton kernel of the same work: ' + tri:<58} | {'-':>10} | {'-':>10} |      |"
+    )
     rows += ["", "GPU: not measured (no CUDA driver on this machine / simulator selected)."]
     return rows
 
@@ -202,13 +206,15 @@ def torch_rows_simulator(launches: int, repeats: int) -> list[str]:
         is_simulator = False
         ordinal = -1
 
-    check = tensors.tensor_checker("bench", kaio.dtypes.f32, False, AsIfGpu(), lambda p: p)  # type: ignore[arg-type]
+    check = tensors.tensor_checker("bench", kaio.dtypes.f32, False, AsIfGpu(), 1, lambda p: p)  # type: ignore[arg-type]
+
+    def three() -> None:
+        check(ta, None, [])
+        check(tb, None, [])
+        check(tc, None, [])
+
     rows.append(
-        row(
-            "torch tensor checks as on a GPU (3 tensors)",
-            *per_call_us(lambda: (check(ta, None, []), check(tb, None, []), check(tc, None, [])),
-                         launches, repeats),
-        )  # fmt: skip
+        row("torch tensor checks as on a GPU (3 tensors)", *per_call_us(three, launches, repeats))
     )
     rows.append(
         row(
@@ -272,7 +278,9 @@ def bench_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
     return rows
 
 
-def queued_us(dev: kaio.Device, fn: Callable[[], None], launches: int, repeats: int) -> tuple[float, float]:
+def queued_us(
+    dev: kaio.Device, fn: Callable[[], None], launches: int, repeats: int
+) -> tuple[float, float]:
     """Host microseconds per call until queued, the device idle before each round."""
     fn()
     dev.synchronize()
@@ -294,14 +302,27 @@ def other_rows_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
     if torch is not None and torch.cuda.is_available():
         ta, tb = torch.ones(n, device="cuda"), torch.ones(n, device="cuda")
         tc = torch.zeros(n, device="cuda")
-        rows.append(row("kaio, torch CUDA tensors: kernel[grid](a, b, c, n)",
-                        *queued_us(dev, lambda: add4[8](ta, tb, tc, n), launches, repeats)))
-        rows.append(row("torch.add(a, b, out=c), same size",
-                        *queued_us(dev, lambda: torch.add(ta, tb, out=tc), launches, repeats)))
+        rows.append(
+            row(
+                "kaio, torch CUDA tensors: kernel[grid](a, b, c, n)",
+                *queued_us(dev, lambda: add4[8](ta, tb, tc, n), launches, repeats),
+            )
+        )
+        rows.append(
+            row(
+                "torch.add(a, b, out=c), same size",
+                *queued_us(dev, lambda: torch.add(ta, tb, out=tc), launches, repeats),
+            )
+        )
         if triton_add is not None:
-            rows.append(row("Triton: triton_add[(8,)](a, b, c, n, BLOCK=128)",
-                            *queued_us(dev, lambda: triton_add[(8,)](ta, tb, tc, n, BLOCK=128),
-                                       launches, repeats)))
+            rows.append(
+                row(
+                    "Triton: triton_add[(8,)](a, b, c, n, BLOCK=128)",
+                    *queued_us(
+                        dev, lambda: triton_add[(8,)](ta, tb, tc, n, BLOCK=128), launches, repeats
+                    ),
+                )
+            )
         else:
             rows.append(f"| {'Triton: not installed':<58} | {'-':>10} | {'-':>10} |      |")
         torch.cuda.synchronize()
@@ -310,9 +331,17 @@ def other_rows_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
         rows.append(f"| {'torch with CUDA: not installed':<58} | {'-':>10} | {'-':>10} |      |")
     cupy = optional("cupy")
     if cupy is not None:
-        ca, cb, cc = cupy.ones(n, cupy.float32), cupy.ones(n, cupy.float32), cupy.zeros(n, cupy.float32)
-        rows.append(row("kaio, CuPy arrays (CAI): kernel[grid](a, b, c, n)",
-                        *queued_us(dev, lambda: add4[8](ca, cb, cc, n), launches, repeats)))
+        ca, cb, cc = (
+            cupy.ones(n, cupy.float32),
+            cupy.ones(n, cupy.float32),
+            cupy.zeros(n, cupy.float32),
+        )
+        rows.append(
+            row(
+                "kaio, CuPy arrays (CAI): kernel[grid](a, b, c, n)",
+                *queued_us(dev, lambda: add4[8](ca, cb, cc, n), launches, repeats),
+            )
+        )
     else:
         rows.append(f"| {'CuPy: not installed':<58} | {'-':>10} | {'-':>10} |      |")
     return rows  # fmt: skip

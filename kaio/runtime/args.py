@@ -230,7 +230,7 @@ def array_checker(kernel: str, p: KernelParam, device: Device) -> Check:
         if isinstance(value, Buffer):
             return aligned(_buffer_problem(where, p, device, value))
         if tensors.is_tensor(value):
-            checker = tensors.tensor_checker(where, ktype, mutable, device, aligned)
+            checker = tensors.tensor_checker(where, ktype, mutable, device, align, aligned)
             by_class[value.__class__] = checker
             return checker(value, stream, cleanups)  # type: ignore[no-any-return]
         if isinstance(value, np.ndarray):

@@ -155,10 +155,16 @@ def torch_stream(values: Sequence[Any], positions: Sequence[int], ordinal: int) 
 
 
 def tensor_checker(
-    where_: str, ktype: ScalarType, mutable: bool, device: Device, aligned: Callable[[int], int]
+    where_: str,
+    ktype: ScalarType,
+    mutable: bool,
+    device: Device,
+    align: int,
+    aligned: Callable[[int], int],
 ) -> Callable[[Any, Any, list[Callable[[], None]]], int]:
     """The checker of one array parameter for torch tensors: ``(tensor, stream, cleanups) ->
-    address``. ``aligned(ptr)`` is the parameter's alignment check."""
+    address``. ``align``: the bytes the address must be a multiple of; ``aligned(ptr)``: the
+    parameter's alignment check, which explains a refusal."""
     want = torch_dtype(ktype)
     if device.is_simulator:
         backend = device._backend
@@ -174,7 +180,8 @@ def tensor_checker(
 
     def direct(t: Any, stream: Any, cleanups: list[Callable[[], None]]) -> int:
         if t.dtype is want and t.get_device() == ordinal and t.is_contiguous():
-            return aligned(t.data_ptr())
+            ptr: int = t.data_ptr()
+            return ptr if not ptr % align else aligned(ptr)  # aligned() raises, naming it
         raise _refusal(where_, t, want, ktype, device)
 
     return direct
@@ -185,7 +192,9 @@ def _refusal(where_: str, t: Any, want: Any, ktype: ScalarType, device: Device) 
         have = kaio_type(t.dtype)
         if have is None:
             return KaioTypeError(f"{where_}: got a {t.dtype} tensor, which kaio has no type for")
-        return KaioTypeError(f"{where_}: got a {t.dtype} tensor ({have.name}); expected {ktype.name}")
+        return KaioTypeError(
+            f"{where_}: got a {t.dtype} tensor ({have.name}); expected {ktype.name}"
+        )
     kind = t.device.type
     if device.is_simulator and kind != "cpu":
         return KaioTypeError(

@@ -188,8 +188,7 @@ def test_gpu_capture_wins_over_torch_stream_and_ends_on_error(
         saxpy[1](tx, tx, 1.0, 8)
     graph.replay()
     assert fake.launches[-1]["replayed"] and len(fake.launches) == 2
-    with pytest.raises(KaioTypeError):
-        with gpu.capture():
-            saxpy[1](tx, tx, 1.0, -1)
+    with pytest.raises(KaioTypeError), gpu.capture():
+        saxpy[1](tx, tx, 1.0, -1)
     assert fake.capturing == {}, "the failed capture was ended"
     assert "cuGraphDestroy" in fake.names()[-3:]

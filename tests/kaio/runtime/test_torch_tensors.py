@@ -207,15 +207,13 @@ def test_simulator_capture_records_and_replays(sim: kaio.Device) -> None:
 
 
 def test_simulator_capture_checks_arguments_at_capture(sim: kaio.Device) -> None:
-    with pytest.raises(KaioTypeError, match="expected f32"):
-        with sim.capture():
-            saxpy[1](torch.ones(4, dtype=torch.float16), torch.zeros(4), 1.0, 4)
+    with pytest.raises(KaioTypeError, match="expected f32"), sim.capture():
+        saxpy[1](torch.ones(4, dtype=torch.float16), torch.zeros(4), 1.0, 4)
     with sim.capture() as graph:  # the failed capture left nothing behind
         pass
     assert graph.launches == 0
-    with pytest.raises(kaio.KaioError, match="already capturing"):
-        with sim.capture(), sim.capture():
-            pass
+    with pytest.raises(kaio.KaioError, match="already capturing"), sim.capture(), sim.capture():
+        pass
 
 
 def test_replay_inside_its_own_capture_is_refused(sim: kaio.Device) -> None:
