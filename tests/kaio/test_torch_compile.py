@@ -92,6 +92,19 @@ def test_fullgraph_compile_aot_eager(scale_add_op):
     assert torch.equal(got, f(a, b, x))
 
 
+def test_matmul_out_compiles_as_a_mutating_op():
+    a, b, _ = inputs()
+
+    def f(a, b, out):
+        matmul(a, b, out, beta=1.0)  # kaio::matmul_out, mutates_args=("out",)
+        return out.sum(dim=0)
+
+    eager_out, compiled_out = torch.ones(48, 40), torch.ones(48, 40)
+    expected = f(a, b, eager_out)
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(a, b, compiled_out)
+    assert torch.equal(got, expected) and torch.equal(compiled_out, eager_out)
+
+
 @pytest.mark.slow
 # Inductor itself touches torch.jit APIs that torch deprecates; the suite's
 # -W error::DeprecationWarning is for xDSL's warnings, not torch's internals.

@@ -130,6 +130,8 @@ def test_cuda_tensors_run_on_their_gpu_and_torch_current_stream(
 
     saxpy.launch(gpu, tx, y, 2.0, 8, grid=1, stream=TorchStream())
     assert fake.launches[-1]["stream"] == 0x6000
+    saxpy.launch(gpu, tx, y, 2.0, 8, grid=1, stream=0x7000)  # a raw handle
+    assert fake.launches[-1]["stream"] == 0x7000
     calls = len(fake.calls)
     saxpy[1](tx, ty, 2.0, 8)
     assert len(fake.calls) == calls, "the tensor hot path makes no driver call but the launch"
