@@ -139,6 +139,10 @@ class Backend(ABC):
 
     # --- graphs (GPU stream capture; the simulator records launches itself) ---------------------
 
+    def create_capture_stream(self) -> Any:
+        """A stream to capture on (destroyed with ``destroy_stream``)."""
+        return self.create_stream()
+
     def begin_capture(self, stream: Any) -> None:
         """Start recording the work queued on ``stream`` instead of running it."""
         raise NotImplementedError(f"{self.info.name} has no stream capture")

@@ -318,6 +318,13 @@ class CudaBackend(Backend):
 
     # --- graphs ----------------------------------------------------------------------------------
 
+    def create_capture_stream(self) -> Any:
+        self.activate()
+        # Non-blocking, as torch's capture streams are: a blocking stream is implicitly ordered
+        # with the legacy default stream, and that dependency is illegal during a capture.
+        flags = self._drv.CUstream_flags.CU_STREAM_NON_BLOCKING
+        return check("cuStreamCreate", self._drv.cuStreamCreate(flags))
+
     def begin_capture(self, stream: Any) -> None:
         self.activate()
         # Thread-local mode: only this thread's unsafe calls (a synchronize, a legacy-stream

@@ -5,8 +5,8 @@
         other[grid](c, n)
     graph.replay()                       # runs them all, in order; as often as wanted
 
-On a GPU this is CUDA stream capture: ``cuStreamBeginCapture`` on a stream of kaio's own (launches
-in the block without ``stream=`` go to it), ``cuStreamEndCapture`` gives a ``CUgraph``,
+On a GPU this is CUDA stream capture: ``cuStreamBeginCapture`` on a non-blocking stream of kaio's
+own (launches in the block without ``stream=`` go to it), ``cuStreamEndCapture`` gives a ``CUgraph``,
 ``cuGraphInstantiate`` an executable graph, and ``replay(stream=None)`` is one ``cuGraphLaunch``
 (on the legacy default stream, or the stream given). Compile and load the kernels before
 capturing (launch them once): module loading is not a stream operation and cannot be captured.
@@ -30,7 +30,6 @@ from kaio.errors import KaioError
 
 if TYPE_CHECKING:
     from kaio.runtime.device import Device
-    from kaio.runtime.streams import Stream
 
 # Captures open in any thread. The launch path reads only this global when it is 0.
 active = 0
@@ -41,9 +40,9 @@ _local = threading.local()  # .captures: {Device: Graph} of the captures open on
 class Graph:
     """The launches recorded by one ``dev.capture()`` block; ``replay()`` runs them."""
 
-    def __init__(self, device: Device, stream: Stream | None) -> None:
+    def __init__(self, device: Device, stream: Any) -> None:
         self.device = device
-        self.stream = stream  # GPU: the capture stream
+        self.stream = stream  # GPU, while capturing: the capture stream's handle
         self.launches = 0  # launches recorded
         self._recorded: list[Callable[[], None]] = []  # simulator: the launches to redo
         self._exec: Any = None  # GPU: the instantiated graph
@@ -71,8 +70,9 @@ class Graph:
 
     def close(self) -> None:
         """Release the driver's graph objects now (else when the graph is collected)."""
-        if self._exec is not None:
-            backend, graph, exec_ = self.device._backend, self._graph, self._exec
+        backend = self.device._backend
+        if self._exec is not None or self._graph is not None:
+            graph, exec_ = self._graph, self._exec
             self._exec = self._graph = None
             backend.destroy_graph(graph, exec_)
         self._recorded = []
@@ -101,11 +101,15 @@ def capture(device: Device) -> Iterator[Graph]:
         captures = _local.captures = {}
     if device in captures:
         raise KaioError(f"{device!r} is already capturing on this thread")
-    stream = None if device.is_simulator else device.stream()
-    graph = Graph(device, stream)
     backend = device._backend
+    stream = None if device.is_simulator else backend.create_capture_stream()
+    graph = Graph(device, stream)
     if stream is not None:
-        backend.begin_capture(stream.handle)
+        try:
+            backend.begin_capture(stream)
+        except BaseException:
+            backend.destroy_stream(stream)
+            raise
     captures[device] = graph
     with _count_lock:
         active += 1
@@ -113,17 +117,20 @@ def capture(device: Device) -> Iterator[Graph]:
         yield graph
     except BaseException:
         if stream is not None:
-            try:  # end the capture so the stream stays usable; drop what it recorded
-                backend.destroy_graph(backend.end_capture(stream.handle), None)
+            try:  # end the capture (a capturing stream cannot be destroyed); drop the graph
+                backend.destroy_graph(backend.end_capture(stream), None)
             except Exception:
                 pass
         raise
     else:
         if stream is not None:
-            graph._graph = backend.end_capture(stream.handle)
+            graph._graph = backend.end_capture(stream)
             graph._exec = backend.instantiate_graph(graph._graph)
     finally:
         del captures[device]
         with _count_lock:
             active -= 1
         graph._capturing = False
+        if stream is not None:  # a replay goes to the stream it is given, not this one
+            graph.stream = None
+            backend.destroy_stream(stream)

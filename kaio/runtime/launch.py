@@ -180,7 +180,7 @@ class Launcher:
         if stream is not None:
             handle = stream_handle(device, stream)
         elif graph is not None:
-            handle = None if graph.stream is None else graph.stream.handle
+            handle = graph.stream
         elif sys.modules.get("torch") is not None and spec.on_gpu:
             handle = self._torch_stream(device, runtime)
         else:

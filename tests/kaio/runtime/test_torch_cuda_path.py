@@ -45,6 +45,7 @@ class CaptureDriver(FakeDriver):  # type: ignore[misc,valid-type]
     def __init__(self) -> None:
         super().__init__()
         self.capturing: dict[int, list[dict[str, Any]]] = {}
+        self.stream_flags: list[str] = []
 
     def cuLaunchKernel(self, f: Any, *args: Any) -> tuple[Any, ...]:
         result = super().cuLaunchKernel(f, *args)
@@ -52,6 +53,10 @@ class CaptureDriver(FakeDriver):  # type: ignore[misc,valid-type]
         if launch["stream"] in self.capturing:
             self.capturing[launch["stream"]].append(self.launches.pop())
         return result
+
+    def cuStreamCreate(self, flags: Any) -> tuple[Any, ...]:
+        self.stream_flags.append(flags.name)
+        return super().cuStreamCreate(flags)
 
     def cuStreamBeginCapture(self, stream: Any, mode: Any) -> tuple[Any, ...]:
         self.capturing[int(stream)] = []
@@ -152,11 +157,16 @@ def test_cuda_tensor_refusals(
 
 
 def test_gpu_capture_records_100_launches_and_replays_them(
-    gpu: kaio.Device, fake: CaptureDriver
+    gpu: kaio.Device, fake: CaptureDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, c = (gpu.zeros(256, np.float32) for _ in range(3))
     vector_add[1](a, b, c, 256)  # compile and load before capturing
     fake.launches.clear()
+
+    def no_compile(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a compiled kernel's launch compiled (or read the disk cache)")
+
+    monkeypatch.setattr("kaio.compiler.compile", no_compile)
     calls = len(fake.calls)
     with gpu.capture() as graph:
         for i in range(100):
@@ -164,9 +174,10 @@ def test_gpu_capture_records_100_launches_and_replays_them(
     names = fake.names()[calls:]
     assert graph.launches == 100 and fake.launches == [], "captured, not run"
     assert names[0] == "cuStreamCreate" and names[1] == "cuStreamBeginCapture"
-    assert names[2:] == ["cuStreamEndCapture", "cuGraphInstantiate"], (
+    assert names[2:] == ["cuStreamEndCapture", "cuGraphInstantiate", "cuStreamDestroy"], (
         "no allocation, synchronisation or other driver call on the launch path"
     )
+    assert fake.stream_flags[-1] == "CU_STREAM_NON_BLOCKING", "no implicit legacy-stream sync"
     assert fake.calls[calls + 1][1][1] == "CU_STREAM_CAPTURE_MODE_THREAD_LOCAL"
     graph.replay()
     graph.replay(gpu.stream())
@@ -193,4 +204,4 @@ def test_gpu_capture_wins_over_torch_stream_and_ends_on_error(
     with pytest.raises(KaioTypeError), gpu.capture():
         saxpy[1](tx, tx, 1.0, -1)
     assert fake.capturing == {}, "the failed capture was ended"
-    assert "cuGraphDestroy" in fake.names()[-3:]
+    assert fake.names()[-2:] == ["cuGraphDestroy", "cuStreamDestroy"]
