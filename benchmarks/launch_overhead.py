@@ -5,9 +5,14 @@ On a GPU (the default device when the CUDA driver loads):
     one is queued, then until the GPU is idle; per launch.
   * CUDA events around the same 10,000 launches: GPU time per launch (bounded below by the
     kernel itself; equal to the host time when the host is the bottleneck).
+  * the same launch with torch CUDA tensors, with CuPy arrays (if installed), a Triton kernel of
+    the same work (if installed), and a torch op of the same size (``torch.add(out=)``).
 On the simulator (no driver, or KAIO_DEVICE=sim) there is no GPU: the table reports the host-side
 path alone (argument binding, checking and packing), with the simulator's execution replaced by a
-no-op, and, separately, what one real simulated launch of the same kernel costs.
+no-op, and, separately, what one real simulated launch of the same kernel costs. torch tensors
+there are CPU tensors, which the simulator stages through its own memory (a copy in and out per
+launch), so the table also times the checks a GPU launch makes on a tensor (dtype, device,
+contiguity, data_ptr) on their own.
 
 Options: ``--launches N`` (default 10000), ``--repeats R`` (best of R, default 5).
 """
@@ -19,11 +24,33 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 import kaio
 from kaio.prelude import Array, MutArray, block_dim_x, block_idx_x, f32, thread_idx_x, u32
+
+
+try:  # Triton's version of the same kernel, for comparison on a GPU
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def triton_add(a, b, c, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(c + i, tl.load(a + i, mask=i < n) + tl.load(b + i, mask=i < n), mask=i < n)
+
+except ImportError:
+    triton_add = None
+
+
+def optional(name: str) -> Any:
+    """The module ``name`` if it is installed, else None."""
+    try:
+        return __import__(name)
+    except ImportError:
+        return None
 
 
 @kaio.gpu_kernel(block_size=128)
@@ -141,13 +168,60 @@ def bench_simulator(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
                 ),
             )
         )
+        rows += torch_rows_simulator(launches, repeats)
     finally:
         SimModule.launch = original  # type: ignore[method-assign]
         add4._launcher = None
     rows.append(
         row("one real simulated launch, 1024 threads (kaio.bench)", real.min, real.median, "ms")
     )
+    cupy = "installed but needs a GPU" if optional("cupy") else "not installed"
+    rows.append(f"| {'CuPy arrays: ' + cupy:<58} | {'-':>10} | {'-':>10} |      |")
+    tri = "installed but needs a GPU" if triton_add is not None else "not installed"
+    rows.append(
+        f"| {'Triton kernel of the same work: ' + tri:<58} | {'-':>10} | {'-':>10} |      |"
+    )
     rows += ["", "GPU: not measured (no CUDA driver on this machine / simulator selected)."]
+    return rows
+
+
+def torch_rows_simulator(launches: int, repeats: int) -> list[str]:
+    """torch rows on the simulator (inside the stubbed section): CPU tensors, staged; the GPU
+    checks of a tensor alone; a torch op of the same size, really run on the CPU."""
+    torch = optional("torch")
+    if torch is None:
+        return [f"| {'torch: not installed':<58} | {'-':>10} | {'-':>10} |      |"]
+    from kaio.runtime import tensors
+
+    n = 1024
+    ta, tb, tc = torch.ones(n), torch.ones(n), torch.zeros(n)
+    rows = [
+        row(
+            "torch CPU tensors: kernel[grid](a, b, c, n), staged copies",
+            *per_call_us(lambda: add4[8](ta, tb, tc, n), launches, repeats),
+        )
+    ]
+
+    class AsIfGpu:  # a GPU device whose ordinal is CPU tensors' get_device() (-1)
+        is_simulator = False
+        ordinal = -1
+
+    check = tensors.tensor_checker("bench", kaio.dtypes.f32, False, AsIfGpu(), 1, lambda p: p)  # type: ignore[arg-type]
+
+    def three() -> None:
+        check(ta, None, [])
+        check(tb, None, [])
+        check(tc, None, [])
+
+    rows.append(
+        row("torch tensor checks as on a GPU (3 tensors)", *per_call_us(three, launches, repeats))
+    )
+    rows.append(
+        row(
+            "torch.add(a, b, out=c), same size, run on the CPU",
+            *per_call_us(lambda: torch.add(ta, tb, out=tc), launches, repeats),
+        )
+    )
     return rows
 
 
@@ -200,7 +274,77 @@ def bench_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
     )
     dev.synchronize()
     assert (c.to_host() == 2).all()
+    rows += other_rows_gpu(dev, launches, repeats)
     return rows
+
+
+def queued_us(
+    dev: kaio.Device, fn: Callable[[], None], launches: int, repeats: int
+) -> tuple[float, float]:
+    """Host microseconds per call until queued, the device idle before each round."""
+    fn()
+    dev.synchronize()
+    rounds = []
+    for _ in range(repeats):
+        dev.synchronize()
+        start = time.perf_counter()
+        for _ in range(launches):
+            fn()
+        rounds.append((time.perf_counter() - start) / launches * 1e6)
+    dev.synchronize()
+    return min(rounds), statistics.median(rounds)
+
+
+def other_rows_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
+    """The same launch with torch tensors and CuPy arrays, Triton's kernel, a torch op."""
+    n, rows = 1024, []
+    torch = optional("torch")
+    if torch is not None and torch.cuda.is_available():
+        ta, tb = torch.ones(n, device="cuda"), torch.ones(n, device="cuda")
+        tc = torch.zeros(n, device="cuda")
+        rows.append(
+            row(
+                "kaio, torch CUDA tensors: kernel[grid](a, b, c, n)",
+                *queued_us(dev, lambda: add4[8](ta, tb, tc, n), launches, repeats),
+            )
+        )
+        rows.append(
+            row(
+                "torch.add(a, b, out=c), same size",
+                *queued_us(dev, lambda: torch.add(ta, tb, out=tc), launches, repeats),
+            )
+        )
+        if triton_add is not None:
+            rows.append(
+                row(
+                    "Triton: triton_add[(8,)](a, b, c, n, BLOCK=128)",
+                    *queued_us(
+                        dev, lambda: triton_add[(8,)](ta, tb, tc, n, BLOCK=128), launches, repeats
+                    ),
+                )
+            )
+        else:
+            rows.append(f"| {'Triton: not installed':<58} | {'-':>10} | {'-':>10} |      |")
+        torch.cuda.synchronize()
+        assert bool((tc == 2).all())
+    else:
+        rows.append(f"| {'torch with CUDA: not installed':<58} | {'-':>10} | {'-':>10} |      |")
+    cupy = optional("cupy")
+    if cupy is not None:
+        ca, cb, cc = (
+            cupy.ones(n, cupy.float32),
+            cupy.ones(n, cupy.float32),
+            cupy.zeros(n, cupy.float32),
+        )
+        rows.append(
+            row(
+                "kaio, CuPy arrays (CAI): kernel[grid](a, b, c, n)",
+                *queued_us(dev, lambda: add4[8](ca, cb, cc, n), launches, repeats),
+            )
+        )
+    else:
+        rows.append(f"| {'CuPy: not installed':<58} | {'-':>10} | {'-':>10} |      |")
+    return rows  # fmt: skip
 
 
 def main() -> int:

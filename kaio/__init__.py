@@ -50,6 +50,10 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> object:
+    if name == "torch":  # kaio.torch imports torch: only when asked for
+        import importlib
+
+        return importlib.import_module("kaio.torch")
     if name in _LAZY:
         import importlib
 

@@ -27,7 +27,7 @@ simulator: a static cost model, nothing is timed), or a :class:`MatmulConfig`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import sys
 from typing import Any
 
 import numpy as np
@@ -47,55 +47,9 @@ from kaio.ops_library.matmul_kernel import (
     base_alignment,
     row_alignment,
 )
+from kaio.ops_library.operands import Operand as _Operand
+from kaio.ops_library.operands import Operands
 from kaio.pipeline import Pipeline
-
-
-def _check_epilogue(a: _Operand, bias: _Operand | None, n: int, activation: Any) -> None:
-    if activation not in ACTIVATIONS:
-        names = ", ".join(repr(k) for k in ACTIVATIONS)
-        raise KaioTypeError(f"matmul: activation must be one of {names}, got {activation!r}")
-    if bias is not None:
-        if bias.shape != (n,):
-            raise KaioTypeError(f"matmul: bias must have shape ({n},), got {bias.shape}")
-        if bias.dtype not in (dtypes.f32, a.dtype):
-            raise KaioTypeError(f"matmul: bias must be f32 or {a.dtype.name} (the input type), got {bias.dtype.name}")
-
-
-@dataclass
-class _Operand:
-    """An array argument as the op sees it: where it lives, its shape and kaio type."""
-
-    value: Any  # what is passed to the kernel
-    shape: tuple[int, ...]
-    dtype: dtypes.ScalarType
-    ptr: int
-    host: np.ndarray | None = None  # the numpy array it came from
-
-
-def _operand(name: str, value: Any, device: Any) -> _Operand:
-    from kaio.runtime.buffer import Buffer
-    from kaio.runtime.interop import InteropError, external_array
-
-    if isinstance(value, np.ndarray):
-        kind = _kaio_type(name, value.dtype)
-        buf = device.alloc_from(np.ascontiguousarray(value))
-        return _Operand(buf, value.shape, kind, buf.ptr, value)
-    if isinstance(value, Buffer):
-        return _Operand(value, value.shape, _kaio_type(name, value.dtype), value.ptr)
-    try:
-        ext = external_array(value, None)
-    except InteropError as exc:
-        raise KaioTypeError(f"matmul: `{name}`: {exc}") from None
-    if ext is None:
-        raise KaioTypeError(f"matmul: `{name}` must be a device array or a numpy array, got {type(value).__name__}")
-    return _Operand(value, ext.shape, _kaio_type(name, ext.dtype), ext.ptr)
-
-
-def _kaio_type(name: str, dtype: Any) -> dtypes.ScalarType:
-    try:
-        return dtypes.from_numpy(dtype)
-    except TypeError:
-        raise KaioTypeError(f"matmul: `{name}` has dtype {dtype}, which kaio has no type for") from None
 
 
 def _check(a: _Operand, b: _Operand, out: _Operand | None, acc: Any) -> tuple[int, int, int]:
@@ -120,6 +74,17 @@ def _check(a: _Operand, b: _Operand, out: _Operand | None, acc: Any) -> tuple[in
     return m, n, k
 
 
+def _check_epilogue(a: _Operand, bias: _Operand | None, n: int, activation: Any) -> None:
+    if activation not in ACTIVATIONS:
+        names = ", ".join(repr(k) for k in ACTIVATIONS)
+        raise KaioTypeError(f"matmul: activation must be one of {names}, got {activation!r}")
+    if bias is not None:
+        if bias.shape != (n,):
+            raise KaioTypeError(f"matmul: bias must have shape ({n},), got {bias.shape}")
+        if bias.dtype not in (dtypes.f32, a.dtype):
+            raise KaioTypeError(f"matmul: bias must be f32 or {a.dtype.name} (the input type), got {bias.dtype.name}")
+
+
 def launch(kernel: MatmulKernel, a: Any, b: Any, c: Any, bias: Any, m: int, n: int, k: int,
            alpha: float, beta: float, dev: Any) -> None:  # fmt: skip
     """One launch of a specialization (a program per C tile)."""
@@ -135,23 +100,38 @@ class Matmul:
         beta: float = 0.0, bias: Any = None, activation: str | None = None,
         config: MatmulConfig | str | None = None, device: Any = None,
     ) -> Any:  # fmt: skip
-        from kaio.runtime.device import Device, default_device
+        if acc is None and not isinstance(config, MatmulConfig) and _torch_op(a, b, out, bias):
+            # torch tensors go through the registered custom ops, so torch.compile sees one op
+            # (torch.ops.kaio.matmul or matmul_out) instead of tracing into kaio.
+            from kaio.torch import matmul_op, matmul_out_op
 
-        dev = Device(device) if device is not None else _device_of(a, b, out, bias) or default_device()
-        oa, ob = _operand("a", a, dev), _operand("b", b, dev)
-        oc = _operand("out", out, dev) if out is not None else None
-        obias = _operand("bias", bias, dev) if bias is not None else None
+            kw = dict(alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)
+            if out is None:
+                return matmul_op(a, b, **kw)
+            return matmul_out_op(a, b, out, **kw)
+        return self.run(a, b, out, acc=acc, alpha=alpha, beta=beta, bias=bias, activation=activation,
+                        config=config, device=device)  # fmt: skip
+
+    def run(
+        self, a: Any, b: Any, out: Any = None, *, acc: Any = None, alpha: float = 1.0,
+        beta: float = 0.0, bias: Any = None, activation: str | None = None,
+        config: MatmulConfig | str | None = None, device: Any = None,
+    ) -> Any:  # fmt: skip
+        """The op itself, without the torch custom-op routing of ``__call__``."""
+        ops = Operands("matmul", a, b, out, bias, device=device)
+        dev = ops.device
+        oa, ob = ops.take("a", a), ops.take("b", b)
+        oc = ops.take("out", out) if out is not None else None
+        obias = ops.take("bias", bias) if bias is not None else None
         m, n, k = _check(oa, ob, oc, acc)
         _check_epilogue(oa, obias, n, activation)
-        host_result = oa.host is not None or ob.host is not None
         if oc is None:
-            buf = dev.zeros((m, n), np.float32)
-            oc = _Operand(buf, (m, n), dtypes.f32, buf.ptr)
+            oc = ops.output((m, n), dtypes.f32)
         if m == 0 or n == 0:
-            return _result(oc, out, host_result)
+            return ops.result(oc, out)
         kernel = self.kernel(oa, ob, oc, m, n, k, config, dev, obias, activation)
         launch(kernel, oa.value, ob.value, oc.value, obias.value if obias else None, m, n, k, alpha, beta, dev)
-        return _result(oc, out, host_result)
+        return ops.result(oc, out)
 
     def kernel(self, a: _Operand, b: _Operand, c: _Operand, m: int, n: int, k: int,
                config: MatmulConfig | str | None, dev: Any, bias: _Operand | None = None,
@@ -193,23 +173,15 @@ class Matmul:
         return "<kaio.ops_library.matmul>"
 
 
-def _device_of(*values: Any) -> Any:
-    from kaio.runtime.buffer import Buffer
-
-    for v in values:
-        if isinstance(v, Buffer):
-            return v.device
-    return None
-
-
-def _result(c: _Operand, out: Any, host: bool) -> Any:
-    if not host:
-        return c.value
-    result = c.value.to_host()
-    if isinstance(out, np.ndarray):
-        out[...] = result
-        return out
-    return result
+def _torch_op(a: Any, b: Any, out: Any, bias: Any = None) -> bool:
+    """Whether a call goes through the torch custom ops: A, B (``out``, ``bias``) are torch
+    tensors. torch is never imported here: whoever holds a tensor imported it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    tensor = torch.Tensor
+    optional = all(v is None or isinstance(v, tensor) for v in (out, bias))
+    return isinstance(a, tensor) and isinstance(b, tensor) and optional
 
 
 matmul = Matmul()

@@ -5,6 +5,8 @@ CPU simulator.
 ``device.py``             ``Device``: the default device, identities, properties, allocation
 ``buffer.py``             ``Buffer``: device arrays, host copies, views, interop export
 ``interop.py``            reading ``__cuda_array_interface__`` and DLPack producers
+``tensors.py``            PyTorch tensors read directly; CPU tensors staged on the simulator
+``graphs.py``             ``dev.capture()``: recorded launches replayed (CUDA graphs on a GPU)
 ``dlpack.py``             DLPack capsules with ctypes (consume and export)
 ``args.py``               per-parameter argument checkers (the launch hot path)
 ``signature.py``          binding positional/keyword arguments and constexprs
@@ -19,7 +21,8 @@ CPU simulator.
 ``driver.py``             lazy cuda-python import; CUresult checking
 ========================  =================================================================
 
-Importing this package does not import cuda-python (only ``Device(0)`` does) nor xDSL. The timing
+Importing this package does not import cuda-python (only ``Device(0)`` does), xDSL, nor torch
+(never: a torch tensor is recognised only once its holder imported torch). The timing
 function is ``kaio.bench`` (``kaio.runtime.bench.bench``; the submodule keeps its name here).
 """
 

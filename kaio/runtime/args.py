@@ -4,8 +4,9 @@ Each parameter of a compiled kernel gets a *checker*, built once per specializat
 ``check(value, stream, cleanups) -> packed`` returns what goes into the parameter buffer (an
 address for arrays, a number for scalars) or raises ``KaioTypeError`` naming the kernel and the
 parameter. The common case (a kaio Buffer of the right type, a Python int or float in range) is a
-couple of attribute and comparison tests; everything else takes a slow path that converts or
-explains.
+couple of attribute and comparison tests. A torch tensor gets a checker of its own
+(``kaio.runtime.tensors``), found by its class after the first one; everything else takes a slow
+path that converts or explains.
 
 Rules: integers must fit their type (no wrap-around); a float for an integer parameter must be
 integral; floats must be finite in the parameter's type unless they are inf/NaN already; a bool is
@@ -26,7 +27,7 @@ import numpy as np
 from kaio.compiled import KernelParam
 from kaio.dtypes import ScalarType
 from kaio.errors import KaioTypeError
-from kaio.runtime import dlpack
+from kaio.runtime import dlpack, tensors
 from kaio.runtime.interop import InteropError, external_array
 
 if TYPE_CHECKING:
@@ -221,9 +222,17 @@ def array_checker(kernel: str, p: KernelParam, device: Device) -> Check:
             )
         return ptr
 
+    # Checkers of other array classes met at this parameter (torch.Tensor and its subclasses),
+    # built on the first value of the class: the next ones skip the slow path's tests.
+    by_class: dict[type, Check] = {}
+
     def slow(value: Any, stream: Any, cleanups: list[Callable[[], None]]) -> int:
         if isinstance(value, Buffer):
             return aligned(_buffer_problem(where, p, device, value))
+        if tensors.is_tensor(value):
+            checker = tensors.tensor_checker(where, ktype, mutable, device, align, aligned)
+            by_class[value.__class__] = checker
+            return checker(value, stream, cleanups)  # type: ignore[no-any-return]
         if isinstance(value, np.ndarray):
             raise KaioTypeError(
                 f"{where}: got a host numpy array ({value.dtype}{list(value.shape)}); kernels read "
@@ -265,6 +274,9 @@ def array_checker(kernel: str, p: KernelParam, device: Device) -> Check:
             and not value._ptr % align
         ):
             return value._ptr
+        other = by_class.get(value.__class__)
+        if other is not None:
+            return other(value, stream, cleanups)
         return slow(value, stream, cleanups)
 
     return check

@@ -136,3 +136,27 @@ class Backend(ABC):
         """Make ``waiter`` wait for the work queued so far on ``producer`` (an interop stream).
         The simulator runs everything synchronously, so the default does nothing."""
         return None
+
+    # --- graphs (GPU stream capture; the simulator records launches itself) ---------------------
+
+    def create_capture_stream(self) -> Any:
+        """A stream to capture on (destroyed with ``destroy_stream``)."""
+        return self.create_stream()
+
+    def begin_capture(self, stream: Any) -> None:
+        """Start recording the work queued on ``stream`` instead of running it."""
+        raise NotImplementedError(f"{self.info.name} has no stream capture")
+
+    def end_capture(self, stream: Any) -> Any:
+        """Stop recording ``stream``; the recorded graph."""
+        raise NotImplementedError(f"{self.info.name} has no stream capture")
+
+    def instantiate_graph(self, graph: Any) -> Any:
+        """An executable form of a recorded graph."""
+        raise NotImplementedError(f"{self.info.name} has no stream capture")
+
+    def launch_graph(self, graph_exec: Any, stream: Any) -> None:
+        raise NotImplementedError(f"{self.info.name} has no stream capture")
+
+    def destroy_graph(self, graph: Any, graph_exec: Any) -> None:
+        raise NotImplementedError(f"{self.info.name} has no stream capture")

@@ -315,3 +315,38 @@ class CudaBackend(Backend):
             )
         finally:
             self.destroy_event(event)
+
+    # --- graphs ----------------------------------------------------------------------------------
+
+    def create_capture_stream(self) -> Any:
+        self.activate()
+        # Non-blocking, as torch's capture streams are: a blocking stream is implicitly ordered
+        # with the legacy default stream, and that dependency is illegal during a capture.
+        flags = self._drv.CUstream_flags.CU_STREAM_NON_BLOCKING
+        return check("cuStreamCreate", self._drv.cuStreamCreate(flags))
+
+    def begin_capture(self, stream: Any) -> None:
+        self.activate()
+        # Thread-local mode: only this thread's unsafe calls (a synchronize, a legacy-stream
+        # launch) invalidate the capture; other threads keep working.
+        mode = self._drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        check("cuStreamBeginCapture", self._drv.cuStreamBeginCapture(stream, mode))
+
+    def end_capture(self, stream: Any) -> Any:
+        self.activate()
+        return check("cuStreamEndCapture", self._drv.cuStreamEndCapture(stream))
+
+    def instantiate_graph(self, graph: Any) -> Any:
+        self.activate()
+        return check("cuGraphInstantiate", self._drv.cuGraphInstantiate(graph, 0))
+
+    def launch_graph(self, graph_exec: Any, stream: Any) -> None:
+        self.activate()
+        check("cuGraphLaunch", self._drv.cuGraphLaunch(graph_exec, self.stream_handle(stream)))
+
+    def destroy_graph(self, graph: Any, graph_exec: Any) -> None:
+        self.activate()
+        if graph_exec is not None:
+            check("cuGraphExecDestroy", self._drv.cuGraphExecDestroy(graph_exec))
+        if graph is not None:
+            check("cuGraphDestroy", self._drv.cuGraphDestroy(graph))

@@ -26,6 +26,7 @@ from kaio.runtime.buffer import Buffer
 from kaio.runtime.modules import ModuleCache
 
 if TYPE_CHECKING:
+    from kaio.runtime.graphs import Graph
     from kaio.runtime.streams import Event, Stream
 
 Identity = tuple[str, Any]  # ("cuda", ordinal) or ("sim", arch)
@@ -299,6 +300,13 @@ class Device:
         from kaio.runtime.streams import Event
 
         return Event(self, timing=timing)
+
+    def capture(self) -> contextlib.AbstractContextManager[Graph]:
+        """``with dev.capture() as graph:`` records the launches of the block into a graph;
+        ``graph.replay()`` runs them again (CUDA graphs on a GPU; see ``kaio.runtime.graphs``)."""
+        from kaio.runtime.graphs import capture
+
+        return capture(self)
 
     def _sync_consumer_stream(self, stream: int) -> None:
         """DLPack export: make the consumer's stream wait for kaio's default-stream work."""

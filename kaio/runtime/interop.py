@@ -25,6 +25,11 @@ class InteropError(ValueError):
     kernel parameter and re-raise it as KaioTypeError."""
 
 
+class AmbiguousTypestr(InteropError):
+    """A CAI typestr of raw bytes (``<V2``): PyTorch and JAX write it for bfloat16, but it could be
+    any 2-byte type. DLPack, when the producer has it, says which."""
+
+
 @dataclass
 class ExternalArray:
     ptr: int
@@ -72,6 +77,12 @@ def from_cuda_array_interface(cai: Any) -> ExternalArray:
         dtype = np.dtype(cai["typestr"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InteropError(f"malformed __cuda_array_interface__ ({exc})") from None
+    if dtype.kind == "V":
+        raise AmbiguousTypestr(
+            f"__cuda_array_interface__ typestr {cai['typestr']!r} is raw bytes (PyTorch and JAX "
+            "write it for bfloat16); kaio reads such arrays through DLPack, which this object "
+            "does not offer"
+        )
     if dtype.kind not in "iufb" or dtype.byteorder == ">":
         raise InteropError(
             f"__cuda_array_interface__ typestr {cai['typestr']!r} is not a kaio type"
@@ -138,7 +149,8 @@ def from_dlpack(obj: Any, stream: int | None) -> ExternalArray:
 
 def external_array(obj: Any, dlpack_stream: int | None) -> ExternalArray | None:
     """The device array ``obj`` describes through CAI or DLPack (CAI first: cheaper, and it has
-    no ownership to hand back), or None if it speaks neither protocol. Host (CPU) DLPack data
+    no ownership to hand back; DLPack when the CAI typestr is raw bytes, as bfloat16 is), or None
+    if it speaks neither protocol. Host (CPU) DLPack data
     raises InteropError: kernels need device memory."""
     try:
         cai = obj.__cuda_array_interface__
@@ -147,7 +159,11 @@ def external_array(obj: Any, dlpack_stream: int | None) -> ExternalArray | None:
     except Exception:  # e.g. a PyTorch tensor that requires grad: try DLPack instead
         cai = None
     if cai is not None:
-        return from_cuda_array_interface(cai)
+        try:
+            return from_cuda_array_interface(cai)
+        except AmbiguousTypestr:
+            if not hasattr(obj, "__dlpack__"):
+                raise
     if not hasattr(obj, "__dlpack__"):
         return None
     kind, _ = dlpack_device(obj) if hasattr(obj, "__dlpack_device__") else (dlpack.KDL_CPU, 0)

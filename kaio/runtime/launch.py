@@ -7,7 +7,12 @@ launch. Every later launch is: bind the arguments, one dict lookup, the checkers
 one driver call.
 
 The launch device is the device of the kaio Buffers among the arguments (all must agree), else
+that of the first torch tensor (``cuda:i``: ``Device(i)``; a CPU tensor: ``kaio.Device()``), else
 ``kaio.Device()``; ``kernel.launch(dev, ...)`` names it explicitly.
+
+The stream: ``stream=`` when given; else, inside ``dev.capture()``, the capture's stream; else,
+on a GPU with a CUDA torch tensor among the arguments, torch's current stream (so the launch is
+ordered with torch's work and captured by ``torch.cuda.graph``); else the legacy default stream.
 
 ``kernel[4, 2]`` is a 2-D grid, as in Triton (``kernel[(4, 2)]`` is the same Python
 expression). A block is recognized when the subscript is a pair whose items are not both ints:
@@ -16,6 +21,7 @@ expression). A block is recognized when the subscript is a pair whose items are 
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +31,7 @@ import numpy as np
 
 from kaio.compiled import CompiledKernel
 from kaio.errors import KaioLaunchError, KaioTypeError
+from kaio.runtime import graphs, tensors
 from kaio.runtime.args import Check, apply_each, array_checker, scalar_checker
 from kaio.runtime.backend import LaunchFn
 from kaio.runtime.buffer import Buffer
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
     from kaio.frontend.kernel import GpuKernel
 
 _CACHED_SHAPES = 64  # validated grids/blocks remembered per specialization
+_torch_streams: dict[tuple[Device, int], Any] = {}  # (device, torch's raw stream) -> handle
 
 
 def _cacheable(shape: Any) -> bool:
@@ -63,6 +71,7 @@ class Specialization:
     check_all: Callable[[Sequence[Any], Any, list[Any]], tuple[Any, ...]]  # apply_each(checks)
     run: LaunchFn
     block: Dim3
+    on_gpu: bool  # launches follow torch's current stream when given torch tensors
     grids: dict[Any, Dim3] = field(default_factory=dict)
     blocks: dict[Any, Dim3] = field(default_factory=dict)
 
@@ -159,7 +168,7 @@ class Launcher:
                     device = value._device
                     break
             else:
-                device = default_device()
+                device = self._device_of_tensors(runtime)
         last_device, last_key, spec = self._last
         if device is not last_device or key is not last_key:
             spec = self._specs.get((device, key))
@@ -173,13 +182,66 @@ class Launcher:
         b = spec.block if block is None else self._block(spec, block)
         if shared_bytes:
             self._check_shared(spec, shared_bytes)
-        handle = None if stream is None else stream_handle(device, stream)
+        graph = graphs.capture_for(device) if graphs.active else None
+        if stream is not None:
+            handle = stream_handle(device, stream)
+        elif graph is not None:
+            handle = graph.stream
+        elif sys.modules.get("torch") is not None and spec.on_gpu:
+            handle = self._torch_stream(device, runtime)
+        else:
+            handle = None
         cleanups: list[Any] = []
         try:
-            spec.run(g, b, shared_bytes, handle, spec.check_all(runtime, handle, cleanups))
+            values = spec.check_all(runtime, handle, cleanups)
+            if graph is not None and graph.stream is None:  # the simulator records, runs later
+                graph.record(self._replay(grid, block, args, kwargs, device, stream, shared_bytes))
+            else:
+                spec.run(g, b, shared_bytes, handle, values)
+                if graph is not None:
+                    graph.launches += 1
         finally:
-            for release in cleanups:  # DLPack arguments: hand the tensors back
-                release()
+            for release in cleanups:  # DLPack arguments: hand the tensors back; CPU tensors
+                release()  # on the simulator: copy written storages back
+
+    def _device_of_tensors(self, runtime: Sequence[Any]) -> Device:
+        """No kaio Buffer among the arrays: the device of the first torch tensor, else the
+        default device."""
+        if sys.modules.get("torch") is not None:
+            for i in self.array_positions:
+                if tensors.is_tensor(runtime[i]):
+                    return tensors.device_of(runtime[i])
+        return default_device()
+
+    def _torch_stream(self, device: Device, runtime: Sequence[Any]) -> Any:
+        """torch's current stream when a torch tensor is among the arrays (cached handles: the
+        backend's stream object for a raw handle is built once)."""
+        raw = tensors.torch_stream(runtime, self.array_positions, device.ordinal or 0)
+        if raw is None:
+            return None
+        handle = _torch_streams.get((device, raw))
+        if handle is None:
+            handle = device._backend.stream_handle(raw)
+            if len(_torch_streams) < _CACHED_SHAPES:
+                _torch_streams[(device, raw)] = handle
+        return handle
+
+    def _replay(
+        self,
+        grid: Any,
+        block: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        device: Device,
+        stream: Any,
+        shared_bytes: int,
+    ) -> Callable[[], None]:
+        args, kwargs = tuple(args), dict(kwargs)
+
+        def again() -> None:
+            self.launch(grid, block, args, kwargs, device, stream, shared_bytes)
+
+        return again
 
     def launch_on(
         self,
@@ -234,7 +296,9 @@ class Launcher:
             )
             run = device._backend.launcher(function, compiled.params, compiled.name)
             check_all = apply_each(checks, ("stream", "cleanups"))
-            spec = Specialization(compiled, device, checks, check_all, run, compiled.block_size)
+            spec = Specialization(
+                compiled, device, checks, check_all, run, compiled.block_size, not device.is_simulator
+            )
             self._specs[(device, key)] = spec
             return spec
 

@@ -1,0 +1,207 @@
+"""The GPU side of the torch integration and of ``dev.capture()``, on a CPU box: the fake CUDA
+driver of ``test_cuda_backend.py`` (extended with stream capture) and torch tensors that say
+they live on a GPU (a Tensor subclass over the fake driver's host memory)."""
+
+from __future__ import annotations
+
+import importlib.util
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from acceptance_kernels import saxpy, vector_add
+
+import kaio
+from kaio import KaioTypeError
+from kaio.runtime import cuda_backend, driver, tensors
+from kaio.runtime import device as device_module
+
+torch = pytest.importorskip("torch")
+_real = pytest.importorskip("cuda.bindings.driver")
+
+
+def _sibling(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(
+        f"kaio_torch_cuda_{name}", Path(__file__).with_name(f"{name}.py")
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+FakeDriver = _sibling("test_cuda_backend").FakeDriver
+
+
+class CaptureDriver(FakeDriver):  # type: ignore[misc,valid-type]
+    """Stream capture: launches on a capturing stream go into a graph, not to the GPU."""
+
+    CUstreamCaptureMode = _real.CUstreamCaptureMode
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.capturing: dict[int, list[dict[str, Any]]] = {}
+        self.stream_flags: list[str] = []
+
+    def cuLaunchKernel(self, f: Any, *args: Any) -> tuple[Any, ...]:
+        result = super().cuLaunchKernel(f, *args)
+        launch = self.launches[-1]
+        if launch["stream"] in self.capturing:
+            self.capturing[launch["stream"]].append(self.launches.pop())
+        return result
+
+    def cuStreamCreate(self, flags: Any) -> tuple[Any, ...]:
+        self.stream_flags.append(flags.name)
+        return super().cuStreamCreate(flags)
+
+    def cuStreamBeginCapture(self, stream: Any, mode: Any) -> tuple[Any, ...]:
+        self.capturing[int(stream)] = []
+        return self._result("cuStreamBeginCapture", int(stream), mode.name)
+
+    def cuStreamEndCapture(self, stream: Any) -> tuple[Any, ...]:
+        return self._result("cuStreamEndCapture", {"nodes": self.capturing.pop(int(stream))})
+
+    def cuGraphInstantiate(self, graph: Any, flags: int) -> tuple[Any, ...]:
+        return self._result("cuGraphInstantiate", {"graph": graph})
+
+    def cuGraphLaunch(self, graph_exec: Any, stream: Any) -> tuple[Any, ...]:
+        for node in graph_exec["graph"]["nodes"]:
+            self.launches.append({**node, "stream": int(stream), "replayed": True})
+        return self._result("cuGraphLaunch", int(stream))
+
+    def cuGraphExecDestroy(self, graph_exec: Any) -> tuple[Any, ...]:
+        return self._result("cuGraphExecDestroy")
+
+    def cuGraphDestroy(self, graph: Any) -> tuple[Any, ...]:
+        return self._result("cuGraphDestroy")
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[CaptureDriver]:
+    fake = CaptureDriver()
+    monkeypatch.setattr(device_module, "_devices", {})
+    monkeypatch.setattr(cuda_backend, "_current", threading.local())
+    monkeypatch.setattr(tensors, "_cuda_devices", {})
+    with driver.use_driver(fake):
+        yield fake
+
+
+@pytest.fixture
+def gpu(fake: CaptureDriver) -> kaio.Device:
+    return kaio.Device(0)
+
+
+class FakeCudaTensor(torch.Tensor):
+    """A tensor that says it lives on ``cuda:<index>`` at a fake-driver address."""
+
+    @staticmethod
+    def over(buf: kaio.Buffer, index: int = 0) -> FakeCudaTensor:
+        t = torch.Tensor._make_subclass(FakeCudaTensor, torch.zeros(buf.shape))
+        t._buf, t._index = buf, index
+        return t  # type: ignore[no-any-return]
+
+    def get_device(self) -> int:  # type: ignore[override]
+        return self._index  # type: ignore[no-any-return]
+
+    def data_ptr(self) -> int:  # type: ignore[override]
+        return self._buf.ptr  # type: ignore[no-any-return]
+
+    @property
+    def device(self) -> Any:  # type: ignore[override]
+        return torch.device("cuda", self._index)
+
+
+def test_cuda_tensors_run_on_their_gpu_and_torch_current_stream(
+    gpu: kaio.Device, fake: CaptureDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tensors, "_raw_stream", lambda index: 0x5000 + index)
+    x, y = gpu.zeros(8, np.float32), gpu.zeros(8, np.float32)
+    tx, ty = FakeCudaTensor.over(x), FakeCudaTensor.over(y)
+    saxpy[1](tx, ty, 2.0, 8)  # no Buffer, no device: the tensors' GPU
+    launch = fake.launches[-1]
+    assert launch["raw"][:2] == [struct.pack("<Q", x.ptr), struct.pack("<Q", y.ptr)]
+    assert launch["stream"] == 0x5000, "torch's current stream of cuda:0"
+    saxpy[1](x, y, 2.0, 8)
+    assert fake.launches[-1]["stream"] == 0, "kaio Buffers alone: the legacy default stream"
+    saxpy.launch(gpu, tx, y, 2.0, 8, grid=1, stream=gpu.stream())
+    assert fake.launches[-1]["stream"] not in (0, 0x5000), "an explicit stream= wins"
+
+    class TorchStream:  # what torch.cuda.Stream offers
+        cuda_stream = 0x6000
+
+    saxpy.launch(gpu, tx, y, 2.0, 8, grid=1, stream=TorchStream())
+    assert fake.launches[-1]["stream"] == 0x6000
+    saxpy.launch(gpu, tx, y, 2.0, 8, grid=1, stream=0x7000)  # a raw handle
+    assert fake.launches[-1]["stream"] == 0x7000
+    calls = len(fake.calls)
+    saxpy[1](tx, ty, 2.0, 8)
+    assert len(fake.calls) == calls, "the tensor hot path makes no driver call but the launch"
+
+
+def test_cuda_tensor_refusals(
+    gpu: kaio.Device, fake: CaptureDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tensors, "_raw_stream", lambda index: 0x5000)  # a CPU-only torch has none
+    x = gpu.zeros(8, np.float32)
+    with pytest.raises(KaioTypeError, match=r"`x: Array\[f32\]`: the tensor is on the CPU, but the "
+                       r"launch runs on Device\(0\) \(a GPU\); move it with .cuda\(\)"):  # fmt: skip
+        saxpy.launch(gpu, torch.ones(8), x, 1.0, 8, grid=1)
+    with pytest.raises(KaioTypeError, match=r"the tensor is on cuda:1, but the launch runs on "
+                       r"Device\(0\) \(cuda:0\)"):  # fmt: skip
+        saxpy.launch(gpu, FakeCudaTensor.over(x, 1), x, 1.0, 8, grid=1)
+    assert fake.launches == []
+
+
+def test_gpu_capture_records_100_launches_and_replays_them(
+    gpu: kaio.Device, fake: CaptureDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, c = (gpu.zeros(256, np.float32) for _ in range(3))
+    vector_add[1](a, b, c, 256)  # compile and load before capturing
+    fake.launches.clear()
+
+    def no_compile(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a compiled kernel's launch compiled (or read the disk cache)")
+
+    monkeypatch.setattr("kaio.compiler.compile", no_compile)
+    calls = len(fake.calls)
+    with gpu.capture() as graph:
+        for i in range(100):
+            vector_add[1](a, b, c, i)
+    names = fake.names()[calls:]
+    assert graph.launches == 100 and fake.launches == [], "captured, not run"
+    assert names[0] == "cuStreamCreate" and names[1] == "cuStreamBeginCapture"
+    assert names[2:] == ["cuStreamEndCapture", "cuGraphInstantiate", "cuStreamDestroy"], (
+        "no allocation, synchronisation or other driver call on the launch path"
+    )
+    assert fake.stream_flags[-1] == "CU_STREAM_NON_BLOCKING", "no implicit legacy-stream sync"
+    assert fake.calls[calls + 1][1][1] == "CU_STREAM_CAPTURE_MODE_THREAD_LOCAL"
+    graph.replay()
+    graph.replay(gpu.stream())
+    assert len(fake.launches) == 200 and all(launch["replayed"] for launch in fake.launches)
+    assert [launch["raw"][3] for launch in fake.launches[:100]] == [
+        struct.pack("<I", i) for i in range(100)
+    ]
+    assert fake.launches[0]["stream"] == 0 and fake.launches[100]["stream"] != 0
+    graph.close()
+    assert fake.names()[-2:] == ["cuGraphExecDestroy", "cuGraphDestroy"]
+
+
+def test_gpu_capture_wins_over_torch_stream_and_ends_on_error(
+    gpu: kaio.Device, fake: CaptureDriver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tensors, "_raw_stream", lambda index: 0x5000)
+    x = gpu.zeros(8, np.float32)
+    tx = FakeCudaTensor.over(x)
+    saxpy[1](tx, tx, 1.0, 8)
+    with gpu.capture() as graph:
+        saxpy[1](tx, tx, 1.0, 8)
+    graph.replay()
+    assert fake.launches[-1]["replayed"] and len(fake.launches) == 2
+    with pytest.raises(KaioTypeError), gpu.capture():
+        saxpy[1](tx, tx, 1.0, -1)
+    assert fake.capturing == {}, "the failed capture was ended"
+    assert fake.names()[-2:] == ["cuGraphDestroy", "cuStreamDestroy"]
