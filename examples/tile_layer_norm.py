@@ -43,7 +43,8 @@ def run(dev: kaio.Device, x: np.ndarray, weight: np.ndarray, bias: np.ndarray, e
     rows, cols = x.shape
     y = dev.alloc_from(np.full(x.shape, np.nan, dtype=np.float16))
     args = (dev.alloc_from(x), dev.alloc_from(weight), dev.alloc_from(bias), y, rows, cols, eps)
-    layer_norm[kaio.cdiv(rows, rows_per_program)](*args, ROWS=rows_per_program, BLOCK=block_for(cols))
+    grid = kaio.cdiv(rows, rows_per_program)
+    layer_norm[grid](*args, ROWS=rows_per_program, BLOCK=block_for(cols))
     return y.to_host()
 
 
@@ -63,7 +64,8 @@ def main() -> None:
     bias = rng.standard_normal(cols).astype(np.float16)
     y = run(dev, x, weight, bias)
     expected = reference(x, weight, bias)
-    assert np.allclose(y.astype(np.float32), expected, rtol=1e-2, atol=1e-2), "tile layer_norm does not match numpy"
+    matches = np.allclose(y.astype(np.float32), expected, rtol=1e-2, atol=1e-2)
+    assert matches, "tile layer_norm does not match numpy"
     print(f"tile layer_norm of a {rows}x{cols} f16 matrix on {dev.name}: matches numpy")
 
 

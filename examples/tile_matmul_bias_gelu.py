@@ -59,7 +59,8 @@ def run(dev: kaio.Device, a: np.ndarray, b: np.ndarray, bias: np.ndarray, out: t
     c = dev.alloc_from(np.full((m, n), np.nan, dtype=out))
     bm, bn, bk = block
     grid = (kaio.cdiv(m, bm), kaio.cdiv(n, bn))
-    kernel[grid](dev.alloc_from(a), dev.alloc_from(b), dev.alloc_from(bias), c, m, n, k, BM=bm, BN=bn, BK=bk)
+    args = (dev.alloc_from(a), dev.alloc_from(b), dev.alloc_from(bias), c, m, n, k)
+    kernel[grid](*args, BM=bm, BN=bn, BK=bk)
     return c.to_host()
 
 
@@ -76,7 +77,8 @@ def main() -> None:
     b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float16)
     bias = rng.standard_normal(n).astype(np.float16)
     c = run(dev, a, b, bias)
-    assert np.allclose(c, reference(a, b, bias), rtol=1e-2, atol=1e-2), "tile matmul+bias+gelu does not match numpy"
+    matches = np.allclose(c, reference(a, b, bias), rtol=1e-2, atol=1e-2)
+    assert matches, "tile matmul+bias+gelu does not match numpy"
     print(f"tile matmul+bias+gelu of {m}x{k} @ {k}x{n} (f16 -> f32) on {dev.name}: matches numpy")
 
 

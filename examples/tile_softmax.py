@@ -53,7 +53,7 @@ def reference(x: np.ndarray) -> np.ndarray:
 def main() -> None:
     dev = kaio.Device()  # the GPU, or the simulator (it says so once on stderr)
     rng = np.random.default_rng()
-    x = (4 * rng.standard_normal((37, 200))).astype(np.float32)  # ragged: 37 rows, 200 of 256 columns
+    x = (4 * rng.standard_normal((37, 200))).astype(np.float32)  # ragged: 37 rows, 200 columns
     y = run(dev, x)
     assert np.allclose(y, reference(x), rtol=1e-5, atol=1e-7), "tile softmax does not match numpy"
     print(f"tile softmax of a {x.shape[0]}x{x.shape[1]} matrix on {dev.name}: matches numpy")

@@ -17,7 +17,8 @@ from kaio.prelude import Array, MutArray, f32, i32
 
 
 @kaio.tile_kernel(num_warps=4)
-def vector_add(a: Array[f32], b: Array[f32], c: MutArray[f32], n: i32, BLOCK: kaio.constexpr = 1024):
+def vector_add(a: Array[f32], b: Array[f32], c: MutArray[f32], n: i32,
+               BLOCK: kaio.constexpr = 1024):  # fmt: skip
     start = i32(kt.program_id(0)) * BLOCK  # program_id is a u32; offsets and bounds are i32
     x = kt.load(a, (start,), (BLOCK,), (n,))  # a[start : start + BLOCK], 0 past n
     y = kt.load(b, (start,), (BLOCK,), (n,))
