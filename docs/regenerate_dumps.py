@@ -1,7 +1,7 @@
-"""Fill the IR dumps of ``docs/dialect_stack.md`` from a real compile.
+"""Fill the IR dumps of ``docs/dialect_stack.md`` and ``docs/tile_language.md`` from real compiles.
 
     python docs/regenerate_dumps.py          # rewrite the dumps in place
-    python docs/regenerate_dumps.py --check  # exit 1 if the doc is out of date (a test runs this)
+    python docs/regenerate_dumps.py --check  # exit 1 if a doc is out of date (a test runs this)
 
 A dump is the text between ``<!-- dump: NAME -->`` and ``<!-- end dump -->``; NAME says which
 compile and stage (see DUMPS). Absolute paths are written relative to the repository.
@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "dialect_stack.md"
+DOCS = (ROOT / "docs" / "dialect_stack.md", ROOT / "docs" / "tile_language.md")
 MARKER = re.compile(r"(<!-- dump: (?P<name>[\w./-]+) -->\n)(?P<body>.*?)(<!-- end dump -->)", re.S)
 
 
@@ -41,6 +41,19 @@ def matmul_stages() -> dict[str, str]:
     return kaio.compile(kernel, "sm_80").stages
 
 
+DIVISIBLE = (("m", 16), ("n", 16), ("k", 16))  # what a launch with multiples of 16 specializes on
+
+
+@cache
+def tile_matmul_stages() -> dict[str, str]:
+    sys.path.insert(0, str(ROOT / "examples"))
+    import tile_matmul_bias_gelu
+
+    import kaio
+
+    return kaio.compile(tile_matmul_bias_gelu.matmul_bias_gelu, "sm_80", __divisible__=DIVISIBLE).stages
+
+
 def excerpt(text: str, start: str, lines: int) -> str:
     """``lines`` lines from the first one containing ``start``, with an elision mark."""
     all_lines = text.splitlines()
@@ -59,6 +72,13 @@ DUMPS: dict[str, Callable[[], str]] = {
     "matmul/pipeline-cp-async": lambda: excerpt(matmul_stages()["pipeline-cp-async"], "= scf.for", 40),
     "matmul/lower-to-mma-sync": lambda: excerpt(matmul_stages()["lower-to-mma-sync"], "cpasync.wait 1", 24),
     "matmul/ptx": lambda: excerpt(matmul_stages()["ptx"], "cp.async.wait_group 1", 30),
+    "tile-matmul/frontend": lambda: excerpt(tile_matmul_stages()["frontend"], "= tile.multiple_of", 50),
+    "tile-matmul/fuse-tile-maps": lambda: excerpt(tile_matmul_stages()["fuse-tile-maps"], "line 43", 30),
+    "tile-matmul/tile-layout": lambda: excerpt(tile_matmul_stages()["tile-layout"], "= tile.splat", 30),
+    "tile-matmul/promote-to-shared": lambda: excerpt(tile_matmul_stages()["promote-to-shared"], "= scf.for", 13),
+    "tile-matmul/pipeline-cp-async": lambda: excerpt(tile_matmul_stages()["pipeline-cp-async"], "= scf.for", 36),
+    "tile-matmul/lower-to-mma-sync": lambda: excerpt(tile_matmul_stages()["lower-to-mma-sync"], "= kernel.warp_id", 46),
+    "tile-matmul/ptx": lambda: excerpt(tile_matmul_stages()["ptx"], "cp.async.wait_group 0", 68),
 }
 
 
@@ -74,14 +94,18 @@ def regenerate(doc: str) -> str:
 
 
 def main() -> int:
-    current = DOC.read_text()
-    fresh = regenerate(current)
-    if "--check" in sys.argv:
-        if fresh != current:
-            print("docs/dialect_stack.md is out of date: run python docs/regenerate_dumps.py")
-            return 1
-        return 0
-    DOC.write_text(fresh)
+    stale = []
+    for doc in DOCS:
+        current = doc.read_text()
+        fresh = regenerate(current)
+        if fresh == current:
+            continue
+        stale.append(doc.relative_to(ROOT).as_posix())
+        if "--check" not in sys.argv:
+            doc.write_text(fresh)
+    if stale and "--check" in sys.argv:
+        print(f"{', '.join(stale)} out of date: run python docs/regenerate_dumps.py")
+        return 1
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The README's kernel example runs as written (on the simulator here)."""
+"""The README's kernel examples run as written (on the simulator here)."""
 
 import os
 import re
@@ -6,15 +6,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_readme_kernel_example_runs(tmp_path):
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [("A kernel", "["), ("A tile kernel", "True")],  # y.to_host()[:4]; the rows sum to 1
+)
+def test_readme_kernel_example_runs(tmp_path, section, expected):
     readme = (ROOT / "README.md").read_text()
-    example = re.search(r"## A kernel\n\n```python\n(.*?)```", readme, re.S).group(1)
+    example = re.search(rf"## {section}\n.*?```python\n(.*?)```", readme, re.S).group(1)  # its first code block
     script = tmp_path / "readme_example.py"
     script.write_text(example)
     env = {**os.environ, "KAIO_DEVICE": "sim"}
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().startswith("[")  # y.to_host()[:4]
+    assert proc.stdout.strip().startswith(expected)
