@@ -329,9 +329,14 @@ class LayoutWriter:
             if made is not None:
                 conv.result.replace_all_uses_with(made)
                 Rewriter.erase_op(conv)
+        for conv in self.converts:  # conversions a rematerialisation left without users
+            if conv.parent is not None and not conv.result.uses:
+                Rewriter.erase_op(conv)
 
     def remake(self, v: SSAValue, want: TileLayout, depth: int) -> SSAValue | None:
-        """``v`` produced again directly in layout ``want``, or None if that is not cheap."""
+        """``v`` produced again directly in layout ``want``, or None if that is not cheap. A
+        producer with other users is cloned (loads only when this is their one use: a second
+        load would read memory twice)."""
         owner = v.owner
         if depth > 6 or not isinstance(owner, Operation):
             return None
@@ -340,28 +345,36 @@ class LayoutWriter:
         single = v.uses.get_length() == 1
         if isinstance(owner, tile.ConvertLayoutOp):
             return self.remake(owner.input, want, depth + 1)
-        if isinstance(owner, tile.SplatOp | tile.RangeOp) or (isinstance(owner, tile.LoadOp) and single):
-            clone = owner.clone() if not single else owner
-            if not single:
-                Rewriter.insert_op(clone, InsertPoint.after(owner))
-            return self._retyped(clone.results[0], want)
-        if isinstance(owner, tile.BroadcastOp | tile.ExpandDimsOp) and single:
+        if isinstance(owner, tile.LoadOp) and not single:
+            return None
+        if not isinstance(owner, tile.SplatOp | tile.RangeOp | tile.LoadOp | tile.BroadcastOp | tile.ExpandDimsOp | tile.MapOp):
+            return None
+        if isinstance(owner, tile.MapOp) and not all(self._cheap(x, depth + 1) for x in owner.inputs):
+            return None
+        if not single:  # keep the original for its other users
+            owner = owner.clone()
+            Rewriter.insert_op(owner, InsertPoint.after(v.owner))  # type: ignore[arg-type]
+        if isinstance(owner, tile.BroadcastOp | tile.ExpandDimsOp):
             inner = want if isinstance(owner, tile.BroadcastOp) else SliceLayout(owner.axis.value.data, want)
             made = self.remake(owner.input, inner, depth + 1)
             if made is None:
-                return None
+                return None if single else self._drop(owner)
             owner.operands[0] = made
-            return self._retyped(owner.result, want)
-        if isinstance(owner, tile.MapOp) and single:
-            inputs = [self.remake(x, want, depth + 1) if self._cheap(x, depth + 1) else None for x in owner.inputs]
+        elif isinstance(owner, tile.MapOp):
+            inputs = [self.remake(x, want, depth + 1) for x in owner.inputs]
             if any(x is None for x in inputs):
-                return None
+                return None if single else self._drop(owner)
             for i, x in enumerate(inputs):
                 owner.operands[i] = x  # type: ignore[assignment]
-            return self._retyped(owner.result, want)
+        return self._retyped(owner.results[0], want)
+
+    @staticmethod
+    def _drop(op: Operation) -> None:
+        Rewriter.erase_op(op)
         return None
 
     def _cheap(self, v: SSAValue, depth: int) -> bool:
+        """Whether ``v`` can be made again in another layout without moving data."""
         owner = v.owner
         if depth > 6 or not isinstance(owner, Operation):
             return False
@@ -370,9 +383,9 @@ class LayoutWriter:
         if isinstance(owner, tile.LoadOp):
             return v.uses.get_length() == 1
         if isinstance(owner, tile.BroadcastOp | tile.ExpandDimsOp):
-            return v.uses.get_length() == 1 and self._cheap(owner.input, depth + 1)
+            return self._cheap(owner.input, depth + 1)
         if isinstance(owner, tile.MapOp):
-            return v.uses.get_length() == 1 and all(self._cheap(x, depth + 1) for x in owner.inputs)
+            return all(self._cheap(x, depth + 1) for x in owner.inputs)
         return False
 
     @staticmethod

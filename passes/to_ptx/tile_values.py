@@ -219,7 +219,10 @@ def through_shared(em: PtxEmitter, value: SSAValue, dst: Distribution, transpose
     base, owner, parts = thread_base(em, src), owner_predicate(em, src), em.parts(value)
     for r, off in enumerate(src.offsets):
         coord = [add32(em, base[d], off[d]) for d in range(len(off))]
-        em.emit(ptx.StOp(f"shared.{mem_spec(t)}", [address(coord), parts[r]], guard=owner))
+        v = parts[r]
+        if t == i1:  # predicates have no memory form: store them as bytes
+            v = em.instr(ptx.SelpOp, "b16", [em.const(1, i16), em.const(0, i16), v], i16)
+        em.emit(ptx.StOp(f"shared.{mem_spec(t)}", [address(coord), v], guard=owner))
     em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
     base = thread_base(em, dst)
     out = []
@@ -227,7 +230,11 @@ def through_shared(em: PtxEmitter, value: SSAValue, dst: Distribution, transpose
         coord = [add32(em, base[d], off[d]) for d in range(len(off))]
         if transpose:
             coord = coord[::-1]
-        out.append(em.instr(ptx.LdOp, f"shared.{mem_spec(t)}", [address(coord)], reg_type(t)))
+        if t == i1:
+            byte = em.instr(ptx.LdOp, "shared.u8", [address(coord)], i16)
+            out.append(em.instr(ptx.SetpOp, "ne.u16", [byte, em.const(0, i16)], i1))
+        else:
+            out.append(em.instr(ptx.LdOp, f"shared.{mem_spec(t)}", [address(coord)], reg_type(t)))
     em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
     return out
 

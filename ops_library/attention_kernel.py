@@ -1,0 +1,79 @@
+"""The attention kernel: FlashAttention-2's forward pass as a tile kernel.
+
+One program computes a BM-row block of queries of one (batch, head). It walks the keys in
+BN-row blocks: scores ``s = q @ k^T`` on tensor cores, in log2 units (``scale * log2(e)``
+folded in, so the softmax uses ``exp2``); an online softmax keeps each row's running max ``m``
+and sum ``l``, rescaling the output accumulator when the max grows; then ``acc += p @ v``. The
+row's output is ``acc / l`` and its logsumexp ``(m + log2(l)) * ln(2)``. A row that sees no key
+gets 0 and ``-inf``, never NaN.
+
+With ``CAUSAL`` (aligned to the bottom-right: query i sees key j iff j <= i + Sk - Sq) the
+loop stops at the block's last visible key: blocks above the diagonal are skipped, not
+masked. Query head h reads key/value head ``h // (H / HKV)`` (GQA, MQA). ``kv_lens[b]``
+(``HAS_LENS``) shortens batch b's keys. Head dims that are not a power of two (96) run in the
+next power of two, masked by the bound D.
+"""
+
+# No `from __future__ import annotations`: the kernel's annotations name the factory's types.
+from functools import cache
+from typing import Any
+
+import kaio
+import kaio.tile as kt
+from kaio import dtypes
+from kaio.prelude import Array, MutArray, exp2, f32, i32, log2
+
+NEG_INF = float("-inf")
+LN2 = 0.6931471805599453
+
+
+@cache
+def attention_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+    """The forward kernel for one input type (f16 or bf16)."""
+
+    @kaio.tile_kernel(num_warps=4, num_stages=2)
+    def attention(q: Array[T], k: Array[T], v: Array[T], o: MutArray[T], lse: MutArray[f32],
+                  kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
+                  BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BD: kaio.constexpr = 64,
+                  CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False):  # fmt: skip
+        m0 = i32(kt.program_id(0)) * BM
+        bh = i32(kt.program_id(1))
+        b, h = bh // H, bh % H
+        q_row = bh * SQ  # q, o: (B*H*SQ, D); k, v: (B*HKV*SK, D)
+        kv_row = (b * HKV + h // (H // HKV)) * SK
+        sk = SK
+        if HAS_LENS:
+            sk = min(kv_lens[b], SK)
+        hi = sk
+        if CAUSAL:  # the last key the block's last row sees, bottom-right aligned
+            hi = max(min(sk, m0 + BM + sk - SQ), 0)
+
+        qt = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
+        rows = kt.expand_dims(m0 + kt.arange(BM), 1)
+        m_i = kt.full((BM,), NEG_INF, f32)
+        l_i = kt.zeros((BM,), f32)
+        acc = kt.zeros((BM, BD), f32)
+        for n0 in range(0, hi, BN):
+            kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+            s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32)) * scale_log2
+            cols = kt.expand_dims(n0 + kt.arange(BN), 0)
+            if CAUSAL:
+                visible = (cols < sk) & (cols <= rows + (sk - SQ))
+            else:
+                visible = kt.broadcast_to(cols < sk, (BM, BN))
+            s = kt.where(visible, s, NEG_INF)
+            m_new = kt.maximum(m_i, kt.max(s, 1))
+            m_safe = kt.where(m_new == NEG_INF, 0.0, m_new)  # a row with no key yet: exp2 of -inf
+            p = exp2(s - kt.expand_dims(m_safe, 1))
+            alpha = exp2(m_i - m_safe)
+            l_i = l_i * alpha + kt.sum(p, 1)
+            vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+            acc = kt.dot(T(p), vb, acc * kt.expand_dims(alpha, 1))
+            m_i = m_new
+
+        seen = l_i > 0.0
+        out = acc / kt.expand_dims(kt.where(seen, l_i, 1.0), 1)
+        kt.store(o, (q_row + m0, 0), T(out), (q_row + SQ, D))
+        kt.store(lse, (q_row + m0,), kt.where(seen, (m_i + log2(kt.where(seen, l_i, 1.0))) * LN2, NEG_INF), (q_row + SQ,))
+
+    return attention
