@@ -4,7 +4,8 @@ A dot whose accumulator is in the ``#tile.mma<[WM, WN]>`` layout and whose f16/b
 are in shared memory (``promote-to-shared``) becomes, for each warp: its (M/WM)x(N/WN) block of
 the accumulator as 16x8 fragments (``mma.split``), then for every 16-deep step of K the warp's
 A rows as 16x16 fragments and its B columns as pairs of 16x8 fragments (``mma.load_a``,
-``mma.load_b``), one ``mma.mma`` per (A, B) pair, and the fragments back into the tile
+``mma.load_b``; each B pair right before its ``mma.mma`` ops, so few fragments are live beside
+the accumulator), one ``mma.mma`` per (A, B) pair, and the fragments back into the tile
 (``mma.join``). Warps beyond WM x WN (a tile too small for all of them) compute copies.
 Other dots (f32, or a blocked accumulator) are left to lower-to-ptx's FMA rule.
 """
@@ -60,13 +61,12 @@ def lower_dot(dot: tile.DotOp, num_warps: int) -> None:
         a_frags = [
             ix.b.insert(mma.LoadAOp(dot.a, ix.add(warp_row, ix.const(16 * i)), kcol, ta)).result for i in range(fm)
         ]
-        b_frags: list[SSAValue] = []
-        for j2 in range(fn // 2):
-            pair = ix.b.insert(mma.LoadBOp(dot.b, kcol, ix.add(warp_col, ix.const(16 * j2)), tb))
-            b_frags.extend(pair.results)
-        for i in range(fm):
-            for j in range(fn):
-                accs[i * fn + j] = ix.b.insert(mma.MmaOp(a_frags[i], b_frags[j], accs[i * fn + j])).result
+        for j2 in range(fn // 2):  # one B pair at a time: few fragments live beside the accumulator
+            pair = ix.b.insert(mma.LoadBOp(dot.b, kcol, ix.add(warp_col, ix.const(16 * j2)), tb)).results
+            for i in range(fm):
+                for jj, b_frag in enumerate(pair):
+                    j = 2 * j2 + jj
+                    accs[i * fn + j] = ix.b.insert(mma.MmaOp(a_frags[i], b_frag, accs[i * fn + j])).result
     join = mma.JoinOp(accs, dot.result.type)
     Rewriter.replace_op(dot, join)
 

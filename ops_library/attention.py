@@ -1,0 +1,180 @@
+"""``kaio.ops_library.attention``: scaled dot-product attention, FlashAttention-2's forward pass.
+
+    from kaio.ops_library import attention
+    o = attention(q, k, v)                               # q (B, H, Sq, D), k, v (B, Hkv, Sk, D)
+    o = attention(q, k, v, causal=True, scale=0.1)
+    o, lse = attention(q, k, v, kv_lens=lens, return_lse=True)
+
+Layout as torch's ``scaled_dot_product_attention``: contiguous (batch, heads, sequence, head
+dim) arrays; the output has q's shape and type. f16 and bf16 inputs, f32 accumulation; head
+dims 32, 64, 96, 128 and 256; any sequence lengths. ``H`` must be a multiple of ``Hkv``
+(grouped-query and multi-query attention: query head h reads key/value head ``h // (H / Hkv)``).
+``scale`` defaults to ``1 / sqrt(D)``. ``causal=True`` aligns the mask to the bottom-right, as
+FlashAttention-2 does: query i sees key j iff ``j <= i + Sk - Sq``. ``kv_lens`` (int32, (B,))
+gives each batch entry's valid key count (keys past it are masked): batched decoding of
+sequences of different lengths. A query that sees no key gets 0 and a logsumexp of ``-inf``.
+``return_lse=True`` also returns the f32 logsumexp (B, H, Sq). numpy in -> numpy out, kaio
+Buffers in -> Buffer out, torch tensors in -> torch tensor out.
+
+The kernel is a tile kernel (``kaio.ops_library.attention_kernel``); ``attention.pipeline(D)``
+prints the passes it goes through.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from kaio import dtypes
+from kaio.errors import KaioTypeError
+from kaio.ops_library.operands import Operand, Operands
+from kaio.pipeline import Pipeline, tile_pipeline
+
+HEAD_DIMS = (32, 64, 96, 128, 256)
+LOG2E = 1.4426950408889634
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """Query rows and key rows per step, the warp grid (``warps_m`` along the query rows, so
+    row statistics stay inside a warp; ``warps_n`` > 1 splits wide head dims, at the price of a
+    shared-memory step in each row reduction), and cp.async stages."""
+
+    block_m: int = 64
+    block_n: int = 64
+    warps_m: int = 4
+    warps_n: int = 1
+    stages: int = 2
+
+    @property
+    def warps(self) -> int:
+        return self.warps_m * self.warps_n
+
+    def shared_bytes(self, bd: int, elem_bytes: int = 2) -> int:
+        ring = max(self.stages, 1)
+        q = self.block_m * bd
+        kv = 2 * ring * self.block_n * bd
+        p = self.block_m * self.block_n
+        return (q + kv + p) * elem_bytes
+
+    def pipeline(self, arch: str = "sm_80") -> Pipeline:
+        from kaio.passes.tile_layout import TileLayoutPass
+
+        layout = TileLayoutPass(warps=(self.warps_m, self.warps_n))
+        return tile_pipeline(arch, self.stages).replace("tile-layout", layout)
+
+
+def padded(d: int) -> int:
+    return 1 << (d - 1).bit_length()
+
+
+def choose_config(sq: int, d: int) -> AttentionConfig:
+    """Tiles that keep a thread's accumulator at 64 f32 registers or fewer and the shared
+    buffers (Q, the K and V rings, P) within a block's 48 KiB of static shared memory."""
+    bd = padded(d)
+    if bd >= 256:
+        return AttentionConfig(16, 32, 1, 2, 0)
+    if sq <= 16:  # decoding: one warp on 16 query rows
+        return AttentionConfig(16, 16, 1, 1, 2)
+    if bd >= 128:
+        return AttentionConfig(32, 32, 2, 1, 2)
+    return AttentionConfig(64, 64, 4, 1, 2)
+
+
+@cache
+def configured_kernel(t: dtypes.ScalarType, config: AttentionConfig) -> Any:
+    from kaio.ops_library.attention_kernel import attention_tile_kernel
+
+    kernel = attention_tile_kernel(t).with_options(num_warps=config.warps, num_stages=config.stages)
+    return kernel.with_pipeline(config.pipeline)
+
+
+class Attention:
+    """The attention op: call it, or ask for its pipeline."""
+
+    def __call__(
+        self, q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
+        kv_lens: Any = None, out: Any = None, return_lse: bool = False, device: Any = None,
+    ) -> Any:  # fmt: skip
+        ops = Operands("attention", q, k, v, out, kv_lens, device=device)
+        oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
+        oo = ops.take("out", out) if out is not None else None
+        b, h, hkv, sq, sk, d = _check(oq, ok, ov, oo)
+        lens = _lengths(ops, kv_lens, b, sk) if kv_lens is not None else None
+        if scale is None:
+            scale = 1.0 / math.sqrt(d)
+        if not isinstance(scale, int | float) or not math.isfinite(scale):
+            raise KaioTypeError(f"attention: scale must be a finite number, got {scale!r}")
+        if oo is None:
+            oo = ops.output((b, h, sq, d), oq.dtype)
+        lse = ops.output((b, h, sq), dtypes.f32)
+        if b and h and sq:
+            config = choose_config(sq, d)
+            kernel = configured_kernel(oq.dtype, config)
+            grid = (math.ceil(sq / config.block_m), b * h)
+            lens_arg = lens.value if lens is not None else ops.output((1,), dtypes.i32).value  # unread
+            kernel.launch(
+                ops.device, oq.value, ok.value, ov.value, oo.value, lse.value, lens_arg,
+                h, hkv, sq, sk, d, float(scale) * LOG2E, grid=grid,
+                BM=config.block_m, BN=config.block_n, BD=padded(d), CAUSAL=bool(causal),
+                HAS_LENS=lens is not None,
+            )  # fmt: skip
+        result = ops.result(oo, out)
+        return (result, ops.result(lse)) if return_lse else result
+
+    def pipeline(self, d: int = 64, sq: int = 128, arch: str = "sm_80") -> Pipeline:
+        """The pass pipeline of the kernel for head dim ``d`` and ``sq`` queries."""
+        return choose_config(sq, d).pipeline(arch)
+
+    def __repr__(self) -> str:
+        return "<kaio.ops_library.attention>"
+
+
+def _check(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tuple[int, int, int, int, int, int]:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if len(x.shape) != 4:
+            raise KaioTypeError(f"attention: `{name}` must be 4-D (batch, heads, sequence, head dim), got shape {x.shape}")
+    b, h, sq, d = q.shape
+    bk, hkv, sk, dk = k.shape
+    if (bk, dk) != (b, d):
+        raise KaioTypeError(f"attention: `k` must have shape ({b}, Hkv, Sk, {d}), got {k.shape}")
+    if v.shape != k.shape:
+        raise KaioTypeError(f"attention: `v` must have k's shape {k.shape}, got {v.shape}")
+    if hkv < 1 or h % hkv:
+        raise KaioTypeError(f"attention: q's {h} heads must be a multiple of k's and v's {hkv}")
+    if d not in HEAD_DIMS:
+        raise KaioTypeError(f"attention: head dim must be one of {HEAD_DIMS}, got {d}")
+    if q.dtype not in (dtypes.f16, dtypes.bf16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise KaioTypeError(
+            f"attention: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name}"
+        )
+    if out is not None and (out.shape != q.shape or out.dtype != q.dtype):
+        raise KaioTypeError(f"attention: `out` must be {q.dtype.name} of shape {q.shape}, got {out.dtype.name} {out.shape}")
+    if max(b * h * sq, b * hkv * sk) * d >= 2**31:
+        raise KaioTypeError("attention: arrays must have fewer than 2**31 elements")
+    return b, h, hkv, sq, sk, d
+
+
+def _lengths(ops: Operands, kv_lens: Any, b: int, sk: int) -> Operand:
+    lens = ops.take("kv_lens", kv_lens)
+    if lens.shape != (b,) or lens.dtype != dtypes.i32:
+        raise KaioTypeError(f"attention: `kv_lens` must be int32 of shape ({b},), got {lens.dtype.name} {lens.shape}")
+    values = lens.host if lens.host is not None else _to_host(lens.value)
+    if values is not None and ((np.asarray(values) < 0) | (np.asarray(values) > sk)).any():
+        raise KaioTypeError(f"attention: `kv_lens` must lie in 0..{sk} (the key count), got {np.asarray(values).tolist()}")
+    return lens
+
+
+def _to_host(value: Any) -> np.ndarray | None:
+    if hasattr(value, "to_host"):
+        return value.to_host()  # type: ignore[no-any-return]
+    if hasattr(value, "detach"):  # a torch tensor
+        return value.detach().cpu().numpy()  # type: ignore[no-any-return]
+    return None
+
+
+attention = Attention()
