@@ -88,6 +88,7 @@ WGMMA_KERNEL = HEADER + """
 	.reg .b32 %r<8>;
 	.reg .b64 %rd<16>;
 	.reg .f32 %f<{acc}>;
+	.reg .b32 %ra<4>;
 	.shared .align 1024 .b8 smem[{smem}];
 	.shared .align 8 .b64 bar;
 	ld.param.u64 %rd1, [p_ta];
@@ -126,11 +127,32 @@ WAIT:
 """
 
 
-def wgmma_kernel(n: int, span: int, k_total: int, trans_b: bool) -> tuple[str, list, list]:
+# A from registers: thread (warp w, lane 4g + t) loads its m16n8k16-style A fragment of the
+# row-major 64 x 16 A straight from global memory: register j holds row 16w + g + 8 (j % 2),
+# columns 2t + 8 (j / 2) and the next (PTX ISA, wgmma "Register Fragments" for A).
+A_REGISTERS = """
+	shr.u32 %r5, %r1, 2;               // 4w + g ...
+	and.b32 %r6, %r1, 3;               // t
+	and.b32 %r7, %r5, 7;               // g
+	shr.u32 %r5, %r1, 5;               // w
+	mad.lo.s32 %r5, %r5, 16, %r7;      // row 16w + g
+	mad.lo.s32 %r5, %r5, 8, %r6;       // (row * 16 + 2t) / 2: in f16 pairs
+	mul.wide.u32 %rd10, %r5, 4;
+	add.s64 %rd10, %rd1, %rd10;
+	ld.global.b32 %ra0, [%rd10];
+	ld.global.b32 %ra1, [%rd10+256];
+	ld.global.b32 %ra2, [%rd10+16];
+	ld.global.b32 %ra3, [%rd10+272];"""
+
+
+def wgmma_kernel(n: int, span: int, k_total: int, trans_b: bool, a_in_registers: bool = False) -> tuple[str, list, list]:
     a_boxes, a_box, desc_a, a_step = operand_plan(64, k_total, span)
     b_boxes, b_box, desc_b, b_step = operand_plan(n, k_total, span, trans_b)
     b_offset = 64 * k_total * 2
     loads = [f"\t@%p1 {TMA_LOAD} [%r2+{off}], [%rd1, {{{x}, {y}}}], [%r4];" for x, y, off in a_boxes]
+    if a_in_registers:
+        assert k_total == 16
+        loads = [A_REGISTERS]
     loads += [f"\t@%p1 {TMA_LOAD} [%r3+{off}], [%rd2, {{{x}, {y}}}], [%r4];" for x, y, off in b_boxes]
     acc = "{" + ", ".join(f"%f{i}" for i in range(n // 2)) + "}"
     mmas = []
@@ -140,7 +162,8 @@ def wgmma_kernel(n: int, span: int, k_total: int, trans_b: bool) -> tuple[str, l
             mmas += [f"\tadd.s64 %rd8, %rd4, {ks * a_step >> 4};", f"\tadd.s64 %rd9, %rd5, {ks * b_step >> 4};"]
         # scale-d false on the first step: the NaN the accumulators start with must not leak
         mmas.append(f"\tsetp.ne.u32 %p3, {ks}, 0;")
-        mmas.append(f"\twgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {acc}, {da}, {db}, %p3, 1, 1, 0, {int(trans_b)};")
+        a_operand, trans = ("{%ra0, %ra1, %ra2, %ra3}", "") if a_in_registers else (da, "0, ")
+        mmas.append(f"\twgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {acc}, {a_operand}, {db}, %p3, 1, 1, {trans}{int(trans_b)};")
     stores = [
         f"\tst.global.v4.f32 [%rd7+{16 * j}], {{%f{4 * j}, %f{4 * j + 1}, %f{4 * j + 2}, %f{4 * j + 3}}};"
         for j in range(n // 8)
@@ -149,7 +172,7 @@ def wgmma_kernel(n: int, span: int, k_total: int, trans_b: bool) -> tuple[str, l
         acc=n // 2,
         smem=b_offset + n * k_total * 2,
         b_offset=b_offset,
-        tx=(64 + n) * k_total * 2,
+        tx=((0 if a_in_registers else 64) + n) * k_total * 2,
         loads="\n".join(loads),
         init="\n".join(f"\tmov.f32 %f{i}, 0f7FC00000;" for i in range(n // 2)),
         desc_a=desc_a,
@@ -190,6 +213,19 @@ def test_wgmma_fed_by_tma(sim, dev, rng, span, n, trans_b):
     got = accumulator_matrix(dev.read(out), n)
     want = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [64, 256])
+def test_wgmma_with_a_from_registers(sim, dev, rng, n):
+    text, _, b_box = wgmma_kernel(n, 32, 16, False, a_in_registers=True)
+    check_sm90a(text, "wg")
+    a = rng.standard_normal((64, 16)).astype(np.float16)
+    b = rng.standard_normal((16, n)).astype(np.float16)
+    out = dev.empty((128, n // 2), np.float32)
+    tb = tensor_map(dev, np.ascontiguousarray(b.T), b_box, 32)
+    sim.load(text).launch("wg", 1, 128, dev.params(dev.array(a), tb, out))
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(accumulator_matrix(dev.read(out), n), want, rtol=1e-5, atol=1e-5)
 
 
 # --------------------------------------------------------------------------- mbarrier phases
