@@ -23,13 +23,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
-from xdsl.dialects.builtin import DenseArrayBase, f32, i1, i32
-from xdsl.ir import Attribute, SSAValue
-from xdsl.irdl import irdl_op_definition, opt_prop_def
-from xdsl.parser import Parser
-from xdsl.printer import Printer
-from xdsl.utils.exceptions import VerifyException
-
 from kaio.dialects.ptx import (
     ConstOp,
     InstrInfo,
@@ -39,6 +32,12 @@ from kaio.dialects.ptx import (
     _check_width,
     register_bits,
 )
+from xdsl.dialects.builtin import DenseArrayBase, f32, i1, i32
+from xdsl.ir import Attribute, SSAValue
+from xdsl.irdl import irdl_op_definition, opt_prop_def
+from xdsl.parser import Parser
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
 
 SM90 = InstrInfo(min_sm=90, min_ptx=(8, 0))
 _NONE = InstrInfo(n_outs=(0, 0), n_args=(0, 0), n_types=0)
@@ -206,7 +205,7 @@ class WgmmaMmaAsyncOp(_HopperInstr):
     def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
         acc, a, b, scale_d = self.operand_groups()
         scale_a, scale_b, trans_a, trans_b = self.immediates
-        group = lambda xs: "{" + ", ".join(xs) + "}"  # noqa: E731
+        group = lambda xs: "{" + ", ".join(xs) + "}"
         a_text = reg(a[0]) if len(a) == 1 else group([reg(v) for v in a])
         trans = [str(trans_a), str(trans_b)] if len(a) == 1 else [str(trans_b)]
         return [group([reg(v) for v in acc]), a_text, reg(b), reg(scale_d), str(scale_a), str(scale_b), *trans]

@@ -21,12 +21,21 @@ builds with ``cuTensorMapEncodeTiled``; on the simulator kaio's own format
 
 from __future__ import annotations
 
+from kaio.dialects.kernel import ArrayType
 from xdsl.dialects.builtin import I64, IntegerAttr, i32, i64
 from xdsl.ir import Dialect, SSAValue
-from xdsl.irdl import AnyOf, BaseAttr, EqAttrConstraint, IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def, var_operand_def
+from xdsl.irdl import (
+    AnyOf,
+    BaseAttr,
+    EqAttrConstraint,
+    IRDLOperation,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    var_operand_def,
+)
 from xdsl.utils.exceptions import VerifyException
-
-from kaio.dialects.kernel import ArrayType
 
 MAX_RANK = 5
 # a global address: an i64, or a kernel parameter buffer (lowered to its address)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from kaio.dialects.tma import GLOBAL_ADDRESS
 from xdsl.dialects.builtin import I64, IntAttr, IntegerAttr, StringAttr, bf16, f16, i32, i64
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
@@ -43,8 +44,6 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
-
-from kaio.dialects.tma import GLOBAL_ADDRESS
 
 # swizzle mode -> its code in descriptor bits 62-63 (PTX ISA, "Matrix Descriptor Format")
 SWIZZLE_MODES: dict[str, int] = {"none": 0, "128B": 1, "64B": 2, "32B": 3}

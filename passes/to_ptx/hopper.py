@@ -13,13 +13,12 @@ Most rules are one instruction; the exceptions say why:
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import f32, i1, i32, i64
-from xdsl.ir import Attribute, SSAValue
-
 from kaio.dialects import mbarrier, ptx, tma, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
+from xdsl.dialects.builtin import f32, i1, i32, i64
+from xdsl.ir import Attribute, SSAValue
 
 _TO_SHARED = "shared::cluster.global.mbarrier::complete_tx::bytes"
 _TO_GLOBAL = "global.shared::cta.bulk_group"

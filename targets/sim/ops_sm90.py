@@ -19,7 +19,7 @@ from .ops_common import operands
 from .ops_warp import check_converged
 from .program import Behaviour, Idx
 from .ptx_types import PTX_TYPES
-from .syntax import ImmOperand, Instruction, PairOperand, RegOperand, SinkOperand
+from .syntax import ImmOperand, Instruction, PairOperand, RegOperand
 
 _U32 = PTX_TYPES["u32"]
 _PRED = PTX_TYPES["pred"]

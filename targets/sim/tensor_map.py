@@ -101,7 +101,7 @@ class TensorMap:
 
     def encode(self) -> bytes:
         self.validate()
-        pad = lambda xs, n: list(xs) + [0] * (n - len(xs))  # noqa: E731
+        pad = lambda xs, n: list(xs) + [0] * (n - len(xs))
         head = _HEADER.pack(
             MAGIC, self.element_bytes, self.rank, self.swizzle, self.base,
             *pad(self.dims, 5), 0, *pad(self.strides, 4), *pad(self.box, 5),

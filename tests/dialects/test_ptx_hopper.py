@@ -2,15 +2,15 @@
 accepts for sm_90a, and the target checks (wgmma on sm_90a only, mbarrier waits from sm_90)."""
 
 import pytest
+from kaio.dialects import ptx
+from kaio.dialects import ptx_hopper as hp
+from kaio.targets.ptx import toolchain
+from kaio.targets.ptx.printer import print_ptx
 from xdsl.dialects.builtin import ModuleOp, f32, i1, i32, i64
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import VerifyException
 
-from kaio.dialects import ptx
-from kaio.dialects import ptx_hopper as hp
 from kaio.errors import KaioTargetError
-from kaio.targets.ptx import toolchain
-from kaio.targets.ptx.printer import print_ptx
 
 from .test_ptx import context
 

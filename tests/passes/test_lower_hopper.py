@@ -4,6 +4,14 @@ swizzled tiles, an mbarrier wait, four k16 wgmma steps, the epilogue), run on th
 
 import numpy as np
 import pytest
+from kaio.dialects import kernel as k
+from kaio.dialects import mbarrier, tma, wgmma
+from kaio.passes.lower_to_ptx import LowerToPtxPass
+from kaio.targets.ptx import toolchain
+from kaio.targets.ptx.printer import print_ptx
+from kaio.targets.sim import Simulator
+from kaio.targets.sim.ops_wgmma import Descriptor
+from kaio.targets.sim.tensor_map import encode_tensor_map
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
@@ -11,15 +19,7 @@ from xdsl.dialects.builtin import Builtin, ModuleOp, f16, f32, i8
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import VerifyException
 
-from kaio.dialects import kernel as k
-from kaio.dialects import mbarrier, tma, wgmma
 from kaio.errors import KaioTargetError
-from kaio.passes.lower_to_ptx import LowerToPtxPass
-from kaio.targets.ptx import toolchain
-from kaio.targets.ptx.printer import print_ptx
-from kaio.targets.sim import Simulator
-from kaio.targets.sim.ops_wgmma import Descriptor
-from kaio.targets.sim.tensor_map import encode_tensor_map
 
 
 def test_matrix_descriptor_matches_the_isa_fields():
@@ -107,6 +107,9 @@ def test_lowered_gemm_tile_runs_on_the_simulator(n):
     if toolchain.find_ptxas() is not None:
         report = toolchain.assemble(code, "sm_90a")
         assert report.spill_stores.get("gemm", 0) == 0
+        if toolchain.find_cuobjdump() is not None and toolchain.find_nvdisasm() is not None:
+            sass = toolchain.disassemble(report.cubin)
+            assert "HGMMA.64x" in sass and "UTMALDG.2D" in sass and "SYNCS" in sass
     rng = np.random.default_rng()
     a = rng.standard_normal((64, 64)).astype(np.float16)
     bm = rng.standard_normal((64, n)).astype(np.float16)

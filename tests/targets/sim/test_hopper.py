@@ -5,12 +5,13 @@ Every kernel is also assembled by the wheel's ptxas for sm_90a, without spills."
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
-
-from kaio.errors import KaioSimError
 from kaio.targets.ptx.toolchain import assemble, find_ptxas
 from kaio.targets.sim.tensor_map import TensorMap, encode_tensor_map, swizzle
+
+from kaio.errors import KaioSimError
 
 from .conftest import PTX_DIR, REFERENCE, Buffer, rel_error
 
@@ -145,7 +146,7 @@ A_REGISTERS = """
 	ld.global.b32 %ra3, [%rd10+272];"""
 
 
-def wgmma_kernel(n: int, span: int, k_total: int, trans_b: bool, a_in_registers: bool = False) -> tuple[str, list, list]:
+def wgmma_kernel(n: int, span: int, k_total: int, trans_b: bool, a_in_registers: bool = False, elem: str = "f16") -> tuple[str, list, list]:
     a_boxes, a_box, desc_a, a_step = operand_plan(64, k_total, span)
     b_boxes, b_box, desc_b, b_step = operand_plan(n, k_total, span, trans_b)
     b_offset = 64 * k_total * 2
@@ -163,7 +164,7 @@ def wgmma_kernel(n: int, span: int, k_total: int, trans_b: bool, a_in_registers:
         # scale-d false on the first step: the NaN the accumulators start with must not leak
         mmas.append(f"\tsetp.ne.u32 %p3, {ks}, 0;")
         a_operand, trans = ("{%ra0, %ra1, %ra2, %ra3}", "") if a_in_registers else (da, "0, ")
-        mmas.append(f"\twgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16 {acc}, {a_operand}, {db}, %p3, 1, 1, {trans}{int(trans_b)};")
+        mmas.append(f"\twgmma.mma_async.sync.aligned.m64n{n}k16.f32.{elem}.{elem} {acc}, {a_operand}, {db}, %p3, 1, 1, {trans}{int(trans_b)};")
     stores = [
         f"\tst.global.v4.f32 [%rd7+{16 * j}], {{%f{4 * j}, %f{4 * j + 1}, %f{4 * j + 2}, %f{4 * j + 3}}};"
         for j in range(n // 8)
@@ -197,15 +198,17 @@ def accumulator_matrix(per_thread: np.ndarray, n: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize(
-    "span, n, trans_b",
-    [(s, n, False) for s in (0, 32, 64, 128) for n in (64, 128, 256)] + [(128, 128, True)],
+    "span, n, trans_b, elem",
+    [(s, n, False, "f16") for s in (0, 32, 64, 128) for n in (64, 128, 256)]
+    + [(128, 128, True, "f16"), (64, 128, False, "bf16"), (128, 64, True, "bf16")],
 )
-def test_wgmma_fed_by_tma(sim, dev, rng, span, n, trans_b):
+def test_wgmma_fed_by_tma(sim, dev, rng, span, n, trans_b, elem):
     k_total = max(span // 2, 16)
-    text, a_box, b_box = wgmma_kernel(n, span, k_total, trans_b)
+    text, a_box, b_box = wgmma_kernel(n, span, k_total, trans_b, elem=elem)
     check_sm90a(text, "wg")
-    a = rng.standard_normal((64, k_total)).astype(np.float16)
-    b = rng.standard_normal((k_total, n)).astype(np.float16)
+    dtype = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}[elem]
+    a = rng.standard_normal((64, k_total)).astype(dtype)
+    b = rng.standard_normal((k_total, n)).astype(dtype)
     ta = tensor_map(dev, a, a_box, span)
     tb = tensor_map(dev, b if trans_b else np.ascontiguousarray(b.T), b_box, span)
     out = dev.empty((128, n // 2), np.float32)
@@ -428,6 +431,48 @@ def test_reading_an_in_flight_accumulator_is_reported(sim, dev, rng):
     partial = partial.replace("\twgmma.mma_async", "\t@%p0 wgmma.mma_async")
     with pytest.raises(KaioSimError, match="warpgroup"):
         sim.load(partial).launch("wg", 1, 128, args)
+
+
+# --------------------------------------------------------------------------- elect.sync, setmaxnreg
+
+ELECT = HEADER + """
+.visible .entry elect(.param .u64 p_out)
+{
+	.reg .pred %p<4>;
+	.reg .b32 %r<8>;
+	.reg .b64 %rd<4>;
+	setmaxnreg.inc.sync.aligned.u32 240;
+	ld.param.u64 %rd1, [p_out];
+	mov.u32 %r1, %tid.x;
+	mov.u32 %r5, 0;
+	elect.sync %r2|%p1, -1;
+	and.b32 %r3, %r1, 31;
+	setp.ge.u32 %p2, %r3, 12;
+	@!%p2 bra SKIP;
+	elect.sync %r4|%p3, 0xFFFFF000;          // lanes 12..31 only
+	selp.u32 %r5, 2, 0, %p3;
+	shl.b32 %r4, %r4, 8;
+	or.b32 %r5, %r5, %r4;
+SKIP:
+	selp.u32 %r6, 1, 0, %p1;
+	shl.b32 %r2, %r2, 16;
+	or.b32 %r6, %r6, %r2;
+	or.b32 %r6, %r6, %r5;
+	mul.wide.u32 %rd2, %r1, 4;
+	add.s64 %rd3, %rd1, %rd2;
+	st.global.u32 [%rd3], %r6;
+	ret;
+}
+"""
+
+
+def test_elect_sync_picks_the_lowest_lane_of_the_mask(sim, dev):
+    check_sm90a(ELECT, "elect")
+    out = dev.empty(64, np.uint32)
+    sim.load(ELECT).launch("elect", 1, 64, dev.params(out))
+    lane = np.arange(64) % 32
+    partial = np.where(lane >= 12, (12 << 8) | np.where(lane == 12, 2, 0), 0)
+    np.testing.assert_array_equal(dev.read(out), (lane == 0).astype(np.uint32) | partial)
 
 
 # --------------------------------------------------------------------------- PTX kaio did not write
