@@ -82,6 +82,7 @@ class ExecContext:
         self.async_copies: AsyncCopies | None = None  # cp.async queues, made by the first cp.async
         self.mbarriers: Mbarriers | None = None  # made by the first mbarrier instruction
         self.wgmma: WgmmaQueue | None = None  # wgmma.mma_async results in flight
+        self.spinning: np.ndarray | None = None  # threads whose spin-wait just failed (executor backs them off)
         self.profiler = profiler  # memory metrics (profile=True), else None
         self._views: dict[tuple[str, int], np.ndarray] = {}
         # race_check=True, for kernels that have shared memory

@@ -16,10 +16,11 @@ phase has the other parity; ``try_wait state`` is true once the phase the arrive
 is over. The token an arrive returns is the number of the phase it arrived in.
 
 State lives beside shared memory (keyed by the CTA and the barrier's 8-byte slot), so a
-barrier used before ``init`` or arriving more often than its count is reported. ``try_wait``
-never blocks: a wait loop whose producer sits later in the program would spin to the step limit
-(the scheduler runs the lowest PC first); a producer that issues its copies before the loop, as
-pipelined kernels do, is fine.
+barrier used before ``init`` or arriving more often than its count is reported. A wait that
+finds its phase incomplete returns false and backs its threads off (``ctx.spinning``): the
+executor runs them again only when no other thread can, so a consumer polling at a lower PC
+than its producer (a warp-specialised pipeline) lets the producer run; a wait nothing can ever
+complete ends at the step limit.
 """
 
 from __future__ import annotations
@@ -185,7 +186,10 @@ def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext, parity: bool) ->
         for key, w, t in zip(keys.tolist(), want, threads_of(ctx, idx).tolist()):
             phase = state.get(key, t, name).phase
             result.append((phase & 1) != (int(w) & 1) if parity else phase != int(w))
-        done(ctx, idx, np.array(result, dtype=np.bool_))
+        ready = np.array(result, dtype=np.bool_)
+        done(ctx, idx, ready)
+        if not ready.all():  # a poll that failed: let the threads that could complete it run
+            ctx.spinning = threads_of(ctx, idx)[~ready]
 
     return Behaviour(run=run, klass=name.split(".shared")[0], shared_access=8)
 

@@ -339,6 +339,90 @@ def test_mbarrier_misuse_is_reported(sim, body, message):
         sim.load(text).launch("bad", 1, 64)
 
 
+# A warp-specialised ring: warp 0 produces (bulk copies into 2 stages, waiting for "empty"),
+# warp 1 consumes (waits for "full", copies out, arrives on "empty"). The producer's wait loop
+# sits at lower PCs than the consumer: the simulator must back off a failed poll to let the
+# consumer run. "empty" waits start at parity 1, which a fresh barrier passes (round 0).
+WARP_SPECIALISED = HEADER + """
+.visible .entry ws(.param .u64 p_src, .param .u64 p_out)
+{
+	.reg .pred %p<6>;
+	.reg .b32 %r<20>;
+	.reg .b64 %rd<8>;
+	.shared .align 128 .b8 ring[512];
+	.shared .align 8 .b64 full[2];
+	.shared .align 8 .b64 empty[2];
+	ld.param.u64 %rd1, [p_src];
+	ld.param.u64 %rd2, [p_out];
+	mov.u32 %r1, %tid.x;
+	mov.u32 %r2, ring;
+	mov.u32 %r3, full;
+	mov.u32 %r4, empty;
+	setp.eq.u32 %p1, %r1, 0;
+	@%p1 mbarrier.init.shared::cta.b64 [%r3], 1;
+	@%p1 mbarrier.init.shared::cta.b64 [%r3+8], 1;
+	@%p1 mbarrier.init.shared::cta.b64 [%r4], 32;
+	@%p1 mbarrier.init.shared::cta.b64 [%r4+8], 32;
+	bar.sync 0;
+	setp.ge.u32 %p2, %r1, 32;
+	@%p2 bra CONSUMER;
+	mov.u32 %r5, 0;
+PLOOP:
+	and.b32 %r6, %r5, 1;
+	shr.u32 %r7, %r5, 1;
+	and.b32 %r8, %r7, 1;
+	xor.b32 %r8, %r8, 1;
+	mad.lo.s32 %r9, %r6, 8, %r4;
+PWAIT:
+	mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r9], %r8;
+	@!%p3 bra PWAIT;
+	mad.lo.s32 %r10, %r6, 8, %r3;
+	mad.lo.s32 %r11, %r6, 256, %r2;
+	mul.wide.u32 %rd3, %r5, 256;
+	add.s64 %rd4, %rd1, %rd3;
+	@%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r10], 256;
+	@%p1 cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r11], [%rd4], 256, [%r10];
+	add.s32 %r5, %r5, 1;
+	setp.lt.u32 %p4, %r5, 4;
+	@%p4 bra PLOOP;
+	bra DONE;
+CONSUMER:
+	sub.u32 %r12, %r1, 32;
+	mov.u32 %r5, 0;
+CLOOP:
+	and.b32 %r6, %r5, 1;
+	shr.u32 %r7, %r5, 1;
+	and.b32 %r8, %r7, 1;
+	mad.lo.s32 %r10, %r6, 8, %r3;
+CWAIT:
+	mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r10], %r8;
+	@!%p3 bra CWAIT;
+	mad.lo.s32 %r11, %r6, 256, %r2;
+	mad.lo.s32 %r13, %r12, 8, %r11;
+	ld.shared.v2.u32 {%r14, %r15}, [%r13];
+	mad.lo.s32 %r16, %r5, 32, %r12;
+	mul.wide.u32 %rd5, %r16, 8;
+	add.s64 %rd6, %rd2, %rd5;
+	st.global.v2.u32 [%rd6], {%r14, %r15};
+	mad.lo.s32 %r9, %r6, 8, %r4;
+	mbarrier.arrive.shared::cta.b64 _, [%r9];
+	add.s32 %r5, %r5, 1;
+	setp.lt.u32 %p4, %r5, 4;
+	@%p4 bra CLOOP;
+DONE:
+	ret;
+}
+"""
+
+
+def test_warp_specialised_ring_with_a_producer_at_lower_pcs(sim, dev, rng):
+    check_sm90a(WARP_SPECIALISED, "ws")
+    src = rng.integers(0, 2**32, 256, dtype=np.uint32)  # four 256-byte chunks through two stages
+    out = dev.empty(256, np.uint32)
+    sim.load(WARP_SPECIALISED).launch("ws", 2, 64, dev.params(dev.array(src), out))
+    np.testing.assert_array_equal(dev.read(out), src)
+
+
 # --------------------------------------------------------------------------- TMA ragged edges
 
 TMA_EDGES = HEADER + """
