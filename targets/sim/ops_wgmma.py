@@ -264,7 +264,10 @@ def _mma_async(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
             if int(addr.max()) + elem.itemsize > ctx.shared_bytes:
                 raise SimFault("memory", f"{name}: the {what} operand reaches past shared memory ({ctx.shared_bytes} bytes)", int(groups[g, 0]), int(addr.max()))
             base = int(ctx.shared_base[groups[g, 0]])
-            data = ctx.shared[base + addr[..., None] + np.arange(elem.itemsize)]
+            where = base + addr[..., None] + np.arange(elem.itemsize)
+            if ctx.shared_written is not None and not ctx.shared_written[where].all():
+                raise SimFault("memory", f"{name}: the {what} operand reads shared memory nothing stored in this launch (check the descriptor)", int(groups[g, 0]))
+            data = ctx.shared[where]
             out[g] = np.ascontiguousarray(data).view(elem)[..., 0].astype(np.float64)
         return out
 

@@ -11,7 +11,7 @@ import pytest
 from kaio.targets.ptx.toolchain import assemble, find_ptxas
 from kaio.targets.sim.tensor_map import TensorMap, encode_tensor_map, swizzle
 
-from kaio.errors import KaioSimError
+from kaio.errors import KaioMemoryError, KaioSimError
 
 from .conftest import PTX_DIR, REFERENCE, Buffer, rel_error
 
@@ -503,7 +503,8 @@ def test_tensor_map_round_trips_and_rejects_bad_maps():
 # --------------------------------------------------------------------------- asynchronous wgmma
 
 
-def test_reading_an_in_flight_accumulator_is_reported(sim, dev, rng):
+def test_wgmma_misuse_is_reported(sim, dev, rng):
+    """Reading an in-flight accumulator, a B operand nothing loaded, a partial warpgroup."""
     text, a_box, b_box = wgmma_kernel(64, 128, 64, False)
     early = text.replace("\twgmma.commit_group.sync.aligned;\n", "\twgmma.commit_group.sync.aligned;\n\tadd.f32 %f1, %f1, %f0;\n")
     a = rng.standard_normal((64, 64)).astype(np.float16)
@@ -511,6 +512,9 @@ def test_reading_an_in_flight_accumulator_is_reported(sim, dev, rng):
     args = dev.params(tensor_map(dev, a, a_box, 128), tensor_map(dev, np.ascontiguousarray(b.T), b_box, 128), dev.empty((128, 32), np.float32))
     with pytest.raises(KaioSimError, match=r"register %f[01] is the accumulator of a wgmma.mma_async still in flight"):
         sim.load(early).launch("wg", 1, 128, args)
+    no_b = "\n".join(line for line in text.splitlines() if "[%rd2, {" not in line).replace("_, [%r4], 16384;", "_, [%r4], 8192;")
+    with pytest.raises(KaioMemoryError, match="the B operand reads shared memory nothing stored"):
+        sim.load(no_b).launch("wg", 1, 128, args)
     partial = text.replace("mov.u32 %r1, %tid.x;", "mov.u32 %r1, %tid.x;\n\tsetp.lt.u32 %p0, %r1, 96;")
     partial = partial.replace("\twgmma.mma_async", "\t@%p0 wgmma.mma_async")
     with pytest.raises(KaioSimError, match="warpgroup"):
