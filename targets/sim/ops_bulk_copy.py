@@ -23,7 +23,7 @@ import numpy as np
 
 from .context import ExecContext
 from .faults import DecodeError, SimFault
-from .memory import GLOBAL_BASE
+from .memory import GLOBAL_BASE, SHARED_WINDOW
 from .modifiers import Modifiers
 from .operands import DecodeContext
 from .ops_common import operands
@@ -123,9 +123,14 @@ def _bulk(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
 
 
 def _load_map(ctx: ExecContext, thread: int, address: int) -> TensorMap:
-    """The 128-byte map at a generic address: in global memory or in the kernel parameters."""
-    ((space, _, _, where),) = split_generic(None, 1, np.uint64(address))
-    where_i = int(where[0])
+    """The 128-byte map at a generic address (global memory, the parameter window) or at a
+    .param address (``mov.b64 %rd, map_param``: how compilers pass a ``__grid_constant__``
+    map; param addresses are small offsets below every window)."""
+    if address < SHARED_WINDOW:
+        space, where_i = "param", address
+    else:
+        ((space, _, _, where),) = split_generic(None, 1, np.uint64(address))
+        where_i = int(where[0])
     if space == "global":
         g = _global_offsets(ctx, thread, np.array([where_i], dtype=np.uint64), TENSOR_MAP_BYTES, "tensor map read")[0]
         blob = ctx.memory.view(1)[g : g + TENSOR_MAP_BYTES]

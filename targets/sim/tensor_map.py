@@ -4,8 +4,8 @@ wgmma share.
 On a GPU a tensor map is the opaque 128-byte ``CUtensorMap`` that ``cuTensorMapEncodeTiled``
 builds. The simulator cannot read NVIDIA's encoding, so a kernel run on it gets a 128-byte
 blob in the format below instead (all fields little-endian), in global memory or as a
-``.param .align 64 .b8 name[128]`` parameter; the kernel passes its address to
-``cp.async.bulk.tensor`` exactly as it would a real one.
+``.param .align 64 .b8 name[128]`` parameter (``mov.b64 %rd, name``); the kernel passes its
+address to ``cp.async.bulk.tensor`` exactly as it would a real one.
 
 ======  =====  ==============================================================================
 offset  bytes  field

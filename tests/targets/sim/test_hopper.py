@@ -467,9 +467,16 @@ WAIT:
 """
 
 
-@pytest.mark.parametrize("x, y", [(32, 40), (-5, -3), (4, 4)])
-def test_tma_ragged_edges_fill_zero_and_stores_clip(sim, dev, rng, x, y):
-    check_sm90a(TMA_EDGES, "edges")
+# the load's map as a 128-byte kernel parameter (a __grid_constant__ CUtensorMap on a GPU)
+TMA_EDGES_PARAM_MAP = TMA_EDGES.replace(".param .u64 p_map,", ".param .align 64 .b8 p_map[128],").replace(
+    "ld.param.u64 %rd1, [p_map];", "mov.b64 %rd1, p_map;"
+)
+
+
+@pytest.mark.parametrize("x, y, map_param", [(32, 40, False), (-5, -3, False), (4, 4, False), (30, 44, True)])
+def test_tma_ragged_edges_fill_zero_and_stores_clip(sim, dev, rng, x, y, map_param):
+    text = TMA_EDGES_PARAM_MAP if map_param else TMA_EDGES
+    check_sm90a(text, "edges")
     rows, cols, pitch = 50, 37, 40  # rows of 37 f32 padded to 160 bytes (strides: multiples of 16)
     padded = rng.standard_normal((rows, pitch)).astype(np.float32)
     tensor = dev.array(padded)
@@ -478,7 +485,10 @@ def test_tma_ragged_edges_fill_zero_and_stores_clip(sim, dev, rng, x, y):
     oblob = encode_tensor_map(target.address, 4, (cols, rows), (pitch * 4,), (16, 16))
     out = dev.empty((16, 16), np.float32)
     maps = [dev.array(np.frombuffer(b, dtype=np.uint8).copy()) for b in (blob, oblob)]
-    sim.load(TMA_EDGES).launch("edges", 1, 64, dev.params(maps[0], out, maps[1], np.int32(x), np.int32(y)))
+    params = dev.params(maps[0], out, maps[1], np.int32(x), np.int32(y))
+    if map_param:
+        params[0] = blob
+    sim.load(text).launch("edges", 1, 64, params)
     want = np.zeros((16, 16), dtype=np.float32)
     stored = np.full((rows, pitch), -1.0, dtype=np.float32)
     for r in range(16):
