@@ -7,6 +7,7 @@ PTX whose fragment layouts, pipelining and calling conventions kaio had no hand 
 
     python benchmarks/reference_ptx.py            # both generators, into tests/targets/sim/ptx
     python benchmarks/reference_ptx.py --only triton
+    python benchmarks/reference_ptx.py --only triton-hopper   # the sm_90a (wgmma) fixture
 
 Triton (``pip install triton``) compiles ahead of time without a GPU for GPUTarget("cuda", 80,
 32); nvcc (CUDA 12 or 13) must be on PATH. Each fixture starts with a ``// launch:`` line giving
@@ -105,6 +106,48 @@ def triton_ptx() -> dict[str, str]:
     )
     out["triton_softmax"] = _with_launch(compiled.asm["ptx"], "softmax_kernel", 32 * sm["num_warps"], compiled.metadata.shared, f"triton {triton.__version__}")
     return out
+
+
+# --- Triton for Hopper ---------------------------------------------------------------------------
+
+# Triton's own tutorial matmul (benchmarks/triton_tutorial.py) for sm_90a: Triton pipelines the
+# loads with cp.async and multiplies with wgmma from shared-memory descriptors (128B swizzle,
+# B N-major), waiting with wgmma.wait_group 1. Small tiles keep the simulator fast.
+TRITON_MATMUL_SM90A = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=64, BLOCK_SIZE_K=32, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
+
+
+def triton_hopper_ptx() -> dict[str, str]:
+    """name -> PTX of the tutorial matmul compiled for GPUTarget("cuda", 90, 32) (sm_90a)."""
+    os.environ["TRITON_DISABLE_LINE_INFO"] = "1"
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    spec = importlib.util.spec_from_file_location("triton_tutorial", Path(__file__).resolve().parent / "triton_tutorial.py")
+    assert spec is not None and spec.loader is not None
+    tutorial = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tutorial)
+    cfg = dict(TRITON_MATMUL_SM90A)
+    options = {"num_warps": cfg.pop("num_warps"), "num_stages": cfg.pop("num_stages"), "enable_fp_fusion": True}
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32",
+                 "stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
+                 "stride_cm": "i32", "stride_cn": "constexpr", **dict.fromkeys(cfg, "constexpr")}  # fmt: skip
+    # unit inner strides (row-major operands) and 16-divisible pointers and sizes: 16-byte copies
+    attrs = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 2, 3, 4, 5, 6, 8, 10)}
+    constexprs = {"stride_ak": 1, "stride_bn": 1, "stride_cn": 1, **cfg}
+    compiled = triton.compile(
+        ASTSource(fn=tutorial.matmul_kernel, signature=signature, constexprs=constexprs, attrs=attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options=options,
+    )
+    # Triton writes the newest PTX ISA it knows; the kernel needs nothing past 8.0 (wgmma), and
+    # the ptxas wheel the tests use accepts at most 8.8
+    text = re.sub(r"^\.version \d+\.\d+$", ".version 8.0", compiled.asm["ptx"], flags=re.M)
+    launch = _with_launch(text, "matmul_kernel", 32 * options["num_warps"], compiled.metadata.shared, f"triton {triton.__version__}")
+    return {"triton_matmul_sm90a": launch}
 
 
 # --- nvcc ---------------------------------------------------------------------------------------
@@ -300,12 +343,14 @@ def launch_info(ptx: str) -> tuple[str, int, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("triton", "nvcc"))
+    parser.add_argument("--only", choices=("triton", "triton-hopper", "nvcc"))
     parser.add_argument("--out", type=Path, default=FIXTURES)
     args = parser.parse_args()
     generated: dict[str, str] = {}
     if args.only in (None, "triton"):
         generated.update(triton_ptx())
+    if args.only in (None, "triton-hopper"):
+        generated.update(triton_hopper_ptx())
     if args.only in (None, "nvcc"):
         nvcc = shutil.which("nvcc")
         if nvcc is None:

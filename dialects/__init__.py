@@ -1,4 +1,5 @@
-"""Dialects of the kaio stack, one file each: kernel, tile, smem, cpasync, mma, ptx."""
+"""Dialects of the kaio stack, one file each: kernel, tile, smem, cpasync, mma, wgmma, tma,
+mbarrier, ptx."""
 
 from __future__ import annotations
 
@@ -40,4 +41,19 @@ def get_all_dialects() -> dict[str, Callable[[], Dialect]]:
 
         return Mma
 
-    return {"kernel": kernel, "tile": tile, "smem": smem, "cpasync": cpasync, "mma": mma, "ptx": ptx}
+    def wgmma() -> Dialect:
+        from kaio.dialects.wgmma import Wgmma
+
+        return Wgmma
+
+    def tma() -> Dialect:
+        from kaio.dialects.tma import Tma
+
+        return Tma
+
+    def mbarrier() -> Dialect:
+        from kaio.dialects.mbarrier import Mbarrier
+
+        return Mbarrier
+
+    return {"kernel": kernel, "tile": tile, "smem": smem, "cpasync": cpasync, "mma": mma, "wgmma": wgmma, "tma": tma, "mbarrier": mbarrier, "ptx": ptx}

@@ -19,6 +19,7 @@ Textual form: ``%d = ptx.add s32 %a, %b : (i32, i32) -> i32``,
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -117,6 +118,30 @@ class Requirement:
     feature: str
     min_sm: int
     min_ptx: tuple[int, int]
+    # only the "a" target of min_sm has it (wgmma on sm_90a): neither sm_90 nor a later sm
+    arch_specific: bool = False
+
+    @property
+    def min_target(self) -> str:
+        return f"sm_{self.min_sm}{'a' if self.arch_specific else ''}"
+
+    def met_by(self, sm: int, arch_specific: bool) -> bool:
+        if self.arch_specific:
+            return arch_specific and sm == self.min_sm
+        return sm >= self.min_sm
+
+    def error(self, arch_name: str) -> Exception:
+        """The KaioTargetError for a target that lacks this feature."""
+        from kaio.errors import KaioTargetError
+
+        if not self.arch_specific:
+            return KaioTargetError(self.feature, self.min_sm, arch_name)
+        return KaioTargetError(
+            self.feature,
+            self.min_sm,
+            arch_name,
+            f"{self.feature} needs {self.min_target} (arch-specific); the target is {arch_name}",
+        )
 
 
 # --------------------------------------------------------------------------- the instruction base
@@ -129,6 +154,7 @@ def _string(text: str) -> StringAttr:
 
 
 RegName = Callable[[SSAValue], str]
+_BARE_SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
 
 
 @dataclass(frozen=True)
@@ -306,7 +332,12 @@ class PtxInstr(IRDLOperation):
 
     def print(self, printer: Printer) -> None:
         if self.spec_text:
-            printer.print_string(f" {self.spec_text}")
+            # specs with "::" (``shared::cta``) or a leading digit (``2d``) are no identifier
+            if _BARE_SPEC.fullmatch(self.spec_text):
+                printer.print_string(f" {self.spec_text}")
+            else:
+                printer.print_string(" ")
+                printer.print_string_literal(self.spec_text)
         srcs = list(self.srcs)
         items: list[Callable[[], None]] = []
         if self.INFO.has_address:
@@ -356,7 +387,7 @@ class PtxInstr(IRDLOperation):
 
     @classmethod
     def parse(cls, parser: Parser) -> PtxInstr:
-        spec = parser.parse_optional_identifier() or ""
+        spec = parser.parse_optional_identifier() or parser.parse_optional_str_literal() or ""
         props: dict[str, Attribute] = {"spec": StringAttr(spec)}
         operands: list[UnresolvedOperand] = []
 
@@ -1515,16 +1546,12 @@ def required_ptx_version(module: Operation) -> tuple[int, int]:
 
 def check_target(module: Operation, sm: int, arch_name: str) -> None:
     """Raise KaioTargetError for the first instruction the target does not have."""
-    from kaio.errors import KaioTargetError
-
     for _, req in requirements(module):
-        if req.min_sm > sm:
-            raise KaioTargetError(req.feature, req.min_sm, arch_name)
+        if not req.met_by(sm, arch_name.endswith("a")):
+            raise req.error(arch_name)
 
 
-Ptx = Dialect(
-    "ptx",
-    [
+_BASE_OPS: list[type[Operation]] = [
         # structure
         EntryOp,
         SharedDeclOp,
@@ -1597,6 +1624,19 @@ Ptx = Dialect(
         CpAsyncCommitOp,
         CpAsyncWaitGroupOp,
         CpAsyncWaitAllOp,
-    ],  # fmt: skip
-    [],
-)
+]  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def _dialect() -> Dialect:
+    # The Hopper instructions live in ptx_hopper.py (this file is long enough); they subclass
+    # PtxInstr, so the dialect object is built on first use, after both modules are loaded.
+    from kaio.dialects.ptx_hopper import HOPPER_OPS
+
+    return Dialect("ptx", [*_BASE_OPS, *HOPPER_OPS], [])
+
+
+def __getattr__(name: str) -> Dialect:
+    if name == "Ptx":
+        return _dialect()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,7 @@ from kaio.dialects import kernel
 from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     arith_math,
     control_flow,
+    hopper,
     kernel_ops,
     mma_sync,
     tile_values,

@@ -166,6 +166,8 @@ class Device:
         it (PTX for an older target runs on newer GPUs: the driver JIT-compiles it)."""
         from kaio.targets.ptx.arch import ARCHES
 
+        if self.arch in ARCHES:  # its own, "a" targets included (a simulator of sm_90a)
+            return str(self.arch)
         fitting = [a for a in ARCHES.values() if a.sm <= self.sm]
         if not fitting:
             raise KaioDriverError(

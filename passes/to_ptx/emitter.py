@@ -188,8 +188,8 @@ class PtxEmitter:
         """Refuse an instruction the target lacks here, where the Python line is still known."""
         if isinstance(op, ptx.PtxInstr):
             for req in op.requirements():
-                if req.min_sm > self.arch.sm:
-                    raise KaioTargetError(req.feature, req.min_sm, self.arch.name)
+                if not req.met_by(self.arch.sm, self.arch.arch_specific):
+                    raise req.error(self.arch.name)
 
     def instr(
         self,

@@ -12,6 +12,9 @@ class Arch:
     name: str  # "sm_80"
     sm: int  # 80
     min_ptx: tuple[int, int]  # lowest PTX ISA version that knows this target
+    # "a" targets (sm_90a) add features of that one GPU generation (wgmma, setmaxnreg) that
+    # later GPUs need not have: code for them runs only on that sm, never JIT-forwarded.
+    arch_specific: bool = False
 
 
 ARCHES: dict[str, Arch] = {
@@ -25,6 +28,7 @@ ARCHES: dict[str, Arch] = {
         Arch("sm_87", 87, (7, 4)),
         Arch("sm_89", 89, (7, 8)),
         Arch("sm_90", 90, (7, 8)),
+        Arch("sm_90a", 90, (8, 0), arch_specific=True),
     )
 }
 
@@ -37,7 +41,7 @@ DEFAULT_ARCH = "sm_80"
 
 def get_arch(name: str | int) -> Arch:
     """``"sm_80"``, ``"80"``, ``80`` or ``"sm80"`` -> the Arch; anything else -> KaioTargetError."""
-    text = str(name).lower().replace("sm_", "").replace("sm", "")
+    text = str(name).lower().replace("sm_", "").replace("sm", "")  # "90a" stays "90a"
     key = f"sm_{text}"
     if key not in ARCHES:
         known = ", ".join(ARCHES)

@@ -121,8 +121,8 @@ def print_ptx(module: ModuleOp, arch: str, comments: bool = True) -> str:
     target = get_arch(arch)
     needed = [req for _, req in ptx.requirements(module)]
     for req in needed:
-        if req.min_sm > target.sm:
-            raise KaioTargetError(req.feature, req.min_sm, target.name)
+        if not req.met_by(target.sm, target.arch_specific):
+            raise req.error(target.name)
     version = max([target.min_ptx, *(req.min_ptx for req in needed)])
     if version > MAX_PTX:
         raise KaioTargetError(

@@ -14,10 +14,11 @@ from .ptx_types import PTX_TYPES
 FIXED: dict[str, str] = {
     **dict.fromkeys(("ld", "ldu", "st", "ldmatrix", "prefetch", "prefetchu", "isspacep", "createpolicy"), "memory"),
     **dict.fromkeys(("atom", "red"), "atomic"),
-    **dict.fromkeys(("mma",), "tensor core"),
+    **dict.fromkeys(("mma", "wgmma"), "tensor core"),
+    **dict.fromkeys(("mbarrier", "setmaxnreg"), "sync"),
     **dict.fromkeys(("bra", "ret", "exit", "trap"), "control"),
     **dict.fromkeys(("bar", "barrier", "membar", "fence", "nanosleep"), "sync"),
-    **dict.fromkeys(("shfl", "vote", "redux", "activemask"), "warp"),
+    **dict.fromkeys(("shfl", "vote", "redux", "activemask", "elect"), "warp"),
     **dict.fromkeys(("mov", "cvta"), "move"),
     **dict.fromkeys(("cvt",), "convert"),
     **dict.fromkeys(("ex2", "lg2", "sin", "cos", "tanh"), "sfu"),

@@ -20,6 +20,8 @@ from .race import RaceChecker
 if TYPE_CHECKING:
     from .metrics import Profiler
     from .ops_async_copy import AsyncCopies
+    from .ops_mbarrier import Mbarriers
+    from .ops_wgmma import WgmmaQueue
 
 WARP = 32
 
@@ -78,6 +80,9 @@ class ExecContext:
         self.param = param
         self.clock = 0  # instructions issued so far: what %clock reads
         self.async_copies: AsyncCopies | None = None  # cp.async queues, made by the first cp.async
+        self.mbarriers: Mbarriers | None = None  # made by the first mbarrier instruction
+        self.wgmma: WgmmaQueue | None = None  # wgmma.mma_async results in flight
+        self.spinning: np.ndarray | None = None  # threads whose spin-wait just failed (executor backs them off)
         self.profiler = profiler  # memory metrics (profile=True), else None
         self._views: dict[tuple[str, int], np.ndarray] = {}
         # race_check=True, for kernels that have shared memory

@@ -14,6 +14,7 @@ from .faults import DecodeError
 from .inliner import InlineError, Inliner
 from .instruction_table import decode_instruction
 from .operands import DecodeContext
+from .ops_wgmma import guard_in_flight
 from .program import EntryInfo, Op, OpKind, Symbol
 from .ptx_types import PTX_TYPES
 from .syntax import (
@@ -176,6 +177,7 @@ def _decode_body(fn: FunctionDecl, body: list, symbols: dict[str, Symbol]) -> tu
 
     dc.label = find_label
     ops: list[Op] = []
+    touched: list[set[int]] = []  # per op: the registers it names
     for st in body:
         try:
             if isinstance(st, ScopeBegin):
@@ -190,10 +192,13 @@ def _decode_body(fn: FunctionDecl, body: list, symbols: dict[str, Symbol]) -> tu
                 for name in st.names:
                     dc.declare(name, t)
             elif isinstance(st, Instruction):
+                dc.touched = set()
                 ops.append(decode_instruction(st, dc))
+                touched.append(dc.touched)
         except DecodeError as exc:
             line = getattr(st, "line", fn.line)
             raise LoadError(str(exc), line, getattr(st, "text", "")) from None
+    guard_in_flight(ops, touched, dc.async_registers)
     # Falling off the end of a kernel ends the thread, as the closing brace does on hardware.
     ops.append(Op(line=ops[-1].line if ops else fn.line, text="(end of kernel)", klass="exit", kind=OpKind.EXIT, run=None))
     return ops, dc.register_types

@@ -28,6 +28,10 @@ from .faults import SimFault
 from .program import Op, OpKind
 
 PARKED = np.iinfo(np.int64).max
+# Added to the PC of threads whose spin-wait just failed (mbarrier.try_wait false): they run
+# again only once no other thread can, so a consumer polling at a lower PC than its producer
+# (warp-specialised pipelines) does not starve it.
+BACKOFF = 1 << 40
 RUNNABLE, WAITING, EXITED = 0, 1, 2
 NUM_BARRIERS = 16
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -108,7 +112,7 @@ class BatchRunner:
                 lowest = int(self.sched.min())
                 if lowest == PARKED:
                     break
-                at = lowest
+                at = lowest & (BACKOFF - 1)
                 sel = np.flatnonzero(self.sched == lowest)
                 if sel.size == self.n_runnable:
                     converged, pc, active = True, at, (None if sel.size == n else sel)
@@ -146,6 +150,9 @@ class BatchRunner:
                     pc = at + 1
                 else:
                     self.sched[sel] = at + 1
+                if ctx.spinning is not None:
+                    self._back_off(at + 1, active if converged else None, converged)
+                    converged = False
                 continue
 
             if kind == OpKind.BRANCH:
@@ -240,6 +247,12 @@ class BatchRunner:
             self.sched[:] = pc
         else:
             self.sched[active] = pc
+
+    def _back_off(self, next_pc: int, active: np.ndarray | None, converged: bool) -> None:
+        threads, self.ctx.spinning = self.ctx.spinning, None
+        if converged:
+            self._diverge(next_pc, active)
+        self.sched[threads] = next_pc + BACKOFF
 
     def _exit(self, threads: np.ndarray) -> None:
         self.status[threads] = EXITED

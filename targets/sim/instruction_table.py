@@ -24,9 +24,12 @@ from . import (
     ops_half,
     ops_int,
     ops_ldmatrix,
+    ops_mbarrier,
     ops_memory,
     ops_mma,
+    ops_sm90,
     ops_warp,
+    ops_wgmma,
 )
 from .categories import instruction_category
 from .faults import DecodeError
@@ -63,6 +66,9 @@ INSTRUCTIONS: dict[tuple[str, str], Factory] = _merge(
     ops_async_copy.TABLE,
     ops_ldmatrix.TABLE,
     ops_mma.TABLE,
+    ops_wgmma.TABLE,
+    ops_mbarrier.TABLE,
+    ops_sm90.TABLE,
 )
 MNEMONICS = frozenset(m for m, _ in INSTRUCTIONS)
 

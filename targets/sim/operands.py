@@ -172,6 +172,10 @@ class DecodeContext:
         self.register_types: list[np.dtype] = []
         self.scopes: list[dict[str, int]] = [{}]
         self.label: Callable[[str], int] = lambda name: -1
+        # register slots the instruction being decoded names (the decoder resets it per
+        # instruction), and the registers asynchronous instructions (wgmma) update in place
+        self.touched: set[int] = set()
+        self.async_registers: dict[int, str] = {}
 
     # --- registers --------------------------------------------------------------------------
 
@@ -185,6 +189,7 @@ class DecodeContext:
     def slot(self, name: str) -> int:
         for scope in reversed(self.scopes):
             if name in scope:
+                self.touched.add(scope[name])
                 return scope[name]
         raise DecodeError(f"undeclared register {name}")
 

@@ -216,11 +216,15 @@ _FORMS = {"commit_group": _commit, "wait_group": _wait_group, "wait_all": _wait_
 def make_cp(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
     if not mods.flag("async"):
         raise DecodeError(f"unsupported instruction {ins.opcode}: only cp.async is supported")
+    if mods.flag("bulk"):
+        from .ops_bulk_copy import make_bulk  # the TMA forms: a module of their own
+
+        return make_bulk(ins, mods, dc)
     form = mods.take(*_FORMS)
     if form is not None:
         return _FORMS[form](ins, mods, dc)
-    if mods.take("bulk", "mbarrier") is not None:
-        raise DecodeError(f"unsupported instruction {ins.opcode}: bulk and mbarrier forms of cp.async are not supported")
+    if mods.take("mbarrier") is not None:
+        raise DecodeError(f"unsupported instruction {ins.opcode}: cp.async.mbarrier.arrive is not supported")
     return _copy(ins, mods, dc)
 
 

@@ -20,6 +20,7 @@ from .syntax import (
     NegPredOperand,
     Operand,
     PairOperand,
+    TensorAddrOperand,
     ParamDecl,
     ParenOperand,
     RegDecl,
@@ -391,7 +392,7 @@ class _Parser:
             offset = sign * self.expect_int()
         return SymOperand(t, offset)
 
-    def address(self) -> AddrOperand:
+    def address(self) -> AddrOperand | TensorAddrOperand:
         tok = self.next()
         base: RegOperand | SymOperand | None
         offset = 0
@@ -409,6 +410,12 @@ class _Parser:
             self.next()
             value = self.expect_int()
             offset += -value if nxt.text == "-" else value
+        if self.accept(","):  # [tmap, {x, y}]
+            coords = self.operand()
+            self.expect("]")
+            if not isinstance(coords, VecOperand):
+                raise PtxSyntaxError("a tensor address is [tensor-map, {coordinates}]", tok.line)
+            return TensorAddrOperand(AddrOperand(base, offset), coords.items)
         self.expect("]")
         return AddrOperand(base, offset)
 

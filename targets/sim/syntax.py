@@ -59,6 +59,14 @@ class AddrOperand:
 
 
 @dataclass(frozen=True)
+class TensorAddrOperand:
+    """``[tmap, {x, y}]``: a tensor map's address and the box coordinates (cp.async.bulk.tensor)."""
+
+    address: AddrOperand
+    coords: tuple[Operand, ...]
+
+
+@dataclass(frozen=True)
 class SinkOperand:
     """``_``: a destination whose value is discarded."""
 
@@ -84,6 +92,7 @@ Operand = (
     | ImmOperand
     | SymOperand
     | AddrOperand
+    | TensorAddrOperand
     | SinkOperand
     | VecOperand
     | ParenOperand

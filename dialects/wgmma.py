@@ -1,0 +1,240 @@
+"""The ``wgmma`` dialect: warpgroup matrix multiply-accumulate from shared-memory descriptors
+(Hopper, sm_90a).
+
+A warpgroup (four consecutive warps, 128 threads) computes a 64xN f32 tile ``D = A * B + D``
+with A (64x16) and B (16xN) of f16 or bf16 read from shared memory through 64-bit *matrix
+descriptors*. The accumulator ``!wgmma.acc<N>`` lives in the registers of the warpgroup (N/2
+f32 per thread, the layout of the PTX ISA's wgmma D fragment).
+
+- ``wgmma.descriptor %addr swizzle "128B" lbo 16 sbo 1024`` builds a descriptor for a tile at
+  shared address ``%addr`` laid out in one of the ISA's canonical layouts (``swizzle``: none,
+  32B, 64B, 128B; LBO/SBO: the leading/stride byte offsets between 8x16-byte core matrices);
+  ``wgmma.advance %d by 32`` moves its start (the next k16 step inside a swizzle atom).
+  :func:`matrix_descriptor` is the same encoding in Python.
+- ``wgmma.mma_async`` issues one m64nNk16 product; it is asynchronous: ``wgmma.fence`` before
+  the first one (after writing the accumulators or the operands), ``wgmma.commit_group`` to
+  close a group, and ``wgmma.wait_group %accs {pending = N}`` to wait until at most N groups
+  are in flight. The wait takes and returns the accumulators: only its results may be read,
+  which keeps the order in SSA form.
+- ``wgmma.zero`` makes an accumulator of zeros; ``wgmma.store`` writes one to a row-major f32
+  matrix in global memory (the epilogue of a test or of a simple kernel).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kaio.dialects.tma import GLOBAL_ADDRESS
+from xdsl.dialects.builtin import I64, IntAttr, IntegerAttr, StringAttr, bf16, f16, i32, i64
+from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
+from xdsl.irdl import (
+    IRDLOperation,
+    VarConstraint,
+    base,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import AttrParser
+from xdsl.printer import Printer
+from xdsl.traits import Pure
+from xdsl.utils.exceptions import VerifyException
+
+# swizzle mode -> its code in descriptor bits 62-63 (PTX ISA, "Matrix Descriptor Format")
+SWIZZLE_MODES: dict[str, int] = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
+_FIELD = 0x3FFF  # 14-bit fields, in units of 16 bytes
+
+
+def matrix_descriptor(address: int, lbo: int, sbo: int, swizzle: str) -> int:
+    """The 64-bit wgmma matrix descriptor: start address >> 4 (bits 0-13), leading byte offset
+    >> 4 (16-29), stride byte offset >> 4 (32-45), base offset 0 (49-51), swizzle (62-63).
+    ``address`` is a shared-memory address (only its low 18 bits matter)."""
+    check_descriptor_fields(lbo, sbo, swizzle)
+    return descriptor_bits(lbo, sbo, swizzle) | ((address & 0x3FFFF) >> 4)
+
+
+def descriptor_bits(lbo: int, sbo: int, swizzle: str) -> int:
+    """Every field of the descriptor but the start address."""
+    return ((lbo >> 4) & _FIELD) << 16 | ((sbo >> 4) & _FIELD) << 32 | SWIZZLE_MODES[swizzle] << 62
+
+
+def check_descriptor_fields(lbo: int, sbo: int, swizzle: str) -> None:
+    if swizzle not in SWIZZLE_MODES:
+        raise VerifyException(f"swizzle mode is one of {list(SWIZZLE_MODES)}, not '{swizzle}'")
+    for name, v in (("lbo", lbo), ("sbo", sbo)):
+        if v % 16 or not 0 <= v < (1 << 18):
+            raise VerifyException(f"{name} {v} must be a multiple of 16 below 2^18")
+
+
+@irdl_attr_definition
+class AccType(ParametrizedAttribute, TypeAttribute):
+    """``!wgmma.acc<N>``: a 64xN f32 accumulator of a warpgroup (N/2 registers per thread)."""
+
+    name = "wgmma.acc"
+    n: IntAttr
+
+    def __init__(self, n: int):
+        super().__init__(IntAttr(n))
+
+    @property
+    def registers(self) -> int:
+        return self.n.data // 2
+
+    def verify(self) -> None:
+        if self.n.data % 8 or not 8 <= self.n.data <= 256:
+            raise VerifyException(f"wgmma N is 8..256 in steps of 8, not {self.n.data}")
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.n.data}>")
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> tuple[IntAttr]:
+        with parser.in_angle_brackets():
+            return (IntAttr(parser.parse_integer()),)
+
+
+@irdl_op_definition
+class DescriptorOp(IRDLOperation):
+    name = "wgmma.descriptor"
+    address = operand_def(i32)
+    swizzle = prop_def(StringAttr)
+    lbo = prop_def(IntegerAttr[I64])
+    sbo = prop_def(IntegerAttr[I64])
+    result = result_def(i64)
+    traits = traits_def(Pure())
+    assembly_format = "$address `swizzle` $swizzle `lbo` $lbo `sbo` $sbo attr-dict"
+
+    def __init__(self, address: SSAValue, swizzle: str, lbo: int, sbo: int):
+        super().__init__(
+            operands=[address],
+            properties={"swizzle": StringAttr(swizzle), "lbo": IntegerAttr(lbo, i64), "sbo": IntegerAttr(sbo, i64)},
+            result_types=[i64],
+        )
+
+    def verify_(self) -> None:
+        check_descriptor_fields(self.lbo.value.data, self.sbo.value.data, self.swizzle.data)
+
+
+@irdl_op_definition
+class AdvanceOp(IRDLOperation):
+    """The descriptor of the tile ``bytes`` further on (start address + bytes)."""
+
+    name = "wgmma.advance"
+    desc = operand_def(i64)
+    bytes = prop_def(IntegerAttr[I64])
+    result = result_def(i64)
+    traits = traits_def(Pure())
+    assembly_format = "$desc `by` $bytes attr-dict"
+
+    def __init__(self, desc: SSAValue, nbytes: int):
+        super().__init__(operands=[desc], properties={"bytes": IntegerAttr(nbytes, i64)}, result_types=[i64])
+
+    def verify_(self) -> None:
+        if self.bytes.value.data % 16:
+            raise VerifyException("a descriptor advances by a multiple of 16 bytes")
+
+
+@irdl_op_definition
+class ZeroOp(IRDLOperation):
+    name = "wgmma.zero"
+    result = result_def(AccType)
+    assembly_format = "attr-dict `:` type($result)"
+
+    def __init__(self, n: int):
+        super().__init__(result_types=[AccType(n)])
+
+
+@irdl_op_definition
+class FenceOp(IRDLOperation):
+    name = "wgmma.fence"
+    assembly_format = "attr-dict"
+
+
+@irdl_op_definition
+class CommitGroupOp(IRDLOperation):
+    name = "wgmma.commit_group"
+    assembly_format = "attr-dict"
+
+
+@irdl_op_definition
+class MmaAsyncOp(IRDLOperation):
+    """``%d = wgmma.mma_async %acc, %a_desc, %b_desc {element = f16, trans_b = 1}``: issue
+    ``D = A * B + acc`` (``accumulate = 0``: ``D = A * B``). ``trans_a``/``trans_b`` 1: A is
+    M-major / B is N-major in shared memory (0: K-major)."""
+
+    name = "wgmma.mma_async"
+    T: ClassVar = VarConstraint("T", base(AccType))
+    acc = operand_def(T)
+    a = operand_def(i64)
+    b = operand_def(i64)
+    element = prop_def(TypeAttribute)
+    trans_a = prop_def(IntegerAttr[I64])
+    trans_b = prop_def(IntegerAttr[I64])
+    accumulate = prop_def(IntegerAttr[I64])
+    result = result_def(T)
+    assembly_format = "$acc `,` $a `,` $b `element` $element `trans` $trans_a `,` $trans_b `accumulate` $accumulate attr-dict `:` type($acc)"
+
+    def __init__(self, acc: SSAValue, a: SSAValue, b: SSAValue, element: Attribute = f16, trans_a: int = 0, trans_b: int = 0, accumulate: int = 1):
+        props = {
+            "element": element,
+            "trans_a": IntegerAttr(trans_a, i64),
+            "trans_b": IntegerAttr(trans_b, i64),
+            "accumulate": IntegerAttr(accumulate, i64),
+        }
+        super().__init__(operands=[acc, a, b], properties=props, result_types=[acc.type])
+
+    def verify_(self) -> None:
+        if self.element not in (f16, bf16):
+            raise VerifyException(f"wgmma.mma_async multiplies f16 or bf16, not {self.element}")
+        for name in ("trans_a", "trans_b", "accumulate"):
+            if getattr(self, name).value.data not in (0, 1):
+                raise VerifyException(f"{name} is 0 or 1")
+        if self.result.type != self.acc.type:
+            raise VerifyException("the result is an accumulator like acc")
+
+
+@irdl_op_definition
+class WaitGroupOp(IRDLOperation):
+    """Wait until at most ``pending`` groups are in flight; the accumulators pass through."""
+
+    name = "wgmma.wait_group"
+    accs = var_operand_def(AccType)
+    pending = prop_def(IntegerAttr[I64])
+    results_ = var_result_def(AccType)
+    assembly_format = "$accs `pending` $pending attr-dict `:` type($accs) `->` type($results_)"
+
+    def __init__(self, accs: list[SSAValue], pending: int = 0):
+        super().__init__(operands=[accs], properties={"pending": IntegerAttr(pending, i64)}, result_types=[[a.type for a in accs]])
+
+    def verify_(self) -> None:
+        if not 0 <= self.pending.value.data <= 7:
+            raise VerifyException("wgmma.wait_group waits for 0..7 pending groups")
+        if [r.type for r in self.results_] != [a.type for a in self.accs]:
+            raise VerifyException("the results are the accumulators, in order")
+
+
+@irdl_op_definition
+class StoreOp(IRDLOperation):
+    """Store the accumulator to the row-major f32 matrix at global address ``%ptr`` with
+    ``%ld`` elements per row (the warpgroup is the first one of a 1-D block)."""
+
+    name = "wgmma.store"
+    acc = operand_def(AccType)
+    ptr = operand_def(GLOBAL_ADDRESS)
+    ld = operand_def(i32)
+    assembly_format = "$acc `,` $ptr `,` $ld attr-dict `:` type($acc) `,` type($ptr)"
+
+    def __init__(self, acc: SSAValue, ptr: SSAValue, ld: SSAValue):
+        super().__init__(operands=[acc, ptr, ld])
+
+
+Wgmma = Dialect(
+    "wgmma",
+    [DescriptorOp, AdvanceOp, ZeroOp, FenceOp, CommitGroupOp, MmaAsyncOp, WaitGroupOp, StoreOp],
+    [AccType],
+)

@@ -1,0 +1,223 @@
+"""``wgmma``, ``tma`` and ``mbarrier`` -> the Hopper ptx instructions (``ptx_hopper``).
+
+Most rules are one instruction; the exceptions say why:
+
+- accumulators are updated in place by ``wgmma.mma_async``: a rule gives each accumulator value
+  registers of its own (``wgmma.zero`` moves zeros into fresh ones; an mma whose input is still
+  used elsewhere copies it first), so the in-place update never clobbers a value someone reads;
+- descriptors are built at run time from the 32-bit shared address (the address is only known
+  to the assembler): ``(addr >> 4) & 0x3FFF`` or-ed with the constant fields of
+  :func:`kaio.dialects.wgmma.descriptor_bits`;
+- ``mbarrier.wait_parity`` is the usual try_wait loop.
+"""
+
+from __future__ import annotations
+
+from kaio.dialects import mbarrier, ptx, tma, wgmma
+from kaio.dialects import ptx_hopper as hp
+from kaio.passes.to_ptx import lowering, register_parts
+from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
+from xdsl.dialects.builtin import f32, i1, i32, i64
+from xdsl.ir import Attribute, SSAValue
+
+_TO_SHARED = "shared::cluster.global.mbarrier::complete_tx::bytes"
+_TO_GLOBAL = "global.shared::cta.bulk_group"
+_MBAR = "shared::cta.b64"
+
+
+@register_parts(wgmma.AccType)
+def accumulator_parts(t: Attribute, em: PtxEmitter) -> list[Attribute]:
+    assert isinstance(t, wgmma.AccType)
+    return [f32] * t.registers
+
+
+def _predicate(em: PtxEmitter, value: int) -> SSAValue:
+    """A constant predicate register (wgmma's scale-d)."""
+
+    def build() -> SSAValue:
+        return em.instr(ptx.SetpOp, "ne.u32", [em.const(value, i32), em.const(0, i32)], i1)
+
+    return em.invariant(("predicate", value), build)
+
+
+# --------------------------------------------------------------------------- wgmma
+
+
+@lowering(wgmma.DescriptorOp)
+def lower_descriptor(em: PtxEmitter, op: wgmma.DescriptorOp) -> None:
+    addr = em.instr(ptx.CvtOp, "u64.u32", [em.value(op.address)], i64)
+    units = em.instr(ptx.ShrOp, "b64", [addr, em.const(4, i32)], i64)
+    start = em.instr(ptx.AndOp, "b64", [units, em.const(0x3FFF, i64)], i64)
+    bits = wgmma.descriptor_bits(op.lbo.value.data, op.sbo.value.data, op.swizzle.data)
+    em.bind(op.result, em.instr(ptx.OrOp, "b64", [start, em.const(_signed64(bits), i64)], i64))
+
+
+def _signed64(bits: int) -> int:
+    """i64 constants are signed: the swizzle field sets the top bits."""
+    return bits - (1 << 64) if bits >= 1 << 63 else bits
+
+
+@lowering(wgmma.AdvanceOp)
+def lower_advance(em: PtxEmitter, op: wgmma.AdvanceOp) -> None:
+    step = em.const(op.bytes.value.data >> 4, i64)
+    em.bind(op.result, em.instr(ptx.AddOp, "s64", [em.value(op.desc), step], i64))
+
+
+@lowering(wgmma.ZeroOp)
+def lower_zero(em: PtxEmitter, op: wgmma.ZeroOp) -> None:
+    regs = em.regs(op.result.type)
+    zero = em.const(0.0, f32)
+    for r in regs:
+        em.assign(r, zero)
+    em.bind(op.result, regs)
+
+
+@lowering(wgmma.FenceOp)
+def lower_fence(em: PtxEmitter, op: wgmma.FenceOp) -> None:
+    em.emit(hp.WgmmaFenceOp("sync.aligned"))
+
+
+@lowering(wgmma.CommitGroupOp)
+def lower_commit(em: PtxEmitter, op: wgmma.CommitGroupOp) -> None:
+    em.emit(hp.WgmmaCommitOp("sync.aligned"))
+
+
+@lowering(wgmma.MmaAsyncOp)
+def lower_mma_async(em: PtxEmitter, op: wgmma.MmaAsyncOp) -> None:
+    acc = list(em.parts(op.acc))
+    shared = len(set(acc)) != len(acc) or len(list(op.acc.uses)) > 1
+    if shared and op.accumulate.value.data:
+        fresh = em.regs(op.acc.type)
+        for r, v in zip(fresh, acc):
+            em.assign(r, v)
+        acc = fresh
+    elif shared:  # D = A * B ignores the input: any fresh registers do
+        acc = em.regs(op.acc.type)
+    n = op.acc.type.n.data  # type: ignore[attr-defined]
+    elem = float_spec(op.element)
+    spec = f"sync.aligned.m64n{n}k16.f32.{elem}.{elem}"
+    scale_d = _predicate(em, op.accumulate.value.data)
+    em.emit(
+        hp.WgmmaMmaAsyncOp(
+            spec, acc, [em.value(op.a)], em.value(op.b), scale_d,
+            trans_a=op.trans_a.value.data, trans_b=op.trans_b.value.data,
+        )
+    )  # fmt: skip
+    em.bind(op.result, acc)
+
+
+@lowering(wgmma.WaitGroupOp)
+def lower_wait(em: PtxEmitter, op: wgmma.WaitGroupOp) -> None:
+    em.emit(hp.WgmmaWaitOp("sync.aligned", [em.const(op.pending.value.data, i32)]))
+    for result, acc in zip(op.results_, op.accs):
+        em.bind(result, list(em.parts(acc)))
+
+
+@lowering(wgmma.StoreOp)
+def lower_store(em: PtxEmitter, op: wgmma.StoreOp) -> None:
+    """Lane 4g + t of warp w holds rows 16w + g (+8), columns 8j + 2t (+1): pairs of f32."""
+    tid = em.special("tid.x")
+    warp = em.instr(ptx.AndOp, "b32", [em.instr(ptx.ShrOp, "u32", [tid, em.const(5, i32)], i32), em.const(3, i32)], i32)
+    lane = em.instr(ptx.AndOp, "b32", [tid, em.const(31, i32)], i32)
+    g = em.instr(ptx.ShrOp, "u32", [lane, em.const(2, i32)], i32)
+    t2 = em.instr(ptx.ShlOp, "b32", [em.instr(ptx.AndOp, "b32", [lane, em.const(3, i32)], i32), em.const(1, i32)], i32)
+    row = em.instr(ptx.MadOp, "lo.s32", [warp, em.const(16, i32), g], i32)
+    ld = em.value(op.ld)
+    first = em.instr(ptx.MadOp, "lo.s32", [row, ld, t2], i32)  # element index of (row, 2t)
+    addr = em.instr(ptx.MadOp, "wide.u32", [first, em.const(4, i32), em.value(op.ptr)], i64)
+    eight_rows = em.instr(ptx.MulOp, "wide.u32", [ld, em.const(32, i32)], i64)  # 8 rows in bytes
+    acc = em.parts(op.acc)
+    lower = addr
+    upper = em.instr(ptx.AddOp, "s64", [addr, eight_rows], i64)
+    for j in range(len(acc) // 4):
+        for half, base in enumerate((lower, upper)):
+            pair = list(acc[4 * j + 2 * half : 4 * j + 2 * half + 2])
+            em.emit(ptx.StOp("global.v2.f32", [base, *pair], offset=32 * j))
+
+
+# --------------------------------------------------------------------------- mbarrier
+
+
+@lowering(mbarrier.AllocOp)
+def lower_mbarrier_alloc(em: PtxEmitter, op: mbarrier.AllocOp) -> None:
+    em.bind(op.result, em.shared("mbarrier", 8, 8))
+
+
+@lowering(mbarrier.InitOp)
+def lower_mbarrier_init(em: PtxEmitter, op: mbarrier.InitOp) -> None:
+    em.emit(hp.MbarrierInitOp(_MBAR, [em.value(op.barrier), em.const(op.count.value.data, i32)]))
+
+
+@lowering(mbarrier.ArriveOp)
+def lower_arrive(em: PtxEmitter, op: mbarrier.ArriveOp) -> None:
+    em.emit(hp.MbarrierArriveOp(_MBAR, [em.value(op.barrier)]))
+
+
+@lowering(mbarrier.ArriveExpectTxOp)
+def lower_arrive_expect_tx(em: PtxEmitter, op: mbarrier.ArriveExpectTxOp) -> None:
+    em.emit(hp.MbarrierArriveExpectTxOp(_MBAR, [em.value(op.barrier), em.value(op.bytes)]))
+
+
+def _try_wait(em: PtxEmitter, barrier: SSAValue, parity: SSAValue) -> SSAValue:
+    return em.instr(hp.MbarrierTryWaitParityOp, _MBAR, [em.value(barrier), em.value(parity)], i1)
+
+
+@lowering(mbarrier.TryWaitParityOp)
+def lower_try_wait(em: PtxEmitter, op: mbarrier.TryWaitParityOp) -> None:
+    em.bind(op.result, _try_wait(em, op.barrier, op.parity))
+
+
+@lowering(mbarrier.WaitParityOp)
+def lower_wait_parity(em: PtxEmitter, op: mbarrier.WaitParityOp) -> None:
+    again = em.label("mbarrier_wait")
+    em.place_label(again)
+    em.branch(again, _try_wait(em, op.barrier, op.parity), negate=True)
+
+
+# --------------------------------------------------------------------------- tma
+
+
+@lowering(tma.AllocOp)
+def lower_tma_alloc(em: PtxEmitter, op: tma.AllocOp) -> None:
+    em.bind(op.result, em.shared("tma_buffer", op.bytes.value.data, op.align.value.data))
+
+
+@lowering(tma.LoadOp)
+def lower_tma_load(em: PtxEmitter, op: tma.LoadOp) -> None:
+    coords = [em.value(c) for c in op.coords]
+    spec = f"{len(coords)}d.{_TO_SHARED}"
+    em.emit(hp.CpAsyncBulkTensorOp(spec, [em.value(op.dst), em.value(op.tmap), *coords, em.value(op.barrier)]))
+
+
+@lowering(tma.StoreOp)
+def lower_tma_store(em: PtxEmitter, op: tma.StoreOp) -> None:
+    coords = [em.value(c) for c in op.coords]
+    spec = f"{len(coords)}d.{_TO_GLOBAL}"
+    em.emit(hp.CpAsyncBulkTensorOp(spec, [em.value(op.tmap), *coords, em.value(op.src)]))
+
+
+@lowering(tma.BulkLoadOp)
+def lower_bulk_load(em: PtxEmitter, op: tma.BulkLoadOp) -> None:
+    args = [em.value(op.dst), em.value(op.src), em.value(op.size), em.value(op.barrier)]
+    em.emit(hp.CpAsyncBulkOp(_TO_SHARED, args))
+
+
+@lowering(tma.BulkStoreOp)
+def lower_bulk_store(em: PtxEmitter, op: tma.BulkStoreOp) -> None:
+    em.emit(hp.CpAsyncBulkOp(_TO_GLOBAL, [em.value(op.dst), em.value(op.src), em.value(op.size)]))
+
+
+@lowering(tma.CommitOp)
+def lower_tma_commit(em: PtxEmitter, op: tma.CommitOp) -> None:
+    em.emit(hp.CpAsyncBulkCommitOp(""))
+
+
+@lowering(tma.WaitOp)
+def lower_tma_wait(em: PtxEmitter, op: tma.WaitOp) -> None:
+    spec = "read" if op.read.value.data else ""
+    em.emit(hp.CpAsyncBulkWaitOp(spec, [em.const(op.pending.value.data, i32)]))
+
+
+@lowering(tma.FenceOp)
+def lower_tma_fence(em: PtxEmitter, op: tma.FenceOp) -> None:
+    em.emit(hp.FenceProxyAsyncOp("shared::cta"))

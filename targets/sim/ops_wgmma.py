@@ -1,0 +1,372 @@
+"""wgmma: warpgroup-wide asynchronous matrix multiply-accumulate (sm_90a).
+
+Supported: ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}`` (N = 8..256 by
+8) with A from a shared-memory matrix descriptor or from four registers, B from a descriptor,
+the ``scale-d`` predicate (or immediate), imm-scale-a/b (1 or -1) and imm-trans-a/b;
+``wgmma.fence``, ``wgmma.commit_group`` and ``wgmma.wait_group N``.
+
+A warpgroup is four consecutive warps (128 threads, the first warp's number a multiple of 4);
+all of its threads execute each wgmma instruction together, with the same descriptors.
+
+Matrix descriptors (PTX ISA, "Matrix Descriptor Format"): bits 0-13 start address >> 4, 16-29
+leading dimension byte offset (LBO) >> 4, 32-45 stride dimension byte offset (SBO) >> 4,
+49-51 base offset (must be 0 here), 62-63 swizzle (0 none, 1 128B, 2 64B, 3 32B). The operand
+is read as the canonical layouts of the ISA (and CUTLASS's GMMA atoms), in units of 8x16-byte
+core matrices, for a 64x16 A or Nx16 B slice indexed (row r of M or N, column k):
+
+* K-major (imm-trans 0), no swizzle: ``start + (r/8) SBO + (r%8) 16 + (kb/16) LBO + kb%16``;
+  swizzled with span S: ``start + (r/8) SBO + (r%8) S + kb`` (kb = k * 2 bytes)
+* MN-major (imm-trans 1), no swizzle: ``start + (rb/16) SBO + rb%16 + (k%8) 16 + (k/8) LBO``;
+  swizzled: ``start + (rb/S) LBO + rb%S + (k%8) S + (k/8) SBO`` (rb = r * 2 bytes)
+
+and the swizzle then XORs address bits 4.. with bits 7.. (``tensor_map.swizzle``), on the
+absolute shared address as the hardware does, so TMA's swizzled boxes read back unchanged.
+
+Register fragments: A register j of warp w's lane holds the m16n8k16 A fragment of rows 16w..
+16w+15; accumulator register i of that lane holds row 16w + g + 8 ((i % 4) / 2), column
+8 (i / 4) + 2t + i % 2 (g = lane / 4, t = lane % 4).
+
+Asynchrony: the product is computed when the instruction issues (shared memory is read then)
+and lands in the accumulator registers at the ``wgmma.wait_group`` that retires its group;
+until then any other instruction that reads or writes one of those registers is reported
+(a later wgmma on the same accumulators is fine: it chains on the in-flight value). Products
+and sums are exact in float64 and rounded once to f32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+from .context import WARP, ExecContext
+from .faults import DecodeError, SimFault
+from .modifiers import Modifiers
+from .operands import DecodeContext
+from .ops_common import operands
+from .ops_mma import a_layout
+from .program import Behaviour, Idx, Op, OpKind
+from .ptx_types import PTX_TYPES
+from .syntax import ImmOperand, Instruction, Operand, RegOperand, VecOperand
+from .tensor_map import swizzle
+
+WARPGROUP = 4 * WARP
+M, K = 64, 16
+DESCRIPTOR_SWIZZLE = {0: 0, 1: 128, 2: 64, 3: 32}  # descriptor bits 62-63 -> span in bytes
+_INPUTS = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
+_B32, _B64, _F32, _PRED = (PTX_TYPES[t] for t in ("b32", "b64", "f32", "pred"))
+_SHAPES = {f"m64n{n}k16": n for n in range(8, 257, 8)}
+
+
+# --------------------------------------------------------------------------- descriptors
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    start: int
+    lbo: int
+    sbo: int
+    base_offset: int
+    span: int  # swizzle span in bytes, 0 for none
+
+    @classmethod
+    def decode(cls, desc: int) -> Descriptor:
+        return cls(
+            start=(desc & 0x3FFF) << 4,
+            lbo=((desc >> 16) & 0x3FFF) << 4,
+            sbo=((desc >> 32) & 0x3FFF) << 4,
+            base_offset=(desc >> 49) & 0x7,
+            span=DESCRIPTOR_SWIZZLE[(desc >> 62) & 0x3],
+        )
+
+    def addresses(self, rows: int, elem: int, mn_major: bool) -> np.ndarray:
+        """(rows, 16) shared byte addresses of the operand's elements (row of M or N, k)."""
+        r = np.arange(rows, dtype=np.int64)[:, None]
+        k = np.arange(K, dtype=np.int64)[None, :]
+        s = self.span
+        if not mn_major:
+            kb = k * elem
+            inner = (r % 8) * 16 + (kb // 16) * self.lbo + kb % 16 if not s else (r % 8) * s + kb
+            addr = self.start + (r // 8) * self.sbo + inner
+        else:
+            rb = r * elem
+            if not s:
+                addr = self.start + (rb // 16) * self.sbo + rb % 16 + (k % 8) * 16 + (k // 8) * self.lbo
+            else:
+                addr = self.start + (rb // s) * self.lbo + rb % s + (k % 8) * s + (k // 8) * self.sbo
+        return swizzle(addr, s)
+
+
+# --------------------------------------------------------------------------- fragments
+
+
+def _gather(rows: int, cols: int, r: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Invert a (lane, register) -> (row, col) map into a gather over the flattened registers."""
+    flat = (r * cols + c).reshape(-1)
+    gather = np.empty(rows * cols, dtype=np.int64)
+    gather[flat] = np.arange(flat.size)
+    assert np.array_equal(np.sort(flat), np.arange(rows * cols))
+    return gather
+
+
+def accumulator_gather(n: int) -> np.ndarray:
+    """Per warp: gather from (lane, register) to the row-major 16 x n accumulator slice."""
+    i = np.arange(n // 2)[None, :]
+    lane = np.arange(WARP)[:, None]
+    g, t = lane // 4, lane % 4
+    return _gather(16, n, g + 8 * ((i % 4) // 2), 8 * (i // 4) + 2 * t + i % 2)
+
+
+_A_REGS = a_layout(K, 2)  # the m16n8k16 A fragment of one warp, 16 x 16
+
+
+# --------------------------------------------------------------------------- the async queue
+
+
+@dataclass
+class _InFlight:
+    threads: np.ndarray
+    group: np.ndarray
+    slots: list[int]
+    values: np.ndarray  # (threads, registers) float32
+    line: int
+
+
+@dataclass
+class WgmmaQueue:
+    """Results of issued wgmmas not yet retired by a wait, per thread and register slot."""
+
+    committed: np.ndarray
+    pending: list[_InFlight] = field(default_factory=list)
+    busy: dict[int, np.ndarray] = field(default_factory=dict)  # slot -> per thread: in flight
+    latest: dict[int, np.ndarray] = field(default_factory=dict)  # slot -> newest in-flight value
+    line: dict[int, int] = field(default_factory=dict)  # slot -> PTX line of that wgmma
+
+    def issue(self, ctx: ExecContext, threads: np.ndarray, slots: list[int], values: np.ndarray, line: int) -> None:
+        self.pending.append(_InFlight(threads, self.committed[threads], slots, values, line))
+        for j, slot in enumerate(slots):
+            self.busy.setdefault(slot, np.zeros(ctx.n, dtype=bool))[threads] = True
+            self.latest.setdefault(slot, np.zeros(ctx.n, dtype=np.float32))[threads] = values[:, j]
+            self.line[slot] = line
+
+    def current(self, ctx: ExecContext, slot: int, threads: np.ndarray) -> np.ndarray:
+        """The accumulator a chained wgmma reads: the in-flight value where there is one."""
+        raw = ctx.regs[slot][threads]
+        value = raw.view(np.float32) if raw.dtype != np.float32 else raw
+        busy = self.busy.get(slot)
+        if busy is None:
+            return value.astype(np.float32)
+        return np.where(busy[threads], self.latest[slot][threads], value)
+
+    def land(self, ctx: ExecContext, idx: Idx, keep: int) -> None:
+        limit = self.committed - keep
+        waiting = np.ones(ctx.n, dtype=bool) if idx is None else np.isin(np.arange(ctx.n), idx)
+        remaining = []
+        for p in self.pending:
+            due = (p.group < limit[p.threads]) & waiting[p.threads]
+            if due.any():
+                for j, slot in enumerate(p.slots):
+                    reg = ctx.regs[slot]
+                    reg[p.threads[due]] = p.values[due, j].view(reg.dtype)
+            if not due.all():
+                keep_rows = ~due
+                remaining.append(_InFlight(p.threads[keep_rows], p.group[keep_rows], p.slots, p.values[keep_rows], p.line))
+        self.pending = remaining
+        for busy in self.busy.values():
+            busy[:] = False
+        for p in remaining:
+            for slot in p.slots:
+                self.busy[slot][p.threads] = True
+
+
+def queue(ctx: ExecContext) -> WgmmaQueue:
+    if ctx.wgmma is None:
+        ctx.wgmma = WgmmaQueue(np.zeros(ctx.n, dtype=np.int64))
+    return ctx.wgmma
+
+
+def warpgroups(ctx: ExecContext, idx: Idx, name: str) -> np.ndarray:
+    """The executing threads as (warpgroups, 128); faults unless whole warpgroups execute."""
+    threads = ctx.thread_index if idx is None else idx
+    if ctx.cta_threads % WARPGROUP:
+        raise SimFault("sim", f"{name} needs blocks of whole warpgroups (a multiple of 128 threads), not {ctx.cta_threads}", int(threads[0]))
+    whole = threads.size % WARPGROUP == 0
+    if whole:
+        groups = threads.reshape(-1, WARPGROUP)
+        whole = bool(((groups[:, 0] % WARPGROUP == 0) & (groups[:, -1] - groups[:, 0] == WARPGROUP - 1)).all())
+    if not whole:
+        present = np.bincount(threads // WARPGROUP)
+        lacking = int(np.flatnonzero((present > 0) & (present < WARPGROUP))[0])
+        raise SimFault("sim", f"{name} is warpgroup-wide: only {int(present[lacking])} of the 128 threads of a warpgroup execute it", lacking * WARPGROUP)
+    return groups
+
+
+# --------------------------------------------------------------------------- wgmma.mma_async
+
+
+def _registers(op: Operand, count: int, what: str, ins: Instruction) -> list[Operand]:
+    if not isinstance(op, VecOperand) or len(op.items) != count:
+        raise DecodeError(f"{ins.opcode}: {what} is a vector of {count} registers")
+    return list(op.items)
+
+
+def _immediate(op: Operand, allowed: tuple[int, ...], what: str, ins: Instruction) -> int:
+    if not isinstance(op, ImmOperand) or op.kind != "int" or int(op.value) not in allowed:
+        raise DecodeError(f"{ins.opcode}: {what} is an immediate among {allowed}")
+    return int(op.value)
+
+
+def _mma_async(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
+    shape = mods.take(*_SHAPES)
+    if shape is None:
+        raise DecodeError(f"{ins.opcode}: supported shapes are m64nNk16, N = 8..256 by 8")
+    n = _SHAPES[shape]
+    types = mods.types()
+    if [t.name for t in types[:1]] != ["f32"] or len(types) != 3 or types[1] != types[2] or types[1].name not in _INPUTS:
+        raise DecodeError(f"{ins.opcode}: the simulator supports .f32.f16.f16 and .f32.bf16.bf16")
+    elem = _INPUTS[types[1].name]
+    ops = operands(ins, (7, 8))
+    a_in_regs = isinstance(ops[1], VecOperand)
+    if len(ops) != (7 if a_in_regs else 8):
+        raise DecodeError(f"{ins.opcode}: d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, [imm-trans-a,] imm-trans-b")
+    d_ops = [dc.as_register(r) for r in _registers(ops[0], n // 2, "d", ins)]
+    if not all(isinstance(r, RegOperand) for r in d_ops):
+        raise DecodeError(f"{ins.opcode}: the accumulators are registers")
+    slots = [dc.slot(r.name) for r in d_ops]  # type: ignore[union-attr]
+    for r, slot in zip(d_ops, slots):
+        if dc.register_types[slot].itemsize != 4:
+            raise DecodeError(f"{ins.opcode}: accumulator {r} is not a 32-bit register")  # type: ignore[union-attr]
+        dc.async_registers[slot] = r.name  # type: ignore[union-attr]
+    a_regs = [dc.reader(r, _B32) for r in _registers(ops[1], 4, "a", ins)] if a_in_regs else []
+    a_desc = None if a_in_regs else dc.reader(ops[1], _B64)
+    b_desc = dc.reader(ops[2], _B64)
+    scale_d = dc.reader(ops[3], _PRED)
+    scale_a = _immediate(ops[4], (1, -1), "imm-scale-a", ins)
+    scale_b = _immediate(ops[5], (1, -1), "imm-scale-b", ins)
+    trans_a = 0 if a_in_regs else _immediate(ops[6], (0, 1), "imm-trans-a", ins)
+    trans_b = _immediate(ops[-1], (0, 1), "imm-trans-b", ins)
+    acc_gather = accumulator_gather(n)
+    acc_scatter = np.argsort(acc_gather)
+    name, line = ins.opcode, ins.line
+
+    def operand(ctx: ExecContext, groups: np.ndarray, reader, rows: int, mn_major: bool, what: str) -> np.ndarray:  # type: ignore[no-untyped-def]
+        raw = np.asarray(reader(ctx, groups.reshape(-1))).astype(np.uint64).reshape(groups.shape)
+        if (raw != raw[:, :1]).any():
+            g = int(np.flatnonzero((raw != raw[:, :1]).any(axis=1))[0])
+            raise SimFault("sim", f"{name}: the {what} descriptor differs between threads of a warpgroup", int(groups[g, 0]))
+        out = np.empty((groups.shape[0], rows, K), dtype=np.float64)
+        for g, desc in enumerate(raw[:, 0].tolist()):
+            d = Descriptor.decode(int(desc))
+            if d.base_offset:
+                raise SimFault("sim", f"{name}: {what} descriptor base offset {d.base_offset} is not supported (align swizzled tiles to the pattern)", int(groups[g, 0]))
+            addr = d.addresses(rows, elem.itemsize, mn_major)
+            if int(addr.max()) + elem.itemsize > ctx.shared_bytes:
+                raise SimFault("memory", f"{name}: the {what} operand reaches past shared memory ({ctx.shared_bytes} bytes)", int(groups[g, 0]), int(addr.max()))
+            base = int(ctx.shared_base[groups[g, 0]])
+            where = base + addr[..., None] + np.arange(elem.itemsize)
+            if ctx.shared_written is not None and not ctx.shared_written[where].all():
+                raise SimFault("memory", f"{name}: the {what} operand reads shared memory nothing stored in this launch (check the descriptor)", int(groups[g, 0]))
+            data = ctx.shared[where]
+            out[g] = np.ascontiguousarray(data).view(elem)[..., 0].astype(np.float64)
+        return out
+
+    def a_from_registers(ctx: ExecContext, groups: np.ndarray) -> np.ndarray:
+        idx = groups.reshape(-1)
+        raw = np.stack([np.asarray(r(ctx, idx)).astype(np.uint32) for r in a_regs], axis=-1)  # (threads, 4)
+        values = np.ascontiguousarray(raw).view(elem).reshape(-1, WARP * 8)  # per warp
+        tiles = values[:, _A_REGS.gather].astype(np.float64).reshape(-1, 4, 16, K)
+        return tiles.reshape(-1, M, K)
+
+    def run(ctx: ExecContext, idx: Idx) -> None:
+        groups = warpgroups(ctx, idx, name)
+        threads = groups.reshape(-1)
+        a = a_from_registers(ctx, groups) if a_in_regs else operand(ctx, groups, a_desc, M, bool(trans_a), "A")
+        b = operand(ctx, groups, b_desc, n, bool(trans_b), "B")  # (G, n, 16)
+        state = queue(ctx)
+        scale = np.broadcast_to(np.asarray(scale_d(ctx, threads)), threads.shape).reshape(groups.shape)[:, 0]
+        d = np.matmul(scale_a * a, scale_b * np.swapaxes(b, 1, 2))  # (G, 64, n), exact products
+        if scale.any():
+            old = np.stack([state.current(ctx, s, threads) for s in slots], axis=-1)  # (threads, n/2)
+            per_warp = old.reshape(-1, WARP * (n // 2))[:, acc_gather].reshape(-1, M, n).astype(np.float64)
+            d += np.where(scale[:, None, None], per_warp, 0.0)
+        per_thread = d.reshape(-1, 16 * n)[:, acc_scatter].reshape(-1, n // 2).astype(np.float32)
+        state.issue(ctx, threads, slots, per_thread, line)
+
+    return Behaviour(run=run, klass=f"wgmma.{shape}.f32.{types[1].name}")
+
+
+# --------------------------------------------------------------------------- fence, commit, wait
+
+
+def make_wgmma(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
+    if not (mods.flag("sync") and mods.flag("aligned")):
+        raise DecodeError(f"{ins.opcode}: wgmma instructions are .sync.aligned")
+    form = mods.require("mma_async", "fence", "commit_group", "wait_group")
+    name = ins.opcode
+    if form == "mma_async":
+        return _mma_async(ins, mods, dc)
+    if form == "fence":
+        operands(ins, 0)
+        return Behaviour(run=lambda ctx, idx: None, klass="wgmma.fence")
+    if form == "commit_group":
+        operands(ins, 0)
+
+        def commit(ctx: ExecContext, idx: Idx) -> None:
+            warpgroups(ctx, idx, name)
+            q = queue(ctx)
+            if idx is None:
+                q.committed += 1
+            else:
+                q.committed[idx] += 1
+
+        return Behaviour(run=commit, klass="wgmma.commit_group")
+    (n_op,) = operands(ins, 1)
+    keep = _immediate(n_op, tuple(range(8)), "the group count", ins)
+
+    def wait(ctx: ExecContext, idx: Idx) -> None:
+        warpgroups(ctx, idx, name)
+        if ctx.wgmma is not None:
+            ctx.wgmma.land(ctx, idx, keep)
+
+    return Behaviour(run=wait, klass="wgmma.wait_group")
+
+
+# --------------------------------------------------------------------------- in-flight registers
+
+
+def guard_in_flight(ops: list[Op], touched: list[set[int]], async_registers: dict[int, str]) -> None:
+    """Make every instruction (but wgmma's own) that touches a register some wgmma updates
+    asynchronously check, when it runs, that no wgmma writing it is still in flight."""
+    if not async_registers:
+        return
+    for op, regs in zip(ops, touched):
+        hit = sorted(regs & async_registers.keys())
+        if not hit or op.kind != OpKind.SIMPLE or op.run is None or op.klass.startswith("wgmma"):
+            continue
+        op.run = _checked(op.run, hit, async_registers)
+
+
+def _checked(run, slots: list[int], names: dict[int, str]):  # type: ignore[no-untyped-def]
+    def checked(ctx: ExecContext, idx: Idx) -> None:
+        q = ctx.wgmma
+        if q is not None and q.pending:
+            for slot in slots:
+                busy = q.busy.get(slot)
+                if busy is None:
+                    continue
+                mine = busy if idx is None else busy[idx]
+                if mine.any():
+                    k = int(np.flatnonzero(mine)[0])
+                    raise SimFault(
+                        "sim",
+                        f"register {names[slot]} is the accumulator of a wgmma.mma_async still in flight "
+                        f"(PTX line {q.line[slot]}): wait for it with wgmma.wait_group first",
+                        k if idx is None else int(idx[k]),
+                    )
+        run(ctx, idx)
+
+    return checked
+
+
+TABLE = {("wgmma", "*"): make_wgmma}
