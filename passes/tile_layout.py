@@ -165,7 +165,8 @@ class LayoutSolver:
                     self.choice[r] = c
             return
         if isinstance(op, scf.WhileOp):
-            raise KaioCompileError("tiles cannot be carried by a `while` loop yet; use `for ... in range(...)`")
+            self._while(op)
+            return
         for region in op.regions:
             if not isinstance(op, tile.MapOp):
                 for b in region.blocks:
@@ -238,6 +239,34 @@ class LayoutSolver:
                 self.choice[res] = self.choice[arg]
 
 
+    def _while(self, op: scf.WhileOp) -> None:
+        """``scf.while`` (a loop with ``break``, or over unsigned bounds): the before block's
+        arguments, the condition's forwarded values and the after block's yields share layouts."""
+        before, after = op.before_region.block, op.after_region.block
+        for init, arg in zip(op.arguments, before.args, strict=True):
+            if isinstance(arg.type, TensorType):
+                self.choice[arg] = self.get(init)
+        cond = before.last_op
+        assert isinstance(cond, scf.ConditionOp)
+        for _ in range(4):
+            self.solve_block(before)
+            for arg, v in zip(after.args, cond.args, strict=True):
+                if isinstance(arg.type, TensorType):
+                    self.choice[arg] = self.get(v)
+            self.solve_block(after)
+            changed = False
+            for arg, y in zip(before.args, after.last_op.operands, strict=True):  # type: ignore[union-attr]
+                if isinstance(arg.type, TensorType):
+                    c = join(self.choice[arg], self.get(y))
+                    if c != self.choice[arg]:
+                        self.choice[arg], changed = c, True
+            if not changed:
+                break
+        for res, v in zip(op.results, cond.args, strict=True):
+            if isinstance(res.type, TensorType):
+                self.choice[res] = self.get(v)
+
+
 # --------------------------------------------------------------------------- rewriting
 
 
@@ -305,6 +334,16 @@ class LayoutWriter:
                 if isinstance(arg.type, TensorType):
                     self.require(op, 3 + i, lay(arg))  # type: ignore[arg-type]
                     self.require(body.last_op, i, lay(arg))  # type: ignore[arg-type]
+        elif isinstance(op, scf.WhileOp):
+            before, after = op.before_region.block, op.after_region.block
+            cond = before.last_op
+            for i, arg in enumerate(before.args):
+                if isinstance(arg.type, TensorType):
+                    self.require(op, i, lay(arg))  # type: ignore[arg-type]
+                    self.require(after.last_op, i, lay(arg))  # type: ignore[arg-type]
+            for i, arg in enumerate(after.args):
+                if isinstance(arg.type, TensorType):
+                    self.require(cond, 1 + i, lay(arg))  # type: ignore[arg-type]
         elif isinstance(op, scf.IfOp):
             for i, r in enumerate(op.results):
                 if isinstance(r.type, TensorType):
