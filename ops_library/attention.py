@@ -86,11 +86,19 @@ def choose_config(sq: int, d: int) -> AttentionConfig:
 
 
 @cache
-def configured_kernel(t: dtypes.ScalarType, config: AttentionConfig) -> Any:
+def configured_kernel(t: dtypes.ScalarType, config: AttentionConfig, out: dtypes.ScalarType | None = None) -> Any:
     from kaio.ops_library.attention_kernel import attention_tile_kernel
 
-    kernel = attention_tile_kernel(t).with_options(num_warps=config.warps, num_stages=config.stages)
+    kernel = attention_tile_kernel(t, out or t).with_options(num_warps=config.warps, num_stages=config.stages)
     return kernel.with_pipeline(config.pipeline)
+
+
+def decode_splits(sq: int, sk: int, block_n: int) -> int:
+    """Flash-decoding: key chunks per (batch, head) for a few queries over many keys (each chunk
+    at least 8 key blocks; at most 32 chunks), else 1."""
+    if sq > 16:
+        return 1
+    return max(1, min(32, sk // (8 * block_n)))
 
 
 class Attention:
@@ -113,16 +121,9 @@ class Attention:
             oo = ops.output((b, h, sq, d), oq.dtype)
         lse = ops.output((b, h, sq), dtypes.f32)
         if b and h and sq:
-            config = choose_config(sq, d)
-            kernel = configured_kernel(oq.dtype, config)
-            grid = (math.ceil(sq / config.block_m), b * h)
             lens_arg = lens.value if lens is not None else ops.output((1,), dtypes.i32).value  # unread
-            kernel.launch(
-                ops.device, oq.value, ok.value, ov.value, oo.value, lse.value, lens_arg,
-                h, hkv, sq, sk, d, float(scale) * LOG2E, grid=grid,
-                BM=config.block_m, BN=config.block_n, BD=padded(d), CAUSAL=bool(causal),
-                HAS_LENS=lens is not None,
-            )  # fmt: skip
+            _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, (b, h, hkv, sq, sk, d),
+                     float(scale), bool(causal))  # fmt: skip
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result
 
@@ -132,6 +133,35 @@ class Attention:
 
     def __repr__(self) -> str:
         return "<kaio.ops_library.attention>"
+
+
+def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse: Operand,
+             lens: Any, has_lens: bool, sizes: tuple[int, ...], scale: float, causal: bool) -> None:  # fmt: skip
+    """Launch the forward kernel, split into key chunks and combined when decoding."""
+    b, h, hkv, sq, sk, d = sizes
+    config = choose_config(sq, d)
+    bd = padded(d)
+    splits = decode_splits(sq, sk, config.block_n)
+    meta = {"BM": config.block_m, "BN": config.block_n, "BD": bd, "CAUSAL": causal, "HAS_LENS": has_lens}
+    grid = (math.ceil(sq / config.block_m) * splits, b * h)
+    if splits == 1:
+        kernel = configured_kernel(q.dtype, config)
+        kernel.launch(ops.device, q.value, k.value, v.value, o.value, lse.value, lens, h, hkv, sq, sk, d,
+                      scale * LOG2E, 1, sk, grid=grid, **meta)  # fmt: skip
+        return
+    from kaio.ops_library.attention_kernel import combine_tile_kernel
+
+    chunk = math.ceil(math.ceil(sk / splits) / config.block_n) * config.block_n
+    parts = ops.device.empty((b * h * splits * sq, d), "float32")
+    part_lse = ops.device.empty((b * h * splits * sq,), "float32")
+    kernel = configured_kernel(q.dtype, config, dtypes.f32)
+    kernel.launch(ops.device, q.value, k.value, v.value, parts, part_lse, lens, h, hkv, sq, sk, d,
+                  scale * LOG2E, splits, chunk, grid=grid, **meta)  # fmt: skip
+    combine = combine_tile_kernel(q.dtype)
+    combine.launch(ops.device, parts, part_lse, o.value, lse.value, sq, d, splits,
+                   grid=(math.ceil(sq / 16), b * h), BM=16, BD=bd)  # fmt: skip
+    parts.free()
+    part_lse.free()
 
 
 def _check(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tuple[int, int, int, int, int, int]:

@@ -12,6 +12,10 @@ loop stops at the block's last visible key: blocks above the diagonal are skippe
 masked. Query head h reads key/value head ``h // (H / HKV)`` (GQA, MQA). ``kv_lens[b]``
 (``HAS_LENS``) shortens batch b's keys. Head dims that are not a power of two (96) run in the
 next power of two, masked by the bound D.
+
+Flash-decoding (few queries, many keys): with ``splits`` > 1 the programs along axis 0 also
+split the keys into chunks of ``chunk`` (a multiple of BN); each writes its chunk's normalized
+output (f32) and logsumexp, and :func:`combine_tile_kernel` merges the chunks.
 """
 
 # No `from __future__ import annotations`: the kernel's annotations name the factory's types.
@@ -28,18 +32,22 @@ LN2 = 0.6931471805599453
 
 
 @cache
-def attention_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
-    """The forward kernel for one input type (f16 or bf16)."""
+def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any:  # noqa: N803
+    """The forward kernel for one input type (f16 or bf16) and output type (T, or f32 for the
+    partial results of flash-decoding)."""
 
     @kaio.tile_kernel(num_warps=4, num_stages=2)
-    def attention(q: Array[T], k: Array[T], v: Array[T], o: MutArray[T], lse: MutArray[f32],
+    def attention(q: Array[T], k: Array[T], v: Array[T], o: MutArray[OUT], lse: MutArray[f32],
                   kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
+                  splits: i32, chunk: i32,
                   BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BD: kaio.constexpr = 64,
                   CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False):  # fmt: skip
-        m0 = i32(kt.program_id(0)) * BM
+        pid = i32(kt.program_id(0))
+        m0, split = pid // splits * BM, pid % splits
         bh = i32(kt.program_id(1))
         b, h = bh // H, bh % H
-        q_row = bh * SQ  # q, o: (B*H*SQ, D); k, v: (B*HKV*SK, D)
+        q_row = bh * SQ  # q, o: (B*H*SQ, D); k, v: (B*HKV*SK, D); split outputs: (B*H*splits*SQ, D)
+        o_row = (bh * splits + split) * SQ
         kv_row = (b * HKV + h // (H // HKV)) * SK
         sk = SK
         if HAS_LENS:
@@ -47,13 +55,15 @@ def attention_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
         hi = sk
         if CAUSAL:  # the last key the block's last row sees, bottom-right aligned
             hi = max(min(sk, m0 + BM + sk - SQ), 0)
+        lo = split * chunk
+        hi = min(hi, lo + chunk)
 
         qt = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
         rows = kt.expand_dims(m0 + kt.arange(BM), 1)
         m_i = kt.full((BM,), NEG_INF, f32)
         l_i = kt.zeros((BM,), f32)
         acc = kt.zeros((BM, BD), f32)
-        for n0 in range(0, hi, BN):
+        for n0 in range(lo, hi, BN):
             kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32)) * scale_log2
             cols = kt.expand_dims(n0 + kt.arange(BN), 0)
@@ -73,7 +83,40 @@ def attention_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
 
         seen = l_i > 0.0
         out = acc / kt.expand_dims(kt.where(seen, l_i, 1.0), 1)
-        kt.store(o, (q_row + m0, 0), T(out), (q_row + SQ, D))
-        kt.store(lse, (q_row + m0,), kt.where(seen, (m_i + log2(kt.where(seen, l_i, 1.0))) * LN2, NEG_INF), (q_row + SQ,))
+        kt.store(o, (o_row + m0, 0), OUT(out), (o_row + SQ, D))
+        kt.store(lse, (o_row + m0,), kt.where(seen, (m_i + log2(kt.where(seen, l_i, 1.0))) * LN2, NEG_INF), (o_row + SQ,))
 
     return attention
+
+
+@cache
+def combine_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+    """Flash-decoding's second step: each query row's output is the chunks' outputs weighted by
+    ``exp(lse_chunk - lse)``, with ``lse`` the logsumexp of the chunks' (kept as a running max
+    and sum, like the main loop)."""
+
+    @kaio.tile_kernel(num_warps=1, num_stages=0)
+    def combine(parts: Array[f32], part_lse: Array[f32], o: MutArray[T], lse: MutArray[f32],
+                SQ: i32, D: i32, splits: i32, BM: kaio.constexpr = 16, BD: kaio.constexpr = 64):  # fmt: skip
+        m0 = i32(kt.program_id(0)) * BM
+        bh = i32(kt.program_id(1))
+        m_i = kt.full((BM,), NEG_INF, f32)
+        l_i = kt.zeros((BM,), f32)
+        acc = kt.zeros((BM, BD), f32)
+        for s in range(splits):
+            row = (bh * splits + s) * SQ
+            lse_s = kt.load(part_lse, (row + m0,), (BM,), (row + SQ,), other=NEG_INF)
+            m_new = kt.maximum(m_i, lse_s)
+            m_safe = kt.where(m_new == NEG_INF, 0.0, m_new)
+            w = kt.exp(lse_s - m_safe)
+            alpha = kt.exp(m_i - m_safe)
+            part = kt.load(parts, (row + m0, 0), (BM, BD), (row + SQ, D))
+            acc = acc * kt.expand_dims(alpha, 1) + part * kt.expand_dims(w, 1)
+            l_i = l_i * alpha + w
+            m_i = m_new
+        seen = l_i > 0.0
+        out = acc / kt.expand_dims(kt.where(seen, l_i, 1.0), 1)
+        kt.store(o, (bh * SQ + m0, 0), T(out), (bh * SQ + SQ, D))
+        kt.store(lse, (bh * SQ + m0,), kt.where(seen, m_i + kt.log(kt.where(seen, l_i, 1.0)), NEG_INF), (bh * SQ + SQ,))
+
+    return combine

@@ -51,3 +51,17 @@ def test_sass_has_tensor_cores_and_async_copies():
     print(counts)
     assert counts["HMMA.16816"] > 0 and counts["LDGSTS"] > 0 and counts["LDSM"] > 0
     assert counts["LDL"] == 0 and counts["STL"] == 0
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_flash_decoding_kernels_assemble_without_spills(arch):
+    from kaio.ops_library.attention_kernel import combine_tile_kernel
+
+    config = choose_config(1, 128)
+    split = kaio.compile(configured_kernel(dtypes.bf16, config, dtypes.f32), arch, BM=config.block_m,
+                         BN=config.block_n, BD=128, CAUSAL=True, HAS_LENS=True)  # fmt: skip
+    combine = kaio.compile(combine_tile_kernel(dtypes.bf16), arch, BM=16, BD=128)
+    for compiled in (split, combine):
+        report = toolchain.assemble(compiled.ptx, arch)
+        assert report.spill_stores[compiled.name] == 0 and report.spill_loads[compiled.name] == 0

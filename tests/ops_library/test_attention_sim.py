@@ -89,6 +89,15 @@ def test_a_single_query_decodes(dev, rng, causal):
     run(dev, rng, 2, 4, 2, 1, 200, 64, causal=causal)
 
 
+@pytest.mark.parametrize("sq", [1, 5])
+@pytest.mark.parametrize("causal", [False, True])
+def test_flash_decoding_splits_long_keys_and_combines(dev, rng, sq, causal):
+    from kaio.ops_library.attention import choose_config, decode_splits
+
+    assert decode_splits(sq, 700, choose_config(sq, 64).block_n) > 1  # the split path runs
+    run(dev, rng, 2, 2, 1, sq, 700, 64, causal=causal, lens=[700, 333])
+
+
 def test_grouped_and_multi_query_heads(dev, rng):
     run(dev, rng, 1, 8, 2, 20, 33, 32)  # GQA: 4 query heads per kv head
     run(dev, rng, 1, 4, 1, 20, 33, 32)  # MQA
