@@ -178,11 +178,18 @@ class LayoutSolver:
     def rule(self, op: Operation) -> Choice:
         r = op.results[0]
         if isinstance(op, tile.MapOp):
-            ins = [self.get(x) for x in op.inputs]
-            c = ins[0] if ins else self.default(r)
+            # an anchored input's layout, else a full tile's: a broadcast row or column is
+            # cheaper to make in the full tile's layout than the other way round
+            ins = [(self.get(x), isinstance(x.owner, tile.BroadcastOp)) for x in op.inputs]
+            if not ins:
+                return self.default(r)
+            best = ins[0]
             for other in ins[1:]:
-                c = join(c, other)
-            return c
+                if best[0].anchored == other[0].anchored and best[1] and not other[1]:
+                    best = other
+                elif join(best[0], other[0]) != best[0]:
+                    best = other
+            return best[0]
         if isinstance(op, tile.BroadcastOp):
             return self.get(op.input)
         if isinstance(op, tile.ExpandDimsOp):
@@ -368,7 +375,7 @@ class LayoutWriter:
             if made is not None:
                 conv.result.replace_all_uses_with(made)
                 Rewriter.erase_op(conv)
-        for conv in self.converts:  # conversions a rematerialisation left without users
+        for conv in reversed(self.converts):  # conversions a rematerialisation left without users
             if conv.parent is not None and not conv.result.uses:
                 Rewriter.erase_op(conv)
 
@@ -388,6 +395,8 @@ class LayoutWriter:
             return None
         if not isinstance(owner, tile.SplatOp | tile.RangeOp | tile.LoadOp | tile.BroadcastOp | tile.ExpandDimsOp | tile.MapOp):
             return None
+        if isinstance(owner, tile.BroadcastOp | tile.ExpandDimsOp) and not self._cheap(owner.input, depth + 1) and owner.input.uses.get_length() > 1 and not single:
+            return None
         if isinstance(owner, tile.MapOp) and not all(self._cheap(x, depth + 1) for x in owner.inputs):
             return None
         if not single:  # keep the original for its other users
@@ -396,8 +405,8 @@ class LayoutWriter:
         if isinstance(owner, tile.BroadcastOp | tile.ExpandDimsOp):
             inner = want if isinstance(owner, tile.BroadcastOp) else SliceLayout(owner.axis.value.data, want)
             made = self.remake(owner.input, inner, depth + 1)
-            if made is None:
-                return None if single else self._drop(owner)
+            if made is None:  # convert the smaller tile before it is broadcast, not after
+                made = self.convert_before(owner, owner.input, inner)
             owner.operands[0] = made
         elif isinstance(owner, tile.MapOp):
             inputs = [self.remake(x, want, depth + 1) for x in owner.inputs]
@@ -406,6 +415,18 @@ class LayoutWriter:
             for i, x in enumerate(inputs):
                 owner.operands[i] = x  # type: ignore[assignment]
         return self._retyped(owner.results[0], want)
+
+    def convert_before(self, user: Operation, value: SSAValue, layout: TileLayout) -> SSAValue:
+        """``value`` in ``layout`` for ``user``, converting from the first value of a chain of
+        conversions (one move, never two)."""
+        while isinstance(value.owner, tile.ConvertLayoutOp):
+            value = value.owner.input
+        if layout_of(value.type) == layout:
+            return value
+        conv = tile.ConvertLayoutOp(value, layout)
+        Rewriter.insert_op(conv, InsertPoint.before(user))
+        self.converts.append(conv)
+        return conv.result
 
     @staticmethod
     def _drop(op: Operation) -> None:
