@@ -1,4 +1,5 @@
-"""Fill the IR dumps of ``docs/dialect_stack.md`` and ``docs/tile_language.md`` from real compiles.
+"""Fill the IR dumps of ``docs/dialect_stack.md``, ``docs/tile_language.md`` and
+``docs/attention.md`` from real compiles.
 
     python docs/regenerate_dumps.py          # rewrite the dumps in place
     python docs/regenerate_dumps.py --check  # exit 1 if a doc is out of date (a test runs this)
@@ -16,7 +17,7 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = (ROOT / "docs" / "dialect_stack.md", ROOT / "docs" / "tile_language.md")
+DOCS = (ROOT / "docs" / "dialect_stack.md", ROOT / "docs" / "tile_language.md", ROOT / "docs" / "attention.md")
 MARKER = re.compile(r"(<!-- dump: (?P<name>[\w./-]+) -->\n)(?P<body>.*?)(<!-- end dump -->)", re.S)
 
 
@@ -54,6 +55,19 @@ def tile_matmul_stages() -> dict[str, str]:
     return kaio.compile(tile_matmul_bias_gelu.matmul_bias_gelu, "sm_80", __divisible__=DIVISIBLE).stages
 
 
+@cache
+def attention_stages() -> dict[str, str]:
+    """The bf16 causal kernel for head dim 64, as a launch with 1024 queries compiles it."""
+    import kaio
+    from kaio import dtypes
+    from kaio.ops_library.attention import choose_config, configured_kernel
+
+    config = choose_config(1024, 64)
+    kernel = configured_kernel(dtypes.bf16, config)
+    meta = {"BM": config.block_m, "BN": config.block_n, "BD": 64, "CAUSAL": True, "HAS_LENS": False}
+    return kaio.compile(kernel, "sm_80", __divisible__=(("D", 16),), **meta).stages
+
+
 def excerpt(text: str, start: str, lines: int) -> str:
     """``lines`` lines from the first one containing ``start``, with an elision mark."""
     all_lines = text.splitlines()
@@ -79,6 +93,10 @@ DUMPS: dict[str, Callable[[], str]] = {
     "tile-matmul/pipeline-cp-async": lambda: excerpt(tile_matmul_stages()["pipeline-cp-async"], "= scf.for", 36),
     "tile-matmul/lower-to-mma-sync": lambda: excerpt(tile_matmul_stages()["lower-to-mma-sync"], "= kernel.warp_id", 46),
     "tile-matmul/ptx": lambda: excerpt(tile_matmul_stages()["ptx"], "cp.async.wait_group 0", 68),
+    "attention/frontend": lambda: excerpt(attention_stages()["frontend"], "line 66 ", 60),
+    "attention/tile-layout": lambda: excerpt(attention_stages()["tile-layout"], "= scf.for", 40),
+    "attention/promote-to-shared": lambda: excerpt(attention_stages()["promote-to-shared"], "= scf.for", 30),
+    "attention/lower-to-mma-sync": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "mma.split", 14),
 }
 
 
