@@ -409,15 +409,20 @@ class YieldOp(IRDLOperation):
 # --------------------------------------------------------------------------- shapes
 
 
-@irdl_op_definition
-class BroadcastOp(IRDLOperation):
-    """Grow size-1 dims: ``tensor<1x64xf32> -> tensor<32x64xf32>``."""
+class TileToTile(IRDLOperation):
+    """Base of the ops that make one tile from another (shape or layout changes)."""
 
-    name = "tile.broadcast"
     input = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(Pure())
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+
+
+@irdl_op_definition
+class BroadcastOp(TileToTile):
+    """Grow size-1 dims: ``tensor<1x64xf32> -> tensor<32x64xf32>``."""
+
+    name = "tile.broadcast"
 
     def __init__(self, input: SSAValue, shape: Sequence[int], layout: Attribute | None = None):
         super().__init__(operands=[input], result_types=[tile_type(element_of(input.type), shape, layout)])
@@ -455,14 +460,10 @@ class ExpandDimsOp(IRDLOperation):
 
 
 @irdl_op_definition
-class TransOp(IRDLOperation):
+class TransOp(TileToTile):
     """The transpose of a 2-D tile."""
 
     name = "tile.trans"
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue, layout: Attribute | None = None):
         m, n = shape_of(input.type)
@@ -475,14 +476,10 @@ class TransOp(IRDLOperation):
 
 
 @irdl_op_definition
-class ConvertLayoutOp(IRDLOperation):
+class ConvertLayoutOp(TileToTile):
     """The same tile, spread over the threads by another layout."""
 
     name = "tile.convert_layout"
-    input = operand_def(TensorType)
-    result = result_def(TensorType)
-    traits = traits_def(Pure())
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
 
     def __init__(self, input: SSAValue, layout: Attribute):
         t = input.type

@@ -22,7 +22,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -224,51 +224,51 @@ class LayoutSolver:
             return MmaLayout(warps)
         return default_blocked(shape, 4, self.num_warps)
 
-    def _loop(self, op: scf.ForOp) -> None:
-        body = op.body.block
-        carried = list(zip(op.iter_args, body.args[1:], op.results, strict=True))
-        for init, arg, _ in carried:
+    def _carry(self, inits: Sequence[SSAValue], args: Sequence[SSAValue], run_body: Callable[[], Sequence[SSAValue]]) -> None:
+        """Loop-carried tiles: ``args`` start in their ``inits``' layouts; each run of the body
+        (returning the values it yields for ``args``) can only strengthen them, to a fixed point."""
+        for init, arg in zip(inits, args, strict=True):
             if isinstance(arg.type, TensorType):
                 self.choice[arg] = self.get(init)
-        for _ in range(4):  # each round can only strengthen a carried layout
-            self.solve_block(body)
-            yielded = body.last_op.operands  # type: ignore[union-attr]
+        for _ in range(4):
+            yielded = run_body()
             changed = False
-            for (_, arg, _), y in zip(carried, yielded, strict=True):
+            for arg, y in zip(args, yielded, strict=True):
                 if isinstance(arg.type, TensorType):
                     c = join(self.choice[arg], self.get(y))
                     if c != self.choice[arg]:
                         self.choice[arg], changed = c, True
             if not changed:
-                break
-        for _, arg, res in carried:
+                return
+
+    def _loop(self, op: scf.ForOp) -> None:
+        body = op.body.block
+
+        def run() -> Sequence[SSAValue]:
+            self.solve_block(body)
+            return body.last_op.operands  # type: ignore[union-attr]
+
+        self._carry(op.iter_args, body.args[1:], run)
+        for arg, res in zip(body.args[1:], op.results, strict=True):
             if isinstance(arg.type, TensorType):
                 self.choice[res] = self.choice[arg]
-
 
     def _while(self, op: scf.WhileOp) -> None:
         """``scf.while`` (a loop with ``break``, or over unsigned bounds): the before block's
         arguments, the condition's forwarded values and the after block's yields share layouts."""
         before, after = op.before_region.block, op.after_region.block
-        for init, arg in zip(op.arguments, before.args, strict=True):
-            if isinstance(arg.type, TensorType):
-                self.choice[arg] = self.get(init)
         cond = before.last_op
         assert isinstance(cond, scf.ConditionOp)
-        for _ in range(4):
+
+        def run() -> Sequence[SSAValue]:
             self.solve_block(before)
             for arg, v in zip(after.args, cond.args, strict=True):
                 if isinstance(arg.type, TensorType):
                     self.choice[arg] = self.get(v)
             self.solve_block(after)
-            changed = False
-            for arg, y in zip(before.args, after.last_op.operands, strict=True):  # type: ignore[union-attr]
-                if isinstance(arg.type, TensorType):
-                    c = join(self.choice[arg], self.get(y))
-                    if c != self.choice[arg]:
-                        self.choice[arg], changed = c, True
-            if not changed:
-                break
+            return after.last_op.operands  # type: ignore[union-attr]
+
+        self._carry(op.arguments, before.args, run)
         for res, v in zip(op.results, cond.args, strict=True):
             if isinstance(res.type, TensorType):
                 self.choice[res] = self.get(v)
