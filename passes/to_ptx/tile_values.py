@@ -317,15 +317,16 @@ def _require_alignment(em: PtxEmitter, array: SSAValue, nbytes: int) -> None:
     func.attributes[ALIGN_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in merged.items()})
 
 
-def _vector(view: tile.ViewOp, dist: Distribution, t: Attribute) -> int:
-    """Elements per access: consecutive in this thread, aligned, and all in or all out of bounds."""
+def _vector(view: tile.ViewOp, dist: Distribution, t: Attribute) -> tuple[int, bool]:
+    """(elements per access: consecutive in this thread and aligned, whether a vector may
+    straddle the bound: then a vector inside it is one access, one straddling it element ones)."""
     from kaio.passes.tile_layout import divisibility
 
     eb = element_bytes(t)
     if eb not in (2, 4, 8):
-        return 1
-    vec = min(dist.contiguous(len(dist.shape) - 1), view.align.value.data, 16 // eb, divisibility(view.bounds[-1]))
-    return max(vec, 1)
+        return 1, False
+    vec = max(min(dist.contiguous(len(dist.shape) - 1), view.align.value.data, 16 // eb), 1)
+    return vec, divisibility(view.bounds[-1]) < vec
 
 
 class _Access:
@@ -349,6 +350,21 @@ class _Access:
                 self._oks[(d, o)] = self.em.instr(ptx.SetpOp, "lt.u32", [add32(self.em, self.start[d], o), self.bounds[d]], i1)
             preds.append(self._oks[(d, o)])
         return and_pred(self.em, preds)  # type: ignore[return-value]
+
+    def split(self, off: tuple[int, ...], vec: int) -> tuple[SSAValue, list[SSAValue]]:
+        """(the whole vector at ``off`` is inside, each element is inside and the vector is not):
+        the guards of one vector access and of the element accesses that replace it at the bound."""
+        em = self.em
+        last = list(off)
+        last[-1] += vec - 1
+        full = self.ok(tuple(last))
+        partial = em.instr(ptx.NotOp, "pred", [full], i1)
+        elements = []
+        for e in range(vec):
+            each = list(off)
+            each[-1] += e
+            elements.append(em.instr(ptx.AndOp, "pred", [self.ok(tuple(each)), partial], i1))
+        return full, elements
 
     def address(self, off: tuple[int, ...]) -> tuple[SSAValue, int]:
         """(register, immediate byte offset) of the element at ``off`` from the thread base."""
@@ -426,20 +442,33 @@ class _LoadGroups:
         self.dist = distribution(em, op.result.type)
         self.access = _Access(em, view, self.dist)
         self.t, self.other = self.access.t, em.value(op.other)
-        self.vec = _vector(view, self.dist, self.t)
+        self.vec, self.ragged = _vector(view, self.dist, self.t)
         _require_alignment(em, view.array, self.vec * self.access.eb)
         self.group: list[SSAValue] = []
 
     def load(self, r: int) -> list[SSAValue]:
-        em, t = self.em, self.t
-        spec, reg, count = _word_spec(t, self.vec)
+        em, t, vec = self.em, self.t, self.vec
+        spec, reg, count = _word_spec(t, vec)
         off = self.dist.offsets[r]
-        ok = self.access.ok(off)
         addr, imm = self.access.address(off)
-        load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=ok, offset=imm)
+        if not self.ragged:
+            ok = self.access.ok(off)
+            load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=ok, offset=imm)
+            em.emit(load)
+            values = _unpack(em, list(load.outs), t, vec)
+            return [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, ok], reg_type(t)) for v in values]
+        full, elements = self.access.split(off, vec)
+        load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=full, offset=imm)
         em.emit(load)
-        values = _unpack(em, list(load.outs), t, self.vec)
-        return [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, ok], reg_type(t)) for v in values]
+        values = _unpack(em, list(load.outs), t, vec)
+        out = []
+        eb = self.access.eb
+        for e, (v, ok) in enumerate(zip(values, elements, strict=True)):
+            one = ptx.LdOp(f"global.{mem_spec(t)}", [addr], [reg_type(t)], guard=ok, offset=imm + e * eb)
+            em.emit(one)
+            tail = em.instr(ptx.SelpOp, _selp_spec(t), [one.outs[0], self.other, ok], reg_type(t))
+            out.append(em.instr(ptx.SelpOp, _selp_spec(t), [v, tail, full], reg_type(t)))
+        return out
 
     def value(self, r: int) -> SSAValue:
         if r % self.vec == 0:
@@ -469,7 +498,7 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     dist = distribution(em, op.value.type)
     access = _Access(em, view, dist)
     t = access.t
-    vec = _vector(view, dist, t)
+    vec, ragged = _vector(view, dist, t)
     _require_alignment(em, view.array, vec * access.eb)
     spec, _, _ = _word_spec(t, vec)
     if op.value in em.deferred:  # the elementwise code that makes the value, streamed
@@ -482,10 +511,16 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     for r in range(0, dist.registers, vec):
         off = dist.offsets[r]
         group = [element(r + i) for i in range(vec)]
-        ok = and_pred(em, [access.ok(off), owner])
         addr, imm = access.address(off)
-        values = _pack(em, group, t, vec)
-        em.emit(ptx.StOp(f"global.{spec}", [addr, *values], guard=ok, offset=imm))
+        if not ragged:
+            ok = and_pred(em, [access.ok(off), owner])
+            em.emit(ptx.StOp(f"global.{spec}", [addr, *_pack(em, group, t, vec)], guard=ok, offset=imm))
+            continue
+        full, elements = access.split(off, vec)
+        em.emit(ptx.StOp(f"global.{spec}", [addr, *_pack(em, group, t, vec)], guard=and_pred(em, [full, owner]), offset=imm))
+        for e, (v, ok) in enumerate(zip(group, elements, strict=True)):
+            guard = and_pred(em, [ok, owner])
+            em.emit(ptx.StOp(f"global.{mem_spec(t)}", [addr, v], guard=guard, offset=imm + e * access.eb))
 
 
 def _element_address(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribute) -> SSAValue:

@@ -83,3 +83,23 @@ def test_every_stage_of_a_tile_kernel_dumps_and_replays_through_kaio_opt(tmp_pat
     # the frontend's IR, run through the same pipeline by kaio-opt, gives the same PTX
     pipeline = compiled.pipeline.replace(",lower-to-ptx{arch=\"sm_80\"}", ",lower-to-ptx")
     assert run_tool("kaio-opt", str(files[0]), "-p", pipeline, "-t", "ptx") == compiled.ptx
+
+
+@kaio.tile_kernel(num_warps=4)
+def scale_1d(x: Array[f16], out: MutArray[f16], n: i32, BLOCK: kaio.constexpr = 1024):
+    off = i32(kt.program_id(0)) * BLOCK
+    kt.store(out, (off,), kt.load(x, (off,), (BLOCK,), (n,)) * 2.0, (n,))
+
+
+def test_a_bound_not_proven_divisible_gets_vectors_inside_it_and_elements_at_it(dev=None):
+    text = ptx(scale_1d)  # n unknown: vectors where they fit, element accesses at the bound
+    assert "ld.global.v4.b32" in text and "st.global.v4.b32" in text
+    assert "ld.global.b16" in text and "st.global.b16" in text
+    import numpy as np
+
+    dev = kaio.Device("sim")
+    for n in (1, 7, 1000, 4099):
+        x = np.random.rand(n).astype(np.float16)
+        out = dev.alloc_from(np.full(n, np.nan, np.float16))
+        scale_1d[kaio.cdiv(n, 1024)](dev.alloc_from(x), out, n)
+        np.testing.assert_array_equal(out.to_host(), x * np.float16(2))
