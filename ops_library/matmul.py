@@ -95,7 +95,22 @@ def _check(a: _Operand, b: _Operand, out: _Operand | None, acc: Any) -> tuple[in
             raise KaioTypeError(f"matmul: out must be f32 or {a.dtype.name} (the input type), got {out.dtype.name}")
     if max(m, n, k) >= 2**31:
         raise KaioTypeError("matmul: sizes must be below 2**31")
+    for name, source in (("a", a), ("b", b)):
+        if out is not None and _overlaps(out, source):
+            raise KaioTypeError(
+                f"matmul: `out` overlaps `{name}`: the kernel would read what it already wrote; "
+                "pass a separate output array"
+            )
     return m, n, k
+
+
+def _overlaps(x: _Operand, y: _Operand) -> bool:
+    """Whether two operands share memory: host arrays by numpy, device arrays by address range."""
+    if x.host is not None or y.host is not None:
+        return x.host is not None and y.host is not None and bool(np.may_share_memory(x.host, y.host))
+    x_end = x.ptr + math.prod(x.shape) * x.dtype.nbytes
+    y_end = y.ptr + math.prod(y.shape) * y.dtype.nbytes
+    return x.ptr < y_end and y.ptr < x_end
 
 
 @lru_cache(maxsize=256)
