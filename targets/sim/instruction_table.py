@@ -27,6 +27,7 @@ from . import (
     ops_memory,
     ops_mma,
     ops_warp,
+    ops_wmma,
 )
 from .categories import instruction_category
 from .faults import DecodeError
@@ -63,6 +64,7 @@ INSTRUCTIONS: dict[tuple[str, str], Factory] = _merge(
     ops_async_copy.TABLE,
     ops_ldmatrix.TABLE,
     ops_mma.TABLE,
+    ops_wmma.TABLE,
 )
 MNEMONICS = frozenset(m for m, _ in INSTRUCTIONS)
 
