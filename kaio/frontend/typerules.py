@@ -2,7 +2,10 @@
 
 Types are strict: both sides of an operator have one kaio type. An untyped Python literal adapts
 to the type it meets (an int literal to any int or float type, a float literal to float types
-only) provided its value fits. Alone, an int literal is ``i32`` and a float literal ``f32``.
+only) provided its value fits. Alone, an int literal is ``i32`` and a float literal ``f32``. A
+*loop value* (the variable of a ``range`` with literal bounds, see ``Scalar.bounds``) is an
+``i32`` that adapts like an int literal: meeting another type, it is converted to it when every
+value it can take fits that type exactly.
 Compile-time arithmetic folds with the same semantics as the runtime ops (C-like ``//`` and
 ``%``, wrap-around for typed integers), so a constant expression means the same thing whether it
 is folded or not.
@@ -16,7 +19,7 @@ import numpy as np
 
 from kaio.dtypes import ScalarType, bool_, f32, i32
 from kaio.frontend.diagnostics import SemanticError
-from kaio.frontend.values import Const, Value, scalar_type_of, type_name
+from kaio.frontend.values import Const, Scalar, Value, scalar_type_of, type_name
 
 CAST_HINT = "kaio never converts implicitly; cast one side, e.g. `f32(x)` or `u32(i)`"
 
@@ -129,8 +132,37 @@ def unify(a: Value, b: Value, what: str) -> ScalarType:
         _adapt_in(b, ta, what)
         return ta
     if ta is not tb:
+        if is_loop_value(a) and not is_loop_value(b):
+            check_loop_value(a, tb, what)
+            return tb
+        if is_loop_value(b) and not is_loop_value(a):
+            check_loop_value(b, ta, what)
+            return ta
         raise SemanticError(f"{what}: {ta.name} and {tb.name} are different types", CAST_HINT)
     return ta
+
+
+# Significand bits of each float type: every integer up to 2**bits in magnitude is exact in it.
+_EXACT_INT_BITS = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+
+
+def is_loop_value(v: Value) -> bool:
+    return isinstance(v, Scalar) and v.bounds is not None
+
+
+def check_loop_value(v: Scalar, t: ScalarType, what: str) -> None:
+    """Error unless every value of the loop value ``v`` is exactly a ``t``."""
+    assert v.bounds is not None
+    lo, hi = v.bounds
+    if t.is_int:
+        fits = int_range(t)[0] <= lo and hi <= int_range(t)[1]
+    else:
+        fits = t.is_float and max(abs(lo), abs(hi)) <= 1 << _EXACT_INT_BITS[t.name]
+    if not fits:
+        raise SemanticError(
+            f"{what}: the loop value ranges over {lo} .. {hi}, which {t.name} cannot hold exactly",
+            CAST_HINT,
+        )
 
 
 def _adapt_in(c: Const, t: ScalarType, what: str) -> None:
