@@ -173,10 +173,12 @@ def lower_absi(em: PtxEmitter, op: xmath.AbsIOp) -> None:
 
 # --------------------------------------------------------------------------- float arithmetic
 
+# add/sub/mul carry .rn: without a rounding modifier ptxas may contract a mul and an add into
+# one fma, which rounds once where kaio's semantics (and the simulator) round each op.
 _FLOAT_BINARY: dict[type[Operation], tuple[type[ptx.PtxInstr], str]] = {
-    arith.AddfOp: (ptx.AddOp, ""),
-    arith.SubfOp: (ptx.SubOp, ""),
-    arith.MulfOp: (ptx.MulOp, ""),
+    arith.AddfOp: (ptx.AddOp, "rn"),
+    arith.SubfOp: (ptx.SubOp, "rn"),
+    arith.MulfOp: (ptx.MulOp, "rn"),
     arith.DivfOp: (ptx.DivOp, "rn"),
     arith.MaxnumfOp: (ptx.MaxOp, ""),
     arith.MinnumfOp: (ptx.MinOp, ""),
