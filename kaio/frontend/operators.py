@@ -297,6 +297,8 @@ def _fold_power(base: Const, exp: Const) -> Const:
     if isinstance(x, int) and isinstance(e, int) and (t is None or t.is_int):
         if e < 0:
             raise SemanticError("an integer base needs a non-negative exponent")
+        if t is not None:  # wraps like the runtime loop; never builds a huge Python int
+            return normalize(Const(pow(x, e, 1 << t.bits), t))
         return normalize(Const(x**e, t))
     try:
         return normalize(Const(float(x) ** float(e), t if t is not None and t.is_float else None))

@@ -307,8 +307,8 @@ class BatchRunner:
         if self.race is not None:
             # new race epochs: a CTA-wide release orders its whole CTA, a counted barrier that
             # covers only part of the CTA the threads that arrived at it
-            for r, barrier_id in zip(*np.nonzero(ready)):
-                self.race.release(int(rows[r]), int(barrier_id), bool(expected[r, barrier_id] >= full[r]))
+            r, barrier_id = np.nonzero(ready)
+            self.race.release(rows[r], barrier_id, expected[r, barrier_id] >= full[r])
         bar.arrived[rows] = np.where(ready, np.maximum(arrived - expected, 0), arrived)
         bar.expected[rows] = np.where(ready, 0, bar.expected[rows])
 

@@ -64,6 +64,7 @@ BYTES_PER_SHARED_BYTE = 4 * FIELDS + 8  # a record and a scratch word (at the fi
 ATOMIC, PLAIN, COPY = 0, 1, 2  # WHOW: atomics only; a plain store; a landed cp.async
 _WRITE_KINDS = {ATOMIC: "atomic", PLAIN: "write", COPY: "cp.async write (landed at its wait)"}
 _RECORD = np.dtype((np.void, 4 * FIELDS))
+BARRIER_IDS = 16  # named barriers per CTA (0..15)
 _STEPS = np.arange(64, dtype=np.int64)  # granule offsets within one access
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32}  # how to compare the values of a granule
 
@@ -145,15 +146,19 @@ class RaceChecker:
     def arrive(self, threads: np.ndarray, ids: np.ndarray) -> None:
         self.arrived[threads] = ids
 
-    def release(self, cta: int, barrier_id: int, wide: bool) -> None:
-        """Barrier ``barrier_id`` of CTA ``cta`` released; ``wide``: its count is the whole CTA."""
-        mine = (self.cta == cta) & (self.arrived == barrier_id)
-        self.arrived[mine] = NONE
-        if wide:
-            self.barrier(np.array([cta]))
-        elif mine.any():
-            threads = np.flatnonzero(mine)
-            self._renumber(threads, np.zeros(threads.size, dtype=np.int64))
+    def release(self, ctas: np.ndarray, ids: np.ndarray, wide: np.ndarray) -> None:
+        """Barriers ``ids`` of CTAs ``ctas`` released (pairwise); ``wide``: the count is the whole
+        CTA. Their threads that arrived take part: a new epoch per CTA, or per partial barrier."""
+        if wide.any():
+            self.barrier(ctas[wide])
+        threads = np.flatnonzero(self.arrived >= 0)
+        thread_keys = self.cta[threads] * BARRIER_IDS + self.arrived[threads]
+        released = np.isin(thread_keys, ctas * BARRIER_IDS + ids)
+        threads, thread_keys = threads[released], thread_keys[released]
+        self.arrived[threads] = NONE
+        partial = np.isin(thread_keys, (ctas * BARRIER_IDS + ids)[~wide])
+        if partial.any():
+            self._renumber(threads[partial], thread_keys[partial])
 
     def _unordered(self, a: _Access, epoch_field: int, slot: int) -> np.ndarray:
         """Per distinct granule: whether the access recorded in ``slot`` (epoch in ``epoch_field``)

@@ -43,7 +43,7 @@ from .programs import (
 )
 from .semantics import FLOAT_NP, int_bounds
 
-_INT_OPS = ["+", "-", "*", "//", "%", "&", "|", "^", "<<", ">>"]
+_INT_OPS = ["+", "-", "*", "//", "%", "&", "|", "^", "<<", ">>", "**"]
 _FLOAT_OPS = ["+", "-", "*", "/", "%"]
 _LOOP_OPS = {"+", "-", "*", "&", "|", "^"}  # where a loop variable may be the right operand
 _CMP = ["<", "<=", ">", ">=", "==", "!="]
@@ -102,6 +102,8 @@ class Builder:
         if kind == "bin":
             op = self.choice(_FLOAT_OPS if t.is_float else _INT_OPS)
             a = self.expr(t, scope, d)
+            if op == "**":  # a runtime exponent: the square-and-multiply loop
+                return Bin(t, op, a, self.expr(t, scope, d))
             if self.loops and op in _LOOP_OPS and (t.is_int or op in "+-*") and self.chance(0.3):
                 return Bin(t, op, a, LoopVar(t, self.choice(self.loops)))
             b = self.literal(t, typed=False) if self.chance(0.3) else self.expr(t, scope, d)

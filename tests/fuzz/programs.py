@@ -211,6 +211,8 @@ def _operand_b(e: Bin) -> str:
         return f"(({b} & (-2)) | 2)" if t.kind == "int" else f"({b} | 1)"
     if e.op in ("<<", ">>"):
         return f"({b} & {t.bits - 1})"
+    if e.op == "**":  # non-negative: a negative compile-time exponent is an error by design
+        return f"({b} & 127)"
     return b
 
 
@@ -380,6 +382,8 @@ class Evaluator:
             d = (y & -2) | 2 if t.kind == "int" else y | 1
             d = wrap(d, t)
             return wrap(trunc_div(x, d) if op == "//" else trunc_rem(x, d), t)
+        if op == "**":  # wraps like *
+            return wrap(pow(x, y & 127, 1 << t.bits), t)
         if op in ("<<", ">>"):
             s = y & (t.bits - 1)
             if op == "<<":

@@ -137,3 +137,18 @@ def fuzz(out: MutArray[f32]):
         np.float32,
     )
     assert got.view(np.uint32)[:2].tolist() == [0x80000000, 0]
+
+
+def test_folded_integer_power_wraps_without_building_a_huge_int(dev: kaio.Device) -> None:
+    # a typed constant exponent of 2**62 made the folder compute 3**(2**62) as a Python int
+    got = _run(
+        """
+@kaio.gpu_kernel(block_size=1)
+def fuzz(out: MutArray[u64]):
+    out[0] = u64(3) ** u64(4611686018427387904)
+    out[1] = u64(3) ** u64(5)
+""",
+        dev,
+        np.uint64,
+    )
+    assert got[:2].tolist() == [pow(3, 1 << 62, 1 << 64), 243]
