@@ -441,5 +441,7 @@ def canonical(a: np.ndarray) -> np.ndarray:
     """Float arrays as raw bits with every NaN one pattern (NaN payloads are not specified)."""
     width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
     bits = a.view(width).copy()
-    bits[np.isnan(a.astype(np.float64))] = width((1 << (8 * a.dtype.itemsize - 1)) - 1)
+    with np.errstate(invalid="ignore"):
+        nan = np.isnan(a.astype(np.float64))
+    bits[nan] = width((1 << (8 * a.dtype.itemsize - 1)) - 1)
     return bits

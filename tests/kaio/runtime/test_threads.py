@@ -28,7 +28,7 @@ def _hammer(device: kaio.Device, threads: int, iterations: int) -> tuple[list[st
         start.wait()
         for i in range(iterations):
             try:
-                n = int(rng.integers(1, 700))
+                n = int(rng.integers(1, 300))
                 a = rng.standard_normal(n).astype(np.float32)
                 b = rng.standard_normal(n).astype(np.float32)
                 da, db, dc = device.alloc_from(a), device.alloc_from(b), device.zeros(n)
