@@ -44,7 +44,8 @@ def to_f16(e: Array[f64], out: MutArray[f16], n: u32):
 
 def _odd_f32(x: float) -> np.float32:
     """x (an f64) in f32, rounded to odd."""
-    f = np.float32(x)
+    with np.errstate(over="ignore"):
+        f = np.float32(x)
     if math.isnan(x) or float(f) == x:
         return f
     if math.isinf(f) or abs(float(f)) > abs(x):
