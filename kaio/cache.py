@@ -10,7 +10,7 @@ development checkout never serves stale PTX under an unchanged version number).
 
 Each entry is one JSON file written atomically (a temporary file, then ``os.replace``). An entry
 that is truncated, not JSON, for another key, or whose PTX does not match its recorded hash is
-ignored and rebuilt, never an error. Writing is best effort: an unwritable directory only means
+ignored and rebuilt, never an error: ``load`` checks every field it reads. Writing is best effort: an unwritable directory only means
 no caching.
 
 Environment: ``KAIO_CACHE_DIR`` (default ``$XDG_CACHE_HOME/kaio``, else ``~/.cache/kaio``);
@@ -138,33 +138,105 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class _Corrupt(Exception):
+    """A cache entry that is not what ``store`` writes."""
+
+
+# The largest values a sound entry can hold; anything else was not written by ``store``.
+_MAX_ENTRY_BYTES = 64 << 20
+_MAX_DIM = 2**31 - 1
+_MAX_SHARED = 1 << 32
+_MAX_CONSTEXPR_DEPTH = 8
+
+
+def _field(data: dict[str, Any], name: str, kind: type) -> Any:
+    value = data.get(name)
+    if isinstance(value, bool) or not isinstance(value, kind):  # no top-level field is a bool
+        raise _Corrupt(name)
+    return value
+
+
+def _bounded_int(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise _Corrupt(name)
+    return value
+
+
+def _param(row: Any) -> KernelParam:
+    if not isinstance(row, list) or len(row) != 4:
+        raise _Corrupt("params")
+    name, dtype, is_array, mutable = row
+    if not (isinstance(name, str) and name.isidentifier() and dtype in BY_NAME):
+        raise _Corrupt("params")
+    if not (isinstance(is_array, bool) and isinstance(mutable, bool)):
+        raise _Corrupt("params")
+    return KernelParam(name, BY_NAME[dtype], is_array, mutable)
+
+
+def _check_constexpr(value: Any, depth: int = 0) -> None:
+    """A value ``json.dumps`` of a constexpr could have written: scalars and shallow lists."""
+    if depth > _MAX_CONSTEXPR_DEPTH:
+        raise _Corrupt("constexprs")
+    if isinstance(value, list):
+        for item in value:
+            _check_constexpr(item, depth + 1)
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _Corrupt("constexprs")  # the compile would have refused it
+    elif value is not None and not isinstance(value, (bool, int, str)):
+        raise _Corrupt("constexprs")
+
+
+def _parse(key: str, text: str) -> CompiledKernel:
+    """The entry in ``text``, every field checked; _Corrupt names the first bad one."""
+    from kaio.targets.ptx.arch import ARCHES
+
+    data = json.loads(text)  # RecursionError for absurdly nested input: caught by ``load``
+    if not isinstance(data, dict):
+        raise _Corrupt("entry")
+    if _field(data, "format", int) != FORMAT or _field(data, "key", str) != key:
+        raise _Corrupt("format/key")
+    ptx = _field(data, "ptx", str)
+    if _sha(ptx) != _field(data, "ptx_sha256", str):
+        raise _Corrupt("ptx_sha256")
+    name = _field(data, "name", str)
+    arch = _field(data, "arch", str)
+    if not name.isidentifier() or arch not in ARCHES:
+        raise _Corrupt("name/arch")
+    params = tuple(_param(row) for row in _field(data, "params", list))
+    dims = _field(data, "block_size", list)
+    if len(dims) != 3:
+        raise _Corrupt("block_size")
+    bx, by, bz = (_bounded_int("block_size", d, 1, _MAX_DIM) for d in dims)
+    shared = _bounded_int("shared_bytes", data.get("shared_bytes"), 0, _MAX_SHARED)
+    constexprs = _field(data, "constexprs", dict)
+    for value in constexprs.values():
+        _check_constexpr(value)
+    return CompiledKernel(
+        name=name,
+        ptx=ptx,
+        arch=arch,
+        params=params,
+        block_size=(bx, by, bz),
+        shared_bytes=shared,
+        constexprs=dict(constexprs),
+        pipeline=_field(data, "pipeline", str),
+        cache_key=key,
+    )
+
+
 def load(key: str) -> CompiledKernel | None:
-    """The cached compile for ``key``, or None (missing, unreadable or corrupt: rebuild it)."""
+    """The cached compile for ``key``, or None (missing, unreadable or corrupt: rebuild it).
+
+    Every field is checked against what ``store`` writes, so a damaged or hand-edited entry
+    (a NaN or an infinity where a size belongs, nesting deep enough to exhaust the parser's
+    recursion) is a miss, never an exception."""
     try:
-        data = json.loads(entry_path(key).read_text(encoding="utf-8"))
-        if data["format"] != FORMAT or data["key"] != key:
+        path = entry_path(key)
+        if path.stat().st_size > _MAX_ENTRY_BYTES:
             return None
-        ptx = data["ptx"]
-        if not isinstance(ptx, str) or _sha(ptx) != data["ptx_sha256"]:
-            return None
-        params = tuple(
-            KernelParam(str(name), BY_NAME[dtype], bool(is_array), bool(mutable))
-            for name, dtype, is_array, mutable in data["params"]
-        )
-        bx, by, bz = (int(d) for d in data["block_size"])
-        constexprs = dict(data["constexprs"])
-        return CompiledKernel(
-            name=str(data["name"]),
-            ptx=ptx,
-            arch=str(data["arch"]),
-            params=params,
-            block_size=(bx, by, bz),
-            shared_bytes=int(data["shared_bytes"]),
-            constexprs=constexprs,
-            pipeline=str(data["pipeline"]),
-            cache_key=key,
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return _parse(key, path.read_text(encoding="utf-8"))
+    except (_Corrupt, OSError, ValueError, RecursionError, MemoryError):
         return None
 
 

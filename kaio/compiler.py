@@ -24,7 +24,7 @@ from kaio import dtypes
 from kaio.compiled import CompiledKernel, KernelParam
 from kaio.dialects import kernel as kernel_dialect
 from kaio.dialects import ptx
-from kaio.errors import KaioCompileError, KaioError
+from kaio.errors import KaioCompileError, KaioError, KaioTypeError
 from kaio.pipeline import Pipeline, as_pipeline, kernel_pipeline
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
 from kaio.targets.ptx.printer import print_ptx
@@ -92,16 +92,83 @@ def _stage_names(passes: tuple[ModulePass, ...]) -> list[str]:
     return names
 
 
-def _dump_directory(path: str | os.PathLike[str], kernel_name: str, arch: str) -> DumpCallback:
+def _dump_directory(
+    path: str | os.PathLike[str], kernel_name: str, arch: str, what: str = "dump_ir"
+) -> DumpCallback:
+    """A callback writing one numbered file per stage under ``path``; ``what`` names the setting
+    (``dump_ir`` or ``KAIO_DUMP_IR``) in the error an unusable path gives."""
     folder = Path(path) / f"{kernel_name}.{arch}"
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise KaioCompileError(
+            f"{what}: cannot create the dump folder {folder}: {e.strerror or e}",
+            hint=f"give {what} a directory kaio can create and write",
+        ) from None
     counter = iter(range(1000))
 
     def write(stage: str, text: str) -> None:
         suffix = "ptx" if stage == "ptx" else "mlir"
-        (folder / f"{next(counter):02d}-{stage}.{suffix}").write_text(text)
+        target = folder / f"{next(counter):02d}-{stage}.{suffix}"
+        try:
+            target.write_text(text)
+        except OSError as e:
+            raise KaioCompileError(f"{what}: cannot write {target}: {e.strerror or e}") from None
 
     return write
+
+
+def _callback(dump: DumpCallback) -> DumpCallback:
+    """A user's dump callback whose failure names the stage it was shown."""
+
+    def call(stage: str, text: str) -> None:
+        try:
+            dump(stage, text)
+        except KaioError:
+            raise
+        except Exception as e:
+            raise KaioCompileError(
+                f"the dump_ir callback raised {type(e).__name__}: {e} (at stage '{stage}')"
+            ) from e
+
+    return call
+
+
+def _check_kernel(kernel: Any) -> None:
+    if isinstance(kernel, ModuleOp) or callable(getattr(kernel, "build", None)):
+        return
+    hint = "decorate it with @kaio.gpu_kernel" if callable(kernel) else None
+    raise KaioTypeError(
+        "kaio.compile: `kernel` must be a @kaio.gpu_kernel, an ops_library op or a module "
+        f"holding one kernel.func, got {type(kernel).__name__}" + (f" ({hint})" if hint else "")
+    )
+
+
+def _check_pipeline_arch(pipeline: PassPipeline, arch_name: str) -> None:
+    """A pass lowering for one arch inside a compile for another would print one ``.target``
+    over code chosen for the other: refuse it."""
+    for p in pipeline.passes:
+        wanted = getattr(p, "arch", None)
+        if isinstance(wanted, str) and get_arch(wanted).name != arch_name:
+            raise KaioCompileError(
+                f"pass '{p.name}' lowers for {get_arch(wanted).name} but the compile is for "
+                f"{arch_name}",
+                hint=f"name one arch: kaio.compile(..., arch=\"{get_arch(wanted).name}\") or "
+                f"{p.name}{{arch={arch_name}}} (a pass without arch= lowers for {DEFAULT_ARCH})",
+            )
+
+
+def _check_lowered(module: ModuleOp, pipeline: PassPipeline) -> None:
+    """After the pipeline only PTX may be left: anything else has no printer and would vanish
+    from the PTX silently (an empty pipeline leaves the whole kernel behind)."""
+    for op in module.walk():
+        if op is not module and not op.name.startswith("ptx."):
+            last = pipeline.passes[-1].name if pipeline.passes else None
+            where = f"after pass '{last}'" if last else "with an empty pipeline"
+            raise KaioCompileError(
+                f"the pipeline left `{op.name}` unlowered {where}",
+                hint="end the pipeline with lower-to-ptx (see kaio.pipeline.kernel_pipeline)",
+            )
 
 
 @cache
@@ -153,8 +220,15 @@ def compile(
     stored PTX without building any IR; its ``stages`` are recompiled on first access. Watching
     the stages (``dump_ir``, ``KAIO_DUMP_IR``) always compiles, and refreshes the entry.
     """
+    _check_kernel(kernel)
+    if dump_ir is not None and not (callable(dump_ir) or isinstance(dump_ir, (str, os.PathLike))):
+        raise KaioTypeError(
+            f"kaio.compile: `dump_ir` must be a directory or a callback(stage, text), "
+            f"got {type(dump_ir).__name__}"
+        )
     arch_name = get_arch(arch or DEFAULT_ARCH).name
     pipeline = _resolve_pipeline(kernel, arch_name, pipeline)
+    _check_pipeline_arch(pipeline, arch_name)
     key = None
     if not isinstance(kernel, ModuleOp) and disk_cache.enabled():
         key = disk_cache.compile_key(kernel, arch_name, pipeline, constexprs)
@@ -177,7 +251,12 @@ def _resolve_pipeline(kernel: Any, arch_name: str, pipeline: Any) -> Pipeline:
     if pipeline is None:
         default = getattr(kernel, "default_pipeline", None)
         return as_pipeline(default(arch_name)) if callable(default) else kernel_pipeline(arch_name)
-    return as_pipeline(pipeline)
+    try:
+        return as_pipeline(pipeline)
+    except KaioError:
+        raise
+    except Exception as e:  # an unknown pass, a bad option, not a pipeline at all
+        raise KaioCompileError(f"pipeline {pipeline!r}: {e}") from None
 
 
 def _ignore_stage(stage: str, text: str) -> None:
@@ -206,9 +285,11 @@ def _compile(
     watchers: list[DumpCallback] = []
     env_dir = os.environ.get("KAIO_DUMP_IR")
     if env_dir:
-        watchers.append(_dump_directory(env_dir, name, arch_name))
+        watchers.append(_dump_directory(env_dir, name, arch_name, "KAIO_DUMP_IR"))
     if dump_ir is not None:
-        watchers.append(dump_ir if callable(dump_ir) else _dump_directory(dump_ir, name, arch_name))
+        watchers.append(
+            _callback(dump_ir) if callable(dump_ir) else _dump_directory(dump_ir, name, arch_name)
+        )
     stages: dict[str, str] | None = None
     watch: DumpCallback | None = None
     if watchers:
@@ -221,6 +302,7 @@ def _compile(
 
         watch("frontend", str(module))
     run_pipeline(module, chosen, watch)
+    _check_lowered(module, chosen)
     ptx_text = print_ptx(module, arch_name)
     if watch is not None:
         watch("ptx", ptx_text)

@@ -71,6 +71,12 @@ def _check(a: _Operand, b: _Operand, out: _Operand | None, acc: Any) -> tuple[in
             raise KaioTypeError(f"matmul: out must be f32 or {a.dtype.name} (the input type), got {out.dtype.name}")
     if max(m, n, k) >= 2**31:
         raise KaioTypeError("matmul: sizes must be below 2**31")
+    for name, source in (("a", a), ("b", b)):
+        if out is not None and _overlaps(out, source):
+            raise KaioTypeError(
+                f"matmul: `out` overlaps `{name}`: the kernel would read what it already wrote; "
+                "pass a separate output array"
+            )
     return m, n, k
 
 
@@ -83,6 +89,15 @@ def _check_epilogue(a: _Operand, bias: _Operand | None, n: int, activation: Any)
             raise KaioTypeError(f"matmul: bias must have shape ({n},), got {bias.shape}")
         if bias.dtype not in (dtypes.f32, a.dtype):
             raise KaioTypeError(f"matmul: bias must be f32 or {a.dtype.name} (the input type), got {bias.dtype.name}")
+
+
+def _overlaps(x: _Operand, y: _Operand) -> bool:
+    """Whether two operands share memory: host arrays by numpy, device arrays by address range."""
+    if x.host is not None or y.host is not None:
+        return x.host is not None and y.host is not None and bool(np.may_share_memory(x.host, y.host))
+    x_end = x.ptr + math.prod(x.shape) * x.dtype.nbytes
+    y_end = y.ptr + math.prod(y.shape) * y.dtype.nbytes
+    return x.ptr < y_end and y.ptr < x_end
 
 
 def launch(kernel: MatmulKernel, a: Any, b: Any, c: Any, bias: Any, m: int, n: int, k: int,

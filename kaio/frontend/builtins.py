@@ -300,7 +300,7 @@ def _element(fc: ExpressionsMixin, ref: ArrayRef | SharedRef, v: Value, node: as
 
 
 _FLOAT_MATH: dict[str, tuple[Callable[[SSAValue], Operation], Callable[[float], float]]] = {
-    "sqrt": (xmath.SqrtOp, pymath.sqrt),
+    "sqrt": (xmath.SqrtOp, lambda x: pymath.sqrt(x) if not x < 0 else pymath.nan),  # IEEE
     "rsqrt": (xmath.RsqrtOp, lambda x: 1.0 / pymath.sqrt(x)),
     "exp": (xmath.ExpOp, pymath.exp),
     "exp2": (xmath.Exp2Op, lambda x: 2.0**x),
@@ -309,8 +309,9 @@ _FLOAT_MATH: dict[str, tuple[Callable[[SSAValue], Operation], Callable[[float], 
     "tanh": (xmath.TanhOp, pymath.tanh),
     "sin": (xmath.SinOp, pymath.sin),
     "cos": (xmath.CosOp, pymath.cos),
-    "floor": (xmath.FloorOp, lambda x: float(pymath.floor(x))),
-    "ceil": (xmath.CeilOp, lambda x: float(pymath.ceil(x))),
+    # as the runtime op: the sign of a zero result is x's (ceil(-0.5) is -0.0), inf/nan stay
+    "floor": (xmath.FloorOp, lambda x: pymath.copysign(float(pymath.floor(x)), x) if pymath.isfinite(x) else x),
+    "ceil": (xmath.CeilOp, lambda x: pymath.copysign(float(pymath.ceil(x)), x) if pymath.isfinite(x) else x),
 }
 
 
@@ -374,7 +375,7 @@ def _min_max_pair(
         raise SemanticError("`min`/`max` do not apply to bool")
     if isinstance(a, Const) and isinstance(b, Const):
         x, y = adapt(a, t).value, adapt(b, t).value
-        c = Const(py.max(x, y) if is_max else py.min(x, y), t)
+        c = Const(_fold_min_max(x, y, is_max) if t.is_float else (py.max(x, y) if is_max else py.min(x, y)), t)
         return c if a.type is not None or b.type is not None else Const(c.value)
     op_cls: Callable[[SSAValue, SSAValue], Operation]
     if t.is_float:
@@ -385,6 +386,19 @@ def _min_max_pair(
         op_cls = arith.MaxUIOp if is_max else arith.MinUIOp
     lhs, rhs = materialize(fc.em, a, t), materialize(fc.em, b, t)
     return Scalar(fc.em.value(op_cls(lhs, rhs)), t)
+
+
+def _fold_min_max(x: float, y: float, is_max: bool) -> float:
+    """Float min/max as the runtime op (IEEE minNum/maxNum, PTX min/max): a NaN operand yields
+    the other one, and -0.0 is below +0.0."""
+    x, y = float(x), float(y)
+    if pymath.isnan(x) or pymath.isnan(y):
+        return y if pymath.isnan(x) else x
+    if x == y == 0.0:
+        negative = pymath.copysign(1.0, x) < 0, pymath.copysign(1.0, y) < 0
+        zero_is_negative = all(negative) if is_max else any(negative)
+        return -0.0 if zero_is_negative else 0.0
+    return py.max(x, y) if is_max else py.min(x, y)
 
 
 def _fma(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:

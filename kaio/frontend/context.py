@@ -82,7 +82,7 @@ class CompilerBase:
         scope: Scope,
         *,
         is_kernel: bool,
-        return_type: ScalarType | None = None,
+        return_type: ScalarType | tuple[ScalarType, ...] | None = None,
     ):
         self.state = state
         self.em = state.emitter
@@ -91,6 +91,9 @@ class CompilerBase:
         self.scope = scope
         self.is_kernel = is_kernel
         self.return_type = return_type
+        # How many values a device function returns: None for one scalar, n for a tuple (known
+        # from the annotation, else from the first `return` compiled).
+        self.return_arity = len(return_type) if isinstance(return_type, tuple) else None
 
     # -- provided by the mixins
     def eval(self, node: ast.expr) -> Value:

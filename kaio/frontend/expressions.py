@@ -359,6 +359,13 @@ class ExpressionsMixin(CompilerBase):
                 raise SemanticError(
                     f"cannot store into an element of type {ref.elem.name}: {e.message}", e.hint
                 ) from None
+        if isinstance(value, Scalar) and value.bounds is not None:  # a loop value adapts
+            try:
+                return materialize(self.em, value, ref.elem)
+            except SemanticError as e:
+                raise SemanticError(
+                    f"cannot store into an element of type {ref.elem.name}: {e.message}", e.hint
+                ) from None
         if not isinstance(value, Scalar) or value.type is not ref.elem:
             raise SemanticError(
                 f"cannot store {type_name(value)} into an element of type {ref.elem.name}",

@@ -21,9 +21,18 @@ from kaio.frontend.analysis import check_syntax, has_value_return
 from kaio.frontend.context import CompilerBase, Env, annotation_value, python_value
 from kaio.frontend.diagnostics import FunctionSource, SemanticError
 from kaio.frontend.loops import LoopsMixin
-from kaio.frontend.scope import RET, RV, Scope
+from kaio.frontend.scope import RET, Scope, return_slots
 from kaio.frontend.typerules import adapt
-from kaio.frontend.values import ArrayRef, Const, NoneValue, Scalar, Undefined, Value, type_name
+from kaio.frontend.values import (
+    ArrayRef,
+    Const,
+    NoneValue,
+    Scalar,
+    TupleValue,
+    Undefined,
+    Value,
+    type_name,
+)
 
 
 class FunctionCompiler(LoopsMixin):
@@ -108,20 +117,22 @@ def inline_call(
     if not has_value_return(src):
         return NoneValue()
     returned = callee.scope.get(RET)
-    result = callee.scope.get(RV)
-    if not (isinstance(returned, Const) and returned.value is True) or result is None:
+    results = [callee.scope.get(slot) for slot in return_slots(callee.return_arity)]
+    if not (isinstance(returned, Const) and returned.value is True) or None in results:
         raise src.error(
             src.tree,
             f"device function `{dfn.fn.__name__}` may reach its end without returning a value",
             "end every path with `return value`",
         )
-    assert isinstance(result, Scalar | Const)
-    return result
+    assert all(isinstance(r, Scalar | Const) for r in results)
+    if callee.return_arity is None:
+        return results[0]  # type: ignore[return-value]
+    return TupleValue(tuple(results))  # type: ignore[arg-type]
 
 
 def _bind(
     dfn: DeviceFunction, env: Env, arguments: dict[str, Any]
-) -> tuple[Scope, ScalarType | None]:
+) -> tuple[Scope, ScalarType | tuple[ScalarType, ...] | None]:
     """The device function's starting scope (checked parameters, flags) and return type."""
     params = _parameters(dfn.source.tree)
     scope = Scope()
@@ -138,7 +149,10 @@ def _bind(
     scope.bind(RET, Const(False, bool_))
     if return_type is not None:
         # Defined on every path, so returns inside loops and branches merge cleanly.
-        scope.bind(RV, Const(0.0 if return_type.is_float else 0, return_type))
+        declared = return_type if isinstance(return_type, tuple) else (return_type,)
+        arity = len(return_type) if isinstance(return_type, tuple) else None
+        for slot, t in zip(return_slots(arity), declared, strict=True):
+            scope.bind(slot, Const(0.0 if t.is_float else 0, t))
     return scope, return_type
 
 
@@ -172,10 +186,17 @@ def _check_argument(value: Value, expected: Any, name: str) -> Value:
     raise SemanticError(f"unsupported parameter annotation {expected!r}")
 
 
-def _return_type(src: FunctionSource, env: Env) -> ScalarType | None:
+def _return_type(src: FunctionSource, env: Env) -> ScalarType | tuple[ScalarType, ...] | None:
     node = src.tree.returns
     if node is None:
         return None
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple):  # tuple[f32, i32]
+        if annotation_value(node.value, env) is not tuple:
+            raise SemanticError("a device function returns a kaio scalar type or a tuple of them", None, node)
+        elements = [annotation_value(e, env) for e in node.slice.elts]
+        if not all(isinstance(e, ScalarType) for e in elements):
+            raise SemanticError("a returned tuple holds kaio scalar types", None, node)
+        return tuple(elements)
     t = annotation_value(node, env)
     if t is None:
         return None

@@ -285,7 +285,12 @@ def _internal_error(state: BuildState, exc: BaseException) -> KaioCompileError:
 
 
 def _block_shape(block_size: int | tuple[int, ...], src: FunctionSource) -> tuple[int, int, int]:
-    dims = (block_size,) if isinstance(block_size, int) else tuple(block_size)
+    if isinstance(block_size, int):
+        dims: tuple[Any, ...] = (block_size,)
+    elif isinstance(block_size, (tuple, list)):
+        dims = tuple(block_size)
+    else:  # None, a float, a string: no shape at all
+        dims = ()
     ok = 1 <= len(dims) <= 3 and all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims
     )

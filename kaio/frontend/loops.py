@@ -25,7 +25,7 @@ from kaio.frontend.operators import compile_time, materialize
 from kaio.frontend.scope import BRK as BRK_VAR
 from kaio.frontend.scope import CONT as CONT_VAR
 from kaio.frontend.scope import RET as RET_VAR
-from kaio.frontend.scope import RV, TYPE_CHANGE_HINT, Scope, carried_type, same_value
+from kaio.frontend.scope import TYPE_CHANGE_HINT, Scope, carried_type, return_slots, same_value
 from kaio.frontend.statements import StatementsMixin
 from kaio.frontend.typerules import adapt, literal_kind
 from kaio.frontend.values import (
@@ -199,10 +199,14 @@ class LoopsMixin(StatementsMixin):
             op_cls = arith.SubiOp if negative_step and t.kind == "uint" else arith.AddiOp
             return em.value(op_cls(iv, step_ssa))
 
+        bounds = None
+        if all(isinstance(v, Const) and v.type is None for v in (start, stop, step)):
+            values = range(int(start.value), int(stop.value), int(step.value))  # type: ignore[union-attr]
+            bounds = (min(values[0], values[-1]), max(values[0], values[-1]))  # a loop value
         if use_for:
-            self._scf_for(node, name, t, lb, ub, step_ssa, CONT in exits)
+            self._scf_for(node, name, t, lb, ub, step_ssa, CONT in exits, bounds)
         else:
-            self._scf_while(node, (name, t, lb, condition, advance), None, exits)
+            self._scf_while(node, (name, t, lb, condition, advance), None, exits, bounds)
 
     def _carried(
         self, body: list[ast.stmt], exits: frozenset[str], skip: str | None
@@ -221,25 +225,26 @@ class LoopsMixin(StatementsMixin):
                 assert v is not None
                 carried.append((var, bool_, v))
         if RET in exits and self.value_returning:
-            rv = self.scope.get(RV)
-            if not isinstance(rv, Scalar | Const | TileValue):
-                raise SemanticError(
-                    "a device function that returns from inside a loop needs a declared "
-                    "return type",
-                    "annotate it, e.g. `-> f32`",
-                )
-            carried.append((RV, carried_type(RV, rv), rv))
+            for slot in return_slots(self.return_arity):
+                rv = self.scope.get(slot)
+                if not isinstance(rv, Scalar | Const | TileValue):
+                    raise SemanticError(
+                        "a device function that returns from inside a loop needs a declared "
+                        "return type",
+                        "annotate it, e.g. `-> f32` or `-> tuple[f32, i32]`",
+                    )
+                carried.append((slot, carried_type(slot, rv), rv))
         return carried
 
     def _scf_for(
         self, node: ast.For, name: str, t: ScalarType, lb: SSAValue, ub: SSAValue, step: SSAValue,
-        has_cont: bool,
+        has_cont: bool, bounds: tuple[int, int] | None = None,
     ) -> None:  # fmt: skip
         carried = self._carried(node.body, frozenset(), name)
         pre = self.scope
         block = Block(arg_types=[t.ir_type, *(ct.ir_type for _, ct, _ in carried)])
         self.scope = self._body_scope(pre, carried, block.args[1:])
-        self.scope.bind(name, Scalar(block.args[0], t))
+        self.scope.bind(name, Scalar(block.args[0], t, bounds=bounds))
         if has_cont:
             self.scope.bind(CONT_VAR, Const(False, bool_))
         with self.em.in_block(block):
@@ -253,9 +258,10 @@ class LoopsMixin(StatementsMixin):
 
     def _scf_while(
         self, node: ast.For | ast.While, loop_var: LoopVar | None, test: ast.expr | None,
-        exits: frozenset[str],
+        exits: frozenset[str], bounds: tuple[int, int] | None = None,
     ) -> None:  # fmt: skip
-        """``scf.while`` for a range loop (``loop_var``) or a ``while`` loop (``test``)."""
+        """``scf.while`` for a range loop (``loop_var``, a loop value within ``bounds`` when they
+        are known) or a ``while`` loop (``test``)."""
         skip = loop_var[0] if loop_var else None
         carried = self._carried(node.body, exits, skip)
         pre = self.scope
@@ -276,7 +282,7 @@ class LoopsMixin(StatementsMixin):
             if isinstance(self.scope.get(flag), Scalar):
                 self.scope.bind(flag, Const(False, bool_))
         if loop_var is not None:
-            self.scope.bind(loop_var[0], Scalar(after.args[0], loop_var[1]))
+            self.scope.bind(loop_var[0], Scalar(after.args[0], loop_var[1], bounds=bounds))
         if CONT in exits:
             self.scope.bind(CONT_VAR, Const(False, bool_))
         with self.em.in_block(after):

@@ -11,10 +11,10 @@ import math as pymath
 from collections.abc import Callable
 from typing import Any
 
-from xdsl.dialects import arith
+from xdsl.dialects import arith, scf
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import IntegerType
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, Region, SSAValue
 
 from kaio.dtypes import ScalarType, bool_, f32
 from kaio.frontend.diagnostics import SemanticError
@@ -22,10 +22,12 @@ from kaio.frontend.emitter import Emitter
 from kaio.frontend.typerules import (
     adapt,
     check_kind,
+    check_loop_value,
     default_type,
     fold_binary,
     fold_compare,
     int_range,
+    literal_kind,
     normalize,
     round_float,
     trunc_div,
@@ -73,7 +75,10 @@ def materialize(em: Emitter, v: Value, t: ScalarType | TileType) -> SSAValue:
         return v.ssa
     if isinstance(v, Scalar):
         if v.type is not t:
-            raise SemanticError(f"expected {t.name}, got {v.type.name}")
+            if v.bounds is None:
+                raise SemanticError(f"expected {t.name}, got {v.type.name}")
+            check_loop_value(v, t, f"a {t.name} value")
+            return _cast_runtime(em, v.ssa, v.type, t).ssa  # exact: every value fits
         return v.ssa
     if isinstance(v, Const):
         c = adapt(v, t)
@@ -128,7 +133,33 @@ def binary(em: Emitter, op: str, a: Value, b: Value) -> Value:
     if op in ("//", "%") and t.is_int and isinstance(b, Const) and b.value == 0:
         raise SemanticError("integer division by zero")
     x, y = materialize(em, a, t), materialize(em, b, t)
-    return _with_stand_in(Scalar(emit_binary(em, op, x, y, t), t), _try_fold(op, a, b, t))
+    result = Scalar(emit_binary(em, op, x, y, t), t, bounds=_loop_bounds(op, a, b, t))
+    return _with_stand_in(result, _try_fold(op, a, b, t))
+
+
+def _loop_bounds(op: str, a: Scalar | Const, b: Scalar | Const, t: ScalarType) -> tuple[int, int] | None:
+    """The bounds of ``a op b`` when it is a loop value again: + - * of loop values and int
+    literals whose result range still fits ``t`` (then no value wrapped)."""
+    if op not in ("+", "-", "*"):
+        return None
+    ranges = []
+    for v in (a, b):
+        if isinstance(v, Scalar) and v.bounds is not None and v.type is t:
+            ranges.append(v.bounds)
+        elif isinstance(v, Const) and v.type is None and literal_kind(v) == "int":
+            ranges.append((int(v.value), int(v.value)))
+        else:
+            return None
+    (alo, ahi), (blo, bhi) = ranges
+    if op == "+":
+        lo, hi = alo + blo, ahi + bhi
+    elif op == "-":
+        lo, hi = alo - bhi, ahi - blo
+    else:
+        corners = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+        lo, hi = min(corners), max(corners)
+    tlo, thi = int_range(t)
+    return (lo, hi) if tlo <= lo and hi <= thi else None
 
 
 def _check_operator(op: str, t: ScalarType) -> None:
@@ -200,13 +231,11 @@ def power(em: Emitter, base: Scalar | Const, exp: Scalar | Const) -> Value:
         log = em.value(xmath.Log2Op(x))
         scaled = em.value(arith.MulfOp(em.constant(adapt(Const(float(e)), t).value, t), log))
         return Scalar(em.value(xmath.Exp2Op(scaled)), t)
-    # A runtime exponent: floats only.
     t = unify(base, exp, "operator `**`")
+    if t.is_int:
+        return Scalar(_runtime_int_power(em, materialize(em, base, t), materialize(em, exp, t), t), t)
     if not t.is_float:
-        raise SemanticError(
-            f"`**` with a runtime exponent needs float operands, got {t.name}",
-            "use a compile-time exponent, or cast to a float type",
-        )
+        raise SemanticError(f"`**` needs numbers, got {t.name}")
     y = materialize(em, exp, t)
     if isinstance(base, Const):
         if float(base.value) <= 0:
@@ -215,6 +244,35 @@ def power(em: Emitter, base: Scalar | Const, exp: Scalar | Const) -> Value:
         return Scalar(em.value(xmath.Exp2Op(em.value(arith.MulfOp(y, log_c)))), t)
     log = em.value(xmath.Log2Op(base.ssa))
     return Scalar(em.value(xmath.Exp2Op(em.value(arith.MulfOp(y, log)))), t)
+
+
+def _runtime_int_power(em: Emitter, x: SSAValue, e: SSAValue, t: ScalarType) -> SSAValue:
+    """x ** e for a runtime integer exponent: square-and-multiply over the bits of |e|, in a loop
+    that ends when no bit is left (wrapping like ``*``). A negative exponent truncates 1 / x**|e|
+    toward zero, as ``//`` would: 1 and -1 raise to a power as usual, every other base gives 0."""
+    ir = t.ir_type
+    zero, one = em.constant(0, t), em.constant(1, t)
+    magnitude, negative = e, None
+    if t.kind == "int":
+        negative = em.value(arith.CmpiOp(e, zero, "slt"))
+        magnitude = em.value(arith.SelectOp(negative, em.value(arith.SubiOp(zero, e)), e))
+    before, after = Block(arg_types=[ir, ir, ir]), Block(arg_types=[ir, ir, ir])
+    with em.in_block(before):
+        more = em.value(arith.CmpiOp(before.args[2], zero, "ne"))
+        before.add_op(scf.ConditionOp(more, *before.args))
+    with em.in_block(after):
+        result, square, n = after.args
+        odd = em.value(arith.CmpiOp(em.value(arith.AndIOp(n, one)), zero, "ne"))
+        taken = em.value(arith.SelectOp(odd, em.value(arith.MuliOp(result, square)), result))
+        after.add_op(scf.YieldOp(taken, em.value(arith.MuliOp(square, square)), em.value(arith.ShRUIOp(n, one))))
+    loop = scf.WhileOp([one, x, magnitude], [ir, ir, ir], Region(before), Region(after))
+    em.add(loop)
+    power = loop.results[0]
+    if negative is None:
+        return power
+    unit = em.value(arith.OrIOp(em.value(arith.CmpiOp(x, one, "eq")), em.value(arith.CmpiOp(x, em.constant(-1, t), "eq"))))
+    reciprocal = em.value(arith.SelectOp(unit, power, zero))
+    return em.value(arith.SelectOp(negative, reciprocal, power))
 
 
 def _repeated_multiply(em: Emitter, x: SSAValue, n: int, t: ScalarType) -> SSAValue:
@@ -243,6 +301,8 @@ def _fold_power(base: Const, exp: Const) -> Const:
     if isinstance(x, int) and isinstance(e, int) and (t is None or t.is_int):
         if e < 0:
             raise SemanticError("an integer base needs a non-negative exponent")
+        if t is not None:  # wraps like the runtime loop; never builds a huge Python int
+            return normalize(Const(pow(x, e, 1 << t.bits), t))
         return normalize(Const(x**e, t))
     try:
         return normalize(Const(float(x) ** float(e), t if t is not None and t.is_float else None))

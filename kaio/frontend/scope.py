@@ -40,6 +40,16 @@ from kaio.frontend.values import (
 RET, BRK, CONT, RV = "%ret", "%brk", "%cont", "%rv"
 FLAGS = (RET, BRK, CONT)
 
+
+def return_slots(arity: int | None) -> list[str]:
+    """The variables holding a device function's return value: ``%rv``, or ``%rv.0``, ``%rv.1``...
+    for one that returns a tuple of ``arity`` scalars."""
+    return [RV] if arity is None else [f"{RV}.{i}" for i in range(arity)]
+
+
+def is_return_slot(name: str) -> bool:
+    return name == RV or name.startswith(RV + ".")
+
 TYPE_CHANGE_HINT = (
     "a variable keeps one type for its whole life; cast the new value (e.g. `f32(v)`), use "
     "another name, or give the first assignment the right type (`acc = f16(0.0)`: a literal "
@@ -165,7 +175,7 @@ def merge(em: Emitter, paths: list[Scope], where: str, cond: SSAValue | None = N
     for name in all_names:
         values = [p.vars.get(name) for p in paths]
         present = [v for v in values if v is not None]
-        if len(present) < len(values) and name != RV:
+        if len(present) < len(values) and not is_return_slot(name):
             joined.bind(name, Undefined(f"`{name}` is only assigned on some paths through {where}"))
             continue
         first = present[0]

@@ -21,7 +21,7 @@ from kaio.frontend.analysis import exits, has_value_return, is_comment
 from kaio.frontend.diagnostics import SemanticError
 from kaio.frontend.expressions import BINOPS, ExpressionsMixin
 from kaio.frontend.operators import binary, negate
-from kaio.frontend.scope import FLAGS, RET, RV, TYPE_CHANGE_HINT
+from kaio.frontend.scope import FLAGS, RET, RV, TYPE_CHANGE_HINT, return_slots
 from kaio.frontend.typerules import adapt
 from kaio.frontend.values import (
     Const,
@@ -206,23 +206,38 @@ class StatementsMixin(ExpressionsMixin):
         self.scope.bind(RET, Const(True, bool_))
 
     def set_return_value(self, value: Value, node: ast.expr) -> None:
+        """``return value``: a scalar, or a tuple of scalars (``return a, b``), each kept in its
+        own return slot so branches and loops merge them like any variable."""
+        items = value.items if isinstance(value, TupleValue) else (value,)
+        arity = len(items) if isinstance(value, TupleValue) else None
+        if self.return_arity != arity and (self.return_arity is not None or self.scope.get(RV) is not None):
+            counts = [f"{n} values" if n is not None else "one value" for n in (arity, self.return_arity)]
+            raise SemanticError(f"returns {counts[0]} here but {counts[1]} elsewhere", None, node)
+        self.return_arity = arity
+        declared = self.return_type if isinstance(self.return_type, tuple) else (self.return_type,)
+        if self.return_type is None:
+            declared = (None,) * len(items)
+        for slot, item, rt in zip(return_slots(arity), items, declared, strict=True):
+            self._set_return_slot(slot, item, rt, node)
+
+    def _set_return_slot(self, slot: str, value: Value, declared: ScalarType | None, node: ast.expr) -> None:
         if not isinstance(value, Scalar | Const):
             raise SemanticError(
-                f"a device function returns one scalar, not {type_name(value)}", None, node
+                f"a device function returns scalars, not {type_name(value)}", None, node
             )
-        if self.return_type is not None and isinstance(value, Const) and value.type is None:
-            value = adapt(value, self.return_type)
-        previous = self.scope.get(RV)
+        if declared is not None and isinstance(value, Const) and value.type is None:
+            value = adapt(value, declared)
+        previous = self.scope.get(slot)
         if previous is not None:
             pt, vt = scalar_type_of(previous), scalar_type_of(value)
             if pt is not None and vt is not None and pt is not vt:
-                declared = "is declared to return" if self.return_type else "returned"
+                said = "is declared to return" if declared else "returned"
                 raise SemanticError(
-                    f"returns {vt.name}, but the function {declared} {pt.name}",
-                    TYPE_CHANGE_HINT if self.return_type is None else f"cast: `{pt.name}(...)`",
+                    f"returns {vt.name}, but the function {said} {pt.name}",
+                    TYPE_CHANGE_HINT if declared is None else f"cast: `{pt.name}(...)`",
                     node,
                 )
-        self.scope.assign(RV, value)
+        self.scope.assign(slot, value)
 
     def stmt_Break(self, node: ast.Break) -> None:
         self.scope.bind("%brk", Const(True, bool_))

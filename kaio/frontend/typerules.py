@@ -2,7 +2,10 @@
 
 Types are strict: both sides of an operator have one kaio type. An untyped Python literal adapts
 to the type it meets (an int literal to any int or float type, a float literal to float types
-only) provided its value fits. Alone, an int literal is ``i32`` and a float literal ``f32``.
+only) provided its value fits. Alone, an int literal is ``i32`` and a float literal ``f32``. A
+*loop value* (the variable of a ``range`` with literal bounds, see ``Scalar.bounds``) is an
+``i32`` that adapts like an int literal: meeting another type, it is converted to it when every
+value it can take fits that type exactly.
 Compile-time arithmetic folds with the same semantics as the runtime ops (C-like ``//`` and
 ``%``, wrap-around for typed integers), so a constant expression means the same thing whether it
 is folded or not.
@@ -16,7 +19,7 @@ import numpy as np
 
 from kaio.dtypes import ScalarType, bool_, f32, i32
 from kaio.frontend.diagnostics import SemanticError
-from kaio.frontend.values import Const, Value, scalar_type_of, type_name
+from kaio.frontend.values import Const, Scalar, Value, scalar_type_of, type_name
 
 CAST_HINT = "kaio never converts implicitly; cast one side, e.g. `f32(x)` or `u32(i)`"
 
@@ -37,11 +40,24 @@ def wrap_int(value: int, t: ScalarType) -> int:
 
 
 def round_float(value: float, t: ScalarType) -> float:
-    """``value`` rounded to the precision of float type ``t``."""
+    """``value`` rounded to the precision of float type ``t``, once, to nearest even."""
     if t.bits == 64:
         return float(value)
     with np.errstate(over="ignore"):
+        if t.name == "bf16":  # ml_dtypes rounds an f64 twice (through f32): go by an odd f32
+            return float(np.array([_f32_rounded_to_odd(value)]).astype(t.np_dtype)[0])
         return float(t.np_dtype.type(value))
+
+
+def _f32_rounded_to_odd(value: float) -> np.float32:
+    """``value`` in f32, truncated, its last bit set when that lost anything: rounding this to a
+    narrower format is the one correct rounding of ``value`` (f32 keeps 2+ more bits)."""
+    f = np.float32(value)
+    if not math.isfinite(value) or float(f) == value:
+        return f
+    if math.isinf(f) or abs(float(f)) > abs(value):
+        f = np.nextafter(f, np.float32(0))
+    return np.uint32(f.view(np.uint32) | 1).view(np.float32)
 
 
 def literal_kind(c: Const) -> str:
@@ -129,8 +145,37 @@ def unify(a: Value, b: Value, what: str) -> ScalarType:
         _adapt_in(b, ta, what)
         return ta
     if ta is not tb:
+        if is_loop_value(a) and not is_loop_value(b):
+            check_loop_value(a, tb, what)
+            return tb
+        if is_loop_value(b) and not is_loop_value(a):
+            check_loop_value(b, ta, what)
+            return ta
         raise SemanticError(f"{what}: {ta.name} and {tb.name} are different types", CAST_HINT)
     return ta
+
+
+# Significand bits of each float type: every integer up to 2**bits in magnitude is exact in it.
+_EXACT_INT_BITS = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+
+
+def is_loop_value(v: Value) -> bool:
+    return isinstance(v, Scalar) and v.bounds is not None
+
+
+def check_loop_value(v: Scalar, t: ScalarType, what: str) -> None:
+    """Error unless every value of the loop value ``v`` is exactly a ``t``."""
+    assert v.bounds is not None
+    lo, hi = v.bounds
+    if t.is_int:
+        fits = int_range(t)[0] <= lo and hi <= int_range(t)[1]
+    else:
+        fits = t.is_float and max(abs(lo), abs(hi)) <= 1 << _EXACT_INT_BITS[t.name]
+    if not fits:
+        raise SemanticError(
+            f"{what}: the loop value ranges over {lo} .. {hi}, which {t.name} cannot hold exactly",
+            CAST_HINT,
+        )
 
 
 def _adapt_in(c: Const, t: ScalarType, what: str) -> None:
@@ -169,7 +214,7 @@ def fold_binary(op: str, a: Const, b: Const, t: ScalarType | None) -> Const:
     is_bool = isinstance(x, bool) and isinstance(y, bool)
     if is_bool and op not in ("&", "|", "^"):
         check_kind(bool_, op, ints=False, floats=False, bools=False)
-    if op in ("/", "//", "%") and y == 0:
+    if op in ("/", "//", "%") and y == 0 and not is_float:
         raise SemanticError("division by zero in a compile-time expression")
     result: int | float | bool
     if op == "+":
@@ -181,13 +226,16 @@ def fold_binary(op: str, a: Const, b: Const, t: ScalarType | None) -> Const:
     elif op == "/":
         if not is_float:
             check_kind(t or i32, "/", ints=False, floats=True, bools=False)
-        result = float(x) / float(y)
+        result = _ieee_divide(float(x), float(y))
     elif op == "//":
         if is_float:
             check_kind(t or f32, "//", ints=True, floats=False, bools=False)
         result = trunc_div(int(x), int(y))
     elif op == "%":
-        result = math.fmod(x, y) if is_float else int(x) - int(y) * trunc_div(int(x), int(y))
+        if is_float:
+            result = _float_remainder(float(x), float(y), t)
+        else:
+            result = int(x) - int(y) * trunc_div(int(x), int(y))
     elif op in ("&", "|", "^", "<<", ">>"):
         if is_float:
             check_kind(t or f32, op, ints=True, floats=False, bools=False)
@@ -210,6 +258,27 @@ def fold_binary(op: str, a: Const, b: Const, t: ScalarType | None) -> Const:
     else:  # pragma: no cover - the caller only passes the operators above
         raise AssertionError(op)
     return normalize(Const(result, t))
+
+
+def _ieee_divide(x: float, y: float) -> float:
+    """``x / y`` as IEEE defines it, division by zero included (the runtime op's result)."""
+    if y != 0.0:
+        return x / y
+    if x == 0.0 or math.isnan(x):
+        return math.nan
+    return math.copysign(math.inf, x) * math.copysign(1.0, y)
+
+
+def _float_remainder(x: float, y: float, t: ScalarType | None) -> float:
+    """Float ``%`` exactly as the runtime computes it, ``x - trunc(x / y) * y``, each operation
+    rounded to ``t`` (untyped: f64), so folding and running agree."""
+
+    def rounded(v: float) -> float:
+        return round_float(v, t) if t is not None else v
+
+    q = rounded(_ieee_divide(x, y))
+    whole = math.copysign(float(math.trunc(q)), q) if math.isfinite(q) else q  # trunc keeps -0.0
+    return rounded(x - rounded(whole * y))
 
 
 def normalize(c: Const) -> Const:

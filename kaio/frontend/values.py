@@ -31,6 +31,10 @@ class Scalar:
     ssa: SSAValue
     type: ScalarType
     stand_in: int | float | bool | None = None
+    # A loop value: the variable of a ``range`` whose bounds are all literals, or + - * of such
+    # values and int literals. It is an i32 at runtime, but ``bounds`` (inclusive) are known, so
+    # like a literal it adapts to the type it meets when all its values fit that type.
+    bounds: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ resulting INVALID_CONTEXT/INVALID_HANDLE makes kaio set it again and retry once.
 Launch: parameters are packed with one ``struct.pack_into`` into a buffer laid out once per
 function, and ``cuLaunchKernel`` gets the address of a prebuilt array of pointers into it: a
 launch is that pack and one driver call. The driver copies parameters at launch time, so the
-buffer is reused; a lock keeps two threads from packing into it at once.
+buffer is reused; a lock per function keeps two threads from packing into it at once, and from
+racing each other when they raise its dynamic shared-memory limit.
 """
 
 from __future__ import annotations
@@ -228,12 +229,14 @@ class CudaBackend(Backend):
             stream: Any,
             values: Sequence[Any],
         ) -> None:
-            if shared_bytes > shared_optin[0]:
-                self._allow_shared(function, shared_bytes)
-                shared_optin[0] = shared_bytes
             handle = null_stream if stream is None else stream
             activate()
             with lock:
+                # Under the lock: two threads raising the limit at once must not leave the
+                # smaller value in the driver while the larger one is remembered here.
+                if shared_bytes > shared_optin[0]:
+                    self._allow_shared(function, shared_bytes)
+                    shared_optin[0] = shared_bytes
                 pack_into(storage, 0, *values)
                 (err,) = cu_launch(function, *grid, *block, shared_bytes, handle, kernel_params, 0)
                 if err and any(driver.is_error(err, e) for e in _RETRY_ERRORS):

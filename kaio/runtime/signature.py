@@ -82,6 +82,12 @@ class Signature:
             )
         runtime = [bound[n] for n in self.runtime_names]
         constexprs = {n: bound[n] for n in self.constexpr_names}
+        for name, value in constexprs.items():
+            if getattr(type(value), "__hash__", None) is None:  # a list, an array: no key
+                raise KaioTypeError(
+                    f"kernel `{self.kernel}`: constexpr `{name}` must be an int, float or bool, "
+                    f"got {type(value).__name__}"
+                )
         return runtime, constexprs, constexpr_key(list(constexprs.values()))
 
     def _counts(self) -> str:

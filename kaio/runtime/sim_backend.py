@@ -3,14 +3,24 @@
 Everything is synchronous: a launch returns when the kernel has run, so streams are markers and
 events read the wall clock when recorded. The simulator checks every access, so a kernel bug
 surfaces as ``KaioMemoryError``/``KaioSimError`` at the launch that caused it.
+
+Threads: one lock serializes every touch of the simulator (allocation table, arena, launches).
+It has to cover launches too: an allocation may grow the arena, which replaces the numpy array a
+running launch reads and writes. A free that arrives while the lock is held (the garbage
+collector finalizing a buffer inside a locked section, or another thread) is queued and done by
+the holder before it lets go, so a finalizer never edits the allocation table halfway through an
+allocation.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 import struct
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,6 +62,8 @@ class SimBackend(Backend):
         self.simulator = Simulator()
         self.last_report: Any = None  # the LaunchReport of the latest launch
         self.profile = False  # collect the full metrics (instruction mix, sectors, bank conflicts)
+        self._lock = threading.Lock()
+        self._pending_frees: collections.deque[int] = collections.deque()
         optin = min(_SHARED_OPTIN.get(target.sm, 48) * 1024, MAX_SHARED_BYTES)
         self.info = DeviceInfo(
             name=f"kaio CPU simulator ({target.name})",
@@ -70,9 +82,24 @@ class SimBackend(Backend):
 
     # --- memory ----------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[Any]:
+        """The simulator, held by this thread; queued frees are done before the lock is let go."""
+        with self._lock:
+            try:
+                yield self.simulator
+            finally:
+                self._drain_frees()
+
+    def _drain_frees(self) -> None:
+        pending = self._pending_frees
+        while pending:
+            self.simulator.memory.free(pending.popleft())
+
     def alloc(self, nbytes: int) -> int:
         try:
-            return int(self.simulator.memory.alloc(nbytes))
+            with self._locked() as sim:
+                return int(sim.memory.alloc(nbytes))
         except MemoryError:
             raise KaioDriverError(
                 "alloc",
@@ -81,35 +108,46 @@ class SimBackend(Backend):
             ) from None
 
     def free(self, ptr: int) -> None:
-        self.simulator.memory.free(ptr)
+        self._pending_frees.append(ptr)  # deque.append is atomic: safe from a finalizer
+        if self._lock.acquire(blocking=False):  # else the holder frees it on its way out
+            try:
+                self._drain_frees()
+            finally:
+                self._lock.release()
 
     def upload(self, ptr: int, host: np.ndarray) -> None:
-        self.simulator.memory.write(ptr, host.reshape(-1).view(np.uint8))
+        with self._locked() as sim:
+            sim.memory.write(ptr, host.reshape(-1).view(np.uint8))
 
     def download(self, ptr: int, host: np.ndarray) -> None:
         raw = host.reshape(-1).view(np.uint8)
-        raw[:] = self.simulator.memory.read(ptr, raw.size)
+        with self._locked() as sim:
+            raw[:] = sim.memory.read(ptr, raw.size)
 
     def copy(self, dst: int, src: int, nbytes: int) -> None:
-        memory = self.simulator.memory
-        memory.write(dst, memory.read(src, nbytes))
+        with self._locked() as sim:
+            sim.memory.write(dst, sim.memory.read(src, nbytes))
 
     def zero(self, ptr: int, nbytes: int) -> None:
-        self.simulator.memory.write(ptr, np.zeros(nbytes, dtype=np.uint8))
+        with self._locked() as sim:
+            sim.memory.write(ptr, np.zeros(nbytes, dtype=np.uint8))
 
     def memory_info(self) -> tuple[int, int]:
         total = self.info.total_memory
-        return max(total - self.simulator.memory.bytes_allocated, 0), total
+        with self._locked() as sim:
+            return max(total - sim.memory.bytes_allocated, 0), total
 
     def owns(self, ptr: int, nbytes: int) -> bool:
-        found = self.simulator.memory.allocation_of(ptr)
+        with self._locked() as sim:
+            found = sim.memory.allocation_of(ptr)
         return found is not None and ptr + nbytes <= found[0] + found[1]
 
     # --- modules and launches --------------------------------------------------------------------
 
     def load_module(self, ptx: str) -> Any:
         try:
-            return self.simulator.load(ptx)
+            with self._locked() as sim:  # loading places module variables in global memory
+                return sim.load(ptx)
         except KaioError:
             raise
         except Exception as exc:  # a simulator bug while loading: still a load failure, not a crash
@@ -137,9 +175,9 @@ class SimBackend(Backend):
             stream: Any,
             values: Sequence[Any],
         ) -> None:
-            self.last_report = launch(
-                entry, grid, block, pack_all(values), shared_bytes, profile=self.profile
-            )
+            packed = pack_all(values)
+            with self._locked():
+                self.last_report = launch(entry, grid, block, packed, shared_bytes, profile=self.profile)
 
         return run
 

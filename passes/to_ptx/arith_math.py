@@ -173,10 +173,12 @@ def lower_absi(em: PtxEmitter, op: xmath.AbsIOp) -> None:
 
 # --------------------------------------------------------------------------- float arithmetic
 
+# add/sub/mul carry .rn: without a rounding modifier ptxas may contract a mul and an add into
+# one fma, which rounds once where kaio's semantics (and the simulator) round each op.
 _FLOAT_BINARY: dict[type[Operation], tuple[type[ptx.PtxInstr], str]] = {
-    arith.AddfOp: (ptx.AddOp, ""),
-    arith.SubfOp: (ptx.SubOp, ""),
-    arith.MulfOp: (ptx.MulOp, ""),
+    arith.AddfOp: (ptx.AddOp, "rn"),
+    arith.SubfOp: (ptx.SubOp, "rn"),
+    arith.MulfOp: (ptx.MulOp, "rn"),
     arith.DivfOp: (ptx.DivOp, "rn"),
     arith.MaxnumfOp: (ptx.MaxOp, ""),
     arith.MinnumfOp: (ptx.MinOp, ""),
@@ -422,10 +424,30 @@ def lower_int_to_float(em: PtxEmitter, op: Operation) -> None:
         return
     v = _widen_byte(em, v, src, signed)
     spec = f"rn.{float_spec(dst)}.{int_spec(src, signed)}"
-    if dst == bf16 and em.arch.sm < 90:
-        em.bind(op.results[0], _from_f32(em, em.instr(ptx.CvtOp, f"rn.f32.{int_spec(src, signed)}", [v], f32), bf16))
+    if dst == bf16 and em.arch.sm < 90:  # no cvt.bf16 from integers before sm_90: go by f32
+        if width(src) <= 16:  # exact in f32: one rounding anyway
+            wide = em.instr(ptx.CvtOp, f"rn.f32.{int_spec(src, signed)}", [v], f32)
+        else:
+            wide = _f32_rounded_to_odd(em, v, int_spec(src, signed), f"rzi.{int_spec(src, signed)}")
+        em.bind(op.results[0], _from_f32(em, wide, bf16))
         return
     em.bind(op.results[0], em.instr(ptx.CvtOp, spec, [v], dst))
+
+
+def _f32_rounded_to_odd(em: PtxEmitter, v: SSAValue, spec: str, back: str) -> SSAValue:
+    """``v`` (a 32/64-bit integer of PTX type ``spec``, or an f64) in f32 rounded to odd: truncated,
+    its last bit set when that lost anything. Rounding an f32 to nearest twice (source -> f32 ->
+    bf16) can land a value that was just off a bf16 halfway point exactly on it and round it the
+    wrong way; f32 keeps more than two bits beyond bf16, so rounding a round-to-odd f32 to bf16 is
+    the one correct rounding. ``back`` converts the f32 back to ``v``'s type to test exactness."""
+    truncated = em.instr(ptx.CvtOp, f"rz.f32.{spec}", [v], f32)
+    again = em.instr(ptx.CvtOp, f"{back}.f32", [truncated], v.type)
+    compare = "f64" if spec == "f64" else "b" + spec[1:]
+    inexact = em.instr(ptx.SetpOp, f"ne.{compare}", [again, v], i1)
+    bits = em.instr(ptx.MovOp, "b32", [truncated], i32)
+    sticky = em.instr(ptx.SelpOp, "b32", [em.const(1, i32), em.const(0, i32), inexact], i32)
+    odd = em.instr(ptx.OrOp, "b32", [bits, sticky], i32)
+    return em.instr(ptx.MovOp, "b32", [odd], f32)
 
 
 @lowering(arith.FPToSIOp, arith.FPToUIOp)
@@ -449,9 +471,8 @@ def lower_float_resize(em: PtxEmitter, op: Operation) -> None:
             em.bind(op.results[0], v)
             return
     rounding = "rn." if width(dst) < width(src) else ""
-    if dst == bf16 and src == f64:
-        v = em.instr(ptx.CvtOp, "rn.f32.f64", [v], f32)
-        src = f32
+    if dst == bf16 and src == f64 and em.arch.sm < 90:  # cvt.rn.bf16.f64 is sm_90's
+        v, src = _f32_rounded_to_odd(em, v, "f64", "f64"), f32
     em.bind(op.results[0], em.instr(ptx.CvtOp, f"{rounding}{float_spec(dst)}.{float_spec(src)}", [v], dst))
 
 

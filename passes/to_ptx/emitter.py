@@ -170,7 +170,8 @@ class PtxEmitter:
         """A constant of register type ``t``; one per (value, type), defined in the prologue."""
         if isinstance(value, bool):
             value = int(value)
-        key = (value, t)
+        # floats by bit pattern: -0.0 == 0.0 in Python, and would share one register
+        key = (value.hex() if isinstance(value, float) else value, t)
         if key not in self._consts:
             op = ptx.ConstOp(value, t)
             self.prologue.append(op)

@@ -14,7 +14,7 @@ from .ptx_types import PTX_TYPES
 FIXED: dict[str, str] = {
     **dict.fromkeys(("ld", "ldu", "st", "ldmatrix", "prefetch", "prefetchu", "isspacep", "createpolicy"), "memory"),
     **dict.fromkeys(("atom", "red"), "atomic"),
-    **dict.fromkeys(("mma", "wgmma"), "tensor core"),
+    **dict.fromkeys(("mma", "wgmma", "wmma"), "tensor core"),
     **dict.fromkeys(("mbarrier", "setmaxnreg"), "sync"),
     **dict.fromkeys(("bra", "ret", "exit", "trap"), "control"),
     **dict.fromkeys(("bar", "barrier", "membar", "fence", "nanosleep"), "sync"),

@@ -11,10 +11,11 @@ the others catch up, and reconverge. Two modes keep this cheap:
   switches back to converged.
 
 Barriers (bar.sync/barrier.sync/bar.arrive, ids 0..15, optional thread count) are per CTA. By
-default every thread of the CTA must arrive (``exited_threads_release_barriers=False``): a CTA
-whose other threads exited, or wait at a different barrier, can never release, and when nothing
-can run any more the runner raises KaioSimError naming the barrier's PTX line. With the option
-set, exited threads count as arrived, as on the hardware.
+default exited threads count as arrived, as on the hardware (``exited_release``). Under the
+simulator's ``synccheck`` option every thread of the CTA must arrive: a CTA whose other threads
+exited can never release. Either way, a CTA whose threads wait at a different barrier can never
+release, and when nothing can run any more the runner raises KaioSimError naming the barrier's
+PTX line.
 """
 
 from __future__ import annotations
@@ -278,6 +279,8 @@ class BatchRunner:
                 raise SimFault("sim", f"barrier thread count {int(counts[k])} is not a positive multiple of 32", int(threads[k]))
             np.maximum.at(bar.expected, (ctas, ids), counts)
         np.add.at(bar.arrived, (ctas, ids), 1)
+        if self.race is not None:
+            self.race.arrive(threads, ids)
         if spec.reduction is not None:
             bar.red_value[threads] = np.broadcast_to(np.asarray(spec.reduction.value(ctx, threads)), threads.shape)
         if spec.wait:
@@ -315,11 +318,10 @@ class BatchRunner:
             self.n_waiting -= released.size
         self.stats.barrier_releases += int(ready.sum())
         if self.race is not None:
-            # a new race epoch for the CTAs a CTA-wide barrier released (a counted barrier
-            # that covers only part of the CTA orders only some threads: not an epoch boundary)
-            wide = (ready & (expected >= full[:, None])).any(axis=1)
-            if wide.any():
-                self.race.barrier(rows[wide])
+            # new race epochs: a CTA-wide release orders its whole CTA, a counted barrier that
+            # covers only part of the CTA the threads that arrived at it
+            r, barrier_id = np.nonzero(ready)
+            self.race.release(rows[r], barrier_id, expected[r, barrier_id] >= full[r])
         bar.arrived[rows] = np.where(ready, np.maximum(arrived - expected, 0), arrived)
         bar.expected[rows] = np.where(ready, 0, bar.expected[rows])
 

@@ -30,6 +30,7 @@ from . import (
     ops_sm90,
     ops_warp,
     ops_wgmma,
+    ops_wmma,
 )
 from .categories import instruction_category
 from .faults import DecodeError
@@ -69,6 +70,7 @@ INSTRUCTIONS: dict[tuple[str, str], Factory] = _merge(
     ops_wgmma.TABLE,
     ops_mbarrier.TABLE,
     ops_sm90.TABLE,
+    ops_wmma.TABLE,
 )
 MNEMONICS = frozenset(m for m, _ in INSTRUCTIONS)
 

@@ -57,6 +57,8 @@ def make_barrier(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavi
 
         def run(ctx: Any, idx: Idx) -> None:
             check_converged(ctx, idx, mask(ctx, idx), name)
+            if ctx.race is not None:
+                ctx.race.warp_sync(idx)  # orders the lanes' shared accesses for the race check
 
         return Behaviour(run=run, klass="bar.warp.sync")
     mods.flag("cta")

@@ -1,10 +1,19 @@
 """Opt-in race detection on shared memory (``Simulator(race_check=True)``), like
 compute-sanitizer's racecheck.
 
-Time is cut into *epochs* per CTA: every release of a CTA-wide barrier (``bar.sync``,
-``barrier.sync``, ``bar.red``; a counted barrier only when its count covers the whole CTA) starts
-a new one. Two accesses to one shared byte by different threads of a CTA race when they fall in
-the same epoch and at least one writes: read-after-write, write-after-write, write-after-read.
+Time is cut into *epochs* per thread: every barrier release gives the threads it released one
+new epoch number, unique in the batch. A CTA-wide barrier (``bar.sync``, ``barrier.sync``,
+``bar.red``; a counted barrier whose count covers the whole CTA) renumbers every thread of its
+CTA; a barrier of part of the CTA renumbers its participants only: ``bar.warp.sync`` the lanes
+executing it, a counted named barrier the threads that arrived at it (``bar.arrive`` included).
+An access records its thread's epoch. A later access by another thread is ordered after it when
+the recorded thread has been renumbered since and now shares the accessor's epoch (both were in
+its latest release); otherwise two accesses to one shared byte by different threads of a CTA
+race when at least one writes: read-after-write, write-after-write, write-after-read. With only
+CTA-wide barriers this is exactly "the same barrier interval". With partial barriers it errs on
+the quiet side: a thread whose latest release did not include the accessor counts as unordered
+with it, and a ``bar.arrive`` thread's accesses between its arrival and the release count as
+before the release.
 Atomics (``atom``/``red``) count as writes, but do not race with each other.
 ``cp.async`` writes its bytes when the issuing thread's wait lands them (checked and recorded
 there, with the ``cp.async`` line as the writer), and is also checked when it is issued: between
@@ -55,6 +64,7 @@ BYTES_PER_SHARED_BYTE = 4 * FIELDS + 8  # a record and a scratch word (at the fi
 ATOMIC, PLAIN, COPY = 0, 1, 2  # WHOW: atomics only; a plain store; a landed cp.async
 _WRITE_KINDS = {ATOMIC: "atomic", PLAIN: "write", COPY: "cp.async write (landed at its wait)"}
 _RECORD = np.dtype((np.void, 4 * FIELDS))
+BARRIER_IDS = 16  # named barriers per CTA (0..15)
 _STEPS = np.arange(64, dtype=np.int64)  # granule offsets within one access
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32}  # how to compare the values of a granule
 
@@ -102,14 +112,62 @@ class RaceChecker:
         self.records = self.state.view(_RECORD).reshape(size)
         self.scratch = np.empty(size, dtype=np.int64)
         self.scratch32 = self.scratch.view(np.int32)[:size]  # the dtype of thread numbers: no casts
-        self.epoch = np.zeros(ctx.n_ctas, dtype=np.int32)
+        self.cta = ctx.cta
+        self.epoch = np.zeros(ctx.n, dtype=np.int32)  # each thread's current epoch
+        self.clock = 0  # the last epoch number given out
+        self.arrived = np.full(ctx.n, NONE, dtype=np.int8)  # the barrier id a thread arrived at
         self.pc = 0
 
     def barrier(self, ctas: np.ndarray | None = None) -> None:
+        """CTA-wide barriers released for ``ctas`` (default: every CTA of the batch)."""
         if ctas is None:
-            self.epoch += 1
-        else:
-            self.epoch[ctas] += 1
+            self.clock += 1
+            self.epoch[:] = self.clock
+            return
+        ctas = np.asarray(ctas)
+        fresh = np.zeros(int(self.cta.max(initial=0)) + 1, dtype=np.int32)
+        fresh[ctas] = self.clock + 1 + np.arange(ctas.size, dtype=np.int32)
+        self.clock += ctas.size
+        mine = np.isin(self.cta, ctas)
+        self.epoch[mine] = fresh[self.cta[mine]]
+
+    def _renumber(self, threads: np.ndarray, groups: np.ndarray) -> None:
+        """One new epoch per distinct group, for the threads of that group."""
+        keys, which = np.unique(groups, return_inverse=True)
+        self.epoch[threads] = self.clock + 1 + which.astype(np.int32)
+        self.clock += keys.size
+
+    def warp_sync(self, idx: Idx) -> None:
+        """``bar.warp.sync``: the executing lanes of each warp are ordered with each other."""
+        threads = self.threads if idx is None else np.asarray(idx)
+        local = threads % self.cta_threads
+        self._renumber(threads, (threads // self.cta_threads) * 64 + local // 32)
+
+    def arrive(self, threads: np.ndarray, ids: np.ndarray) -> None:
+        self.arrived[threads] = ids
+
+    def release(self, ctas: np.ndarray, ids: np.ndarray, wide: np.ndarray) -> None:
+        """Barriers ``ids`` of CTAs ``ctas`` released (pairwise); ``wide``: the count is the whole
+        CTA. Their threads that arrived take part: a new epoch per CTA, or per partial barrier."""
+        if wide.any():
+            self.barrier(ctas[wide])
+        threads = np.flatnonzero(self.arrived >= 0)
+        thread_keys = self.cta[threads] * BARRIER_IDS + self.arrived[threads]
+        released = np.isin(thread_keys, ctas * BARRIER_IDS + ids)
+        threads, thread_keys = threads[released], thread_keys[released]
+        self.arrived[threads] = NONE
+        partial = np.isin(thread_keys, (ctas * BARRIER_IDS + ids)[~wide])
+        if partial.any():
+            self._renumber(threads[partial], thread_keys[partial])
+
+    def _unordered(self, a: _Access, epoch_field: int, slot: int) -> np.ndarray:
+        """Per distinct granule: whether the access recorded in ``slot`` (epoch in ``epoch_field``)
+        is not ordered before this one by a barrier (see the module doc)."""
+        c = a.c
+        recorded = c[slot]
+        valid = recorded >= 0
+        now = self.epoch[np.where(valid, recorded, 0)]
+        return valid & ((now == c[epoch_field]) | (now != a.epoch))
 
     # --- the accesses ---------------------------------------------------------------------------
 
@@ -118,11 +176,11 @@ class RaceChecker:
         ``ctx.shared``, by the threads ``idx``."""
         a = self._access(idx, offsets, nbytes)
         c = a.c
-        raw = (c[WEPOCH] == a.epoch) & a.other(W1)
+        raw = self._unordered(a, WEPOCH, W1) & a.other(W1)
         flight = a.not_only(F)
         if (raw | flight).any():
             raise self._fault("read", a, [(raw, "writer", W1), (flight, "cp.async", F)])
-        self._add(a, c[REPOCH] == a.epoch, R1)
+        self._add(a, self._unordered(a, REPOCH, R1), R1)
         c[REPOCH] = a.epoch
         self._store(a)
 
@@ -138,9 +196,9 @@ class RaceChecker:
         """``atom``/``red``: a write that does not race with other atomics."""
         a = self._access(idx, offsets, nbytes)
         c = a.c
-        live = c[WEPOCH] == a.epoch
+        live = self._unordered(a, WEPOCH, W1)
         waw = live & a.other(W1) & (c[WHOW] != ATOMIC)  # a plain write by another thread
-        war = (c[REPOCH] == a.epoch) & a.other(R1)
+        war = self._unordered(a, REPOCH, R1) & a.other(R1)
         flight = a.not_only(F)
         if (waw | war | flight).any():
             raise self._fault("atomic", a, [(waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)])
@@ -196,7 +254,7 @@ class RaceChecker:
                 hi = s[b]
             rep = np.flatnonzero(lo == t)  # one element per granule: its lowest thread's
             u, lo, hi = b[rep], lo[rep], hi[rep]
-        epoch = int(self.epoch[0]) if self.epoch.size == 1 else self.epoch[u // self.stride]
+        epoch = self.epoch[lo]
         return _Access(t, b, u, lo, hi, rep, epoch, np.take(self.state, u, axis=0))
 
     def _store(self, a: _Access) -> None:
@@ -209,8 +267,8 @@ class RaceChecker:
         same = a.lo != a.hi
         if values is not None and same.any():
             same &= self._different_values(a, values())
-        waw = (c[WEPOCH] == a.epoch) & a.other(W1)
-        war = (c[REPOCH] == a.epoch) & a.other(R1)
+        waw = self._unordered(a, WEPOCH, W1) & a.other(W1)
+        war = self._unordered(a, REPOCH, R1) & a.other(R1)
         flight = a.not_only(F)
         if (same | waw | war | flight).any():
             raise self._fault(access, a, [(same, "write", None), (waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)])

@@ -44,9 +44,12 @@ class Simulator:
     Options:
       check_uninitialized_shared: a load of shared memory that nothing stored during the launch
         raises KaioMemoryError("uninitialized shared read"). On by default.
-      exited_threads_release_barriers: False (default) requires every thread of a CTA to
-        reach each CTA-wide barrier, and reports a barrier that threads skipped by exiting as
-        a deadlock; True counts exited threads as arrived, as the hardware does.
+      synccheck: False (default): hardware semantics, threads that exited count as arrived at
+        CTA-wide barriers. True: the strict rule of compute-sanitizer's synccheck, every thread
+        of a CTA must reach each CTA-wide barrier, and a barrier that threads skipped by
+        exiting is reported. Either way, live threads of one block waiting at different
+        ``bar.sync`` instructions for one barrier are an error (a barrier in divergent code).
+      exited_threads_release_barriers: the older name of ``not synccheck``.
       max_steps: instructions one batch may issue before the launch is stopped as an endless
         loop.
       batch_state_bytes: memory budget for the per-thread state of one batch of CTAs.
@@ -62,7 +65,8 @@ class Simulator:
         self,
         *,
         check_uninitialized_shared: bool = True,
-        exited_threads_release_barriers: bool = False,
+        synccheck: bool = False,
+        exited_threads_release_barriers: bool | None = None,
         max_steps: int = 1 << 22,
         batch_state_bytes: int = 64 << 20,
         max_batch_threads: int = 1 << 17,
@@ -70,11 +74,21 @@ class Simulator:
     ):
         self.memory = GlobalMemory()
         self.check_uninitialized_shared = check_uninitialized_shared
-        self.exited_threads_release_barriers = exited_threads_release_barriers
+        self.synccheck = synccheck
+        if exited_threads_release_barriers is not None:
+            self.synccheck = not exited_threads_release_barriers
         self.max_steps = max_steps
         self.batch_state_bytes = batch_state_bytes
         self.max_batch_threads = max_batch_threads
         self.race_check = race_check
+
+    @property
+    def exited_threads_release_barriers(self) -> bool:
+        return not self.synccheck
+
+    @exited_threads_release_barriers.setter
+    def exited_threads_release_barriers(self, value: bool) -> None:
+        self.synccheck = not value
 
     def load(self, ptx: str) -> SimModule:
         """Parse and decode a PTX module once; KaioLaunchError names the offending line."""
@@ -184,7 +198,7 @@ class SimModule:
                 runner = BatchRunner(
                     ctx,
                     entry.ops,
-                    exited_release=sim.exited_threads_release_barriers,
+                    exited_release=not sim.synccheck,
                     max_steps=sim.max_steps,
                     profile=profile,
                 )

@@ -123,6 +123,42 @@ CORRUPTIONS: dict[str, Callable[[Path], object]] = {
         json.dumps({**json.loads(p.read_text()), "block_size": "big"})
     ),
     "a JSON list": lambda p: p.write_text("[1, 2, 3]"),
+    # json.loads recurses once per level: RecursionError before the fix
+    "deeply nested JSON": lambda p: p.write_text("[" * 100_000 + "]" * 100_000),
+    "nested in a field": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "constexprs": {"FACTOR": 1}})[:-1]
+        + ', "extra": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}"
+    ),
+    # int(inf) raised OverflowError before the fix
+    "infinite block size": lambda p: p.write_text(
+        p.read_text().replace('"block_size": [128, 1, 1]', '"block_size": [Infinity, 1, 1]')
+    ),
+    "NaN shared bytes": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "shared_bytes": float("nan")})
+    ),
+    "negative block size": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "block_size": [-128, 1, 1]})
+    ),
+    "fractional block size": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "block_size": [1.5, 1, 1]})
+    ),
+    "two block dims": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "block_size": [128, 1]})
+    ),
+    "boolean format": lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "format": True})),
+    "unknown arch": lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "arch": "sm_1"})),
+    "param row of strings": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "params": [["x", "f32", "yes", "no"]]})
+    ),
+    "constexpr infinity": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "constexprs": {"FACTOR": float("inf")}})
+    ),
+    "constexprs a list": lambda p: p.write_text(
+        json.dumps({**json.loads(p.read_text()), "constexprs": [1, 2]})
+    ),
     "old format": lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "format": 0})),
 }
 

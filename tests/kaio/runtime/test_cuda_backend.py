@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import random
 import re
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +180,8 @@ class FakeDriver:
         return self._result("cuModuleUnload")
 
     def cuFuncSetAttribute(self, function: Any, attr: Any, value: int) -> tuple[Any, ...]:
+        function["max_shared"] = value
+        time.sleep(random.random() * 1e-3)  # a real call releases the GIL, for varying times
         return self._result("cuFuncSetAttribute", attr.name, value)
 
     def cuLaunchKernel(
@@ -197,6 +201,8 @@ class FakeDriver:
         err = self.fail_next.pop("cuLaunchKernel", None)
         if err is not None:
             return (err,)
+        if shared > f.get("max_shared", 48 * 1024):  # as the driver: above the opt-in, refused
+            return (R.CUDA_ERROR_INVALID_VALUE,)
         types = f["params"]
         pointers = (ctypes.c_void_p * len(types)).from_address(params)
         raw = [ctypes.string_at(pointers[i] or 0, _SIZES[t]) for i, t in enumerate(types)]
@@ -360,6 +366,42 @@ def test_large_dynamic_shared_memory_opts_in_once(gpu: kaio.Device, fake: FakeDr
         ("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 100_000),
     ) in fake.calls
     assert fake.launches[-1]["shared"] == 100_000
+
+
+def test_threads_raising_the_shared_memory_limit_never_lower_it(
+    gpu: kaio.Device, fake: FakeDriver
+) -> None:
+    # Each thread raises the function's limit to its own size, all at once: the driver must end
+    # with the largest, or a later launch of the largest size is refused.
+    x = gpu.zeros(4, np.float32)
+    sizes = [60_000 + 10_000 * t for t in range(8)]
+    # Two kernels, each raised by all threads at once: a race shows in one of them at least.
+    launches = [
+        lambda size: saxpy.launch(gpu, x, x, 1.0, 4, grid=1, shared_bytes=size),
+        lambda size: vector_add.launch(gpu, x, x, x, 4, grid=1, shared_bytes=size),
+    ]
+    for launch in launches:
+        launch(0)
+    start = threading.Barrier(len(sizes))
+    errors: list[BaseException] = []
+
+    def work(size: int) -> None:
+        start.wait()
+        try:
+            for _ in range(3):
+                for launch in launches:
+                    launch(size)
+        except BaseException as exc:  # collected: an exception in a thread is lost otherwise
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in sizes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
+    for launch in launches:
+        launch(max(sizes))
 
 
 def test_a_switched_context_is_restored_and_the_launch_retried(

@@ -48,20 +48,21 @@ def test_misaligned_store(ptx_file, dev):
     assert info.value.thread == (0, 0, 0) and info.value.address == out.address + 2
 
 
-def test_barrier_inside_divergent_branch(ptx_file, dev):
-    module = ptx_file("bugs")
+def test_barrier_skipped_by_exited_threads_is_reported_under_synccheck():
+    from .conftest import PTX_DIR
+
+    strict = Simulator(synccheck=True)
+    module = strict.load((PTX_DIR / "bugs.ptx").read_text())
     with pytest.raises(KaioSimError, match="16 of 32 threads") as info:
-        dev.launch(module, "barrier_in_branch", (1, 1, 1), (32, 1, 1), dev.empty(1, np.uint32))
+        module.launch("barrier_in_branch", (1, 1, 1), (32, 1, 1), [b"\0" * 8])
     assert info.value.ptx_line == _line_of(_bugs_text(), "bar.sync", after="barrier_in_branch")
     assert "16 exited without arriving" in str(info.value)
 
 
-def test_barrier_inside_divergent_branch_passes_when_exited_threads_release(dev):
-    from .conftest import PTX_DIR
-
-    lenient = Simulator(exited_threads_release_barriers=True)
-    module = lenient.load((PTX_DIR / "bugs.ptx").read_text())
-    module.launch("barrier_in_branch", (2, 1, 1), (32, 1, 1), [b"\0" * 8])  # hardware behaviour
+def test_barrier_skipped_by_exited_threads_releases_by_default(ptx_file, dev):
+    # hardware semantics: exited threads count as arrived (this deadlocked before)
+    module = ptx_file("bugs")
+    dev.launch(module, "barrier_in_branch", (2, 1, 1), (32, 1, 1), dev.empty(1, np.uint32))
 
 
 def test_threads_at_two_different_barriers(ptx_file, dev):

@@ -144,16 +144,47 @@ PART_BARRIERS = {
 
 
 @pytest.mark.parametrize("barrier", PART_BARRIERS.values(), ids=PART_BARRIERS.keys())
-def test_barriers_of_part_of_the_block_do_not_end_an_interval(sim, racy, rng, barrier):
-    """Documented false positive: only CTA-wide barriers end an interval (the checker keeps no
-    vector clocks), so a race-free exchange between lanes tid and tid ^ 1 that only __syncwarp,
-    or a named barrier of a subset of the block, orders is still reported."""
+def test_barriers_of_part_of_the_block_order_their_participants(sim, racy, rng, barrier):
+    """A race-free exchange between lanes tid and tid ^ 1 that only __syncwarp, or a named barrier
+    of a subset of the block, orders is clean (these were false positives before)."""
     text = neighbour_kernel(between=barrier, partner="\txor.b32 %r6, %r1, 1;")
     data, out = run_neighbour(sim, rng, text)
     np.testing.assert_array_equal(out, data[:, np.arange(128) ^ 1])
+    data, out = run_neighbour(racy, rng, text)
+    np.testing.assert_array_equal(out, data[:, np.arange(128) ^ 1])
+
+
+UNORDERING_PART_BARRIERS = {
+    # the partner tid ^ 32 is in the other warp: __syncwarp does not order the pair
+    "bar.warp.sync": ("\tbar.warp.sync -1;", "\txor.b32 %r6, %r1, 32;"),
+    # the partner tid ^ 64 waits at the other named barrier
+    "part of the block": (PART_BARRIERS["part of the block"], "\txor.b32 %r6, %r1, 64;"),
+}
+
+
+@pytest.mark.parametrize("case", UNORDERING_PART_BARRIERS.values(), ids=UNORDERING_PART_BARRIERS.keys())
+def test_barriers_of_part_of_the_block_do_not_order_outsiders(racy, rng, case):
+    barrier, partner = case
+    text = neighbour_kernel(between=barrier, partner=partner)
     with pytest.raises(KaioMemoryError, match="shared memory race") as info:
         run_neighbour(racy, rng, text)
-    assert (info.value.thread, info.value.other_thread) == ((0, 0, 0), (1, 0, 0))
+    assert info.value.hazard == "read-after-write"
+
+
+def test_producer_arrives_consumer_syncs_on_a_named_barrier(racy, rng):
+    """Warp specialization: warp 2 stores and signals with bar.arrive 1, 96; warps 0-1 wait at
+    the same counted barrier and warp 0 reads what warp 2 stored; warp 3 takes no part (and reads
+    only its own slots). Ordered: no race (a false positive before)."""
+    text = neighbour_kernel(
+        between=(
+            "\tsetp.lt.u32 %p1, %r1, 64;\n\t@%p1 bar.sync 1, 96;\n"
+            "\tshr.u32 %r7, %r1, 5;\n\tsetp.eq.u32 %p1, %r7, 2;\n\t@%p1 bar.arrive 1, 96;"
+        ),
+        partner="\tadd.s32 %r6, %r1, 64;\n\tsetp.ge.u32 %p1, %r1, 32;\n\t@%p1 mov.u32 %r6, %r1;",
+    )
+    data, out = run_neighbour(racy, rng, text)
+    np.testing.assert_array_equal(out[:, :32], data[:, 64:96])
+    np.testing.assert_array_equal(out[:, 32:], data[:, 32:])
 
 
 # --- a tree reduction in shared memory --------------------------------------------------------------

@@ -190,8 +190,8 @@ $DONE:
     np.testing.assert_array_equal(got, np.repeat(block * (block + 1) // 2, 32))
 
 
-def test_exited_threads_release_barriers_when_asked(dev):
-    sim = Simulator(exited_threads_release_barriers=True)
+def test_exited_threads_release_barriers_unless_synccheck(dev):
+    sim = Simulator()  # hardware semantics by default
     body = """
 	setp.ge.u32 	%p1, %r1, 40;
 	@%p1 bra 	$END;
@@ -210,7 +210,7 @@ $END:
     # threads 32..39 stored to slots 0..7 in the same instruction: the higher thread wins
     np.testing.assert_array_equal(got[:40], np.where(slot < 8, slot + 32, slot))
     assert (got[40:] == 0xFFFFFFFF).all()  # exited: never stored (poison intact)
-    strict = Simulator()
+    strict = Simulator(synccheck=True)
     with pytest.raises(KaioSimError, match="24 exited without arriving"):
         _run(strict, Device(strict), body, 64, shared=NAMED)
 
@@ -277,3 +277,27 @@ def test_bar_red_popc_and_or(sim, dev):
     got = _run(sim, dev, body, 96, grid=2)
     # block 0: every tid < 96, so and = 1, or(!p) = 0; block 1: tid 95 fails, and = 0, or = 1
     np.testing.assert_array_equal(got, np.concatenate([np.full(96, 32 + 1000), np.full(96, 32 + 10000)]))
+
+
+def test_live_threads_at_different_barriers_stay_an_error_with_exited_release(dev):
+    sim = Simulator()
+    body = """
+	setp.ge.u32 	%p1, %r1, 48;
+	@%p1 bra 	$END;
+	setp.lt.u32 	%p2, %r1, 16;
+	@%p2 bra 	$OTHER;
+	bar.sync 	0;
+	bra.uni 	$END;
+$OTHER:
+	bar.sync 	0;
+$END:
+"""
+    with pytest.raises(KaioSimError, match="different barrier instructions"):
+        _run(sim, Device(sim), body, 64, shared=NAMED)
+
+
+def test_older_option_name_still_works():
+    assert Simulator(exited_threads_release_barriers=False).synccheck
+    sim = Simulator()
+    sim.exited_threads_release_barriers = False
+    assert sim.synccheck and not Simulator().synccheck
