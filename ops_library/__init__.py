@@ -2,5 +2,6 @@
 
 from kaio.ops_library.matmul import Matmul, matmul
 from kaio.ops_library.matmul_config import MatmulConfig
+from kaio.ops_library.softmax import log_softmax, softmax
 
-__all__ = ["Matmul", "MatmulConfig", "matmul"]
+__all__ = ["Matmul", "MatmulConfig", "log_softmax", "matmul", "softmax"]
