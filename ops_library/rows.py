@@ -47,9 +47,9 @@ class Blocks:
     def grid(self, rows: int) -> int:
         return math.ceil(rows / self.rows)
 
-    @property
-    def constexprs(self) -> dict[str, Any]:
-        return {"R": self.rows, "C": self.cols, "SINGLE": self.single}
+    def constexprs(self, kernel: Any) -> dict[str, Any]:
+        single = any(p.name == "SINGLE" for p in kernel.constexpr_params)  # kernels that loop over blocks
+        return {"R": self.rows, "C": self.cols, **({"SINGLE": self.single} if single else {})}
 
 
 def blocks(rows: int, cols: int, max_block: int | None = None) -> Blocks:
@@ -77,7 +77,7 @@ def launch(kernel: Any, b: Blocks, grid: int | tuple[int, ...], args: tuple[Any,
            **constexprs: Any) -> None:  # fmt: skip
     """One launch of a row kernel, its warps and constexprs from ``b``."""
     grid = grid if isinstance(grid, tuple) else (grid,)
-    with_warps(kernel, b.warps).launch(device, *args, grid=grid, **b.constexprs, **constexprs)
+    with_warps(kernel, b.warps).launch(device, *args, grid=grid, **b.constexprs(kernel), **constexprs)
 
 
 # --------------------------------------------------------------------------- checks
