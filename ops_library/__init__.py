@@ -5,9 +5,10 @@ from kaio.ops_library.cross_entropy import cross_entropy
 from kaio.ops_library.matmul import Matmul, matmul
 from kaio.ops_library.matmul_config import MatmulConfig
 from kaio.ops_library.norms import layer_norm, rms_norm
+from kaio.ops_library.rope import rope
 from kaio.ops_library.softmax import log_softmax, softmax
 
 __all__ = [
-    "Matmul", "MatmulConfig", "cross_entropy", "gelu_and_mul", "layer_norm", "log_softmax", "matmul", "rms_norm",
-    "silu_and_mul", "softmax",
+    "Matmul", "MatmulConfig", "cross_entropy", "gelu_and_mul", "layer_norm", "log_softmax", "matmul",
+    "rms_norm", "rope", "silu_and_mul", "softmax",
 ]  # fmt: skip
