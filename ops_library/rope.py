@@ -35,6 +35,14 @@ from kaio.prelude import Array, MutArray, f32, i32
 
 LAYOUTS = ("bshd", "bhsd")
 TILE_ELEMENTS = 2048  # per half: a program holds two halves of x, cos, sin
+GATHER_ELEMENTS = 512  # per half, interleaved: gathers take registers for every address
+
+
+def rope_blocks(inner: int, half: int, interleaved: bool) -> rowops.Blocks:
+    """R rows (heads or positions) x C pairs per program, and its warps."""
+    c = rowops.next_pow2(half)
+    r = max(1, min(rowops.next_pow2(inner), (GATHER_ELEMENTS if interleaved else TILE_ELEMENTS) // c))
+    return rowops.Blocks(r, c, max(1, min(8, r * c // 256)), True)
 
 
 @cache
@@ -130,10 +138,8 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False, *, layout: str |
     if ox.shape and math.prod(ox.shape):
         heads = a2 if lay == "bshd" else a1
         inner = heads if lay == "bshd" else s  # rows a program's block walks
-        c = rowops.next_pow2(half)
-        r = max(1, min(rowops.next_pow2(inner), TILE_ELEMENTS // c))
-        b = rowops.Blocks(r, c, max(1, min(8, r * c // 256)), True)
-        grid = (bsz * (s if lay == "bshd" else heads), math.ceil(inner / r))
+        b = rope_blocks(inner, half, interleaved)
+        grid = (bsz * (s if lay == "bshd" else heads), math.ceil(inner / b.rows))
         args = (ox.value, oc.value, osn.value, oy.value, s, heads, half)
         al = rowops.base_alignment
         rowops.launch(rope_kernel(ox.dtype, oc.dtype), b, grid, args, ops.device, BSHD=lay == "bshd",

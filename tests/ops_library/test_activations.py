@@ -9,7 +9,7 @@ import kaio
 from kaio import KaioTypeError
 from kaio.ops_library import gelu_and_mul, silu_and_mul
 
-from .conftest import DTYPES, ROW_LENGTHS, TOL, f64, rel, rows_for
+from .conftest import DTYPES, TOL, f64, rel, rows_for, sweep
 
 torch = pytest.importorskip("torch")
 erf = np.vectorize(math.erf)
@@ -27,8 +27,7 @@ def gelu_ref(x, approximate="none"):
     return 0.5 * a * (1 + erf(a / math.sqrt(2))) * g
 
 
-@pytest.mark.parametrize("d", ROW_LENGTHS)
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype, d", sweep())
 def test_gated_activations_match_float64(rng, poison, dtype, d):
     x = (3 * rng.standard_normal((rows_for(d), 2 * d))).astype(DTYPES[dtype])
     got = silu_and_mul(x)

@@ -7,7 +7,7 @@ import kaio
 from kaio import KaioTypeError
 from kaio.ops_library import cross_entropy
 
-from .conftest import DTYPES, ROW_LENGTHS, f64, rel, rows_for
+from .conftest import DTYPES, f64, rel, rows_for, sweep
 
 torch = pytest.importorskip("torch")
 
@@ -21,13 +21,13 @@ def reference(x, targets, ignore_index=-100):
     return np.where(keep, lse - picked, 0.0)
 
 
-@pytest.mark.parametrize("cols", ROW_LENGTHS)
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype, cols", sweep())
 def test_cross_entropy_matches_float64(rng, poison, dtype, cols):
-    rows = rows_for(cols) + 1
+    rows = rows_for(cols) + (cols <= 1000)
     x = (3 * rng.standard_normal((rows, cols))).astype(DTYPES[dtype])
     targets = rng.integers(0, cols, rows).astype(np.int64)
-    targets[rng.integers(rows)] = -100
+    if rows > 1:
+        targets[rng.integers(rows)] = -100
     got = cross_entropy(x, targets)
     assert got.dtype == np.float32 and got.shape == (rows,)
     assert rel(got, reference(x, targets)) <= 1e-5  # f32 statistics whatever the storage

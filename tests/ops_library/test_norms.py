@@ -7,7 +7,7 @@ import kaio
 from kaio import KaioTypeError
 from kaio.ops_library import layer_norm, rms_norm
 
-from .conftest import DTYPES, ROW_LENGTHS, TOL, f64, rel, rows_for
+from .conftest import DTYPES, TOL, f64, rel, rows_for, sweep
 
 torch = pytest.importorskip("torch")
 
@@ -23,8 +23,7 @@ def rms_ref(h, w=None, eps=1e-6):
     return h / np.sqrt((h * h).mean(-1, keepdims=True) + eps) * (1 if w is None else f64(w))
 
 
-@pytest.mark.parametrize("cols", ROW_LENGTHS)
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype, cols", sweep())
 def test_layer_norm_matches_float64(rng, poison, dtype, cols):
     t = DTYPES[dtype]
     x = (rng.standard_normal((rows_for(cols), cols)) + 4).astype(t)  # an offset mean: no cancellation
@@ -33,8 +32,7 @@ def test_layer_norm_matches_float64(rng, poison, dtype, cols):
     assert got.dtype == x.dtype and rel(got, ln_ref(x, w, b)) <= TOL[dtype]
 
 
-@pytest.mark.parametrize("cols", ROW_LENGTHS)
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype, cols", sweep())
 def test_fused_add_rms_norm_matches_float64(rng, poison, dtype, cols):
     t = DTYPES[dtype]
     x, r = (rng.standard_normal((2, rows_for(cols), cols))).astype(t)

@@ -7,7 +7,7 @@ import kaio
 from kaio import KaioTypeError
 from kaio.ops_library import log_softmax, softmax
 
-from .conftest import DTYPES, ROW_LENGTHS, TOL, f64, rel, rows_for
+from .conftest import DTYPES, TOL, f64, rel, rows_for, sweep
 
 torch = pytest.importorskip("torch")
 
@@ -19,8 +19,7 @@ def reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.exp(shifted - lse), shifted - lse
 
 
-@pytest.mark.parametrize("cols", ROW_LENGTHS)
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype, cols", sweep())
 def test_softmax_and_log_softmax_match_float64(rng, poison, dtype, cols):
     x = (2 * rng.standard_normal((rows_for(cols), cols))).astype(DTYPES[dtype])
     p, lp = reference(x)
