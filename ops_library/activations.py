@@ -55,7 +55,8 @@ def gated_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
     return gated_activation
 
 
-def _run(op: str, x: Any, act: int, device: Any) -> Any:
+def run(op: str, x: Any, act: int, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
     ops = Operands(op, x, device=device)
     ox = rowops.take_float(ops, op, "x", x)
     rows, cols = rowops.rows_cols(ox.shape, op)
@@ -73,7 +74,9 @@ def _run(op: str, x: Any, act: int, device: Any) -> Any:
 
 def silu_and_mul(x: Any, *, device: Any = None) -> Any:
     """``silu(x[..., :d]) * x[..., d:]`` for x of shape ``(..., 2d)``; ``silu(a) = a * sigmoid(a)``."""
-    return _run("silu_and_mul", x, SILU, device)
+    if (ops := rowops.torch_op(x, device=device)) is not None:
+        return ops.gated_activation(x, SILU)
+    return run("silu_and_mul", x, SILU, device)
 
 
 def gelu_and_mul(x: Any, approximate: str = "none", *, device: Any = None) -> Any:
@@ -81,4 +84,6 @@ def gelu_and_mul(x: Any, approximate: str = "none", *, device: Any = None) -> An
     (erf) or ``"tanh"``, as ``torch.nn.functional.gelu``."""
     if approximate not in GELUS:
         raise KaioTypeError(f"gelu_and_mul: `approximate` is 'none' or 'tanh', got {approximate!r}")
-    return _run("gelu_and_mul", x, GELUS[approximate], device)
+    if (ops := rowops.torch_op(x, device=device)) is not None:
+        return ops.gated_activation(x, GELUS[approximate])
+    return run("gelu_and_mul", x, GELUS[approximate], device)

@@ -91,6 +91,15 @@ def _check_targets(o: Operand, value: Any, cols: int, ignore_index: int) -> None
 def cross_entropy(logits: Any, targets: Any, ignore_index: int = -100, *, device: Any = None) -> Any:
     """Per-row ``logsumexp(logits[r]) - logits[r, targets[r]]`` in f32; 0 where the target is
     ``ignore_index``. ``logits``: (..., V); ``targets``: the leading shape (...), i32 or i64."""
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int | np.integer) or not -(2**31) <= ignore_index < 2**31:
+        raise KaioTypeError(f"cross_entropy: `ignore_index` must be a 32-bit integer, got {ignore_index!r}")
+    if (ops := rowops.torch_op(logits, targets, device=device)) is not None:
+        return ops.cross_entropy(logits, targets, int(ignore_index))
+    return run(logits, targets, int(ignore_index), device)
+
+
+def run(logits: Any, targets: Any, ignore_index: int, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
     op = "cross_entropy"
     ops = Operands(op, logits, targets, device=device)
     ox = rowops.take_float(ops, op, "logits", logits)
@@ -102,8 +111,6 @@ def cross_entropy(logits: Any, targets: Any, ignore_index: int = -100, *, device
             f"{op}: `targets` must have shape {tuple(ox.shape[:-1])} (the logits' without the last dim), "
             f"got {tuple(ot.shape)}"
         )
-    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int | np.integer) or not -(2**31) <= ignore_index < 2**31:
-        raise KaioTypeError(f"{op}: `ignore_index` must be a 32-bit integer, got {ignore_index!r}")
     rows, cols = rowops.rows_cols(ox.shape, op)
     _check_targets(ot, targets, cols, int(ignore_index))
     out = ops.output(tuple(ox.shape[:-1]), dtypes.f32)

@@ -137,6 +137,14 @@ def _align(o: Any) -> int:
 
 def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, *, device: Any = None) -> Any:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last axis (biased variance)."""
+    eps = rowops.check_eps("layer_norm", eps)
+    if (ops := rowops.torch_op(x, weight, bias, device=device)) is not None:
+        return ops.layer_norm(x, weight, bias, eps)
+    return run_layer_norm(x, weight, bias, eps, device)
+
+
+def run_layer_norm(x: Any, weight: Any, bias: Any, eps: float, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
     op = "layer_norm"
     ops = Operands(op, x, weight, bias, device=device)
     ox = rowops.take_float(ops, op, "x", x)
@@ -157,6 +165,14 @@ def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, 
 def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, residual: Any = None, *, device: Any = None) -> Any:
     """``x / sqrt(mean(x^2) + eps) * weight`` over the last axis. With ``residual``: returns
     ``(rms_norm(x + residual) * weight, x + residual)`` from one pass over x and residual."""
+    eps = rowops.check_eps("rms_norm", eps)
+    if (ops := rowops.torch_op(x, weight, residual, device=device)) is not None:
+        return ops.rms_norm(x, weight, eps) if residual is None else ops.add_rms_norm(x, residual, weight, eps)
+    return run_rms_norm(x, weight, eps, residual, device)
+
+
+def run_rms_norm(x: Any, weight: Any, eps: float, residual: Any, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
     op = "rms_norm"
     ops = Operands(op, x, weight, residual, device=device)
     ox = rowops.take_float(ops, op, "x", x)

@@ -111,6 +111,17 @@ def _layout(x_shape: tuple[int, ...], s: int, layout: str | None) -> str:
 def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False, *, layout: str | None = None,
          device: Any = None) -> Any:  # fmt: skip
     """Rotary embeddings of x (B, S, H, D) or (B, H, S, D) by cos, sin (S, D/2); see the module doc."""
+    if not isinstance(interleaved, bool):
+        raise KaioTypeError(f"rope: `interleaved` must be a bool, got {interleaved!r}")
+    if layout is not None and layout not in LAYOUTS:
+        raise KaioTypeError(f"rope: `layout` is 'bshd', 'bhsd' or None (from the shapes), got {layout!r}")
+    if (ops := rowops.torch_op(x, cos, sin, device=device)) is not None:
+        return ops.rope(x, cos, sin, interleaved, layout)
+    return run(x, cos, sin, interleaved, layout, device)
+
+
+def run(x: Any, cos: Any, sin: Any, interleaved: bool, layout: str | None, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
     op = "rope"
     ops = Operands(op, x, cos, sin, device=device)
     ox = rowops.take_float(ops, op, "x", x)
@@ -129,8 +140,6 @@ def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False, *, layout: str |
         raise KaioTypeError(f"rope: `cos` is {oc.dtype.name} but `sin` is {osn.dtype.name}: pass one type")
     if oc.dtype not in (ox.dtype, dtypes.f32):
         raise KaioTypeError(f"rope: `cos` must be f32 or {ox.dtype.name} (x's type), got {oc.dtype.name}")
-    if not isinstance(interleaved, bool):
-        raise KaioTypeError(f"rope: `interleaved` must be a bool, got {interleaved!r}")
     s = oc.shape[0]
     lay = _layout(tuple(ox.shape), s, layout)
     rowops.rows_cols(tuple(ox.shape), op)

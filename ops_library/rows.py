@@ -17,6 +17,7 @@ accesses, never a refusal.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -115,3 +116,21 @@ def rows_cols(shape: tuple[int, ...], op: str) -> tuple[int, int]:
     if rows >= 2**31 or cols >= 2**31 or rows * cols >= 2**31:
         raise KaioTypeError(f"{op}: arrays of {rows * cols} elements are too large (2**31 at most)")
     return rows, cols
+
+
+# --------------------------------------------------------------------------- torch custom ops
+
+
+def torch_op(*values: Any, device: Any = None) -> Any:
+    """``torch.ops.kaio`` when a call goes through the custom ops (no explicit device, every
+    array argument a torch tensor; None for absent optional ones), else None. torch is never
+    imported here: whoever holds a tensor imported it."""
+    torch = sys.modules.get("torch")
+    if device is not None or torch is None:
+        return None
+    arrays = [v for v in values if v is not None]
+    if not arrays or not all(isinstance(v, torch.Tensor) for v in arrays):
+        return None
+    import kaio.ops_library.torch_ops  # noqa: F401  (registers torch.ops.kaio.softmax, ...)
+
+    return torch.ops.kaio

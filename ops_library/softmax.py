@@ -67,7 +67,8 @@ def softmax_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
     return softmax
 
 
-def _run(op: str, x: Any, log: bool, device: Any) -> Any:
+def run(op: str, x: Any, log: bool, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
     ops = Operands(op, x, device=device)
     ox = rowops.take_float(ops, op, "x", x)
     rows, cols = rowops.rows_cols(ox.shape, op)
@@ -81,9 +82,13 @@ def _run(op: str, x: Any, log: bool, device: Any) -> Any:
 
 def softmax(x: Any, *, device: Any = None) -> Any:
     """``exp(x - max) / sum(exp(x - max))`` along the last axis; same shape, type and kind as ``x``."""
-    return _run("softmax", x, False, device)
+    if (ops := rowops.torch_op(x, device=device)) is not None:
+        return ops.softmax(x, False)
+    return run("softmax", x, False, device)
 
 
 def log_softmax(x: Any, *, device: Any = None) -> Any:
     """``x - max - log(sum(exp(x - max)))`` along the last axis; same shape, type and kind as ``x``."""
-    return _run("log_softmax", x, True, device)
+    if (ops := rowops.torch_op(x, device=device)) is not None:
+        return ops.softmax(x, True)
+    return run("log_softmax", x, True, device)
