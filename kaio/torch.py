@@ -142,3 +142,8 @@ def matmul_out_op(
         return matmul.run(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)  # type: ignore[no-any-return]
     torch.ops.kaio.matmul_out(a, b, out, float(alpha), float(beta), config, bias, activation)
     return out
+
+
+# the memory-bound library ops (torch.ops.kaio.softmax, layer_norm, rms_norm, add_rms_norm, rope,
+# gated_activation, cross_entropy): registered by their own module, loaded here
+import kaio.ops_library.torch_ops  # noqa: E402, F401

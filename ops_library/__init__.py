@@ -1,7 +1,15 @@
-"""High-level ops, one module each, each owning its default pass pipeline."""
+"""High-level ops, one module each, each a tile kernel with its default pass pipeline."""
 
+from kaio.ops_library.activations import gelu_and_mul, silu_and_mul
 from kaio.ops_library.attention import Attention, attention
+from kaio.ops_library.cross_entropy import cross_entropy
 from kaio.ops_library.matmul import Matmul, matmul
 from kaio.ops_library.matmul_config import MatmulConfig
+from kaio.ops_library.norms import layer_norm, rms_norm
+from kaio.ops_library.rope import rope
+from kaio.ops_library.softmax import log_softmax, softmax
 
-__all__ = ["Attention", "Matmul", "MatmulConfig", "attention", "matmul"]
+__all__ = [
+    "Attention", "Matmul", "MatmulConfig", "attention", "cross_entropy", "gelu_and_mul",
+    "layer_norm", "log_softmax", "matmul", "rms_norm", "rope", "silu_and_mul", "softmax",
+]  # fmt: skip

@@ -1,0 +1,197 @@
+"""``kaio.ops_library.layer_norm`` and ``rms_norm``: along the last axis, statistics in f32.
+
+    from kaio.ops_library import layer_norm, rms_norm
+    y = layer_norm(x, weight, bias, eps=1e-5)     # x: (..., n); weight, bias: (n,) or None
+    y = rms_norm(x, weight, eps=1e-6)
+    y, h = rms_norm(x, weight, residual=r)        # h = x + r, y = rms_norm(h) * weight: one pass
+
+``x`` is f16, bf16 or f32; ``weight``, ``bias`` and ``residual`` have its type; results have
+its shape, type and kind (numpy, kaio Buffer or torch tensor). A row that fits one tile is
+read once. A longer row takes two passes: the statistics over column blocks (layer_norm merges
+per-block means and squared deviations, Chan et al., so no ``E[x^2] - E[x]^2`` cancellation),
+then the normalised values. With ``residual`` the sum is stored in the input type and normalised
+as stored.
+"""
+
+# No `from __future__ import annotations`: the kernel's annotations name the factory's types.
+from functools import cache
+from typing import Any
+
+import kaio
+import kaio.tile as kt
+from kaio import dtypes
+from kaio.ops_library import rows as rowops
+from kaio.ops_library.operands import Operands
+from kaio.prelude import Array, MutArray, f32, i32, min, rsqrt  # noqa: A004
+
+
+@cache
+def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+    @kaio.tile_kernel(num_warps=4)
+    def layer_norm(x: Array[T], w: Array[T], b: Array[T], y: MutArray[T], rows: i32, cols: i32, eps: f32,
+                   R: kaio.constexpr = 1, C: kaio.constexpr = 1024, SINGLE: kaio.constexpr = True,
+                   HAS_W: kaio.constexpr = False, HAS_B: kaio.constexpr = False, BASE_X: kaio.constexpr = 16,
+                   BASE_W: kaio.constexpr = 16, BASE_B: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16):  # fmt: skip
+        x, y = kt.multiple_of(x, BASE_X), kt.multiple_of(y, BASE_Y)
+        w, b = kt.multiple_of(w, BASE_W), kt.multiple_of(b, BASE_B)
+        r0 = i32(kt.program_id(0)) * R
+        n = f32(cols)
+        if SINGLE:
+            t = f32(kt.load(x, (r0, 0), (R, C), (rows, cols)))
+            inside = kt.expand_dims(kt.arange(C) < cols, 0)
+            d = kt.where(inside, t - kt.expand_dims(kt.sum(t, 1) / n, 1), 0.0)
+            out = d * kt.expand_dims(rsqrt(kt.sum(d * d, 1) / n + eps), 1)
+            if HAS_W:
+                out = out * kt.expand_dims(f32(kt.load(w, (0,), (C,), (cols,))), 0)
+            if HAS_B:
+                out = out + kt.expand_dims(f32(kt.load(b, (0,), (C,), (cols,))), 0)
+            kt.store(y, (r0, 0), T(out), (rows, cols))
+        else:
+            # pass 1: merge each block's (count, mean, sum of squared deviations) into the row's
+            mean = kt.zeros((R,), f32)
+            m2 = kt.zeros((R,), f32)
+            for k0 in range(0, cols, C):
+                t = f32(kt.load(x, (r0, k0), (R, C), (rows, cols)))
+                seen = f32(k0)
+                nb = f32(min(cols - k0, C))
+                bmean = kt.sum(t, 1) / nb
+                inside = kt.expand_dims(kt.arange(C) + k0 < cols, 0)
+                d = kt.where(inside, t - kt.expand_dims(bmean, 1), 0.0)
+                delta = bmean - mean
+                mean = mean + delta * (nb / (seen + nb))
+                m2 = m2 + kt.sum(d * d, 1) + delta * delta * (seen * nb / (seen + nb))
+            mu = kt.expand_dims(mean, 1)
+            rstd = kt.expand_dims(rsqrt(m2 / n + eps), 1)
+            for k0 in range(0, cols, C):
+                out = (f32(kt.load(x, (r0, k0), (R, C), (rows, cols))) - mu) * rstd
+                if HAS_W:
+                    out = out * kt.expand_dims(f32(kt.load(w, (k0,), (C,), (cols,))), 0)
+                if HAS_B:
+                    out = out + kt.expand_dims(f32(kt.load(b, (k0,), (C,), (cols,))), 0)
+                kt.store(y, (r0, k0), T(out), (rows, cols))
+
+    return layer_norm
+
+
+@cache
+def rms_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+    @kaio.tile_kernel(num_warps=4)
+    def rms_norm(x: Array[T], res: Array[T], w: Array[T], y: MutArray[T], h: MutArray[T],
+                 rows: i32, cols: i32, eps: f32,
+                 R: kaio.constexpr = 1, C: kaio.constexpr = 1024, SINGLE: kaio.constexpr = True,
+                 HAS_W: kaio.constexpr = False, HAS_RES: kaio.constexpr = False, BASE_X: kaio.constexpr = 16,
+                 BASE_R: kaio.constexpr = 16, BASE_W: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16,
+                 BASE_H: kaio.constexpr = 16):  # fmt: skip
+        x, res, w = kt.multiple_of(x, BASE_X), kt.multiple_of(res, BASE_R), kt.multiple_of(w, BASE_W)
+        y, h = kt.multiple_of(y, BASE_Y), kt.multiple_of(h, BASE_H)
+        r0 = i32(kt.program_id(0)) * R
+        n = f32(cols)
+        if SINGLE:
+            if HAS_RES:
+                hv = T(f32(kt.load(x, (r0, 0), (R, C), (rows, cols))) + f32(kt.load(res, (r0, 0), (R, C), (rows, cols))))
+                kt.store(h, (r0, 0), hv, (rows, cols))
+                t = f32(hv)
+            else:
+                t = f32(kt.load(x, (r0, 0), (R, C), (rows, cols)))
+            out = t * kt.expand_dims(rsqrt(kt.sum(t * t, 1) / n + eps), 1)
+            if HAS_W:
+                out = out * kt.expand_dims(f32(kt.load(w, (0,), (C,), (cols,))), 0)
+            kt.store(y, (r0, 0), T(out), (rows, cols))
+        else:
+            ss = kt.zeros((R,), f32)
+            for k0 in range(0, cols, C):
+                if HAS_RES:
+                    hv = T(f32(kt.load(x, (r0, k0), (R, C), (rows, cols))) + f32(kt.load(res, (r0, k0), (R, C), (rows, cols))))
+                    kt.store(h, (r0, k0), hv, (rows, cols))
+                    t = f32(hv)
+                else:
+                    t = f32(kt.load(x, (r0, k0), (R, C), (rows, cols)))
+                ss = ss + kt.sum(t * t, 1)
+            rstd = kt.expand_dims(rsqrt(ss / n + eps), 1)
+            for k0 in range(0, cols, C):
+                # the sum again from x and res: no read of what other threads wrote
+                if HAS_RES:
+                    t = f32(T(f32(kt.load(x, (r0, k0), (R, C), (rows, cols))) + f32(kt.load(res, (r0, k0), (R, C), (rows, cols)))))
+                else:
+                    t = f32(kt.load(x, (r0, k0), (R, C), (rows, cols)))
+                out = t * rstd
+                if HAS_W:
+                    out = out * kt.expand_dims(f32(kt.load(w, (k0,), (C,), (cols,))), 0)
+                kt.store(y, (r0, k0), T(out), (rows, cols))
+
+    return rms_norm
+
+
+def _vector(ops: Operands, op: str, name: str, value: Any, x: Any, cols: int) -> Any:
+    if value is None:
+        return None
+    o = rowops.take_float(ops, op, name, value)
+    rowops.same_dtype(op, name, o, x)
+    rowops.same_shape(op, name, o, (cols,))
+    return o
+
+
+def _align(o: Any) -> int:
+    return rowops.base_alignment(o.ptr) if o is not None else 16
+
+
+def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, *, device: Any = None) -> Any:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last axis (biased variance)."""
+    eps = rowops.check_eps("layer_norm", eps)
+    if (ops := rowops.torch_op(x, weight, bias, device=device)) is not None:
+        return ops.layer_norm(x, weight, bias, eps)
+    return run_layer_norm(x, weight, bias, eps, device)
+
+
+def run_layer_norm(x: Any, weight: Any, bias: Any, eps: float, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
+    op = "layer_norm"
+    ops = Operands(op, x, weight, bias, device=device)
+    ox = rowops.take_float(ops, op, "x", x)
+    rows, cols = rowops.rows_cols(ox.shape, op)
+    ow = _vector(ops, op, "weight", weight, ox, cols)
+    ob = _vector(ops, op, "bias", bias, ox, cols)
+    eps = rowops.check_eps(op, eps)
+    oy = ops.output(tuple(ox.shape), ox.dtype)
+    if rows and cols:
+        blk = rowops.blocks(rows, cols)
+        args = (ox.value, (ow or ox).value, (ob or ox).value, oy.value, rows, cols, eps)
+        rowops.launch(layer_norm_kernel(ox.dtype), blk, blk.grid(rows), args, ops.device,
+                      HAS_W=ow is not None, HAS_B=ob is not None, BASE_X=_align(ox), BASE_W=_align(ow),
+                      BASE_B=_align(ob), BASE_Y=_align(oy))  # fmt: skip
+    return ops.result(oy)
+
+
+def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, residual: Any = None, *, device: Any = None) -> Any:
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the last axis. With ``residual``: returns
+    ``(rms_norm(x + residual) * weight, x + residual)`` from one pass over x and residual."""
+    eps = rowops.check_eps("rms_norm", eps)
+    if (ops := rowops.torch_op(x, weight, residual, device=device)) is not None:
+        return ops.rms_norm(x, weight, eps) if residual is None else ops.add_rms_norm(x, residual, weight, eps)
+    return run_rms_norm(x, weight, eps, residual, device)
+
+
+def run_rms_norm(x: Any, weight: Any, eps: float, residual: Any, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
+    op = "rms_norm"
+    ops = Operands(op, x, weight, residual, device=device)
+    ox = rowops.take_float(ops, op, "x", x)
+    rows, cols = rowops.rows_cols(ox.shape, op)
+    ow = _vector(ops, op, "weight", weight, ox, cols)
+    orr = None
+    if residual is not None:
+        orr = rowops.take_float(ops, op, "residual", residual)
+        rowops.same_dtype(op, "residual", orr, ox)
+        rowops.same_shape(op, "residual", orr, tuple(ox.shape))
+    eps = rowops.check_eps(op, eps)
+    oy = ops.output(tuple(ox.shape), ox.dtype)
+    oh = ops.output(tuple(ox.shape), ox.dtype) if orr is not None else None
+    if rows and cols:
+        blk = rowops.blocks(rows, cols)
+        args = (ox.value, (orr or ox).value, (ow or ox).value, oy.value, (oh or oy).value, rows, cols, eps)
+        rowops.launch(rms_norm_kernel(ox.dtype), blk, blk.grid(rows), args, ops.device,
+                      HAS_W=ow is not None, HAS_RES=orr is not None, BASE_X=_align(ox), BASE_R=_align(orr),
+                      BASE_W=_align(ow), BASE_Y=_align(oy), BASE_H=_align(oh))  # fmt: skip
+    if oh is None:
+        return ops.result(oy)
+    return ops.result(oy), ops.result(oh)

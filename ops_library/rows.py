@@ -1,0 +1,136 @@
+"""What the memory-bound library ops share: rows, blocks, alignment, checks, the launch.
+
+Every op here works on the last axis of its input: the array is seen as ``(rows, cols)``
+(``rows`` = the product of the leading dims), one program owns ``R`` whole rows and walks them
+in ``(R, C)`` tiles. A row that fits one tile (``cols <= C``) is read once and kept in
+registers (``SINGLE``); a longer row loops over column blocks (two passes, or an online
+statistic). Short rows share a program (``R > 1``), so a tile is always about
+``TILE_ELEMENTS`` elements and every thread has several to move.
+
+Vector accesses: the kernels start with ``kt.multiple_of(array, BASE)`` where ``BASE`` is the
+base address alignment of the caller's array (bytes, up to 16), and the launch specializes on
+the largest power of two dividing ``cols``; with both at 16 bytes a thread moves 8 halfs (or 4
+floats) per ``ld.global.v4``. A misaligned view (an array offset by one element) gets narrower
+accesses, never a refusal.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kaio import dtypes
+from kaio.errors import KaioTypeError
+from kaio.ops_library.operands import Operand, Operands
+
+FLOAT_TYPES = (dtypes.f16, dtypes.bf16, dtypes.f32)
+MAX_BLOCK = 4096  # columns per tile; longer rows loop
+TILE_ELEMENTS = 4096  # elements per program's tile (short rows: several rows per program)
+NEG_INF = float("-inf")
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """How a (rows, cols) problem is cut: R rows x C columns per tile, warps per program."""
+
+    rows: int
+    cols: int
+    warps: int
+    single: bool  # a row fits one tile: read once
+
+    def grid(self, rows: int) -> int:
+        return math.ceil(rows / self.rows)
+
+    def constexprs(self, kernel: Any) -> dict[str, Any]:
+        single = any(p.name == "SINGLE" for p in kernel.constexpr_params)  # kernels that loop over blocks
+        return {"R": self.rows, "C": self.cols, **({"SINGLE": self.single} if single else {})}
+
+
+def blocks(rows: int, cols: int, max_block: int | None = None) -> Blocks:
+    """The tiling of ``rows`` rows of ``cols`` elements (``max_block``: columns per tile cap)."""
+    c = min(next_pow2(cols), max_block or MAX_BLOCK)
+    r = max(1, min(next_pow2(rows), TILE_ELEMENTS // c))
+    warps = max(1, min(8, r * c // 256))
+    return Blocks(r, c, warps, cols <= c)
+
+
+def base_alignment(address: int) -> int:
+    """Largest power of two (bytes, at most 16) the address is a multiple of."""
+    align = 16
+    while align > 1 and address % align:
+        align //= 2
+    return align
+
+
+@cache
+def with_warps(kernel: Any, warps: int) -> Any:
+    return kernel.with_options(num_warps=warps)
+
+
+def launch(kernel: Any, b: Blocks, grid: int | tuple[int, ...], args: tuple[Any, ...], device: Any,
+           **constexprs: Any) -> None:  # fmt: skip
+    """One launch of a row kernel, its warps and constexprs from ``b``."""
+    grid = grid if isinstance(grid, tuple) else (grid,)
+    with_warps(kernel, b.warps).launch(device, *args, grid=grid, **b.constexprs(kernel), **constexprs)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def take_float(ops: Operands, op: str, name: str, value: Any, min_rank: int = 1) -> Operand:
+    """An f16/bf16/f32 array operand of at least ``min_rank`` dims."""
+    o = ops.take(name, value)
+    if o.dtype not in FLOAT_TYPES:
+        raise KaioTypeError(f"{op}: `{name}` must be f16, bf16 or f32, got {o.dtype.name}")
+    if len(o.shape) < min_rank:
+        raise KaioTypeError(f"{op}: `{name}` must have at least {min_rank} dim(s), got shape {o.shape}")
+    return o
+
+
+def same_dtype(op: str, name: str, o: Operand, x: Operand) -> None:
+    if o.dtype != x.dtype:
+        raise KaioTypeError(f"{op}: `{name}` is {o.dtype.name} but `x` is {x.dtype.name}: pass one type")
+
+
+def same_shape(op: str, name: str, o: Operand, shape: tuple[int, ...]) -> None:
+    if tuple(o.shape) != tuple(shape):
+        raise KaioTypeError(f"{op}: `{name}` must have shape {tuple(shape)}, got {tuple(o.shape)}")
+
+
+def check_eps(op: str, eps: Any) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0 or not math.isfinite(eps):
+        raise KaioTypeError(f"{op}: `eps` must be a positive finite number, got {eps!r}")
+    return float(eps)
+
+
+def rows_cols(shape: tuple[int, ...], op: str) -> tuple[int, int]:
+    rows = math.prod(shape[:-1])
+    cols = shape[-1]
+    if rows >= 2**31 or cols >= 2**31 or rows * cols >= 2**31:
+        raise KaioTypeError(f"{op}: arrays of {rows * cols} elements are too large (2**31 at most)")
+    return rows, cols
+
+
+# --------------------------------------------------------------------------- torch custom ops
+
+
+def torch_op(*values: Any, device: Any = None) -> Any:
+    """``torch.ops.kaio`` when a call goes through the custom ops (no explicit device, every
+    array argument a torch tensor; None for absent optional ones), else None. torch is never
+    imported here: whoever holds a tensor imported it."""
+    torch = sys.modules.get("torch")
+    if device is not None or torch is None:
+        return None
+    arrays = [v for v in values if v is not None]
+    if not arrays or not all(isinstance(v, torch.Tensor) for v in arrays):
+        return None
+    import kaio.ops_library.torch_ops  # noqa: F401  (registers torch.ops.kaio.softmax, ...)
+
+    return torch.ops.kaio

@@ -1,0 +1,90 @@
+"""What the memory-bound ops compile to: every kernel assembles for sm_80 and sm_90 without
+spills (the wheel's ptxas), and rows of halves whose length is a multiple of 8 move 16 bytes
+per access (``ld.global.v4``)."""
+
+from __future__ import annotations
+
+import pytest
+
+import kaio
+from kaio import dtypes
+from kaio.ops_library import rows as rowops
+from kaio.ops_library.activations import gated_kernel
+from kaio.ops_library.cross_entropy import cross_entropy_kernel
+from kaio.ops_library.norms import layer_norm_kernel, rms_norm_kernel
+from kaio.ops_library.rope import rope_blocks, rope_kernel
+from kaio.ops_library.softmax import softmax_kernel
+
+TYPES = {"f16": dtypes.f16, "bf16": dtypes.bf16, "f32": dtypes.f32}
+
+
+def specs(t: dtypes.ScalarType) -> list[tuple[str, object, dict, tuple, int]]:
+    """(name, kernel, constexprs, divisibility, warps) of each op at (8192, 4096), one pass and
+    looped, and of rope at (B, S, 32, 128)."""
+    b = rowops.blocks(8192, 4096)
+    w = b.warps
+    one = {"R": b.rows, "C": b.cols, "SINGLE": True}
+    loop = {"R": b.rows, "C": b.cols, "SINGLE": False}
+    cols = (("cols", 16), ("rows", 16))
+    out = []
+    for name, shape in (("", one), ("-looped", loop)):
+        out += [
+            (f"softmax{name}", softmax_kernel(t), {**shape, "LOG": False}, cols, w),
+            (f"log_softmax{name}", softmax_kernel(t), {**shape, "LOG": True}, cols, w),
+            (f"layer_norm{name}", layer_norm_kernel(t), {**shape, "HAS_W": True, "HAS_B": True}, cols, w),
+            (f"rms_norm{name}", rms_norm_kernel(t), {**shape, "HAS_W": True, "HAS_RES": True}, cols, w),
+            (f"cross_entropy{name}", cross_entropy_kernel(t, dtypes.i64), shape, cols, w),
+        ]
+    half = (("half", 16), ("S", 16), ("H", 16))
+    for act in (0, 1, 2):
+        gated = {"R": b.rows, "C": b.cols, "ACT": act}
+        out.append((f"gated{act}", gated_kernel(t), gated, (("d", 16), ("rows", 16)), w))
+    for bshd in (True, False):
+        for inter in (False, True):
+            rb = rope_blocks(32, 64, inter)
+            rope = {"R": rb.rows, "C": rb.cols, "BSHD": bshd, "INTERLEAVED": inter}
+            out.append((f"rope-{bshd}-{inter}", rope_kernel(t, t), rope, half, rb.warps))
+    return out
+
+
+def compiled(kernel: object, arch: str, constexprs: dict, divisible: tuple, warps: int = 8) -> object:
+    return kaio.compile(rowops.with_warps(kernel, warps), arch, __divisible__=divisible, **constexprs)
+
+
+@pytest.mark.parametrize(
+    "dtype, arch",
+    [
+        pytest.param(d, a, marks=[] if d == "bf16" else [pytest.mark.slow])  # the 16-bit path; f16, f32: slow
+        for d in TYPES
+        for a in ("sm_80", "sm_90")
+    ],
+)
+def test_every_op_assembles_without_spills(dtype, arch):
+    from kaio.targets.ptx import toolchain
+
+    if toolchain.find_ptxas() is None:
+        pytest.skip("nvidia-cuda-nvcc-cu12 not installed")
+    for name, kernel, constexprs, divisible, warps in specs(TYPES[dtype]):
+        c = compiled(kernel, arch, constexprs, divisible, warps)
+        report = toolchain.assemble(c.ptx, arch)
+        assert report.spill_stores[c.name] == 0 and report.spill_loads[c.name] == 0, name
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_rows_of_halves_load_and_store_16_bytes_at_a_time(dtype):
+    for name, kernel, constexprs, divisible, warps in specs(TYPES[dtype]):
+        text = compiled(kernel, "sm_80", constexprs, divisible, warps).ptx
+        if name.startswith("rope") and constexprs["INTERLEAVED"]:
+            assert "ld.global.b16" in text, name  # pairs are gathered (see rope's doc)
+            continue
+        assert "ld.global.v4.b32" in text, name
+        if not name.startswith("cross_entropy"):  # its output is one f32 per row
+            assert "st.global.v4.b32" in text, name
+
+
+def test_a_row_length_not_a_multiple_of_8_moves_fewer_halves():
+    kernel = softmax_kernel(dtypes.f16)
+    text = compiled(kernel, "sm_80", {"R": 1, "C": 4096, "SINGLE": True}, (("cols", 4),)).ptx
+    assert "ld.global.v4" not in text and "ld.global.v2.b32" in text
+    text = compiled(kernel, "sm_80", {"R": 1, "C": 4096, "SINGLE": True, "BASE_X": 2}, (("cols", 16),)).ptx
+    assert "ld.global.b16" in text  # a misaligned base: element accesses for x
