@@ -22,7 +22,6 @@ from xdsl.dialects.builtin import (
     I32,
     I64,
     FunctionType,
-    f32,
     IntegerAttr,
     IntegerType,
     MemRefType,

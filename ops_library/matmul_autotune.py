@@ -9,7 +9,6 @@ Writing C is harmless: the candidates run with beta = 0 into a scratch output.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from kaio import cache, dtypes

@@ -26,7 +26,6 @@ from kaio.frontend.values import (
     PyObject,
     Scalar,
     SharedRef,
-    TileType,
     TileValue,
     TupleValue,
     Undefined,

@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, TensorType, bf16, f16, f32, f64, i1, i16, i32, i64
 from xdsl.ir import Attribute, SSAValue
 
-from kaio.dialects import kernel, ptx, tile
-from kaio.dialects.tile_layout import Bit, Distribution, TileLayout, layout_of
+from kaio.dialects import ptx, tile
+from kaio.dialects.tile_layout import Bit, Distribution, layout_of
 from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
-from kaio.passes.to_ptx.kernel_ops import combine, identity, linear_thread_id, shuffle
+from kaio.passes.to_ptx.kernel_ops import combine, linear_thread_id, shuffle
 from kaio.passes.vectorize_loads import ALIGN_ATTR
 
 # --------------------------------------------------------------------------- distributions
@@ -627,4 +627,4 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
     return result  # type: ignore[return-value]
 
 
-__all__ = ["distribution", "thread_base", "owner_predicate", "relabel", "identity", "view_of", "Callable", "kernel", "TileLayout", "i16"]
+__all__ = ["add32", "distribution", "owner_predicate", "relabel", "thread_base", "view_of"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from xdsl.dialects.builtin import bf16, f16, f32, i1, i16, i32, i64
-from xdsl.ir import Attribute, SSAValue
+from xdsl.dialects.builtin import bf16, f32, i1, i16, i32, i64
+from xdsl.ir import SSAValue
 
 from kaio.dialects import cpasync, ptx, smem, tile
 from kaio.errors import KaioCompileError

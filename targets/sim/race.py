@@ -263,7 +263,6 @@ class RaceChecker:
     def _check_write(self, a: _Access, access: str, values: Callable[[], np.ndarray] | None = None) -> None:
         """Raise for a write that races: with a write, a read or an in-flight copy of another
         thread in this epoch, or with another thread of this instruction writing the granule."""
-        c = a.c
         same = a.lo != a.hi
         if values is not None and same.any():
             same &= self._different_values(a, values())

@@ -27,7 +27,6 @@ from kaio import (
     KaioTargetError,
     KaioTypeError,
 )
-from kaio.errors import KaioSimError
 
 GOOD = """
 @kaio.gpu_kernel(block_size=32)
