@@ -14,6 +14,11 @@ from typing import Any
 from kaio.dtypes import ScalarType
 
 
+# The constexpr entry through which a launch passes what it found about its arguments to a
+# kernel that specializes on them (tile kernels: integer divisibility); not a user parameter.
+ARG_FACTS = "__divisible__"
+
+
 @dataclass(frozen=True)
 class KernelParam:
     """One runtime parameter of a kernel, in PTX parameter order.

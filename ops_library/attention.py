@@ -32,6 +32,7 @@ import numpy as np
 from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.rows import next_pow2 as padded
 from kaio.pipeline import Pipeline, tile_pipeline
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
@@ -66,10 +67,6 @@ class AttentionConfig:
 
         layout = TileLayoutPass(warps=(self.warps_m, self.warps_n))
         return tile_pipeline(arch, self.stages).replace("tile-layout", layout)
-
-
-def padded(d: int) -> int:
-    return 1 << (d - 1).bit_length()
 
 
 def choose_config(sq: int, d: int) -> AttentionConfig:

@@ -20,6 +20,7 @@ from typing import Any
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
+from kaio.compiled import ARG_FACTS
 from kaio.ops_library.matmul_config import MatmulConfig
 from kaio.pipeline import Pipeline
 from kaio.prelude import Array, MutArray, exp, f32, i32, tanh
@@ -124,7 +125,7 @@ class MatmulKernel:
     # -- the compiler's protocol (kaio.compile(MatmulKernel(...)) shows every stage)
 
     def build(self, constexprs: dict[str, Any]) -> Any:
-        return self.tile_kernel.build({**self.constexprs, "__divisible__": self.divisible, **constexprs})
+        return self.tile_kernel.build({**self.constexprs, ARG_FACTS: self.divisible, **constexprs})
 
     @property
     def params(self) -> Any:

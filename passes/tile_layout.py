@@ -43,6 +43,7 @@ from kaio.dialects.tile_layout import (
     mma_warps,
 )
 from kaio.errors import KaioCompileError
+from kaio.passes.to_ptx.emitter import element_bytes
 
 CAP = 1 << 20
 
@@ -113,8 +114,7 @@ def _shape(v: SSAValue) -> tuple[int, ...]:
 
 
 def _elem_bytes(v: SSAValue) -> int:
-    t = v.type.element_type  # type: ignore[attr-defined]
-    return max(getattr(t, "bitwidth", 32) // 8, 1) if not hasattr(t, "width") else max(t.width.data // 8, 1)
+    return element_bytes(v.type.element_type)  # type: ignore[attr-defined]
 
 
 def _tiles(values: Iterator[SSAValue] | tuple[SSAValue, ...] | list[SSAValue]) -> list[SSAValue]:

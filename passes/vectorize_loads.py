@@ -26,7 +26,8 @@ from kaio.dialects import kernel
 ALIGN_ATTR = "kaio.align"
 
 
-def _constant(v: SSAValue) -> int | None:
+def constant_int(v: SSAValue) -> int | None:
+    """The value of an integer ``arith.constant``, else None."""
     owner = v.owner
     if isinstance(owner, arith.ConstantOp):
         return int(owner.value.value.data)  # type: ignore[union-attr]
@@ -37,9 +38,9 @@ def _is_multiple(v: SSAValue, k: int) -> bool:
     """True if the i32 value ``v`` is provably a multiple of ``k`` (a power of two)."""
     owner = v.owner
     if isinstance(owner, arith.MuliOp):
-        return any((c := _constant(x)) is not None and c % k == 0 for x in (owner.lhs, owner.rhs))
+        return any((c := constant_int(x)) is not None and c % k == 0 for x in (owner.lhs, owner.rhs))
     if isinstance(owner, arith.ShLIOp):
-        shift = _constant(owner.rhs)
+        shift = constant_int(owner.rhs)
         return shift is not None and (1 << shift) % k == 0
     return False
 
@@ -50,7 +51,7 @@ def _split(index: SSAValue) -> tuple[SSAValue, int, type[Operation]] | None:
     if not isinstance(ext, arith.ExtUIOp | arith.ExtSIOp) or ext.input.type != i32:
         return None
     v = ext.input
-    if isinstance(v.owner, arith.AddiOp) and (c := _constant(v.owner.rhs)) is not None:
+    if isinstance(v.owner, arith.AddiOp) and (c := constant_int(v.owner.rhs)) is not None:
         return v.owner.lhs, c, type(ext)
     return v, 0, type(ext)
 

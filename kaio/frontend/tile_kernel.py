@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kaio.compiled import ARG_FACTS
 from kaio.errors import KaioCompileError
 from kaio.frontend.context import BuildState
 from kaio.frontend.kernel import GpuKernel, KernelIR
@@ -20,8 +21,7 @@ from kaio.frontend.tiles import TileCompiler
 from kaio.frontend.values import Scalar
 
 MAX_WARPS = 32
-DIVISIBLE = "__divisible__"  # the launch's specialization: (name, power of two dividing it)
-MAX_DIVISOR = 16
+MAX_DIVISOR = 16  # a launch's facts: (name, the power of two up to this dividing the argument)
 
 
 class TileKernel(GpuKernel):
@@ -35,18 +35,24 @@ class TileKernel(GpuKernel):
         self.num_stages = _checked("num_stages", num_stages, fn, lambda n: 0 <= n <= 8,
                                    "0 or 1 (no cp.async ring) up to 8")  # fmt: skip
         super().__init__(fn, 32 * self.num_warps)
+        # the 32-bit integer runtime arguments a launch inspects: (position, name)
+        self._int_args = tuple(
+            (i, p.name) for i, p in enumerate(self.runtime_params)
+            if not p.is_array and p.dtype.is_int and p.dtype.bits == 32
+        )  # fmt: skip
 
     def build(self, constexprs: Any = None) -> KernelIR:
         values = dict(constexprs or {})
-        divisible = tuple(values.pop(DIVISIBLE, ()))
+        divisible = tuple(values.pop(ARG_FACTS, ()))
         return self._build(self._constexpr_values(values), unknown=(), facts=divisible)
 
     def arg_specialization(self, runtime: Any) -> tuple[tuple[str, int], ...]:
         """What a launch specializes on besides constexprs (as Triton does): the largest power
         of two up to 16 dividing each 32-bit integer argument, so views on them vectorise."""
         facts = []
-        for name, v in zip(self._int_params, runtime, strict=False):
-            if name is not None and v.__class__ is int and v:
+        for i, name in self._int_args:
+            v = runtime[i]
+            if v.__class__ is int and v:
                 d = min(v & -v, MAX_DIVISOR)
                 if d > 1:
                     facts.append((name, d))
@@ -59,13 +65,6 @@ class TileKernel(GpuKernel):
             v = scope.get(name)
             if isinstance(v, Scalar) and v.type.is_int and v.type.bits == 32:
                 scope.bind(name, Scalar(state.emitter.value(MultipleOfOp(v.ssa, divisor)), v.type))
-
-    @property
-    def _int_params(self) -> tuple[str | None, ...]:
-        return tuple(
-            p.name if not p.is_array and p.dtype.is_int and p.dtype.bits == 32 else None
-            for p in self.runtime_params
-        )
 
     def default_pipeline(self, arch: str = "sm_80") -> Any:
         if self._pipeline is not None:

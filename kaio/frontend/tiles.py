@@ -176,8 +176,8 @@ class TileCompiler(FunctionCompiler):
     # ------------------------------------------------------------------ calls
 
     def call_handler(self, obj: Any, node: ast.Call) -> Callable[[ast.Call, Args, Kwargs], Value]:
-        handler = _TILE_BUILTINS.get(id(obj))
-        if handler is not None and getattr(kt, handler.__name__.lstrip("_"), None) is obj:
+        handler = _TILE_BUILTINS.get(id(obj))  # kaio.tile's markers live as long as the module
+        if handler is not None:
             return partial(handler, self)
         scalar = super().call_handler(obj, node)
         name = getattr(obj, "name", None) or getattr(obj, "__name__", "this function")

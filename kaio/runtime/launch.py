@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kaio.compiled import CompiledKernel
+from kaio.compiled import ARG_FACTS, CompiledKernel
 from kaio.errors import KaioLaunchError, KaioTypeError
 from kaio.runtime import graphs, tensors
 from kaio.runtime.args import Check, apply_each, array_checker, scalar_checker
@@ -127,8 +127,10 @@ class Launcher:
         # common loop) skip hashing the constexpr key.
         self._last: tuple[Device | None, Any, Specialization | None] = (None, None, None)
         self._bound: dict[Any, BoundLaunch] = {}
-        # Kernels that specialize on argument values (tile kernels: ints divisible by 16).
+        # Kernels that specialize on argument values (tile kernels: integer divisibility), and
+        # the key and constexprs of each (key, facts) seen: the same objects every launch.
         self._arg_specialization = getattr(kernel, "arg_specialization", None)
+        self._fact_keys: dict[Any, tuple[Any, Mapping[str, Any]]] = {}
 
     def __getitem__(self, key: Any) -> BoundLaunch:
         cacheable = _cacheable(key)
@@ -159,8 +161,10 @@ class Launcher:
             runtime, constexprs, key = sig.bind(args, kwargs)
         if self._arg_specialization is not None:
             facts = self._arg_specialization(runtime)
-            key = (key, facts)
-            constexprs = {**constexprs, "__divisible__": facts}
+            keyed = self._fact_keys.get((key, facts))
+            if keyed is None:
+                keyed = self._fact_keys[(key, facts)] = ((key, facts), {**constexprs, ARG_FACTS: facts})
+            key, constexprs = keyed
         if device is None:
             for i in self.array_positions:
                 value = runtime[i]

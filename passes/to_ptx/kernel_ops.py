@@ -8,6 +8,7 @@ from kaio.dialects import kernel, ptx
 from kaio.dialects.kernel import Combine
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.arith_math import _float_op
+from kaio.passes.vectorize_loads import constant_int
 from kaio.passes.to_ptx.emitter import (
     PtxEmitter,
     bits_spec,
@@ -70,13 +71,6 @@ def lower_source_loc(em: PtxEmitter, op: kernel.SourceLocOp) -> None:
 # --------------------------------------------------------------------------- addresses
 
 
-def _constant(v: SSAValue) -> int | None:
-    owner = v.owner
-    if isinstance(owner, arith.ConstantOp):
-        return int(owner.value.value.data)  # type: ignore[union-attr]
-    return None
-
-
 def _global_offset(em: PtxEmitter, index: SSAValue, size: int) -> SSAValue:
     """Byte offset of element ``index`` (i64): a 32->64-bit widening multiply where the index
     was extended from 32 bits, as nvcc emits it."""
@@ -100,13 +94,13 @@ def element_address(
     base = em.value(ref)
     if isinstance(ref.type, kernel.ArrayType):
         (index,) = indices
-        const = _constant(index)
+        const = constant_int(index)
         if const is not None:
             return base, const * size, "global"
         return em.instr(ptx.AddOp, "s64", [base, _global_offset(em, index, size)], i64), 0, "global"
     assert isinstance(ref.type, MemRefType)
     shape = ref.type.get_shape()
-    consts = [_constant(i) for i in indices]
+    consts = [constant_int(i) for i in indices]
     if all(c is not None for c in consts):
         linear = 0
         for c, d in zip(consts, shape):

@@ -22,7 +22,8 @@ from xdsl.ir import Attribute, SSAValue
 from kaio.dialects import mma, ptx
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
-from kaio.passes.to_ptx.tiles import add32, shared_offset
+from kaio.passes.to_ptx.tile_values import add32
+from kaio.passes.to_ptx.tiles import shared_offset
 
 
 @register_parts(mma.FragType)

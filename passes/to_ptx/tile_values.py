@@ -26,7 +26,8 @@ from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
 from kaio.passes.to_ptx.kernel_ops import combine, linear_thread_id, shuffle
-from kaio.passes.vectorize_loads import ALIGN_ATTR
+from kaio.passes.tile_layout import divisibility
+from kaio.passes.vectorize_loads import ALIGN_ATTR, constant_int
 
 # --------------------------------------------------------------------------- distributions
 
@@ -110,8 +111,11 @@ def owner_predicate(em: PtxEmitter, dist: Distribution) -> SSAValue | None:
     return em.invariant(("owner", lane_mask, warp_mask), build)
 
 
-def add32(em: PtxEmitter, a: SSAValue, b: int) -> SSAValue:
-    return a if b == 0 else em.instr(ptx.AddOp, "s32", [a, em.const(b, i32)], i32)
+def add32(em: PtxEmitter, a: SSAValue, b: SSAValue | int) -> SSAValue:
+    """``a + b`` in 32 bits (nothing to emit for a constant 0)."""
+    if isinstance(b, int):
+        return a if b == 0 else em.instr(ptx.AddOp, "s32", [a, em.const(b, i32)], i32)
+    return em.instr(ptx.AddOp, "s32", [a, b], i32)
 
 
 def and_pred(em: PtxEmitter, preds: Sequence[SSAValue | None]) -> SSAValue | None:
@@ -320,8 +324,6 @@ def _require_alignment(em: PtxEmitter, array: SSAValue, nbytes: int) -> None:
 def _vector(view: tile.ViewOp, dist: Distribution, t: Attribute) -> tuple[int, bool]:
     """(elements per access: consecutive in this thread and aligned, whether a vector may
     straddle the bound: then a vector inside it is one access, one straddling it element ones)."""
-    from kaio.passes.tile_layout import divisibility
-
     eb = element_bytes(t)
     if eb not in (2, 4, 8):
         return 1, False
@@ -378,20 +380,11 @@ class _Access:
                 scale = em.instr(ptx.MulOp, "lo.s32", [self.strides[d], em.const(self.eb, i32)], i32)
                 addr = em.instr(ptx.MadOp, "wide.u32", [index, scale, addr], i64)
             self._addrs[key] = addr
-        unit = _constant_of(self.view.strides[last])
+        unit = constant_int(self.view.strides[last])
         if unit is None:
             scale = em.instr(ptx.MulOp, "lo.s32", [self.strides[last], em.const(off[last] * self.eb, i32)], i32)
             return em.instr(ptx.MadOp, "wide.u32", [scale, em.const(1, i32), self._addrs[key]], i64), 0
         return self._addrs[key], off[last] * unit * self.eb
-
-
-def _constant_of(v: SSAValue) -> int | None:
-    from xdsl.dialects import arith
-
-    owner = v.owner
-    if isinstance(owner, arith.ConstantOp):
-        return int(owner.value.value.data)  # type: ignore[union-attr]
-    return None
 
 
 def _word_spec(t: Attribute, vec: int) -> tuple[str, Attribute, int]:

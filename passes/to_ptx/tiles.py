@@ -19,7 +19,7 @@ from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, float_spec, mem_spec
 from kaio.passes.to_ptx.kernel_ops import linear_thread_id
 from kaio.passes.tile_layout import divisibility
-from kaio.passes.to_ptx.tile_values import add32 as add_const
+from kaio.passes.to_ptx.tile_values import add32
 from kaio.passes.to_ptx.tile_values import distribution, owner_predicate, thread_base, view_of
 
 # --------------------------------------------------------------------------- shared buffers
@@ -36,11 +36,6 @@ def lower_stage(em: PtxEmitter, op: smem.StageOp) -> None:
     ring = op.ring.type
     base, index = em.value(op.ring), em.value(op.index)
     em.bind(op.result, em.instr(ptx.MadOp, "lo.s32", [index, em.const(ring.stage_bytes, i32), base], i32))
-
-
-def add32(em: PtxEmitter, a: SSAValue, b: SSAValue | int) -> SSAValue:
-    other = em.const(b, i32) if isinstance(b, int) else b
-    return em.instr(ptx.AddOp, "s32", [a, other], i32)
 
 
 def shared_offset(em: PtxEmitter, buffer: smem.BufferType, row: SSAValue, col: SSAValue) -> SSAValue:
@@ -180,7 +175,7 @@ def lower_smem_store(em: PtxEmitter, op: smem.StoreOp) -> None:
     base, owner, parts = thread_base(em, dist), owner_predicate(em, dist), em.parts(op.value)
     dst = em.value(op.dst)
     for r, off in enumerate(dist.offsets):
-        row, col = (add_const(em, base[d], off[d]) for d in range(2))
+        row, col = (add32(em, base[d], off[d]) for d in range(2))
         addr = em.instr(ptx.AddOp, "s32", [dst, shared_offset(em, buffer, row, col)], i32)
         em.emit(ptx.StOp(f"shared.{mem_spec(t)}", [addr, parts[r]], guard=owner))
 
@@ -218,8 +213,8 @@ def lower_simt_dot(em: PtxEmitter, op: tile.DotOp) -> None:
     base = thread_base(em, dist)
     rows = sorted({off[0] for off in dist.offsets})
     cols = sorted({off[1] for off in dist.offsets})
-    row_of = {o: add_const(em, base[0], o) for o in rows}
-    col_of = {o: add_const(em, base[1], o) for o in cols}
+    row_of = {o: add32(em, base[0], o) for o in rows}
+    col_of = {o: add32(em, base[1], o) for o in cols}
     accs = list(em.parts(op.acc))
     for kk in range(k_size):
         k = em.const(kk, i32)
