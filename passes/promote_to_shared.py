@@ -67,42 +67,32 @@ class _Stager:
         Rewriter.insert_op(op, InsertPoint.at_start(self.func.body.block))
         return op.result
 
-    def stage(self, dot: tile.DotOp, value: SSAValue, hint: str) -> tuple[SSAValue, bool, bool]:
-        """(buffer, transposed, copied) for one operand."""
+    def stage(self, dot: tile.DotOp, value: SSAValue, hint: str, dead: list[Operation]) -> tuple[SSAValue, bool, bool]:
+        """(buffer, transposed, copied) for one operand; ops the copy replaces go to ``dead``."""
         transposed = False
         source = value
         trans_op = value.owner if isinstance(value.owner, tile.TransOp) and value.uses.get_length() == 1 else None
         if trans_op is not None:
             source, transposed = trans_op.input, True
         load = source.owner
-        shape = tile.shape_of(source.type)
-        elem = tile.element_of(source.type)
+        buffer = self.alloc(tile.shape_of(source.type), tile.element_of(source.type), hint)
         if isinstance(load, tile.LoadOp) and source.uses.get_length() == 1 and _is_zero(load.other):
             view = load.view.owner
             assert isinstance(view, tile.ViewOp)
-            buffer = self.alloc(shape, elem, hint)
             Rewriter.insert_op(smem.CopyOp(load.view, buffer, copy_vector(view)), InsertPoint.before(load))
-            self._drop(dot, value, trans_op, load)
+            dead += [op for op in (trans_op, load) if op is not None]
             return buffer, transposed, True
-        buffer = self.alloc(shape, elem, hint)
         Rewriter.insert_op(smem.StoreOp(source, buffer), InsertPoint.before(dot))
         return buffer, transposed, False
 
-    @staticmethod
-    def _drop(dot: tile.DotOp, value: SSAValue, trans_op: Operation | None, load: Operation) -> None:
-        """The operand is now staged: its load (and transpose) have no other use."""
-        for i, operand in enumerate(dot.operands):
-            if operand is value:
-                dot.operands[i] = dot.acc  # placeholder until the dot is rebuilt
-        if trans_op is not None:
-            Rewriter.erase_op(trans_op)
-        Rewriter.erase_op(load)
-
     def promote(self, dot: tile.DotOp) -> None:
-        a, ta, ca = self.stage(dot, dot.a, "a_tile")
-        b, tb, cb = self.stage(dot, dot.b, "b_tile")
+        dead: list[Operation] = []
+        a, ta, ca = self.stage(dot, dot.a, "a_tile", dead)
+        b, tb, cb = self.stage(dot, dot.b, "b_tile", dead)
         new = tile.DotOp(a, b, dot.acc, (ta, tb))
         Rewriter.replace_op(dot, new)
+        for op in dead:  # a copied operand's transpose, then its load: no use is left
+            Rewriter.erase_op(op)
         before, after = kernel.BarrierOp(), kernel.BarrierOp()
         if ca and cb:
             before.attributes[COPY_BARRIER] = UnitAttr()
