@@ -1,0 +1,166 @@
+"""``lower-to-wgmma``: ``tile.dot`` on Hopper's warpgroup tensor cores (sm_90a).
+
+A dot qualifies when its accumulator is an f32 tile in the ``#tile.mma<[W, 1]>`` layout with
+M = 16 W and W a multiple of 4 (``tile-layout{wgmma=true}`` picks that grid for the dots it
+can), and both f16/bf16 operands sit in shared buffers in the ``wgmma`` layout
+(``promote-to-shared{layout=wgmma}``). Each warp then holds a 16-row strip of all N columns,
+register for register the wgmma D fragment, so the tile *is* the accumulators of its W/4
+warpgroups (warpgroup G: rows 64G..64G+63): ``wgmma.split`` only regroups registers.
+
+The dot becomes ``fence.proxy.async`` (the operands were written by ordinary stores or
+cp.async, the generic proxy; wgmma reads through the async proxy), ``wgmma.fence``, one
+``wgmma.mma_async`` per k16 step and column chunk (N in chunks of at most 256), one
+``commit_group`` and ``wait_group 0`` (the accumulators are final, the operands read, before
+anything else touches them), and ``wgmma.join``. Descriptors come from the buffer's address
+(``smem.address``; a ring's stage is already in the buffer value) plus compile-time offsets,
+and the warpgroup's row offset (its 64 rows of A):
+
+- K-major operand (A as it is, B given as ``kt.trans`` of an N x K tile): rows of the panel are
+  M or N; step k16 moves 32 bytes along the row (next panel every S bytes); SBO = 8 S.
+- MN-major operand (B as K x N, A given transposed): rows of the panel are K; step k16 moves 16
+  rows (16 S bytes); LBO = one panel (rows x S bytes), SBO = 8 S; ``trans`` 1.
+
+Dots that do not qualify are left as they are (``lower-to-mma-sync`` takes them next).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.builder import Builder, InsertPoint
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32
+from xdsl.ir import Attribute, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+from xdsl.utils.exceptions import VerifyException
+
+from kaio.dialects import kernel, smem, tile, tma, wgmma
+from kaio.dialects.tile_layout import MmaLayout, layout_of
+from kaio.passes.int_builder import IndexBuilder
+from kaio.passes.promote_to_shared import enclosing_kernel
+
+SWIZZLE_NAMES = {128: "128B", 64: "64B", 32: "32B"}
+
+
+@dataclass(frozen=True)
+class OperandPlan:
+    """How wgmma reads one operand buffer: major-ness and the descriptor's fixed fields."""
+
+    mn_major: bool
+    span: int  # panel width = swizzle span, bytes
+    rows: int  # stored rows of one stage
+    elem_bytes: int
+
+    @property
+    def lbo(self) -> int:
+        return self.rows * self.span if self.mn_major else 16
+
+    @property
+    def sbo(self) -> int:
+        return 8 * self.span
+
+    @property
+    def swizzle(self) -> str:
+        return SWIZZLE_NAMES[self.span]
+
+    def offset(self, mn: int, kk: int) -> int:
+        """Byte offset of the 16-deep K slice ``kk`` starting at M/N index ``mn``."""
+        panel = self.rows * self.span
+        if self.mn_major:
+            return (mn * self.elem_bytes // self.span) * panel + 16 * kk * self.span
+        k_bytes = 16 * kk * self.elem_bytes
+        return (k_bytes // self.span) * panel + mn * self.span + k_bytes % self.span
+
+
+def operand_plan(t: Attribute, mn_major: bool, mn_step: int) -> OperandPlan | str:
+    """The plan for a buffer read with M/N offsets in multiples of ``mn_step``, or why not."""
+    if not isinstance(t, smem.BufferType):
+        return "operands must be in shared memory (run promote-to-shared first)"
+    if t.element_type not in (f16, bf16):
+        return f"wgmma multiplies f16/bf16 here, not {t.element_type}"
+    if t.layout.kind.data != "wgmma":
+        return f"operand buffer is in the {t.layout.kind.data} layout, not wgmma"
+    rows, cols = t.tile
+    eb = t.elem_bytes
+    span = t.layout.panel_span(cols, eb)
+    if mn_major and (mn_step * eb) % span:
+        return f"M/N blocks of {mn_step} do not start on {span}-byte panels"
+    return OperandPlan(mn_major, span, rows, eb)
+
+
+def dot_plan(dot: tile.DotOp, num_warps: int) -> tuple[list[int], OperandPlan, OperandPlan] | str:
+    """(column chunks, A plan, B plan) for a dot wgmma can take, else the reason it cannot."""
+    try:
+        chunks = wgmma.tile_chunks(dot.acc.type)
+    except VerifyException as e:
+        return str(e)
+    layout = layout_of(dot.acc.type)
+    assert isinstance(layout, MmaLayout)
+    if layout.warp_grid[0] != num_warps:
+        return f"the accumulator spans {layout.warp_grid[0]} of the kernel's {num_warps} warps"
+    ta, tb = dot.trans
+    if not isinstance(dot.a.type, smem.BufferType) or not isinstance(dot.b.type, smem.BufferType):
+        return "operands must be in shared memory (run promote-to-shared first)"
+    if dot.a.type.element_type != dot.b.type.element_type:
+        return "A and B differ in element type"
+    k = tile.operand_shape(dot.a.type, ta)[1]
+    if k % 16:
+        return f"K={k} is not a multiple of 16"
+    a = operand_plan(dot.a.type, ta, 64)
+    b = operand_plan(dot.b.type, not tb, chunks[0])
+    for p in (a, b):
+        if isinstance(p, str):
+            return p
+    return chunks, a, b  # type: ignore[return-value]
+
+
+def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPlan, pb: OperandPlan) -> None:
+    ta, tb = dot.trans
+    k = tile.operand_shape(dot.a.type, ta)[1]
+    elem = dot.a.type.element_type  # type: ignore[attr-defined]
+    ix = IndexBuilder(Builder(InsertPoint.before(dot)))
+    insert = ix.b.insert
+
+    a_addr = insert(smem.AddressOp(dot.a)).result
+    if num_warps > 4:  # warpgroup G multiplies rows 64G.. of A
+        group = ix.div(insert(kernel.WarpIdOp()).result, ix.const(4))
+        a_addr = ix.add(a_addr, ix.mul(group, ix.const(pa.offset(64, 0) - pa.offset(0, 0))))
+    a_desc = insert(wgmma.DescriptorOp(a_addr, pa.swizzle, pa.lbo, pa.sbo)).result
+    b_desc = insert(wgmma.DescriptorOp(insert(smem.AddressOp(dot.b)).result, pb.swizzle, pb.lbo, pb.sbo)).result
+
+    def at(desc: SSAValue, offset: int) -> SSAValue:
+        return insert(wgmma.AdvanceOp(desc, offset)).result if offset else desc
+
+    accs: list[SSAValue] = list(insert(wgmma.SplitOp(dot.acc)).accs)
+    insert(tma.FenceOp())  # generic-proxy writes of the operands -> wgmma's async proxy
+    insert(wgmma.FenceOp())
+    for kk in range(k // 16):
+        a = at(a_desc, pa.offset(0, kk))
+        n0 = 0
+        for c, width in enumerate(chunks):
+            b = at(b_desc, pb.offset(n0, kk))
+            accs[c] = insert(wgmma.MmaAsyncOp(accs[c], a, b, elem, int(ta), int(not tb))).result
+            n0 += width
+    insert(wgmma.CommitGroupOp())
+    done = insert(wgmma.WaitGroupOp(accs, 0)).results_
+    Rewriter.replace_op(dot, wgmma.JoinOp(list(done), dot.result.type))
+
+
+def qualifies(dot: tile.DotOp, num_warps: int) -> bool:
+    return not isinstance(dot_plan(dot, num_warps), str)
+
+
+@dataclass(frozen=True)
+class LowerToWgmmaPass(ModulePass):
+    name = "lower-to-wgmma"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for dot in [o for o in op.walk() if isinstance(o, tile.DotOp)]:
+            if dot.acc.type.element_type != f32:  # type: ignore[attr-defined]
+                continue
+            func = enclosing_kernel(dot)
+            num_warps = max(func.block_shape[0] * func.block_shape[1] * func.block_shape[2] // 32, 1)
+            plan = dot_plan(dot, num_warps)
+            if not isinstance(plan, str):
+                lower_dot(dot, num_warps, *plan)
