@@ -161,7 +161,7 @@ class Matmul:
         bases = (base_alignment(a.ptr), base_alignment(b.ptr), base_alignment(c.ptr))
         tensor_cores = a.dtype != dtypes.f32
         if config is None:
-            chosen = default_config(tensor_cores, align, eb)
+            chosen = default_config(tensor_cores, align, eb, dev.compile_arch)
         elif config == "auto":
             chosen = self._auto(a, b, c, m, n, k, align, tensor_cores, dev)
         elif isinstance(config, MatmulConfig):
@@ -175,14 +175,14 @@ class Matmul:
         eb = a.dtype.nbytes
         if dev.is_simulator:
             model = GpuModel(sms=dev.sm_count)
-            return choose_config(m, n, k, eb, tensor_cores, align, model)
+            return choose_config(m, n, k, eb, tensor_cores, align, model, dev.compile_arch)
         from kaio.ops_library.matmul_autotune import autotune
 
         return autotune(self, a, b, m, n, k, c.dtype, align, tensor_cores, dev)
 
     def pipeline(self, config: MatmulConfig | None = None, arch: str = "sm_80") -> Pipeline:
-        """The pass pipeline of ``config`` (default: the f16/bf16 tensor-core default)."""
-        return (config or default_config(True, (8, 8, 2), 2)).pipeline(arch)
+        """The pass pipeline of ``config`` (default: the f16/bf16 tensor-core default of ``arch``)."""
+        return (config or default_config(True, (8, 8, 2), 2, arch)).pipeline(arch)
 
     def __repr__(self) -> str:
         return "<kaio.ops_library.matmul>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from kaio.pipeline import Pipeline
+from kaio.pipeline import Pipeline, has_wgmma
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,12 @@ class MatmulConfig:
         per_stage = bm * (bk * elem_bytes + pad) + bk * (bn * elem_bytes + pad)
         return max(self.stages, 1) * per_stage
 
+    @property
+    def wgmma(self) -> bool:
+        """A Hopper config: one 16-row strip per warp (M = 16 x warps), the wgmma smem layout;
+        on sm_90a its dot runs on warpgroup tensor cores (elsewhere on mma.sync)."""
+        return self.layout == "wgmma" and self.tensor_cores
+
     def pipeline(self, arch: str = "sm_80") -> Pipeline:
         """The pass pipeline this config compiles with (print it, edit it, pass it back)."""
         wm, wn = self.warps
@@ -40,6 +46,8 @@ class MatmulConfig:
         ]
         if self.stages >= 2:
             spec.append(f"pipeline-cp-async{{stages={self.stages}}}")
+        if self.wgmma and has_wgmma(arch):
+            spec.append("lower-to-wgmma")
         if self.tensor_cores:
             spec.append("lower-to-mma-sync")
         spec += ["canonicalize", "cse", f"lower-to-ptx{{arch={arch}}}"]
@@ -67,6 +75,16 @@ TENSOR_CORE_CONFIGS: tuple[MatmulConfig, ...] = (
     MatmulConfig((64, 128, 32), (2, 2), 3),
     MatmulConfig((64, 64, 32), (2, 2), 4),
     MatmulConfig((256, 128, 32), (4, 2), 2),
+)
+
+# sm_90a: warpgroup tensor cores (wgmma). Warps [W, 1] with BM = 16 W, each warpgroup 64 rows of
+# the tile; A and B stages fill the 48 KiB of static shared memory.
+WGMMA_CONFIGS: tuple[MatmulConfig, ...] = (
+    MatmulConfig((128, 128, 32), (8, 1), 3, "wgmma"),
+    MatmulConfig((128, 256, 32), (8, 1), 2, "wgmma"),
+    MatmulConfig((128, 64, 64), (8, 1), 2, "wgmma"),
+    MatmulConfig((64, 128, 32), (4, 1), 4, "wgmma"),
+    MatmulConfig((64, 64, 64), (4, 1), 3, "wgmma"),
 )
 
 SIMT_CONFIGS: tuple[MatmulConfig, ...] = (
@@ -110,21 +128,27 @@ def estimate_seconds(config: MatmulConfig, m: int, n: int, k: int, elem_bytes: i
     return waves * max(math_time, memory_time) + 2e-6
 
 
-def candidates(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int) -> list[MatmulConfig]:
-    """The configs worth trying for this kind of problem, the default first."""
+def candidates(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int, arch: str = "sm_80") -> list[MatmulConfig]:
+    """The configs worth trying for this kind of problem on ``arch``, the default first (on
+    sm_90a the wgmma ones, then the mma.sync ones)."""
     pool = TENSOR_CORE_CONFIGS if tensor_cores else SIMT_CONFIGS
+    if tensor_cores and has_wgmma(arch):
+        pool = WGMMA_CONFIGS + pool
     return [c for c in pool if c.suits(align, elem_bytes)]
 
 
-def default_config(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int) -> MatmulConfig:
-    return candidates(tensor_cores, align, elem_bytes)[0]
+def default_config(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int, arch: str = "sm_80") -> MatmulConfig:
+    return candidates(tensor_cores, align, elem_bytes, arch)[0]
 
 
 def choose_config(
     m: int, n: int, k: int, elem_bytes: int, tensor_cores: bool,
-    align: tuple[int, int, int] = (8, 8, 8), gpu: GpuModel | None = None,
+    align: tuple[int, int, int] = (8, 8, 8), gpu: GpuModel | None = None, arch: str = "sm_80",
 ) -> MatmulConfig:  # fmt: skip
-    """The config the cost model ranks fastest (used on the simulator, where nothing is timed)."""
+    """The config the cost model ranks fastest (used on the simulator, where nothing is timed;
+    on sm_90a among the wgmma configs)."""
     model = gpu or GpuModel()
-    pool = candidates(tensor_cores, align, elem_bytes)
+    pool = candidates(tensor_cores, align, elem_bytes, arch)
+    if tensor_cores and has_wgmma(arch):
+        pool = [c for c in pool if c.wgmma] or pool
     return min(pool, key=lambda c: estimate_seconds(c, m, n, k, elem_bytes, model))
