@@ -20,6 +20,14 @@ and the warpgroup's row offset (its 64 rows of A):
 - MN-major operand (B as K x N, A given transposed): rows of the panel are K; step k16 moves 16
   rows (16 S bytes); LBO = one panel (rows x S bytes), SBO = 8 S; ``trans`` 1.
 
+**Overlap** (``overlap=true``, the default): in a K loop that ``pipeline-cp-async`` made a
+ring (both operands are stages of rings, the accumulator is carried by the loop and only the
+dot reads and writes it), the dot waits with ``wait_group 1`` instead: iteration i's products
+run on while iteration i + 1 waits for its tiles, the wait retiring iteration i - 1's, whose
+stage the copies issued right after (behind a barrier: every warpgroup has retired it) refill.
+The accumulators stay in flight across the loop's back edge (they live in the loop's registers,
+which nothing else touches) and a ``wait_group 0`` after the loop makes them final.
+
 Dots that do not qualify are left as they are (``lower-to-mma-sync`` takes them next).
 """
 
@@ -30,7 +38,8 @@ from dataclasses import dataclass
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32
-from xdsl.ir import Attribute, SSAValue
+from xdsl.dialects import scf
+from xdsl.ir import Attribute, BlockArgument, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
@@ -115,10 +124,29 @@ def dot_plan(dot: tile.DotOp, num_warps: int) -> tuple[list[int], OperandPlan, O
     return chunks, a, b  # type: ignore[return-value]
 
 
-def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPlan, pb: OperandPlan) -> None:
+def overlap_loop(dot: tile.DotOp) -> scf.ForOp | None:
+    """The K loop whose iterations may overlap this dot's wgmmas (see the module doc), or None."""
+    loop = dot.parent_op()
+    if not isinstance(loop, scf.ForOp) or dot.parent_block() is not loop.body.block:
+        return None
+    acc = dot.acc
+    if not isinstance(acc, BlockArgument) or acc.owner is not loop.body.block or acc.index == 0:
+        return None
+    if acc.uses.get_length() != 1 or dot.result.uses.get_length() != 1:
+        return None
+    (use,) = dot.result.uses
+    if not isinstance(use.operation, scf.YieldOp) or use.index != acc.index - 1:
+        return None
+    if not all(isinstance(x.owner, smem.StageOp) for x in (dot.a, dot.b)):
+        return None  # a buffer the next iteration rewrites in place (smem.store) must be read first
+    return loop
+
+
+def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPlan, pb: OperandPlan, overlap: bool = False) -> None:
     ta, tb = dot.trans
     k = tile.operand_shape(dot.a.type, ta)[1]
     elem = dot.a.type.element_type  # type: ignore[attr-defined]
+    loop = overlap_loop(dot) if overlap else None
     ix = IndexBuilder(Builder(InsertPoint.before(dot)))
     insert = ix.b.insert
 
@@ -143,8 +171,21 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
             accs[c] = insert(wgmma.MmaAsyncOp(accs[c], a, b, elem, int(ta), int(not tb))).result
             n0 += width
     insert(wgmma.CommitGroupOp())
-    done = insert(wgmma.WaitGroupOp(accs, 0)).results_
+    done = insert(wgmma.WaitGroupOp(accs, 1 if loop else 0)).results_
+    if loop is None:
+        Rewriter.replace_op(dot, wgmma.JoinOp(list(done), dot.result.type))
+        return
+    insert(kernel.BarrierOp())  # every warpgroup retired the previous stage before it is refilled
+    index = dot.acc.index - 1  # type: ignore[attr-defined]
     Rewriter.replace_op(dot, wgmma.JoinOp(list(done), dot.result.type))
+    result = loop.results[index]
+    if not result.uses:
+        return
+    after = Builder(InsertPoint.after(loop))
+    split = after.insert(wgmma.SplitOp(result))
+    final = after.insert(wgmma.WaitGroupOp(list(split.accs), 0))
+    join = after.insert(wgmma.JoinOp(list(final.results_), result.type))
+    result.replace_uses_with_if(join.result, lambda use: use.operation is not split)
 
 
 def qualifies(dot: tile.DotOp, num_warps: int) -> bool:
@@ -155,6 +196,9 @@ def qualifies(dot: tile.DotOp, num_warps: int) -> bool:
 class LowerToWgmmaPass(ModulePass):
     name = "lower-to-wgmma"
 
+    overlap: bool = True
+    """Keep one group of wgmmas in flight across the iterations of a cp.async-pipelined K loop."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for dot in [o for o in op.walk() if isinstance(o, tile.DotOp)]:
             if dot.acc.type.element_type != f32:  # type: ignore[attr-defined]
@@ -163,4 +207,4 @@ class LowerToWgmmaPass(ModulePass):
             num_warps = max(func.block_shape[0] * func.block_shape[1] * func.block_shape[2] // 32, 1)
             plan = dot_plan(dot, num_warps)
             if not isinstance(plan, str):
-                lower_dot(dot, num_warps, *plan)
+                lower_dot(dot, num_warps, *plan, overlap=self.overlap)

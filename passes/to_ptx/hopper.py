@@ -17,6 +17,7 @@ from kaio.dialects import mbarrier, ptx, tma, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
+from xdsl.dialects import scf
 from xdsl.dialects.builtin import f32, i1, i32, i64
 from xdsl.ir import Attribute, Block, SSAValue
 
@@ -75,11 +76,12 @@ def lower_zero(em: PtxEmitter, op: wgmma.ZeroOp) -> None:
 @lowering(wgmma.SplitOp)
 def lower_split(em: PtxEmitter, op: wgmma.SplitOp) -> None:
     """The tile's registers, in column chunks. wgmma updates them in place, so they are the
-    tile's own only when nothing else can read them: a loop-carried tile (fresh registers of
-    the loop) or a previous join, used by this split alone; otherwise a copy."""
+    tile's own only when nothing else can read them: a loop-carried tile or a loop's result
+    (fresh registers of the loop) or a previous join, used by this split alone; otherwise a
+    copy (never of accumulators still in flight: lower-to-wgmma splits those in place)."""
     parts = list(em.parts(op.tile))
     owner = op.tile.owner
-    own = (isinstance(owner, Block) or isinstance(owner, wgmma.JoinOp)) and op.tile.uses.get_length() == 1
+    own = isinstance(owner, Block | wgmma.JoinOp | scf.ForOp) and op.tile.uses.get_length() == 1
     if not own or len(set(parts)) != len(parts):
         fresh = [r for acc in op.accs for r in em.regs(acc.type)]
         for r, v in zip(fresh, parts):
