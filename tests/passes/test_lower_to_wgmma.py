@@ -218,6 +218,6 @@ def test_pipelined_k_loop_keeps_one_group_in_flight():
     wait = body.index("pending 1")
     assert body.index("kernel.barrier", wait) < body.index("cpasync.copy", wait)
     assert "wgmma.split" in after and "pending 0" in after  # final before the epilogue reads it
-    spec = str(kernel.default_pipeline("sm_90a")).replace("lower-to-wgmma", "lower-to-wgmma{overlap=false}")
+    spec = str(kernel.default_pipeline("sm_90a")).replace("overlap=true", "overlap=false")
     plain = kaio.compile(kernel, "sm_90a", pipeline=spec).stages["lower-to-wgmma"]
     assert "pending 1" not in plain and plain.count("pending 0") == 1
