@@ -1,4 +1,4 @@
-"""``tile-layout{mma=true warps=0,0}``: give every tile a layout; prove the alignment of views.
+"""``tile-layout{mma=true warps=0,0 wgmma=false}``: give every tile a layout; prove the alignment of views.
 
 1. **Alignment.** Each ``tile.view``'s ``align`` becomes the largest power of two (in elements,
    at most the array's assumed base alignment) that its last offset and row stride are proven
