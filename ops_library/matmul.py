@@ -9,7 +9,8 @@
 
 The kernel is a tile kernel (``kaio.ops_library.matmul_kernel``): one screen of ``kaio.tile``
 code that the tile stack stages through shared memory, pipelines with cp.async and lowers to
-``ldmatrix``/``mma.sync``. ``bias`` (N,) is added to every row; ``activation`` is ``"relu"``,
+``ldmatrix``/``mma.sync``, or on an sm_90a device (a config of ``WGMMA_CONFIGS``) to Hopper's
+warpgroup ``wgmma``. ``bias`` (N,) is added to every row; ``activation`` is ``"relu"``,
 ``"gelu"`` (tanh form) or ``"silu"``, applied after ``alpha``, ``beta`` and the bias.
 
 A and B are row-major device arrays (kaio buffers, ``__cuda_array_interface__`` or DLPack
