@@ -1495,6 +1495,19 @@ class SharedDeclOp(ArrayDecl):
 
 
 @irdl_op_definition
+class DynamicSharedDeclOp(ArrayDecl):
+    """``.extern .shared .align A .b8 name[];``: the block's dynamic shared memory, ``size``
+    bytes of which the launch must provide (shared memory beyond the 48 KiB a static
+    declaration may take)."""
+
+    name = "ptx.dynamic_shared"
+    SPACE: ClassVar[str] = "shared"
+
+    def ptx(self, reg: RegName, imm: RegName) -> str:
+        return f".extern .shared .align {self.align.value.data} .b8 {self.sym_name.data}[];"
+
+
+@irdl_op_definition
 class LocalDeclOp(ArrayDecl):
     """Per-thread local memory (a stack array)."""
 
@@ -1555,6 +1568,7 @@ _BASE_OPS: list[type[Operation]] = [
         # structure
         EntryOp,
         SharedDeclOp,
+        DynamicSharedDeclOp,
         LocalDeclOp,
         RegOp,
         LabelOp,

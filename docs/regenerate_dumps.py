@@ -116,9 +116,9 @@ DUMPS: dict[str, Callable[[], str]] = {
     "attention/tile-layout": lambda: excerpt(attention_stages()["tile-layout"], "= scf.for", 40),
     "attention/promote-to-shared": lambda: excerpt(attention_stages()["promote-to-shared"], "= scf.for", 30),
     "hopper-matmul/pipeline": lambda: hopper_matmul_stages()["pipeline"],
-    "hopper-matmul/lower-to-wgmma": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "= smem.address", 19),
+    "hopper-matmul/lower-to-wgmma": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "= smem.address", 26),
     "hopper-matmul/after-loop": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "scf.yield", 5),
-    "hopper-matmul/ptx": lambda: short_registers(excerpt(hopper_matmul_stages()["ptx"], "fence.proxy.async", 8)),
+    "hopper-matmul/ptx": lambda: short_registers(excerpt(hopper_matmul_stages()["ptx"], "fence.proxy.async", 16)),
     "attention/lower-to-mma-sync": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "mma.split", 14),
 }
 

@@ -162,7 +162,7 @@ class Matmul:
         bases = (base_alignment(a.ptr), base_alignment(b.ptr), base_alignment(c.ptr))
         tensor_cores = a.dtype != dtypes.f32
         if config is None:
-            chosen = default_config(tensor_cores, align, eb, dev.compile_arch)
+            chosen = default_config(tensor_cores, align, eb, dev.compile_arch, dev.shared_memory_per_block_optin)
         elif config == "auto":
             chosen = self._auto(a, b, c, m, n, k, align, tensor_cores, dev)
         elif isinstance(config, MatmulConfig):
@@ -176,7 +176,7 @@ class Matmul:
         eb = a.dtype.nbytes
         if dev.is_simulator:
             model = GpuModel(sms=dev.sm_count)
-            return choose_config(m, n, k, eb, tensor_cores, align, model, dev.compile_arch)
+            return choose_config(m, n, k, eb, tensor_cores, align, model, dev.compile_arch, dev.shared_memory_per_block_optin)
         from kaio.ops_library.matmul_autotune import autotune
 
         return autotune(self, a, b, m, n, k, c.dtype, align, tensor_cores, dev)

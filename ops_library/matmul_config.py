@@ -78,13 +78,13 @@ TENSOR_CORE_CONFIGS: tuple[MatmulConfig, ...] = (
 )
 
 # sm_90a: warpgroup tensor cores (wgmma). Warps [W, 1] with BM = 16 W, each warpgroup 64 rows of
-# the tile; A and B stages fill the 48 KiB of static shared memory.
+# the tile. Rings beyond 48 KiB live in dynamic shared memory (H100: up to 227 KiB a block).
 WGMMA_CONFIGS: tuple[MatmulConfig, ...] = (
-    MatmulConfig((128, 128, 32), (8, 1), 3, "wgmma"),
-    MatmulConfig((128, 256, 32), (8, 1), 2, "wgmma"),
-    MatmulConfig((128, 64, 64), (8, 1), 2, "wgmma"),
-    MatmulConfig((64, 128, 32), (4, 1), 4, "wgmma"),
-    MatmulConfig((64, 64, 64), (4, 1), 3, "wgmma"),
+    MatmulConfig((128, 256, 64), (8, 1), 3, "wgmma"),  # 144 KiB
+    MatmulConfig((128, 128, 64), (8, 1), 4, "wgmma"),  # 128 KiB
+    MatmulConfig((64, 128, 64), (4, 1), 4, "wgmma"),  # 96 KiB
+    MatmulConfig((128, 128, 32), (8, 1), 3, "wgmma"),  # 48 KiB: static shared memory only
+    MatmulConfig((64, 64, 64), (4, 1), 3, "wgmma"),  # 48 KiB
 )
 
 SIMT_CONFIGS: tuple[MatmulConfig, ...] = (
@@ -128,27 +128,36 @@ def estimate_seconds(config: MatmulConfig, m: int, n: int, k: int, elem_bytes: i
     return waves * max(math_time, memory_time) + 2e-6
 
 
-def candidates(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int, arch: str = "sm_80") -> list[MatmulConfig]:
+def candidates(
+    tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int, arch: str = "sm_80",
+    shared_limit: int | None = None,
+) -> list[MatmulConfig]:  # fmt: skip
     """The configs worth trying for this kind of problem on ``arch``, the default first (on
-    sm_90a the wgmma ones, then the mma.sync ones)."""
+    sm_90a the wgmma ones, then the mma.sync ones); with ``shared_limit``, those whose shared
+    memory a block can have (a device's ``shared_memory_per_block_optin``)."""
     pool = TENSOR_CORE_CONFIGS if tensor_cores else SIMT_CONFIGS
     if tensor_cores and has_wgmma(arch):
         pool = WGMMA_CONFIGS + pool
-    return [c for c in pool if c.suits(align, elem_bytes)]
+    fits = [c for c in pool if shared_limit is None or c.shared_bytes(elem_bytes) <= shared_limit]
+    return [c for c in fits if c.suits(align, elem_bytes)]
 
 
-def default_config(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int, arch: str = "sm_80") -> MatmulConfig:
-    return candidates(tensor_cores, align, elem_bytes, arch)[0]
+def default_config(
+    tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int, arch: str = "sm_80",
+    shared_limit: int | None = None,
+) -> MatmulConfig:  # fmt: skip
+    return candidates(tensor_cores, align, elem_bytes, arch, shared_limit)[0]
 
 
 def choose_config(
     m: int, n: int, k: int, elem_bytes: int, tensor_cores: bool,
     align: tuple[int, int, int] = (8, 8, 8), gpu: GpuModel | None = None, arch: str = "sm_80",
+    shared_limit: int | None = None,
 ) -> MatmulConfig:  # fmt: skip
     """The config the cost model ranks fastest (used on the simulator, where nothing is timed;
     on sm_90a among the wgmma configs)."""
     model = gpu or GpuModel()
-    pool = candidates(tensor_cores, align, elem_bytes, arch)
+    pool = candidates(tensor_cores, align, elem_bytes, arch, shared_limit)
     if tensor_cores and has_wgmma(arch):
         pool = [c for c in pool if c.wgmma] or pool
     return min(pool, key=lambda c: estimate_seconds(c, m, n, k, elem_bytes, model))

@@ -201,7 +201,7 @@ class Launcher:
             if graph is not None and graph.stream is None:  # the simulator records, runs later
                 graph.record(self._replay(grid, block, args, kwargs, device, stream, shared_bytes))
             else:
-                spec.run(g, b, shared_bytes, handle, values)
+                spec.run(g, b, shared_bytes + spec.compiled.dynamic_shared_bytes, handle, values)
                 if graph is not None:
                     graph.launches += 1
         finally:
@@ -293,6 +293,12 @@ class Launcher:
                     f"kernel `{self.name}` compiled with parameters {names}, declared "
                     f"{self.signature.runtime_names}"
                 )
+            needed = compiled.shared_bytes + compiled.dynamic_shared_bytes
+            if needed > device.shared_memory_per_block_optin:
+                raise KaioLaunchError(
+                    f"kernel `{self.name}` needs {needed} bytes of shared memory per block; "
+                    f"{device!r} allows {device.shared_memory_per_block_optin}"
+                )
             function = device._modules.function(compiled.ptx, compiled.name)
             checks = tuple(
                 array_checker(self.name, p, device) if p.is_array else scalar_checker(self.name, p)
@@ -336,7 +342,7 @@ class Launcher:
         ):
             raise KaioLaunchError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
         limit = spec.device.shared_memory_per_block_optin
-        total = spec.compiled.shared_bytes + int(shared_bytes)
+        total = spec.compiled.shared_bytes + spec.compiled.dynamic_shared_bytes + int(shared_bytes)
         if total > limit:
             raise KaioLaunchError(
                 f"kernel `{self.name}` needs {spec.compiled.shared_bytes} bytes of static and "

@@ -85,6 +85,8 @@ def element_bytes(t: Attribute) -> int:
 
 # --------------------------------------------------------------------------- the emitter
 
+STATIC_SHARED_LIMIT = 48 * 1024  # bytes of .shared a kernel may declare statically
+
 
 class PtxEmitter:
     def __init__(self, func: kernel.KernelFuncOp, arch: Arch):
@@ -255,6 +257,34 @@ class PtxEmitter:
         self.decls.append(ptx.SharedDeclOp(name, nbytes, align))
         return self._prologue(ptx.MovOp("u32", [], [i32], symbol=name))
 
+    def _dynamic_shared(self) -> None:
+        """Shared buffers beyond what static declarations may take (48 KiB) become offsets in
+        one ``.extern .shared`` array the launch sizes (CompiledKernel.dynamic_shared_bytes)."""
+        static = [d for d in self.decls if type(d) is ptx.SharedDeclOp]
+        offset, placed = 0, {}
+        for d in static:
+            align = d.align.value.data
+            offset = -(-offset // align) * align
+            placed[d.sym_name.data] = offset
+            offset += d.size.value.data
+        if offset <= STATIC_SHARED_LIMIT:
+            return
+        align = max(d.align.value.data for d in static)
+        name = self.symbol("dynamic_smem")
+        self.decls = [d for d in self.decls if d not in static] + [ptx.DynamicSharedDeclOp(name, offset, align)]
+        base = ptx.MovOp("u32", [], [i32], symbol=name)
+        prologue: list[Operation] = [base]
+        for op in self.prologue:
+            symbol = getattr(op, "symbol", None)
+            if isinstance(op, ptx.MovOp) and symbol is not None and symbol.data in placed:
+                const = ptx.ConstOp(placed[symbol.data], i32)
+                add = ptx.AddOp("s32", [base.outs[0], const.result], [i32])
+                op.outs[0].replace_all_uses_with(add.outs[0])
+                prologue += [const, add]
+                continue
+            prologue.append(op)
+        self.prologue = prologue
+
     def invariant(self, key: object, build: Callable[[], SSAValue]) -> SSAValue:
         """A value that is the same everywhere in the kernel (derived from special registers,
         parameters and constants only), computed once in the prologue and reused."""
@@ -318,6 +348,7 @@ class PtxEmitter:
     def run(self) -> ptx.EntryOp:
         self._load_params()
         self.lower_block(self.func.body.block)
+        self._dynamic_shared()
         self.entry.body.block.add_ops([*self.decls, *self.prologue, *self.body])
         return self.entry
 

@@ -14,6 +14,8 @@ from kaio import dtypes
 from kaio.ops_library import matmul
 from kaio.ops_library.matmul_config import WGMMA_CONFIGS, GpuModel, candidates, choose_config, default_config
 from kaio.ops_library.matmul_kernel import MatmulKernel
+from kaio.errors import KaioLaunchError
+from kaio.ops_library.matmul_config import MatmulConfig
 from kaio.targets.ptx import toolchain
 
 TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
@@ -55,7 +57,9 @@ def test_sm90a_picks_a_wgmma_config():
     model = GpuModel(sms=132)
     for shape in ((64, 64, 64), (8192, 8192, 8192)):
         assert choose_config(*shape, 2, True, (8, 8, 8), model, "sm_90a").wgmma
-    assert all(c.shared_bytes(2) <= 48 * 1024 for c in candidates(True, (8, 8, 8), 2, "sm_90a"))
+    assert all(c.shared_bytes(2) <= 227 * 1024 for c in candidates(True, (8, 8, 8), 2, "sm_90a"))
+    static_only = candidates(True, (8, 8, 8), 2, "sm_90a", shared_limit=48 * 1024)
+    assert static_only[0].wgmma and all(c.shared_bytes(2) <= 48 * 1024 for c in static_only)
     assert not any(c.wgmma for c in candidates(False, (4, 4, 4), 4, "sm_90a"))  # f32 stays SIMT
 
 
@@ -104,3 +108,24 @@ def test_sm90a_kernels_assemble_without_spills_and_run_hgmma(config, dtype):
     hgmma = re.findall(rf"HGMMA\.64x{min(bn, 256)}x16\.F32", sass)
     assert len(hgmma) == bk // 16  # one per k16 step of the warpgroup's 64 rows
     assert len(re.findall(r"\bHMMA", sass)) == 0 and len(re.findall(r"\b(LDL|STL)\b", sass)) == 0
+
+
+def test_rings_beyond_48k_take_dynamic_shared_memory():
+    """The default sm_90a config's 144 KiB ring is one .extern .shared array the launch sizes
+    (the compile records it, the disk cache keeps it); a device that cannot give a block that
+    much refuses the launch by name."""
+    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), WGMMA_CONFIGS[0])
+    compiled = kaio.compile(kernel, "sm_90a")
+    assert compiled.shared_bytes == 0 and compiled.dynamic_shared_bytes == WGMMA_CONFIGS[0].shared_bytes(2) == 144 * 1024
+    assert ".extern .shared .align 1024 .b8 matmul_dynamic_smem[];" in compiled.ptx
+    assert kaio.compile(kernel, "sm_90a").dynamic_shared_bytes == compiled.dynamic_shared_bytes  # a cache hit
+    small = WGMMA_CONFIGS[3]
+    assert kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), small), "sm_90a").dynamic_shared_bytes == 0
+    big = MatmulConfig((128, 128, 64), (8, 1), 4, "wgmma")  # 128 KiB
+    a = np.zeros((64, 64), np.float16)
+    with pytest.raises(KaioLaunchError, match="131072 bytes of shared memory"):
+        matmul(a, a, config=big, device=kaio.Device("sim", arch="sm_89"))  # 99 KiB a block
+    # on an sm_80 device (163 KiB) the same config runs on mma.sync, out of dynamic shared memory
+    got, want = run(kaio.Device("sim"), 70, 130, 100, np.float16, big)
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert err < 1e-5, err
