@@ -178,18 +178,12 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
     insert(kernel.BarrierOp())  # every warpgroup retired the previous stage before it is refilled
     index = dot.acc.index - 1  # type: ignore[attr-defined]
     Rewriter.replace_op(dot, wgmma.JoinOp(list(done), dot.result.type))
-    result = loop.results[index]
-    if not result.uses:
-        return
+    result = loop.results[index]  # final after the loop (waited for even if nothing reads it)
     after = Builder(InsertPoint.after(loop))
     split = after.insert(wgmma.SplitOp(result))
     final = after.insert(wgmma.WaitGroupOp(list(split.accs), 0))
     join = after.insert(wgmma.JoinOp(list(final.results_), result.type))
     result.replace_uses_with_if(join.result, lambda use: use.operation is not split)
-
-
-def qualifies(dot: tile.DotOp, num_warps: int) -> bool:
-    return not isinstance(dot_plan(dot, num_warps), str)
 
 
 @dataclass(frozen=True)

@@ -221,3 +221,27 @@ def test_pipelined_k_loop_keeps_one_group_in_flight():
     spec = str(kernel.default_pipeline("sm_90a")).replace("overlap=true", "overlap=false")
     plain = kaio.compile(kernel, "sm_90a", pipeline=spec).stages["lower-to-wgmma"]
     assert "pending 1" not in plain and plain.count("pending 0") == 1
+
+
+def test_stages_replay_through_kaio_opt(tmp_path):
+    """KAIO_DUMP_IR-style files of the sm_90a matmul: the stage before lower-to-wgmma, run
+    through kaio-opt with the rest of the pipeline, gives the compiled PTX."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from kaio import dtypes
+    from kaio.ops_library.matmul_config import WGMMA_CONFIGS
+    from kaio.ops_library.matmul_kernel import MatmulKernel
+
+    exe = shutil.which("kaio-opt", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("kaio-opt is not installed in this environment")
+    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), WGMMA_CONFIGS[3])
+    compiled = kaio.compile(kernel, "sm_90a", dump_ir=tmp_path)
+    (stage,) = (tmp_path / "matmul.sm_90a").glob("*-pipeline-cp-async.mlir")
+    rest = "lower-to-wgmma,lower-to-mma-sync,canonicalize,cse,lower-to-ptx{arch=sm_90a}"
+    proc = subprocess.run([exe, str(stage), "-p", rest, "-t", "ptx{arch=sm_90a}"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == compiled.ptx
