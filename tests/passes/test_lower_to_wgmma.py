@@ -245,3 +245,22 @@ def test_stages_replay_through_kaio_opt(tmp_path):
     proc = subprocess.run([exe, str(stage), "-p", rest, "-t", "ptx{arch=sm_90a}"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == compiled.ptx
+
+
+@pytest.mark.parametrize("trans", [(False, False), (False, True), (True, False), (True, True)], ids=["ab", "a_bT", "aT_b", "aT_bT"])
+def test_mma_sync_reads_the_wgmma_layout(hopper, trans):
+    """2 warps: no warpgroup, so the dot stays on ldmatrix + mma.sync, reading operands staged
+    in the wgmma layout (K = 128 and N = 64: two and one 128-byte panels), every ldmatrix form."""
+    ta, tb = trans
+    kernel = make_dot(F16, ta, tb, 2)
+    m, n, k = 32, 64, 128
+    stages = stages_of(kernel, M=m, N=n, K=k)
+    assert "#smem.layout<wgmma>" in stages["promote-to-shared"] and "wgmma.mma_async" not in stages["ptx"]
+    rng = np.random.default_rng()
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float16)
+    c = hopper.alloc_from(np.full((m, n), np.nan, np.float32))
+    kernel.launch(hopper, hopper.alloc_from(a), hopper.alloc_from(b), c, grid=(1,), M=m, N=n, K=k)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = (a64.T if ta else a64) @ (b64.T if tb else b64)
+    np.testing.assert_allclose(c.to_host(), want, rtol=1e-5, atol=1e-4)
