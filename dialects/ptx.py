@@ -1495,6 +1495,18 @@ class SharedDeclOp(ArrayDecl):
 
 
 @irdl_op_definition
+class DynamicSharedDeclOp(ArrayDecl):
+    """The block's dynamic shared memory, ``.extern .shared .align A .b8 name[];`` (printed at
+    module scope); ``size`` is how many bytes the kernel needs there at launch."""
+
+    name = "ptx.dynamic_shared"
+    SPACE: ClassVar[str] = "shared"
+
+    def ptx(self, reg: RegName, imm: RegName) -> str:
+        return f".extern .shared .align {self.align.value.data} .b8 {self.sym_name.data}[];"
+
+
+@irdl_op_definition
 class LocalDeclOp(ArrayDecl):
     """Per-thread local memory (a stack array)."""
 
@@ -1555,6 +1567,7 @@ _BASE_OPS: list[type[Operation]] = [
         # structure
         EntryOp,
         SharedDeclOp,
+        DynamicSharedDeclOp,
         LocalDeclOp,
         RegOp,
         LabelOp,
