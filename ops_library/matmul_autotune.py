@@ -68,7 +68,7 @@ def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.Sca
     scratch = dev.empty((m, n), c_type.np_dtype)
     timings: list[tuple[float, MatmulConfig]] = []
     for config in candidates(tensor_cores, align, a.dtype.nbytes, (m, n, k), dev.sm_count):
-        if config.shared_bytes(a.dtype.nbytes) > dev.shared_memory_per_block:
+        if config.shared_bytes(a.dtype.nbytes) > dev.shared_memory_per_block_optin:
             continue
         bases = (base_alignment(a.ptr), base_alignment(b.ptr), base_alignment(scratch.ptr))
         kernel = MatmulKernel(a.dtype, c_type, bases, config)

@@ -76,6 +76,10 @@ TENSOR_CORE_CONFIGS: tuple[MatmulConfig, ...] = (
     # small and skinny problems: more programs, deeper K steps
     MatmulConfig((64, 64, 64), (2, 2), 3),
     MatmulConfig((32, 64, 64), (2, 2), 3),
+    # large problems: 8 warps, rings beyond 48 KiB in dynamic shared memory (72-96 KiB)
+    MatmulConfig((128, 256, 32), (2, 4), 3),
+    MatmulConfig((256, 128, 32), (4, 2), 3),
+    MatmulConfig((128, 128, 64), (4, 2), 3),
 )
 
 SIMT_CONFIGS: tuple[MatmulConfig, ...] = (
