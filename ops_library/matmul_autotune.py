@@ -49,6 +49,7 @@ def _config(data: dict[str, Any]) -> MatmulConfig:
         group=int(data["group"]),
         tensor_cores=bool(data["tensor_cores"]),
         split_k=int(data.get("split_k", 1)),
+        maxnreg=int(data.get("maxnreg", 0)),
     )
 
 
@@ -79,7 +80,7 @@ def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.Sca
     entries[key] = {
         "config": {"block": list(best.block), "warps": list(best.warps), "stages": best.stages,
                    "layout": best.layout, "group": best.group, "tensor_cores": best.tensor_cores,
-                   "split_k": best.split_k},
+                   "split_k": best.split_k, "maxnreg": best.maxnreg},
         "median_ms": {c.key(): t for t, c in timings},
     }  # fmt: skip
     _store(entries)

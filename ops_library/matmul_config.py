@@ -20,6 +20,8 @@ class MatmulConfig:
     group: int = 8
     tensor_cores: bool = True
     split_k: int = 1
+    maxnreg: int = 0
+    """Registers per thread at most (``.maxnreg``; 0: as many as ptxas wants, up to 255)."""
 
     @property
     def threads(self) -> int:
@@ -44,7 +46,8 @@ class MatmulConfig:
             spec.append(f"pipeline-cp-async{{stages={self.stages}}}")
         if self.tensor_cores:
             spec.append("lower-to-mma-sync")
-        spec += ["canonicalize", "cse", f"lower-to-ptx{{arch={arch}}}"]
+        cap = f" maxnreg={self.maxnreg}" if self.maxnreg else ""
+        spec += ["canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}"]
         return Pipeline.parse(",".join(spec))
 
     def suits(self, align: tuple[int, int, int], elem_bytes: int) -> bool:
@@ -60,7 +63,8 @@ class MatmulConfig:
         bm, bn, bk = self.block
         tc = "mma" if self.tensor_cores else "simt"
         split = f"-k{self.split_k}" if self.split_k > 1 else ""
-        return f"{bm}x{bn}x{bk}-w{self.warps[0]}x{self.warps[1]}-s{self.stages}-{self.layout}-g{self.group}-{tc}{split}"
+        cap = f"-r{self.maxnreg}" if self.maxnreg else ""
+        return f"{bm}x{bn}x{bk}-w{self.warps[0]}x{self.warps[1]}-s{self.stages}-{self.layout}-g{self.group}-{tc}{split}{cap}"
 
     def with_split_k(self, split_k: int) -> MatmulConfig:
         return replace(self, split_k=split_k)

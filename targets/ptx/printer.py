@@ -90,6 +90,8 @@ def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool) -> None:
     out.write(f".visible .entry {name}(\n{params}\n)\n" if params else f".visible .entry {name}()\n")
     if entry.maxntid is not None:
         out.write(".maxntid " + ", ".join(str(int(d)) for d in entry.maxntid.get_values()) + "\n")
+    if entry.maxnreg is not None:
+        out.write(f".maxnreg {entry.maxnreg.value.data}\n")
     out.write("{\n")
     for line in regs.declarations():
         out.write(line + "\n")
