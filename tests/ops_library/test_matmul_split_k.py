@@ -20,16 +20,6 @@ from kaio.ops_library.matmul_config import (
 SMALL = MatmulConfig((32, 64, 64), (2, 2), 3)
 
 
-@pytest.fixture(scope="module")
-def dev():
-    return kaio.Device("sim")
-
-
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
-
-
 def run(dev, rng, m, n, k, dtype, config, out_dtype=np.float32, bias=False, activation=None, beta=0.0):
     a = rng.standard_normal((m, k)).astype(dtype)
     b = rng.standard_normal((k, n)).astype(dtype)
