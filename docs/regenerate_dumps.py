@@ -50,7 +50,7 @@ def hopper_matmul_stages() -> dict[str, str]:
     from kaio.ops_library.matmul_config import default_config
     from kaio.ops_library.matmul_kernel import MatmulKernel
 
-    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), default_config(True, (8, 8, 8), 2, "sm_90a"))
+    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), default_config(True, (8, 8, 8), 2, arch="sm_90a"))
     stages = dict(kaio.compile(kernel, "sm_90a").stages)
     stages["pipeline"] = ",\n".join(str(p.spec(include_default=True)) for p in kernel.default_pipeline("sm_90a").passes)
     return stages

@@ -17,7 +17,9 @@ A and B are row-major device arrays (kaio buffers, ``__cuda_array_interface__`` 
 objects) or numpy arrays (bf16 as ``ml_dtypes.bfloat16``: copied to the device, the result comes
 back as numpy). f16 and bf16 inputs run on tensor cores with f32 accumulation; f32 inputs run
 the SIMT variant (same tiling and shared-memory passes, FMAs instead of mma.sync). Any M, N, K
-work: edge tiles are masked and zero-filled. Rows whose length (K for A, N for B and C) or base
+work: edge tiles are masked and zero-filled. When C has too few tiles to fill the GPU and K is
+deep (skinny or small problems), K is split across programs whose f32 partial sums a second
+kernel adds in a fixed order (split-K: deterministic, no atomics). Rows whose length (K for A, N for B and C) or base
 address is not a multiple of 16 bytes get narrower copies (and a config suited to them).
 
 ``config``: None (the default for the dtypes and alignment), ``"auto"`` (on a GPU: time the
@@ -40,6 +42,7 @@ from kaio.ops_library.matmul_config import (
     MatmulConfig,
     choose_config,
     default_config,
+    split_k_for,
 )
 from kaio.ops_library.matmul_kernel import (
     ACTIVATIONS,
@@ -162,7 +165,8 @@ class Matmul:
         bases = (base_alignment(a.ptr), base_alignment(b.ptr), base_alignment(c.ptr))
         tensor_cores = a.dtype != dtypes.f32
         if config is None:
-            chosen = default_config(tensor_cores, align, eb, dev.compile_arch, dev.shared_memory_per_block_optin)
+            chosen = default_config(tensor_cores, align, eb, arch=dev.compile_arch, shared_limit=dev.shared_memory_per_block_optin)
+            chosen = chosen.with_split_k(split_k_for(chosen, m, n, k, dev.sm_count))
         elif config == "auto":
             chosen = self._auto(a, b, c, m, n, k, align, tensor_cores, dev)
         elif isinstance(config, MatmulConfig):
@@ -176,14 +180,15 @@ class Matmul:
         eb = a.dtype.nbytes
         if dev.is_simulator:
             model = GpuModel(sms=dev.sm_count)
-            return choose_config(m, n, k, eb, tensor_cores, align, model, dev.compile_arch, dev.shared_memory_per_block_optin)
+            return choose_config(m, n, k, eb, tensor_cores, align, model, arch=dev.compile_arch,
+                                 shared_limit=dev.shared_memory_per_block_optin)  # fmt: skip
         from kaio.ops_library.matmul_autotune import autotune
 
         return autotune(self, a, b, m, n, k, c.dtype, align, tensor_cores, dev)
 
     def pipeline(self, config: MatmulConfig | None = None, arch: str = "sm_80") -> Pipeline:
         """The pass pipeline of ``config`` (default: the f16/bf16 tensor-core default of ``arch``)."""
-        return (config or default_config(True, (8, 8, 2), 2, arch)).pipeline(arch)
+        return (config or default_config(True, (8, 8, 2), 2, arch=arch)).pipeline(arch)
 
     def __repr__(self) -> str:
         return "<kaio.ops_library.matmul>"

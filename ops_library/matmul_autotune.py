@@ -48,6 +48,8 @@ def _config(data: dict[str, Any]) -> MatmulConfig:
         layout=str(data["layout"]),
         group=int(data["group"]),
         tensor_cores=bool(data["tensor_cores"]),
+        split_k=int(data.get("split_k", 1)),
+        maxnreg=int(data.get("maxnreg", 0)),
     )
 
 
@@ -66,7 +68,7 @@ def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.Sca
             pass  # an entry from another kaio version: measure again
     scratch = dev.empty((m, n), c_type.np_dtype)
     timings: list[tuple[float, MatmulConfig]] = []
-    for config in candidates(tensor_cores, align, a.dtype.nbytes, dev.compile_arch):
+    for config in candidates(tensor_cores, align, a.dtype.nbytes, (m, n, k), dev.sm_count, arch=dev.compile_arch):
         if config.shared_bytes(a.dtype.nbytes) > dev.shared_memory_per_block_optin:
             continue
         bases = (base_alignment(a.ptr), base_alignment(b.ptr), base_alignment(scratch.ptr))
@@ -77,7 +79,8 @@ def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.Sca
     best = min(timings, key=lambda t: t[0])[1]
     entries[key] = {
         "config": {"block": list(best.block), "warps": list(best.warps), "stages": best.stages,
-                   "layout": best.layout, "group": best.group, "tensor_cores": best.tensor_cores},
+                   "layout": best.layout, "group": best.group, "tensor_cores": best.tensor_cores,
+                   "split_k": best.split_k, "maxnreg": best.maxnreg},
         "median_ms": {c.key(): t for t, c in timings},
     }  # fmt: skip
     _store(entries)
