@@ -59,7 +59,7 @@ class AttentionConfig:
         ring = max(self.stages, 1)
         q = self.block_m * bd
         kv = 2 * ring * self.block_n * bd
-        p = self.block_m * self.block_n
+        p = self.block_m * self.block_n if self.warps_n > 1 else 0  # else P feeds p @ v from registers
         return (q + kv + p) * elem_bytes
 
     def pipeline(self, arch: str = "sm_80") -> Pipeline:
@@ -70,16 +70,15 @@ class AttentionConfig:
 
 
 def choose_config(sq: int, d: int) -> AttentionConfig:
-    """Tiles that keep a thread's accumulator at 64 f32 registers or fewer and the shared
-    buffers (Q, the K and V rings, P) within a block's 48 KiB of static shared memory."""
+    """Tiles that keep a thread's registers below ptxas's limit without spills (16 query rows
+    per warp; 32 key rows per step keep the scores and the K and V fragments few) and the
+    shared buffers (Q, the K and V rings) within a block's 48 KiB of static shared memory."""
     bd = padded(d)
     if bd >= 256:
         return AttentionConfig(16, 32, 1, 2, 0)
     if sq <= 16:  # decoding: one warp on 16 query rows
         return AttentionConfig(16, 16, 1, 1, 2)
-    if bd >= 128:
-        return AttentionConfig(32, 32, 2, 1, 2)
-    return AttentionConfig(64, 64, 4, 1, 2)
+    return AttentionConfig(64, 32, 4, 1, 2)
 
 
 @cache

@@ -12,6 +12,11 @@ loads four 8x8 matrices; lane 8q + i gives the address of row i of matrix q:
   column 8*(q%2).
 - accumulator: lane L holds rows L/4 and L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1: 4 registers
   of the ``#tile.mma`` tile per fragment, so ``mma.split``/``mma.join`` only regroup registers.
+- A from registers (``mma.pack_a``): lane L's A registers hold rows L/4 and L/4 + 8, k columns
+  2*(L%4) + {0, 1} and 2*(L%4) + {8, 9}: the accumulator elements the lane holds for the two
+  16x8 halves of the block, each pair packed into one b32 (``mov.b32 d, {lo, hi}``, the lower
+  column in the low half as ``ldmatrix`` leaves it), or rounded from f32 as they are packed
+  (``cvt.rn.f16x2.f32 d, hi, lo``: one instruction per pair, no 16-bit registers in between).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from xdsl.ir import Attribute, SSAValue
 from kaio.dialects import mma, ptx
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
-from kaio.passes.to_ptx.tile_values import add32
+from kaio.passes.to_ptx.tile_values import add32, distribution
 from kaio.passes.to_ptx.tiles import shared_offset
 
 
@@ -87,6 +92,23 @@ def lower_load_b(em: PtxEmitter, op: mma.LoadBOp) -> None:
         regs = _ldmatrix(em, op.buffer, row, col, trans=True)
     em.bind(op.results_[0], regs[:2])
     em.bind(op.results_[1], regs[2:])
+
+
+@lowering(mma.PackAOp)
+def lower_pack_a(em: PtxEmitter, op: mma.PackAOp) -> None:
+    register_of = distribution(em, op.tile.type).register_of  # a warp's rows: register bits only
+    parts = em.parts(op.tile)
+    r0, c0 = 16 * op.row.value.data, 16 * op.col.value.data
+    rounded = op.tile.type.element_type == f32  # type: ignore[attr-defined]
+    spec = float_spec(op.result.type.element_type)  # type: ignore[attr-defined]
+    regs = []
+    for dr, dc in ((0, 0), (8, 0), (0, 8), (8, 8)):
+        lo, hi = (parts[register_of[(r0 + dr, c0 + dc + j)]] for j in (0, 1))
+        if rounded:  # cvt.rn.f16x2.f32 d, a, b puts a in the high half
+            regs.append(em.instr(ptx.CvtOp, f"rn.{spec}x2.f32", [hi, lo], i32))
+        else:
+            regs.append(em.instr(ptx.MovOp, "b32", [lo, hi], i32))
+    em.bind(op.result, regs)
 
 
 @lowering(mma.MmaOp)

@@ -66,3 +66,26 @@ def test_flash_decoding_kernels_assemble_without_spills(arch):
     for compiled in (split, combine):
         report = toolchain.assemble(compiled.ptx, arch)
         assert report.spill_stores[compiled.name] == 0 and report.spill_loads[compiled.name] == 0
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_probabilities_feed_the_second_dot_from_registers(d):
+    """P = exp2(s - m), cast to bf16, stays in the accumulator layout: the second dot packs its
+    registers into A fragments; only Q, K and V have shared buffers and ldmatrix only reads
+    them (Q's A fragments, K's and V's B fragments)."""
+    config = choose_config(1024, d)
+    compiled = kaio.compile(configured_kernel(dtypes.bf16, config), "sm_80", BM=config.block_m, BN=config.block_n,
+                            BD=d, CAUSAL=True, HAS_LENS=False, __divisible__=(("D", 16),))  # fmt: skip
+    stages = compiled.stages
+    assert "smem.store" not in stages["promote-to-shared"]
+    assert stages["promote-to-shared"].count("smem.alloc") == 3
+    mma_ir = stages["lower-to-mma-sync"]
+    rows_per_warp = config.block_m // config.warps_m
+    assert mma_ir.count("mma.pack_a") == (rows_per_warp // 16) * (config.block_n // 16)
+    assert mma_ir.count("mma.load_a") == (rows_per_warp // 16) * (d // 16)  # Q only
+    lines = compiled.ptx.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("$L_for"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("$L_endfor"))
+    loop = "\n".join(lines[head:end])
+    assert "st.shared" not in loop  # only cp.async writes shared memory in the main loop
+    assert loop.count("bar.sync") == 1  # the ring's barrier; none orders a store of P
