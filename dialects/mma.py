@@ -152,22 +152,23 @@ class LoadAOp(_FragmentLoad):
 @irdl_op_definition
 class LoadBOp(_FragmentLoad):
     """The 16(k) x 16(n) block of B at (row, col), as the two 16x8 B fragments of its column
-    halves (``ldmatrix.x4.trans`` from a row-major B, ``ldmatrix.x4`` from a transposed one)."""
+    halves (``ldmatrix.x4.trans`` from a row-major B, ``ldmatrix.x4`` from a transposed one), or
+    with one result the 16(k) x 8(n) block (``ldmatrix.x2``: a warp owning 8 columns)."""
 
     name = "mma.load_b"
     results_ = var_result_def(FragType)
     assembly_format = "$buffer `[` $row `,` $col `]` attr-dict `:` type($buffer) `->` type($results_)"
 
-    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False):
+    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False, count: int = 2):
         assert isinstance(buffer.type, BufferType)
         frag = FragType("b", buffer.type.element_type)
-        super().__init__(operands=[buffer, row, col], properties=self.props(transposed), result_types=[[frag, frag]])
+        super().__init__(operands=[buffer, row, col], properties=self.props(transposed), result_types=[[frag] * count])
 
     def verify_(self) -> None:
         buf = _check_buffer(self.buffer.type, 16)
         frag = FragType("b", buf.element_type)
-        if [r.type for r in self.results_] != [frag, frag]:
-            raise VerifyException("load_b yields two B fragments of the buffer's element type")
+        if [r.type for r in self.results_] not in ([frag], [frag, frag]):
+            raise VerifyException("load_b yields one or two B fragments of the buffer's element type")
 
 
 def _whole_rows(t: Attribute, acc: Attribute) -> bool:

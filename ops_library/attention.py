@@ -74,8 +74,8 @@ def choose_config(sq: int, d: int) -> AttentionConfig:
     per warp; 32 key rows per step keep the scores and the K and V fragments few) and the
     shared buffers (Q, the K and V rings) within a block's 48 KiB of static shared memory."""
     bd = padded(d)
-    if bd >= 256:
-        return AttentionConfig(16, 32, 1, 2, 0)
+    if bd >= 256:  # 4 warps, the head dim split over 2: a warp's output is 16 x 128 (64 registers)
+        return AttentionConfig(32, 16, 2, 2, 0)
     if sq <= 16:  # decoding: one warp on 16 query rows
         return AttentionConfig(16, 16, 1, 1, 2)
     return AttentionConfig(64, 32, 4, 1, 2)

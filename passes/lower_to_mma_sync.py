@@ -64,8 +64,8 @@ def lower_dot(dot: tile.DotOp, num_warps: int) -> None:
     k = tile.operand_shape(dot.a.type, ta)[1]
     wm, wn = layout.warp_grid
     tm, tn = layout.warp_tile((m, n))
-    if tm % 16 or tn % 16 or k % 16:
-        raise _fail(f"a warp's {tm}x{tn} block and K={k} must be multiples of 16")
+    if tm % 16 or tn % 8 or k % 16:
+        raise _fail(f"a warp's {tm}x{tn} block must be made of 16x8 blocks and K={k} a multiple of 16")
     fm, fn = tm // 16, tn // 8
 
     ix = IndexBuilder(Builder(InsertPoint.before(dot)))
@@ -83,8 +83,9 @@ def lower_dot(dot: tile.DotOp, num_warps: int) -> None:
             a_frags = [
                 ix.b.insert(mma.LoadAOp(dot.a, ix.add(warp_row, ix.const(16 * i)), kcol, ta)).result for i in range(fm)
             ]
-        for j2 in range(fn // 2):  # one B pair at a time: few fragments live beside the accumulator
-            pair = ix.b.insert(mma.LoadBOp(dot.b, kcol, ix.add(warp_col, ix.const(16 * j2)), tb)).results
+        for j2 in range((fn + 1) // 2):  # one B pair at a time: few fragments live beside the accumulator
+            count = min(fn - 2 * j2, 2)  # a last 8-column half alone
+            pair = ix.b.insert(mma.LoadBOp(dot.b, kcol, ix.add(warp_col, ix.const(16 * j2)), tb, count)).results
             for i in range(fm):
                 for jj, b_frag in enumerate(pair):
                     j = 2 * j2 + jj

@@ -54,22 +54,24 @@ def lower_zero(em: PtxEmitter, op: mma.ZeroOp) -> None:
     em.bind(op.result, [em.const(0.0, f32)] * 4)
 
 
-def _ldmatrix(em: PtxEmitter, buffer: SSAValue, row: SSAValue, col: SSAValue, trans: bool) -> list[SSAValue]:
+def _ldmatrix(em: PtxEmitter, buffer: SSAValue, row: SSAValue, col: SSAValue, trans: bool, count: int = 4) -> list[SSAValue]:
+    """``ldmatrix.x{count}``: lanes 8q + i (q < count) give the addresses of the q-th matrix."""
     offset = shared_offset(em, buffer.type, row, col)  # type: ignore[arg-type]
     addr = em.instr(ptx.AddOp, "s32", [em.value(buffer), offset], i32)
-    spec = f"sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16"
-    load = ptx.LdmatrixOp(spec, [addr], [i32] * 4)
+    spec = f"sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16"
+    load = ptx.LdmatrixOp(spec, [addr], [i32] * count)
     em.emit(load)
     return list(load.outs)
 
 
-def _transposed_block(em: PtxEmitter, op: mma.LoadAOp | mma.LoadBOp, trans: bool) -> list[SSAValue]:
+def _transposed_block(em: PtxEmitter, op: mma.LoadAOp | mma.LoadBOp, trans: bool, count: int = 4) -> list[SSAValue]:
     """ldmatrix of the 16x16 block at (row, col) of the operand, stored transposed: lane 8q + i
-    reads stored row col + 8*(q/2) + i, stored column row + 8*(q%2)."""
+    reads stored row col + 8*(q/2) + i, stored column row + 8*(q%2) (with ``count`` 2, the
+    block's first 8 columns: q < 2)."""
     stored_row = add32(em, em.value(op.col), _lane_bits(em, 0, 7))
     stored_row = add32(em, stored_row, _lane_bits(em, 4, 1, 8))
     stored_col = add32(em, em.value(op.row), _lane_bits(em, 3, 1, 8))
-    return _ldmatrix(em, op.buffer, stored_row, stored_col, trans=trans)
+    return _ldmatrix(em, op.buffer, stored_row, stored_col, trans=trans, count=count)
 
 
 @lowering(mma.LoadAOp)
@@ -84,14 +86,15 @@ def lower_load_a(em: PtxEmitter, op: mma.LoadAOp) -> None:
 
 @lowering(mma.LoadBOp)
 def lower_load_b(em: PtxEmitter, op: mma.LoadBOp) -> None:
+    count = 2 * len(op.results_)  # x4: both column halves; x2: the first (lanes 0-15 address it)
     if op.is_transposed:
-        regs = _transposed_block(em, op, trans=False)
+        regs = _transposed_block(em, op, trans=False, count=count)
     else:
         row = add32(em, em.value(op.row), _lane_bits(em, 0, 15))  # L%8 + 8*((L/8)%2) == L%16
         col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, 8))
-        regs = _ldmatrix(em, op.buffer, row, col, trans=True)
-    em.bind(op.results_[0], regs[:2])
-    em.bind(op.results_[1], regs[2:])
+        regs = _ldmatrix(em, op.buffer, row, col, trans=True, count=count)
+    for i, frag in enumerate(op.results_):
+        em.bind(frag, regs[2 * i : 2 * i + 2])
 
 
 @lowering(mma.PackAOp)
