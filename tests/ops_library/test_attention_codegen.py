@@ -7,7 +7,7 @@ import pytest
 
 import kaio
 from kaio import dtypes
-from kaio.ops_library.attention import choose_config, configured_kernel, padded
+from kaio.ops_library.attention import candidates, choose_config, configured_kernel, padded
 from kaio.targets.ptx import toolchain
 
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-cuda-nvcc-cu12 not installed")
@@ -79,3 +79,24 @@ def test_probabilities_feed_the_second_dot_from_registers(d):
     loop = "\n".join(lines[head:end])
     assert "st.shared" not in loop  # only cp.async writes shared memory in the main loop
     assert loop.count("bar.sync") == 1  # the ring's barrier; none orders a store of P
+
+
+AUTOTUNE = sorted({(padded(d), sq, c) for d in (32, 64, 128, 256) for sq in (1, 1024) for c in candidates(sq, d)},
+                  key=lambda x: (x[0], x[1], x[2].label()))  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_ptxas
+@pytest.mark.parametrize("bd, sq, config", AUTOTUNE, ids=[f"d{d}-sq{sq}-{c.label()}" for d, sq, c in AUTOTUNE])
+def test_every_autotune_candidate_assembles_without_spills(bd, sq, config):
+    """config="auto" only times configs that assemble without spills on sm_80 and sm_90."""
+    outs = (dtypes.f16, dtypes.f32) if sq == 1 else (dtypes.f16,)  # decoding's split kernel writes f32
+    for arch in ("sm_80", "sm_90"):
+        for out in outs:
+            for causal in (False, True):
+                compiled = kaio.compile(configured_kernel(dtypes.f16, config, out), arch, BM=config.block_m,
+                                        BN=config.block_n, BD=bd, CAUSAL=causal, HAS_LENS=True,
+                                        __divisible__=(("D", 16),))  # fmt: skip
+                report = toolchain.assemble(compiled.ptx, arch)
+                print(f"D={bd} {config.label()} {arch} out={out.name} causal={causal}: {report.registers['attention']} registers")
+                assert report.spill_stores["attention"] == 0 and report.spill_loads["attention"] == 0
