@@ -1,6 +1,7 @@
 """Tensor-core matmul throughput on a GPU: kaio beside torch.matmul (cuBLAS) and Triton's
-tutorial kernel, f16 inputs, f32 accumulation, f16 output (cuBLAS HGEMM's precision), square
-sizes 1024..8192, all timed in one run with the same method (CUDA events, median).
+tutorial kernel, f16 and bf16 inputs, f32 accumulation, output in the input type (cuBLAS's
+precision), square sizes 1024..8192 and skinny shapes (M <= 128, where kaio splits K), all timed
+in one run with the same method (CUDA events, median).
 
     python benchmarks/matmul.py                 # needs a GPU; torch and triton are optional
     python benchmarks/matmul.py --sim-smoke     # checks the script itself on the simulator
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 import kaio
@@ -23,8 +25,8 @@ from kaio.ops_library import matmul
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def tflops(n: int, ms: float) -> float:
-    return 2.0 * n**3 / (ms * 1e-3) / 1e12
+def tflops(m: int, n: int, k: int, ms: float) -> float:
+    return 2.0 * m * n * k / (ms * 1e-3) / 1e12
 
 
 def time_ms(fn: Callable[[], object], dev: kaio.Device) -> float:
@@ -36,18 +38,20 @@ def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
     return float(np.linalg.norm(got.astype(np.float64) - ref64) / np.linalg.norm(ref64))
 
 
-def torch_runner(n: int, a_host: np.ndarray, b_host: np.ndarray):
+def torch_runner(a_host: np.ndarray, b_host: np.ndarray):
     """(a, b, c) as torch CUDA tensors and cuBLAS's matmul, or None without torch."""
     try:
         import torch
     except ImportError:
         return None
-    a, b = torch.from_numpy(a_host).cuda(), torch.from_numpy(b_host).cuda()
-    c = torch.empty((n, n), dtype=torch.float16, device="cuda")
+    a, b = torch.from_numpy(a_host.view(np.int16)).cuda(), torch.from_numpy(b_host.view(np.int16)).cuda()
+    dtype = torch.float16 if a_host.dtype == np.float16 else torch.bfloat16
+    a, b = a.view(dtype), b.view(dtype)
+    c = torch.empty((a.shape[0], b.shape[1]), dtype=dtype, device="cuda")
     return a, b, c, (lambda: torch.matmul(a, b, out=c))
 
 
-def triton_runner(n: int, a, b):
+def triton_runner(a, b):
     """Triton's tutorial kernel with its autotuning, or None without triton (or torch)."""
     try:
         import torch
@@ -60,59 +64,72 @@ def triton_runner(n: int, a, b):
         for c in triton_tutorial.CUDA_CONFIGS
     ]
     kernel = triton.autotune(configs=configs, key=["M", "N", "K"])(triton_tutorial.matmul_kernel)
-    c = torch.empty((n, n), dtype=torch.float16, device="cuda")
+    (m, k), n = a.shape, b.shape[1]
+    c = torch.empty((m, n), dtype=a.dtype, device="cuda")
 
     def grid(meta):
-        return (triton.cdiv(n, meta["BLOCK_SIZE_M"]) * triton.cdiv(n, meta["BLOCK_SIZE_N"]),)
+        return (triton.cdiv(m, meta["BLOCK_SIZE_M"]) * triton.cdiv(n, meta["BLOCK_SIZE_N"]),)
 
     def run():
-        kernel[grid](a, b, c, n, n, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+        kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
 
     return c, run
 
 
+HOST_TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
+SKINNY = [(64, 4096, 4096), (16, 8192, 8192), (128, 1024, 8192)]  # decode-like and deep-K shapes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048, 4096, 8192], help="square sizes")
+    parser.add_argument("--dtypes", nargs="*", default=["f16", "bf16"], choices=list(HOST_TYPES))
+    parser.add_argument("--no-skinny", action="store_true", help="leave out the skinny (M <= 128) shapes")
     parser.add_argument("--sim-smoke", action="store_true", help="tiny run on the simulator (checks the script)")
     args = parser.parse_args()
 
     dev = kaio.Device("sim") if args.sim_smoke else kaio.Device()
-    sizes = [128] if args.sim_smoke else args.sizes
+    shapes = [(n, n, n) for n in args.sizes] + ([] if args.no_skinny else SKINNY)
+    if args.sim_smoke:
+        shapes = [(128, 128, 128), (16, 64, 1024)]
     if dev.is_simulator and not args.sim_smoke:
         print("no GPU: this benchmark measures GPU throughput (use --sim-smoke to check the script)")
         return
-    print(f"device: {dev.name} ({dev.arch}); f16 inputs, f32 accumulation, f16 output; TFLOP/s (median)")
-    header = f"{'n':>6} {'kaio':>8} {'kaio auto':>10} {'cuBLAS':>8} {'Triton':>8} {'kaio/cuBLAS':>12} {'kaio/Triton':>12}"
+    print(f"device: {dev.name} ({dev.arch}); f32 accumulation, output in the input type; TFLOP/s (median)")
+    header = (f"{'dtype':>5} {'m':>6} {'n':>6} {'k':>6} {'kaio':>8} {'kaio auto':>10} {'cuBLAS':>8} {'Triton':>8} "
+              f"{'kaio/cuBLAS':>12} {'kaio/Triton':>12}")  # fmt: skip
     print(header)
     rng = np.random.default_rng(0)
-    for n in sizes:
-        a_host = rng.standard_normal((n, n)).astype(np.float16)
-        b_host = rng.standard_normal((n, n)).astype(np.float16)
-        torch_side = None if dev.is_simulator else torch_runner(n, a_host, b_host)
-        if torch_side is not None:
-            a, b, _, cublas = torch_side
-        else:
-            a, b, cublas = dev.alloc_from(a_host), dev.alloc_from(b_host), None
-        c = dev.empty((n, n), np.float16)
-        kaio_ms = time_ms(lambda: matmul(a, b, c), dev)
-        error = rel_error(c.to_host(), a_host.astype(np.float32) @ b_host.astype(np.float32))
-        auto_ms = time_ms(lambda: matmul(a, b, c, config="auto"), dev)
-        results = {"kaio": tflops(n, kaio_ms), "auto": tflops(n, auto_ms)}
-        if cublas is not None:
-            results["cublas"] = tflops(n, time_ms(cublas, dev))
-            triton_side = triton_runner(n, a, b)
-            if triton_side is not None:
-                results["triton"] = tflops(n, time_ms(triton_side[1], dev))
-        best = max(results["kaio"], results["auto"])
+    for dtype in args.dtypes:
+        for m, n, k in shapes:
+            a_host = rng.standard_normal((m, k)).astype(HOST_TYPES[dtype])
+            b_host = rng.standard_normal((k, n)).astype(HOST_TYPES[dtype])
+            torch_side = None if dev.is_simulator else torch_runner(a_host, b_host)
+            if torch_side is not None:
+                a, b, _, cublas = torch_side
+                c = torch_side[2].clone()
+            else:
+                a, b, cublas = dev.alloc_from(a_host), dev.alloc_from(b_host), None
+                c = dev.empty((m, n), HOST_TYPES[dtype])
+            kaio_ms = time_ms(lambda: matmul(a, b, c), dev)
+            got = c.float().cpu().numpy() if torch_side is not None else c.to_host()
+            error = rel_error(got, a_host.astype(np.float32) @ b_host.astype(np.float32))
+            auto_ms = time_ms(lambda: matmul(a, b, c, config="auto"), dev)
+            results = {"kaio": tflops(m, n, k, kaio_ms), "auto": tflops(m, n, k, auto_ms)}
+            if cublas is not None:
+                results["cublas"] = tflops(m, n, k, time_ms(cublas, dev))
+                triton_side = triton_runner(a, b)
+                if triton_side is not None:
+                    results["triton"] = tflops(m, n, k, time_ms(triton_side[1], dev))
+            best = max(results["kaio"], results["auto"])
 
-        def cell(key: str) -> str:
-            return f"{results[key]:8.1f}" if key in results else f"{'-':>8}"
+            def cell(key: str) -> str:
+                return f"{results[key]:8.1f}" if key in results else f"{'-':>8}"
 
-        ratio_cublas = f"{best / results['cublas']:12.2f}" if "cublas" in results else f"{'-':>12}"
-        ratio_triton = f"{best / results['triton']:12.2f}" if "triton" in results else f"{'-':>12}"
-        print(f"{n:>6} {cell('kaio')} {results['auto']:10.1f} {cell('cublas')} {cell('triton')} {ratio_cublas} {ratio_triton}"
-              f"   (kaio rel. error {error:.1e})")  # fmt: skip
+            ratio_cublas = f"{best / results['cublas']:12.2f}" if "cublas" in results else f"{'-':>12}"
+            ratio_triton = f"{best / results['triton']:12.2f}" if "triton" in results else f"{'-':>12}"
+            print(f"{dtype:>5} {m:>6} {n:>6} {k:>6} {cell('kaio')} {results['auto']:10.1f} {cell('cublas')} "
+                  f"{cell('triton')} {ratio_cublas} {ratio_triton}   (kaio rel. error {error:.1e})")  # fmt: skip
 
 
 if __name__ == "__main__":

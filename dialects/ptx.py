@@ -1425,6 +1425,9 @@ class CpAsyncWaitAllOp(_NoTypes):
 # --------------------------------------------------------------------------- structure
 
 
+MIN_MAXNREG, MAX_MAXNREG = 24, 255  # what ptxas accepts for .maxnreg
+
+
 @irdl_op_definition
 class EntryOp(IRDLOperation):
     """A ``.visible .entry``: parameters are declared here and read with ``ld.param``."""
@@ -1434,13 +1437,19 @@ class EntryOp(IRDLOperation):
     param_names = prop_def(ArrayAttr[StringAttr])
     param_types = prop_def(ArrayAttr[StringAttr])
     maxntid = opt_prop_def(DenseArrayBase)
+    maxnreg = opt_prop_def(IntegerAttr[I64])
+    """``.maxnreg N``: ptxas gives each thread at most N registers (more warps fit per SM)."""
     body = region_def("single_block")
     traits = traits_def(IsolatedFromAbove(), NoTerminator(), SymbolOpInterface())
-    assembly_format = "$sym_name `params` $param_names `types` $param_types (`maxntid` qualified($maxntid)^)? attr-dict-with-keyword $body"
+    assembly_format = (
+        "$sym_name `params` $param_names `types` $param_types (`maxntid` qualified($maxntid)^)? "
+        "(`maxnreg` $maxnreg^)? attr-dict-with-keyword $body"
+    )
 
     def __init__(
-        self, name: str, params: Sequence[tuple[str, str]], maxntid: Sequence[int] | None = None
-    ):
+        self, name: str, params: Sequence[tuple[str, str]], maxntid: Sequence[int] | None = None,
+        maxnreg: int | None = None,
+    ):  # fmt: skip
         props: dict[str, Attribute] = {
             "sym_name": StringAttr(name),
             "param_names": ArrayAttr([StringAttr(n) for n, _ in params]),
@@ -1448,6 +1457,8 @@ class EntryOp(IRDLOperation):
         }
         if maxntid is not None:
             props["maxntid"] = DenseArrayBase.from_list(i32, list(maxntid))
+        if maxnreg is not None:
+            props["maxnreg"] = IntegerAttr(maxnreg, i64)
         super().__init__(properties=props, regions=[Region(Block())])
 
     @property
@@ -1460,6 +1471,8 @@ class EntryOp(IRDLOperation):
         for _, t in self.params:
             if t not in TYPE_BITS or t == "pred":
                 raise VerifyException(f"bad parameter type {t}")
+        if self.maxnreg is not None and not MIN_MAXNREG <= self.maxnreg.value.data <= MAX_MAXNREG:
+            raise VerifyException(f".maxnreg is {MIN_MAXNREG}..{MAX_MAXNREG}, not {self.maxnreg.value.data}")
 
 
 class ArrayDecl(IRDLOperation):
@@ -1492,6 +1505,18 @@ class SharedDeclOp(ArrayDecl):
 
     name = "ptx.shared"
     SPACE: ClassVar[str] = "shared"
+
+
+@irdl_op_definition
+class DynamicSharedDeclOp(ArrayDecl):
+    """The block's dynamic shared memory, ``.extern .shared .align A .b8 name[];`` (printed at
+    module scope); ``size`` is how many bytes the kernel needs there at launch."""
+
+    name = "ptx.dynamic_shared"
+    SPACE: ClassVar[str] = "shared"
+
+    def ptx(self, reg: RegName, imm: RegName) -> str:
+        return f".extern .shared .align {self.align.value.data} .b8 {self.sym_name.data}[];"
 
 
 @irdl_op_definition
@@ -1555,6 +1580,7 @@ _BASE_OPS: list[type[Operation]] = [
         # structure
         EntryOp,
         SharedDeclOp,
+        DynamicSharedDeclOp,
         LocalDeclOp,
         RegOp,
         LabelOp,

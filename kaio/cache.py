@@ -209,6 +209,7 @@ def _parse(key: str, text: str) -> CompiledKernel:
         raise _Corrupt("block_size")
     bx, by, bz = (_bounded_int("block_size", d, 1, _MAX_DIM) for d in dims)
     shared = _bounded_int("shared_bytes", data.get("shared_bytes"), 0, _MAX_SHARED)
+    dynamic = _bounded_int("dynamic_shared_bytes", data.get("dynamic_shared_bytes", 0), 0, _MAX_SHARED)
     constexprs = _field(data, "constexprs", dict)
     for value in constexprs.values():
         _check_constexpr(value)
@@ -219,6 +220,7 @@ def _parse(key: str, text: str) -> CompiledKernel:
         params=params,
         block_size=(bx, by, bz),
         shared_bytes=shared,
+        dynamic_shared_bytes=dynamic,
         constexprs=dict(constexprs),
         pipeline=_field(data, "pipeline", str),
         cache_key=key,
@@ -252,6 +254,7 @@ def store(key: str, compiled: CompiledKernel) -> bool:
         "params": [[p.name, p.dtype.name, p.is_array, p.mutable] for p in compiled.params],
         "block_size": list(compiled.block_size),
         "shared_bytes": compiled.shared_bytes,
+        "dynamic_shared_bytes": compiled.dynamic_shared_bytes,
         "constexprs": compiled.constexprs,
         "pipeline": compiled.pipeline,
     }

@@ -76,6 +76,8 @@ class CompiledKernel:
     params: tuple[KernelParam, ...]
     block_size: tuple[int, int, int]
     shared_bytes: int = 0
+    dynamic_shared_bytes: int = 0
+    """Dynamic shared memory every launch passes (the kernel's buffers beyond 48 KiB)."""
     constexprs: dict[str, Any] = field(default_factory=dict)
     pipeline: str = ""
     cache_key: str = ""

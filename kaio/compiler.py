@@ -311,6 +311,7 @@ def _compile(
         return _compile(kernel, arch_name, chosen, _ignore_stage, constexprs)
 
     shared = sum(op.size.value.data for op in module.walk() if op.name == "ptx.shared")
+    dynamic = sum(op.size.value.data for op in module.walk() if op.name == "ptx.dynamic_shared")
     params = _with_alignment(params, module)
     return CompiledKernel(
         name=name,
@@ -319,6 +320,7 @@ def _compile(
         params=params,
         block_size=block_size,
         shared_bytes=shared,
+        dynamic_shared_bytes=dynamic,
         constexprs=values,
         pipeline=str(chosen),
         _stages=stages,

@@ -7,7 +7,7 @@ A :class:`Pipeline` is an xDSL ``PassPipeline`` whose ``str()`` is its pipeline 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 
 from xdsl.passes import ModulePass, PassPipeline
@@ -36,7 +36,7 @@ class Pipeline(PassPipeline):
         return [p.name for p in self.passes]
 
     def __str__(self) -> str:
-        return ",".join(str(p.spec(include_default=True)) for p in self.passes)
+        return ",".join(_spec_text(p) for p in self.passes)
 
     def _index(self, name: str) -> int:
         if name not in self.names:
@@ -57,6 +57,13 @@ class Pipeline(PassPipeline):
             raise ValueError("say where: before= or after= a pass name")
         i = self._index(before) if before is not None else self._index(after) + 1  # type: ignore[arg-type]
         return Pipeline((*self.passes[:i], new, *self.passes[i:]))
+
+
+def _spec_text(p: ModulePass) -> str:
+    """A pass as ``name{option=value ...}``, defaults included, unset options (None) left out."""
+    spec = p.spec(include_default=True)
+    set_options = {k: v for k, v in spec.parameters.items() if v != ()}
+    return str(replace(spec, parameters=set_options))
 
 
 def as_pipeline(pipeline: str | PassPipeline | list[ModulePass] | tuple[ModulePass, ...]) -> Pipeline:
@@ -84,12 +91,13 @@ def kernel_pipeline(arch: str) -> Pipeline:
     )
 
 
-def tile_pipeline(arch: str, stages: int = 3, layout: str = "swizzle") -> Pipeline:
+def tile_pipeline(arch: str, stages: int = 3, layout: str = "swizzle", maxnreg: int = 0) -> Pipeline:
     """The default pipeline of a ``@kaio.tile_kernel``: fused elementwise code, layouts,
     shared-memory staging of dot operands, the cp.async ring (``stages`` >= 2), tensor cores,
-    clean up, PTX."""
+    clean up, PTX (with a ``.maxnreg`` cap when ``maxnreg`` > 0)."""
     spec = ["fuse-tile-maps", "tile-layout", f"promote-to-shared{{layout={layout}}}"]
     if stages >= 2:
         spec.append(f"pipeline-cp-async{{stages={stages}}}")
-    spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{{arch={arch}}}"]
+    cap = f" maxnreg={maxnreg}" if maxnreg else ""
+    spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}"]
     return Pipeline.parse(",".join(spec))

@@ -171,10 +171,10 @@ class Attention:
             return autotuned_config(dev, t, sq, d, causal, time_ms)
         if not isinstance(config, AttentionConfig):
             raise KaioTypeError(f"attention: config is None, 'auto' or an AttentionConfig, not {config!r}")
-        if config.shared_bytes(padded(d)) > dev.shared_memory_per_block:
+        if config.shared_bytes(padded(d)) > dev.shared_memory_per_block_optin:
             raise KaioTypeError(
                 f"attention: {config} needs {config.shared_bytes(padded(d))} bytes of shared memory for head dim {d}; "
-                f"the device gives a block {dev.shared_memory_per_block}"
+                f"the device gives a block at most {dev.shared_memory_per_block_optin}"
             )
         return config
 
@@ -195,7 +195,7 @@ def autotuned_config(dev: Any, t: dtypes.ScalarType, sq: int, d: int, causal: bo
 
     phase = "decode" if sq <= 16 else "prefill"
     key = f"{tuning.device_key(dev)}|{t.name}|d{d}|{'causal' if causal else 'full'}|{phase}"
-    pool = [c for c in candidates(sq, d) if c.shared_bytes(padded(d)) <= dev.shared_memory_per_block]
+    pool = [c for c in candidates(sq, d) if c.shared_bytes(padded(d)) <= dev.shared_memory_per_block_optin]
     return tuning.tuned("attention", key, pool, time_ms, AttentionConfig.label)
 
 

@@ -16,7 +16,9 @@ A and B are row-major device arrays (kaio buffers, ``__cuda_array_interface__`` 
 objects) or numpy arrays (bf16 as ``ml_dtypes.bfloat16``: copied to the device, the result comes
 back as numpy). f16 and bf16 inputs run on tensor cores with f32 accumulation; f32 inputs run
 the SIMT variant (same tiling and shared-memory passes, FMAs instead of mma.sync). Any M, N, K
-work: edge tiles are masked and zero-filled. Rows whose length (K for A, N for B and C) or base
+work: edge tiles are masked and zero-filled. When C has too few tiles to fill the GPU and K is
+deep (skinny or small problems), K is split across programs whose f32 partial sums a second
+kernel adds in a fixed order (split-K: deterministic, no atomics). Rows whose length (K for A, N for B and C) or base
 address is not a multiple of 16 bytes get narrower copies (and a config suited to them).
 
 ``config``: None (the default for the dtypes and alignment), ``"auto"`` (on a GPU: time the
@@ -39,6 +41,7 @@ from kaio.ops_library.matmul_config import (
     MatmulConfig,
     choose_config,
     default_config,
+    split_k_for,
 )
 from kaio.ops_library.matmul_kernel import (
     ACTIVATIONS,
@@ -162,6 +165,7 @@ class Matmul:
         tensor_cores = a.dtype != dtypes.f32
         if config is None:
             chosen = default_config(tensor_cores, align, eb)
+            chosen = chosen.with_split_k(split_k_for(chosen, m, n, k, dev.sm_count))
         elif config == "auto":
             chosen = self._auto(a, b, c, m, n, k, align, tensor_cores, dev)
         elif isinstance(config, MatmulConfig):

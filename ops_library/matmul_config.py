@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kaio.pipeline import Pipeline
 
 
 @dataclass(frozen=True)
 class MatmulConfig:
-    """One way to run a matmul: CTA tile, warps, cp.async stages, shared layout, tensor cores."""
+    """One way to run a matmul: CTA tile, warps, cp.async stages, shared layout, tensor cores,
+    and split-K (K cut into ``split_k`` chunks summed by separate programs, then reduced)."""
 
     block: tuple[int, int, int] = (128, 128, 32)
     warps: tuple[int, int] = (2, 2)
@@ -18,6 +19,9 @@ class MatmulConfig:
     layout: str = "swizzle"
     group: int = 8
     tensor_cores: bool = True
+    split_k: int = 1
+    maxnreg: int = 0
+    """Registers per thread at most (``.maxnreg``; 0: as many as ptxas wants, up to 255)."""
 
     @property
     def threads(self) -> int:
@@ -42,7 +46,8 @@ class MatmulConfig:
             spec.append(f"pipeline-cp-async{{stages={self.stages}}}")
         if self.tensor_cores:
             spec.append("lower-to-mma-sync")
-        spec += ["canonicalize", "cse", f"lower-to-ptx{{arch={arch}}}"]
+        cap = f" maxnreg={self.maxnreg}" if self.maxnreg else ""
+        spec += ["canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}"]
         return Pipeline.parse(",".join(spec))
 
     def suits(self, align: tuple[int, int, int], elem_bytes: int) -> bool:
@@ -57,7 +62,12 @@ class MatmulConfig:
     def key(self) -> str:
         bm, bn, bk = self.block
         tc = "mma" if self.tensor_cores else "simt"
-        return f"{bm}x{bn}x{bk}-w{self.warps[0]}x{self.warps[1]}-s{self.stages}-{self.layout}-g{self.group}-{tc}"
+        split = f"-k{self.split_k}" if self.split_k > 1 else ""
+        cap = f"-r{self.maxnreg}" if self.maxnreg else ""
+        return f"{bm}x{bn}x{bk}-w{self.warps[0]}x{self.warps[1]}-s{self.stages}-{self.layout}-g{self.group}-{tc}{split}{cap}"
+
+    def with_split_k(self, split_k: int) -> MatmulConfig:
+        return replace(self, split_k=split_k)
 
 
 TENSOR_CORE_CONFIGS: tuple[MatmulConfig, ...] = (
@@ -67,6 +77,13 @@ TENSOR_CORE_CONFIGS: tuple[MatmulConfig, ...] = (
     MatmulConfig((64, 128, 32), (2, 2), 3),
     MatmulConfig((64, 64, 32), (2, 2), 4),
     MatmulConfig((256, 128, 32), (4, 2), 2),
+    # small and skinny problems: more programs, deeper K steps
+    MatmulConfig((64, 64, 64), (2, 2), 3),
+    MatmulConfig((32, 64, 64), (2, 2), 3),
+    # large problems: 8 warps, rings beyond 48 KiB in dynamic shared memory (72-96 KiB)
+    MatmulConfig((128, 256, 32), (2, 4), 3),
+    MatmulConfig((256, 128, 32), (4, 2), 3),
+    MatmulConfig((128, 128, 64), (4, 2), 3),
 )
 
 SIMT_CONFIGS: tuple[MatmulConfig, ...] = (
@@ -97,8 +114,9 @@ def estimate_seconds(config: MatmulConfig, m: int, n: int, k: int, elem_bytes: i
     two. It ranks configs, it does not predict absolute times.
     """
     bm, bn, bk = config.block
-    tiles = math.ceil(m / bm) * math.ceil(n / bn)
-    k_padded = math.ceil(k / bk) * bk
+    splits = config.split_k
+    tiles = math.ceil(m / bm) * math.ceil(n / bn) * splits
+    k_padded = math.ceil(math.ceil(k / bk) / splits) * bk  # one program's share of K
     resident = max(1, min(gpu.shared_per_sm // max(config.shared_bytes(elem_bytes), 1), 2048 // config.threads))
     waves = math.ceil(tiles / (gpu.sms * resident))
     flops = 2.0 * bm * bn * k_padded
@@ -107,13 +125,34 @@ def estimate_seconds(config: MatmulConfig, m: int, n: int, k: int, elem_bytes: i
     busy = min(1.0, resident * config.threads / 256)
     math_time = flops / (rate * busy)
     memory_time = (bm + bn) * k_padded * elem_bytes * resident / gpu.bytes_per_sm
-    return waves * max(math_time, memory_time) + 2e-6
+    seconds = waves * max(math_time, memory_time) + 2e-6
+    if splits > 1:  # the partial sums go out and come back in f32, then a second launch
+        seconds += 2 * splits * m * n * 4 / (gpu.bytes_per_sm * gpu.sms) + 4e-6
+    return seconds
 
 
-def candidates(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int) -> list[MatmulConfig]:
-    """The configs worth trying for this kind of problem, the default first."""
-    pool = TENSOR_CORE_CONFIGS if tensor_cores else SIMT_CONFIGS
-    return [c for c in pool if c.suits(align, elem_bytes)]
+def split_k_for(config: MatmulConfig, m: int, n: int, k: int, sms: int) -> int:
+    """How many K chunks fill the GPU when C has too few tiles (1: no split).
+
+    Splits only when the tiles cover less than half the SMs, K is deep (every chunk keeps at
+    least 8 BK steps, so the cp.async ring still has work), and at most 16 ways."""
+    bm, bn, bk = config.block
+    tiles = math.ceil(m / bm) * math.ceil(n / bn)
+    if 2 * tiles > sms:
+        return 1
+    by_k = math.ceil(k / bk) // 8
+    return max(1, min(sms // tiles, by_k, 16))
+
+
+def candidates(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int,
+               shape: tuple[int, int, int] | None = None, sms: int = 108) -> list[MatmulConfig]:  # fmt: skip
+    """The configs worth trying for this kind of problem, the default first; with ``shape``
+    (m, n, k), each config's split-K variant too, where :func:`split_k_for` would split."""
+    pool = [c for c in (TENSOR_CORE_CONFIGS if tensor_cores else SIMT_CONFIGS) if c.suits(align, elem_bytes)]
+    if shape is None:
+        return pool
+    split = [c.with_split_k(s) for c in pool if (s := split_k_for(c, *shape, sms)) > 1]
+    return pool + split
 
 
 def default_config(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int) -> MatmulConfig:
@@ -126,5 +165,5 @@ def choose_config(
 ) -> MatmulConfig:  # fmt: skip
     """The config the cost model ranks fastest (used on the simulator, where nothing is timed)."""
     model = gpu or GpuModel()
-    pool = candidates(tensor_cores, align, elem_bytes)
+    pool = candidates(tensor_cores, align, elem_bytes, (m, n, k), model.sms)
     return min(pool, key=lambda c: estimate_seconds(c, m, n, k, elem_bytes, model))

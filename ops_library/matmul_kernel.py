@@ -3,6 +3,13 @@
 One program computes a BM x BN tile of C, walking K in BK steps; programs walk C in groups of
 GROUP tile-rows (Triton's grouped ordering) so programs that run together share A and B tiles
 in L2. The epilogue (scale, C update, bias, activation, cast) is fused: C is written once.
+
+Split-K (``SPLIT_K`` > 1, for problems with too few C tiles to fill the GPU): program
+(tile, s) of a 2-D grid sums only the s-th of SPLIT_K chunks of K (each a whole number of BK
+steps) and writes its raw f32 sums to rows ``s * m ..`` of a workspace (the kernel is launched
+with ``c`` = workspace, alpha 1, beta 0, no bias, no activation); :func:`splitk_reduce_kernel`
+then adds the SPLIT_K partial tiles in order (deterministic: no atomics) and applies the same
+epilogue (:func:`epilogue`).
 The tile stack does the rest: ``promote-to-shared`` stages the A and B tiles in swizzled
 shared memory, ``pipeline-cp-async`` turns the K loop's loads into a cp.async ring,
 ``lower-to-mma-sync`` puts the dot on tensor cores (f16/bf16; f32 runs FMAs).
@@ -28,6 +35,26 @@ from kaio.prelude import Array, MutArray, exp, f32, i32, tanh
 INPUT_TYPES = (dtypes.f16, dtypes.bf16, dtypes.f32)
 OUTPUT_TYPES = (dtypes.f32, dtypes.f16, dtypes.bf16)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
+REDUCE_TILE = (32, 128)  # the split-K reduction's tile: 4 warps, 32 f32 per thread
+
+
+@kaio.device
+def activate(x: f32, ACT: i32) -> f32:  # noqa: N803
+    """The fused activation (ACT: 0 none, 1 relu, 2 gelu in tanh form, 3 silu); ACT is a
+    compile-time constant at every call, so only its branch is compiled."""
+    if ACT == 1:
+        return max(x, 0.0)
+    elif ACT == 2:
+        return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    elif ACT == 3:
+        return x / (1.0 + exp(-x))
+    return x
+
+
+@kaio.device
+def epilogue(acc: f32, c: f32, bias: f32, alpha: f32, beta: f32, ACT: i32) -> f32:  # noqa: N803
+    """``act(alpha * acc + beta * c + bias)``, elementwise (lifted over tiles)."""
+    return activate(alpha * acc + beta * c + bias, ACT)
 
 
 @cache
@@ -39,7 +66,8 @@ def matmul_tile_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, BIAS: dtyp
                m: i32, n: i32, k: i32, alpha: f32, beta: f32,
                BM: kaio.constexpr = 128, BN: kaio.constexpr = 128, BK: kaio.constexpr = 32,
                GROUP: kaio.constexpr = 8, BASE_A: kaio.constexpr = 16, BASE_B: kaio.constexpr = 16,
-               BASE_C: kaio.constexpr = 16, HAS_BIAS: kaio.constexpr = False, ACT: kaio.constexpr = 0):  # fmt: skip
+               BASE_C: kaio.constexpr = 16, HAS_BIAS: kaio.constexpr = False, ACT: kaio.constexpr = 0,
+               SPLIT_K: kaio.constexpr = 1):  # fmt: skip
         a, b, c = kt.multiple_of(a, BASE_A), kt.multiple_of(b, BASE_B), kt.multiple_of(c, BASE_C)
         # which tile of C this program owns, in grouped order
         pid = i32(kt.program_id(0))
@@ -48,24 +76,50 @@ def matmul_tile_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, BIAS: dtyp
         group_rows = min((m + BM - 1) // BM - first_m, GROUP)
         m0 = (first_m + pid % (GROUP * tiles_n) % group_rows) * BM
         n0 = pid % (GROUP * tiles_n) // group_rows * BN
+        k_lo, k_hi, row0 = 0, k, 0
+        if SPLIT_K > 1:  # this program's chunk of K; its partial sums go to rows split * m ..
+            split = i32(kt.program_id(1))
+            chunk = ((k + BK - 1) // BK + SPLIT_K - 1) // SPLIT_K * BK
+            k_lo = split * chunk
+            k_hi = min(k, k_lo + chunk)
+            row0 = split * m
 
         acc = kt.zeros((BM, BN), f32)
-        for k0 in range(0, k, BK):
+        for k0 in range(k_lo, k_hi, BK):
             acc = kt.dot(kt.load(a, (m0, k0), (BM, BK), (m, k)), kt.load(b, (k0, n0), (BK, BN), (k, n)), acc)
 
         c_rows = m if beta != 0.0 else 0  # C is read only where beta != 0 (no branch: one fused epilogue)
-        acc = alpha * acc + beta * f32(kt.load(c, (m0, n0), (BM, BN), (c_rows, n)))
+        c_old = f32(kt.load(c, (m0, n0), (BM, BN), (c_rows, n)))
+        bias_row = kt.zeros((BN,), f32)
         if HAS_BIAS:
-            acc = acc + f32(kt.load(bias, (n0,), (BN,), (n,)))
-        if ACT == 1:
-            acc = kt.maximum(acc, 0.0)
-        elif ACT == 2:  # GELU, tanh form
-            acc = 0.5 * acc * (1.0 + tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)))
-        elif ACT == 3:
-            acc = acc / (1.0 + exp(-acc))
-        kt.store(c, (m0, n0), OUT(acc), (m, n))
+            bias_row = f32(kt.load(bias, (n0,), (BN,), (n,)))
+        out = epilogue(acc, c_old, kt.expand_dims(bias_row, 0), alpha, beta, ACT)
+        kt.store(c, (row0 + m0, n0), OUT(out), (row0 + m, n))
 
     return matmul
+
+
+@cache
+def splitk_reduce_kernel(OUT: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any:  # noqa: N803
+    """Split-K's second step: C = epilogue(sum of the SPLIT_K partial tiles, in order)."""
+
+    @kaio.tile_kernel(num_warps=4, num_stages=0)
+    def splitk_reduce(partial: Array[f32], c: MutArray[OUT], bias: Array[BIAS], m: i32, n: i32,
+                      splits: i32, alpha: f32, beta: f32, BM: kaio.constexpr = 32,
+                      BN: kaio.constexpr = 128, HAS_BIAS: kaio.constexpr = False,
+                      ACT: kaio.constexpr = 0):  # fmt: skip
+        m0, n0 = i32(kt.program_id(0)) * BM, i32(kt.program_id(1)) * BN
+        acc = kt.zeros((BM, BN), f32)
+        for s in range(splits):
+            acc = acc + kt.load(partial, (s * m + m0, n0), (BM, BN), (s * m + m, n))
+        c_rows = m if beta != 0.0 else 0
+        c_old = f32(kt.load(c, (m0, n0), (BM, BN), (c_rows, n)))
+        bias_row = kt.zeros((BN,), f32)
+        if HAS_BIAS:
+            bias_row = f32(kt.load(bias, (n0,), (BN,), (n,)))
+        kt.store(c, (m0, n0), OUT(epilogue(acc, c_old, kt.expand_dims(bias_row, 0), alpha, beta, ACT)), (m, n))
+
+    return splitk_reduce
 
 
 @cache
@@ -110,7 +164,14 @@ class MatmulKernel:
         return "matmul"
 
     @property
+    def split(self) -> bool:
+        return self.config.split_k > 1
+
+    @property
     def tile_kernel(self) -> Any:
+        """The main kernel; with split-K, the one writing f32 partial sums (no epilogue)."""
+        if self.split:
+            return configured_kernel(self.in_dtype, dtypes.f32, dtypes.f32, self.config)
         return configured_kernel(self.in_dtype, self.out_dtype, self.bias_dtype or self.out_dtype, self.config)
 
     @property
@@ -118,8 +179,9 @@ class MatmulKernel:
         bm, bn, bk = self.config.block
         return {
             "BM": bm, "BN": bn, "BK": bk, "GROUP": max(self.config.group, 1),
-            "BASE_A": self.align[0], "BASE_B": self.align[1], "BASE_C": self.align[2],
-            "HAS_BIAS": self.bias_dtype is not None, "ACT": ACTIVATIONS[self.activation],
+            "BASE_A": self.align[0], "BASE_B": self.align[1], "BASE_C": 16 if self.split else self.align[2],
+            "HAS_BIAS": self.bias_dtype is not None and not self.split,
+            "ACT": 0 if self.split else ACTIVATIONS[self.activation], "SPLIT_K": self.config.split_k,
         }  # fmt: skip
 
     # -- the compiler's protocol (kaio.compile(MatmulKernel(...)) shows every stage)
@@ -141,5 +203,19 @@ class MatmulKernel:
     def source_key(self) -> str:
         return f"{self.tile_kernel.source_key()}|{sorted(self.constexprs.items())}|{self.divisible}"
 
-    def launch(self, grid: int, args: tuple[Any, ...], device: Any) -> None:
-        self.tile_kernel.launch(device, *args, grid=(grid,), **self.constexprs)
+    def launch(self, tiles: int, args: tuple[Any, ...], device: Any) -> None:
+        """One program per C tile (``args``: a, b, c, bias, m, n, k, alpha, beta); with split-K,
+        SPLIT_K programs per tile into an f32 workspace, then the ordered reduction."""
+        if not self.split:
+            self.tile_kernel.launch(device, *args, grid=(tiles,), **self.constexprs)
+            return
+        a, b, c, bias, m, n, k, alpha, beta = args
+        splits = self.config.split_k
+        partial = device.empty((splits * m, n), "float32")
+        self.tile_kernel.launch(device, a, b, partial, partial, m, n, k, 1.0, 0.0, grid=(tiles, splits),
+                                **self.constexprs)  # fmt: skip
+        reduce = splitk_reduce_kernel(self.out_dtype, self.bias_dtype or self.out_dtype)
+        bm, bn = REDUCE_TILE
+        reduce.launch(device, partial, c, bias, m, n, splits, alpha, beta, grid=((m + bm - 1) // bm, (n + bn - 1) // bn),
+                      BM=bm, BN=bn, HAS_BIAS=self.bias_dtype is not None, ACT=ACTIVATIONS[self.activation])  # fmt: skip
+        partial.free()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kaio.dialects import kernel
+from kaio.dialects import kernel, ptx
+from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     arith_math,
     control_flow,
@@ -24,7 +25,7 @@ from kaio.passes.to_ptx.emitter import PtxEmitter
 from kaio.passes.vectorize_loads import ALIGN_ATTR
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 
 
@@ -35,10 +36,18 @@ class LowerToPtxPass(ModulePass):
     arch: str = DEFAULT_ARCH
     """Target GPU: some lowerings depend on it (native bf16 math on sm_90, tanh.approx on sm_75)."""
 
+    maxnreg: int | None = None
+    """Registers per thread ptxas may use at most (``.maxnreg``; None: no cap). A lower cap fits
+    more warps on an SM; below what the kernel needs, ptxas spills to local memory."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = get_arch(self.arch)
+        if self.maxnreg is not None and not ptx.MIN_MAXNREG <= self.maxnreg <= ptx.MAX_MAXNREG:
+            raise KaioCompileError(f"lower-to-ptx: maxnreg is {ptx.MIN_MAXNREG}..{ptx.MAX_MAXNREG} (or unset: no cap), not {self.maxnreg}")
         for func in kernel.kernel_funcs(op):
             entry = PtxEmitter(func, target).run()
+            if self.maxnreg:
+                entry.maxnreg = IntegerAttr(self.maxnreg, i64)
             if ALIGN_ATTR in func.attributes:  # what the runtime must check at launch
                 entry.attributes[ALIGN_ATTR] = func.attributes[ALIGN_ATTR]
             func.parent_block().insert_op_before(entry, func)  # type: ignore[union-attr]

@@ -1,10 +1,12 @@
-"""``@kaio.tile_kernel(num_warps=4, num_stages=3)``: a kernel written over tiles.
+"""``@kaio.tile_kernel(num_warps=4, num_stages=3, maxnreg=None)``: a kernel written over tiles.
 
 The function is one *program*, run by one CTA of ``32 * num_warps`` threads; ``kernel[grid]``
 launches ``grid`` programs. It is parsed and checked when decorated, exactly like a
 ``@kaio.gpu_kernel`` (the same parameters, constexprs, errors and launch), and compiled through
 the tile stack: ``tile-layout`` -> ``promote-to-shared`` -> ``pipeline-cp-async{stages=
-num_stages}`` -> ``lower-to-mma-sync`` -> ``lower-to-ptx``.
+num_stages}`` -> ``lower-to-mma-sync`` -> ``lower-to-ptx{maxnreg}``. ``maxnreg`` caps the
+registers per thread (PTX ``.maxnreg``), as Triton's option of that name does: more warps fit
+on an SM, at the risk of spills when the cap is below what the kernel needs.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kaio.compiled import ARG_FACTS
+from kaio.dialects.ptx import MAX_MAXNREG, MIN_MAXNREG
 from kaio.errors import KaioCompileError
 from kaio.frontend.context import BuildState
 from kaio.frontend.kernel import GpuKernel, KernelIR
@@ -29,11 +32,14 @@ class TileKernel(GpuKernel):
     kind = "tile_kernel"
     stand_in_int = 16  # a tile size without a default is checked as 16 (the smallest mma tile)
 
-    def __init__(self, fn: Callable[..., Any], num_warps: int = 4, num_stages: int = 3):
+    def __init__(self, fn: Callable[..., Any], num_warps: int = 4, num_stages: int = 3, maxnreg: int | None = None):
         self.num_warps = _checked("num_warps", num_warps, fn, lambda n: 1 <= n <= MAX_WARPS and not n & (n - 1),
                                   f"a power of two from 1 to {MAX_WARPS}")  # fmt: skip
         self.num_stages = _checked("num_stages", num_stages, fn, lambda n: 0 <= n <= 8,
                                    "0 or 1 (no cp.async ring) up to 8")  # fmt: skip
+        self.maxnreg = None if maxnreg is None else _checked(
+            "maxnreg", maxnreg, fn, lambda n: MIN_MAXNREG <= n <= MAX_MAXNREG, f"None or {MIN_MAXNREG}..{MAX_MAXNREG}"
+        )
         super().__init__(fn, 32 * self.num_warps)
         # the 32-bit integer runtime arguments a launch inspects: (position, name)
         self._int_args = tuple(
@@ -71,22 +77,25 @@ class TileKernel(GpuKernel):
             return self._pipeline(arch)
         from kaio.pipeline import tile_pipeline
 
-        return tile_pipeline(arch, self.num_stages)
+        return tile_pipeline(arch, self.num_stages, maxnreg=self.maxnreg or 0)
 
-    def with_options(self, num_warps: int | None = None, num_stages: int | None = None) -> TileKernel:
+    def with_options(self, num_warps: int | None = None, num_stages: int | None = None,
+                     maxnreg: int | None = None) -> TileKernel:  # fmt: skip
         """The same kernel with other launch options (checked, parsed again)."""
         return TileKernel(
             self.fn,
             self.num_warps if num_warps is None else num_warps,
             self.num_stages if num_stages is None else num_stages,
+            self.maxnreg if maxnreg is None else maxnreg,
         )
 
     def source_key(self) -> str:
-        return f"{super().source_key()}|stages={self.num_stages}"
+        return f"{super().source_key()}|stages={self.num_stages}|maxnreg={self.maxnreg}"
 
     def __repr__(self) -> str:
         params = ", ".join(p.name for p in self.params)
-        return f"<kaio.tile_kernel {self.name}({params}) num_warps={self.num_warps} num_stages={self.num_stages}>"
+        cap = f" maxnreg={self.maxnreg}" if self.maxnreg else ""
+        return f"<kaio.tile_kernel {self.name}({params}) num_warps={self.num_warps} num_stages={self.num_stages}{cap}>"
 
 
 def _checked(name: str, value: Any, fn: Callable[..., Any], ok: Callable[[int], bool], what: str) -> int:
@@ -96,11 +105,12 @@ def _checked(name: str, value: Any, fn: Callable[..., Any], ok: Callable[[int], 
     return value
 
 
-def tile_kernel(fn: Callable[..., Any] | None = None, *, num_warps: int = 4, num_stages: int = 3) -> Any:
+def tile_kernel(fn: Callable[..., Any] | None = None, *, num_warps: int = 4, num_stages: int = 3,
+                maxnreg: int | None = None) -> Any:  # fmt: skip
     """Compile a Python function over tiles into a GPU kernel: ``@kaio.tile_kernel(num_warps=4)``."""
     if fn is not None:
-        return TileKernel(fn, num_warps, num_stages)
-    return lambda f: TileKernel(f, num_warps, num_stages)
+        return TileKernel(fn, num_warps, num_stages, maxnreg)
+    return lambda f: TileKernel(f, num_warps, num_stages, maxnreg)
 
 
 __all__ = ["TileKernel", "tile_kernel"]

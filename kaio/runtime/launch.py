@@ -184,7 +184,8 @@ class Launcher:
         if g is None:
             g = self._grid(spec, grid, runtime, constexprs)
         b = spec.block if block is None else self._block(spec, block)
-        if shared_bytes:
+        own_dynamic = spec.compiled.dynamic_shared_bytes  # the kernel's own buffers beyond 48 KiB
+        if shared_bytes or own_dynamic:
             self._check_shared(spec, shared_bytes)
         graph = graphs.capture_for(device) if graphs.active else None
         if stream is not None:
@@ -201,7 +202,7 @@ class Launcher:
             if graph is not None and graph.stream is None:  # the simulator records, runs later
                 graph.record(self._replay(grid, block, args, kwargs, device, stream, shared_bytes))
             else:
-                spec.run(g, b, shared_bytes, handle, values)
+                spec.run(g, b, shared_bytes + own_dynamic, handle, values)
                 if graph is not None:
                     graph.launches += 1
         finally:
@@ -336,11 +337,12 @@ class Launcher:
         ):
             raise KaioLaunchError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
         limit = spec.device.shared_memory_per_block_optin
-        total = spec.compiled.shared_bytes + int(shared_bytes)
+        own = spec.compiled.shared_bytes + spec.compiled.dynamic_shared_bytes
+        total = own + int(shared_bytes)
         if total > limit:
             raise KaioLaunchError(
-                f"kernel `{self.name}` needs {spec.compiled.shared_bytes} bytes of static and "
-                f"{shared_bytes} of dynamic shared memory per block; {spec.device!r} allows {limit}"
+                f"kernel `{self.name}` needs {own} bytes of its own and {shared_bytes} more "
+                f"dynamic shared memory per block; {spec.device!r} allows {limit}"
             )
 
 

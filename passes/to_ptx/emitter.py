@@ -250,7 +250,11 @@ class PtxEmitter:
         return name
 
     def shared(self, hint: str, nbytes: int, align: int = 16) -> SSAValue:
-        """Declare a shared buffer; returns its 32-bit shared address."""
+        """Declare a shared buffer; returns its 32-bit shared address.
+
+        Buffers are static ``.shared`` arrays while they fit in the 48 KiB a block may declare
+        statically; beyond that, :meth:`run` places them all in the block's dynamic shared
+        memory instead (see :func:`place_in_dynamic_shared`)."""
         name = self.symbol(hint)
         self.decls.append(ptx.SharedDeclOp(name, nbytes, align))
         return self._prologue(ptx.MovOp("u32", [], [i32], symbol=name))
@@ -318,8 +322,40 @@ class PtxEmitter:
     def run(self) -> ptx.EntryOp:
         self._load_params()
         self.lower_block(self.func.body.block)
+        if sum(d.size.value.data for d in self.decls if isinstance(d, ptx.SharedDeclOp)) > STATIC_SHARED_LIMIT:
+            self.decls, self.prologue = place_in_dynamic_shared(self.name, self.decls, self.prologue)
         self.entry.body.block.add_ops([*self.decls, *self.prologue, *self.body])
         return self.entry
+
+
+STATIC_SHARED_LIMIT = 48 * 1024  # what a block may declare statically; more is opted into at launch
+
+
+def place_in_dynamic_shared(
+    name: str, decls: list[Operation], prologue: list[Operation]
+) -> tuple[list[Operation], list[Operation]]:
+    """Move every static shared buffer into one ``.extern .shared`` array (the block's dynamic
+    shared memory, sized at launch from the compiled kernel's ``dynamic_shared_bytes``): each
+    buffer at its own aligned offset, its address ``base + offset`` instead of its symbol."""
+    shared = [d for d in decls if isinstance(d, ptx.SharedDeclOp)]
+    offsets: dict[str, int] = {}
+    end = 0
+    for d in shared:
+        align = d.align.value.data
+        offsets[d.sym_name.data] = start = (end + align - 1) // align * align
+        end = start + d.size.value.data
+    dynamic = ptx.DynamicSharedDeclOp(f"{name}_dynamic_smem", end, max(d.align.value.data for d in shared))
+    base = ptx.MovOp("u32", [], [i32], symbol=dynamic.sym_name.data)
+    placed: list[Operation] = [base]
+    for op in prologue:
+        if isinstance(op, ptx.MovOp) and op.symbol is not None and op.symbol.data in offsets:
+            offset = ptx.ConstOp(offsets[op.symbol.data], i32)
+            add = ptx.AddOp("u32", [base.outs[0], offset.result], [i32])
+            op.outs[0].replace_all_uses_with(add.outs[0])
+            placed += [offset, add]
+        else:
+            placed.append(op)
+    return [dynamic, *(d for d in decls if not isinstance(d, ptx.SharedDeclOp))], placed
 
 
 def bits_spec_or_float(t: Attribute) -> str:

@@ -83,16 +83,23 @@ class _Registers:
 def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool) -> None:
     regs = _Registers(entry)
     name = entry.sym_name.data
+    for op in entry.body.block.ops:  # dynamic shared memory is declared at module scope
+        if isinstance(op, ptx.DynamicSharedDeclOp):
+            out.write(op.ptx(regs.reg, regs.imm) + "\n\n")
     params = ",\n".join(f"\t.param .{t} {n}" for n, t in entry.params)
     out.write(f".visible .entry {name}(\n{params}\n)\n" if params else f".visible .entry {name}()\n")
     if entry.maxntid is not None:
         out.write(".maxntid " + ", ".join(str(int(d)) for d in entry.maxntid.get_values()) + "\n")
+    if entry.maxnreg is not None:
+        out.write(f".maxnreg {entry.maxnreg.value.data}\n")
     out.write("{\n")
     for line in regs.declarations():
         out.write(line + "\n")
     body: list[str] = []
     for op in entry.body.block.ops:
         if op in regs.inlined or isinstance(op, ptx.RegOp):
+            continue
+        if isinstance(op, ptx.DynamicSharedDeclOp):
             continue
         if isinstance(op, ptx.ArrayDecl):
             out.write("\t" + op.ptx(regs.reg, regs.imm) + "\n")

@@ -27,6 +27,12 @@ def sweep() -> list[object]:
     ]
 
 
+@pytest.fixture(scope="module")
+def dev() -> kaio.Device:
+    """The simulator device the library ops run on."""
+    return kaio.Device("sim")
+
+
 @pytest.fixture
 def rng() -> np.random.Generator:
     seed = int.from_bytes(os.urandom(4), "little")

@@ -9,18 +9,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import kaio
 from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library import attention
 from kaio.ops_library.attention import HEAD_DIMS, AttentionConfig, autotuned_config, candidates, padded
 
 from .test_attention_sim import BOUND, reference
-
-
-@pytest.fixture(scope="module")
-def dev():
-    return kaio.Device("sim")
 
 
 @pytest.fixture
@@ -164,7 +158,7 @@ def test_config_errors_are_named(dev):
     with pytest.raises(KaioTypeError, match="config is None, 'auto' or an AttentionConfig"):
         attention(q, q, q, config="fastest")
     with pytest.raises(KaioTypeError, match="bytes of shared memory for head dim 256"):
-        attention(q, q, q, config=AttentionConfig(64, 64, 4, 1, 2))
+        attention(q, q, q, config=AttentionConfig(128, 64, 8, 1, 4))  # 320 KiB
 
 
 def test_auto_on_the_simulator_uses_the_rule(dev, cache_dir, rng=np.random.default_rng()):

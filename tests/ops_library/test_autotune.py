@@ -22,7 +22,7 @@ def cache_dir(tmp_path, monkeypatch):
     return tmp_path
 
 
-@pytest.mark.parametrize("config", [MatmulConfig(), MatmulConfig((64, 64, 32), (2, 2), 4, "pad", 4, False),
+@pytest.mark.parametrize("config", [MatmulConfig(), MatmulConfig((64, 64, 32), (2, 2), 4, "pad", 4, False, 2, 128),
                                     AttentionConfig(), AttentionConfig(32, 16, 2, 2, 0)])  # fmt: skip
 def test_a_config_survives_json(config):
     text = json.dumps(tuning.encode(config))
@@ -57,7 +57,7 @@ def test_matmul_auto_is_tuned_once_and_stored(cache_dir, monkeypatch):
     ops = Operands("matmul", a, b, device=dev)
     oa, ob = ops.take("a", a), ops.take("b", b)
     align = (8, 8, 2)
-    pool = [c for c in candidates(True, align, 2) if c.shared_bytes(2) <= dev.shared_memory_per_block]
+    pool = [c for c in candidates(True, align, 2, (100, 80, 64), dev.sm_count) if c.shared_bytes(2) <= dev.shared_memory_per_block_optin]
     times = list(np.random.default_rng().permutation(len(pool)) + 1.0)
     timed = iter(times)
     monkeypatch.setattr(bench_module, "bench", lambda fn, **kw: SimpleNamespace(median=next(timed)))

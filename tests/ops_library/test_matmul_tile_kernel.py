@@ -5,22 +5,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import kaio
 from kaio.errors import KaioTypeError
 from kaio.ops_library import matmul
 
 TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
 RAGGED = [(1, 17, 100), (257, 1, 17), (17, 100, 257), (100, 257, 1), (128, 64, 64)]
-
-
-@pytest.fixture(scope="module")
-def dev():
-    return kaio.Device("sim")
-
-
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
