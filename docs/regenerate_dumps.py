@@ -97,6 +97,7 @@ DUMPS: dict[str, Callable[[], str]] = {
     "attention/tile-layout": lambda: excerpt(attention_stages()["tile-layout"], "= scf.for", 40),
     "attention/promote-to-shared": lambda: excerpt(attention_stages()["promote-to-shared"], "= scf.for", 30),
     "attention/lower-to-mma-sync": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "mma.split", 14),
+    "attention/pack-a": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "= mma.pack_a", 8),
 }
 
 
