@@ -4,11 +4,11 @@ memory, where the warps read the rows and columns they need (``ldmatrix`` or FMA
 An operand loaded from global memory for this dot alone (``kt.load`` with ``other=0``,
 possibly through ``kt.trans``) is *copied* straight into its buffer (``smem.copy``, zero-filled
 past the bounds: no registers on the way, and ``pipeline-cp-async`` can make it asynchronous).
-Any other operand (a tile computed in registers, like attention's probabilities) is *stored*
-by the threads holding it (``smem.store``), except an A operand already in the accumulator's
-``#tile.mma<[WM, 1]>`` layout (a cast accumulator, like attention's probabilities), which stays
-in registers: ``lower-to-mma-sync`` packs its registers into A fragments. A transposed operand is staged as it is and the dot
-reads it transposed. A barrier before the dot makes the data visible; one after it keeps the
+Any other operand (a tile computed in registers) is *stored* by the threads holding it
+(``smem.store``), except an A operand already in the accumulator's ``#tile.mma<[WM, 1]>``
+layout (a cast accumulator, like attention's probabilities), which stays in registers:
+``lower-to-mma-sync`` packs its registers into A fragments. A transposed operand is staged as
+it is and the dot reads it transposed. A barrier before the dot makes the data visible; one after it keeps the
 next iteration from overwriting a buffer still being read (``pipeline-cp-async`` replaces the
 barriers of copies with its own).
 """
