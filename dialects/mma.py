@@ -9,7 +9,11 @@ A fragment is a matrix spread over the 32 lanes of a warp, each lane holding a f
 
 ``mma.load_a`` / ``mma.load_b`` read fragments from shared buffers with ``ldmatrix`` (``.trans``
 for a row-major B tile or a transposed A; ``transposed`` says the buffer holds the operand's
-transpose), ``mma.mma`` is one ``mma.sync``. ``mma.split`` / ``mma.join`` view an accumulator tile
+transpose), ``mma.pack_a`` builds an A fragment from the registers of a tile in the
+``#tile.mma<[WM, 1]>`` layout (an accumulator cast to f16/bf16: the accumulator layout of two
+adjacent 16x8 blocks is the A layout of one 16x16 block, so no data moves between lanes; this
+is how attention's probabilities feed ``p @ v`` without shared memory), ``mma.mma`` is one
+``mma.sync``. ``mma.split`` / ``mma.join`` view an accumulator tile
 in the ``#tile.mma`` layout as its fragments (each 4 of the tile's registers per thread) and
 back: no data moves.
 """
@@ -29,6 +33,7 @@ from xdsl.irdl import (
     ParsePropInAttrDict,
     operand_def,
     opt_prop_def,
+    prop_def,
     result_def,
     traits_def,
     var_operand_def,
@@ -147,22 +152,83 @@ class LoadAOp(_FragmentLoad):
 @irdl_op_definition
 class LoadBOp(_FragmentLoad):
     """The 16(k) x 16(n) block of B at (row, col), as the two 16x8 B fragments of its column
-    halves (``ldmatrix.x4.trans`` from a row-major B, ``ldmatrix.x4`` from a transposed one)."""
+    halves (``ldmatrix.x4.trans`` from a row-major B, ``ldmatrix.x4`` from a transposed one), or
+    with one result the 16(k) x 8(n) block (``ldmatrix.x2``: a warp owning 8 columns)."""
 
     name = "mma.load_b"
     results_ = var_result_def(FragType)
     assembly_format = "$buffer `[` $row `,` $col `]` attr-dict `:` type($buffer) `->` type($results_)"
 
-    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False):
+    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False, count: int = 2):
         assert isinstance(buffer.type, BufferType)
         frag = FragType("b", buffer.type.element_type)
-        super().__init__(operands=[buffer, row, col], properties=self.props(transposed), result_types=[[frag, frag]])
+        super().__init__(operands=[buffer, row, col], properties=self.props(transposed), result_types=[[frag] * count])
 
     def verify_(self) -> None:
         buf = _check_buffer(self.buffer.type, 16)
         frag = FragType("b", buf.element_type)
-        if [r.type for r in self.results_] != [frag, frag]:
-            raise VerifyException("load_b yields two B fragments of the buffer's element type")
+        if [r.type for r in self.results_] not in ([frag], [frag, frag]):
+            raise VerifyException("load_b yields one or two B fragments of the buffer's element type")
+
+
+def _whole_rows(t: Attribute, acc: Attribute) -> bool:
+    """A 2-D tile in ``acc``'s ``#tile.mma`` layout, whose warps own whole rows (WN == 1), in
+    16x16 blocks: each lane holds the A fragment elements of the warp's rows."""
+    layout = layout_of(t)
+    if not isinstance(t, TensorType) or not isinstance(layout, MmaLayout) or layout != layout_of(acc):
+        return False
+    if layout.warp_grid[1] != 1 or len(t.get_shape()) != 2:
+        return False
+    tm, tk = layout.warp_tile(t.get_shape())
+    return tm % 16 == 0 and tk % 16 == 0
+
+
+def register_a_operand(a: Attribute, acc: Attribute) -> bool:
+    """Whether a dot's A operand of type ``a`` can feed an accumulator of type ``acc`` straight
+    from registers (``mma.pack_a``): an f16/bf16 tile in the accumulator's ``#tile.mma``
+    layout, whose warps each own whole rows (WN == 1), in 16x16 blocks."""
+    return isinstance(a, TensorType) and a.element_type in (f16, bf16) and _whole_rows(a, acc)
+
+
+@irdl_op_definition
+class PackAOp(IRDLOperation):
+    """The A fragment of the 16x16 block (``row``, ``col``) (in blocks) of a warp's rows of a
+    tile in the ``#tile.mma<[WM, 1]>`` layout, built from the registers each lane already
+    holds: A registers a0..a3 are (row g, k 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..),
+    the accumulator registers c0c1, c2c3 of the block's left 16x8 half and c0c1, c2c3 of its
+    right half, in pairs. An f16/bf16 tile's pairs are packed as they are; an f32 tile's
+    (the accumulator a cast would round) are rounded to the fragment's type as they are packed."""
+
+    name = "mma.pack_a"
+    tile = operand_def(TensorType)
+    row = prop_def(IntegerAttr[I64])
+    col = prop_def(IntegerAttr[I64])
+    result = result_def(FragType)
+    traits = traits_def(Pure())
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "$tile attr-dict `:` type($tile) `->` type($result)"
+
+    def __init__(self, tile: SSAValue, row: int, col: int, element_type: Attribute | None = None):
+        assert isinstance(tile.type, TensorType)
+        super().__init__(
+            operands=[tile], properties={"row": IntegerAttr(row, i64), "col": IntegerAttr(col, i64)},
+            result_types=[FragType("a", element_type or tile.type.element_type)],
+        )  # fmt: skip
+
+    def verify_(self) -> None:
+        t, frag = self.tile.type, self.result.type
+        assert isinstance(frag, FragType)
+        if not _whole_rows(t, t):
+            raise VerifyException(f"pack_a takes a tile in a #tile.mma<[WM, 1]> layout of 16x16 blocks, got {t}")
+        assert isinstance(t, TensorType)
+        if t.element_type not in (f32, frag.element_type):
+            raise VerifyException(f"pack_a packs {frag.element_type} or rounds f32, not {t.element_type}")
+        layout = layout_of(t)
+        assert isinstance(layout, MmaLayout)
+        tm, tk = layout.warp_tile(t.get_shape())
+        row, col = self.row.value.data, self.col.value.data
+        if not (0 <= row < tm // 16 and 0 <= col < tk // 16):
+            raise VerifyException(f"block ({row}, {col}) is outside a warp's {tm}x{tk} rows")
 
 
 @irdl_op_definition
@@ -240,4 +306,4 @@ class JoinOp(IRDLOperation):
             raise VerifyException("mma.join takes every fragment of the tile")
 
 
-Mma = Dialect("mma", [ZeroOp, LoadAOp, LoadBOp, MmaOp, SplitOp, JoinOp], [FragType])
+Mma = Dialect("mma", [ZeroOp, LoadAOp, LoadBOp, PackAOp, MmaOp, SplitOp, JoinOp], [FragType])

@@ -120,6 +120,7 @@ DUMPS: dict[str, Callable[[], str]] = {
     "hopper-matmul/after-loop": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "scf.yield", 5),
     "hopper-matmul/ptx": lambda: short_registers(excerpt(hopper_matmul_stages()["ptx"], "fence.proxy.async", 16)),
     "attention/lower-to-mma-sync": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "mma.split", 14),
+    "attention/pack-a": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "= mma.pack_a", 8),
 }
 
 

@@ -14,7 +14,10 @@ FlashAttention-2 does: query i sees key j iff ``j <= i + Sk - Sq``. ``kv_lens`` 
 gives each batch entry's valid key count (keys past it are masked): batched decoding of
 sequences of different lengths. A query that sees no key gets 0 and a logsumexp of ``-inf``.
 ``return_lse=True`` also returns the f32 logsumexp (B, H, Sq). numpy in -> numpy out, kaio
-Buffers in -> Buffer out, torch tensors in -> torch tensor out.
+Buffers in -> Buffer out, torch tensors in -> torch tensor out. ``config``: None (tiles by a
+rule), ``"auto"`` (on a GPU, the candidates for this head dim, dtype, causality and query-length
+class are timed once and the winner is stored on disk; on the simulator, the rule) or an
+:class:`AttentionConfig`.
 
 The kernel is a tile kernel (``kaio.ops_library.attention_kernel``); ``attention.pipeline(D)``
 prints the passes it goes through.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -55,11 +59,14 @@ class AttentionConfig:
     def warps(self) -> int:
         return self.warps_m * self.warps_n
 
+    def label(self) -> str:
+        return f"{self.block_m}x{self.block_n}-w{self.warps_m}x{self.warps_n}-s{self.stages}"
+
     def shared_bytes(self, bd: int, elem_bytes: int = 2) -> int:
         ring = max(self.stages, 1)
         q = self.block_m * bd
         kv = 2 * ring * self.block_n * bd
-        p = self.block_m * self.block_n
+        p = self.block_m * self.block_n if self.warps_n > 1 else 0  # else P feeds p @ v from registers
         return (q + kv + p) * elem_bytes
 
     def pipeline(self, arch: str = "sm_80") -> Pipeline:
@@ -70,16 +77,40 @@ class AttentionConfig:
 
 
 def choose_config(sq: int, d: int) -> AttentionConfig:
-    """Tiles that keep a thread's accumulator at 64 f32 registers or fewer and the shared
-    buffers (Q, the K and V rings, P) within a block's 48 KiB of static shared memory."""
+    """Tiles that keep a thread's registers below ptxas's limit without spills (16 query rows
+    per warp; 32 key rows per step keep the scores and the K and V fragments few) and the
+    shared buffers (Q, the K and V rings) within a block's 48 KiB of static shared memory."""
     bd = padded(d)
-    if bd >= 256:
-        return AttentionConfig(16, 32, 1, 2, 0)
+    if bd >= 256:  # 4 warps, the head dim split over 2: a warp's output is 16 x 128 (64 registers)
+        return AttentionConfig(32, 16, 2, 2, 0)
     if sq <= 16:  # decoding: one warp on 16 query rows
         return AttentionConfig(16, 16, 1, 1, 2)
-    if bd >= 128:
-        return AttentionConfig(32, 32, 2, 1, 2)
-    return AttentionConfig(64, 64, 4, 1, 2)
+    return AttentionConfig(64, 32, 4, 1, 2)
+
+
+# Configs worth timing, by padded head dim and query-length class (decoding: 16 queries or
+# fewer). Each keeps 16 query rows per warp, fits 48 KiB of shared memory and assembles without
+# spills for sm_80 and sm_90 (tests/ops_library/test_attention_codegen.py checks them all).
+_PREFILL = {
+    32: ((64, 32, 4, 1, 2), (128, 32, 8, 1, 2), (128, 64, 8, 1, 2), (64, 16, 4, 1, 2), (64, 32, 4, 1, 3)),
+    64: ((64, 32, 4, 1, 2), (128, 32, 8, 1, 2), (128, 64, 8, 1, 2), (64, 16, 4, 1, 2), (64, 32, 4, 1, 3)),
+    128: ((64, 32, 4, 1, 2), (64, 16, 4, 1, 2), (64, 16, 4, 1, 3)),
+    256: ((32, 16, 2, 2, 0), (16, 16, 1, 2, 2)),
+}
+_DECODE = {
+    32: ((16, 16, 1, 1, 2), (16, 32, 1, 1, 2), (16, 64, 1, 1, 2)),
+    64: ((16, 16, 1, 1, 2), (16, 32, 1, 1, 2)),
+    128: ((16, 16, 1, 1, 2), (64, 16, 4, 1, 2)),
+}
+
+
+def candidates(sq: int, d: int) -> list[AttentionConfig]:
+    """The configs ``config="auto"`` times for ``sq`` queries of head dim ``d``, the rule's
+    choice (:func:`choose_config`) first."""
+    table = _DECODE if sq <= 16 and padded(d) < 256 else _PREFILL
+    pool = [AttentionConfig(*c) for c in table[padded(d)]]
+    first = choose_config(sq, d)
+    return [first, *(c for c in pool if c != first)]
 
 
 @cache
@@ -104,6 +135,7 @@ class Attention:
     def __call__(
         self, q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
         kv_lens: Any = None, out: Any = None, return_lse: bool = False, device: Any = None,
+        config: AttentionConfig | str | None = None,
     ) -> Any:  # fmt: skip
         ops = Operands("attention", q, k, v, out, kv_lens, device=device)
         oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
@@ -119,10 +151,32 @@ class Attention:
         lse = ops.output((b, h, sq), dtypes.f32)
         if b and h and sq:
             lens_arg = lens.value if lens is not None else ops.output((1,), dtypes.i32).value  # unread
-            _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, (b, h, hkv, sq, sk, d),
-                     float(scale), bool(causal))  # fmt: skip
+            sizes = (b, h, hkv, sq, sk, d)
+            run = lambda c: _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, sizes,  # noqa: E731
+                                     float(scale), bool(causal), c)  # fmt: skip
+            run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result
+
+    def _config(self, config: AttentionConfig | str | None, dev: Any, t: dtypes.ScalarType, sq: int, d: int,
+                causal: bool, run: Any) -> AttentionConfig:  # fmt: skip
+        """The config a call runs: the rule's (None; "auto" on the simulator, where timings mean
+        nothing), the stored or measured winner ("auto" on a GPU), or the caller's."""
+        if config is None or (config == "auto" and dev.is_simulator):
+            return choose_config(sq, d)
+        if config == "auto":
+            from kaio.runtime.bench import bench
+
+            time_ms = lambda c: bench(lambda: run(c), warmup=10, rep=50, device=dev).median  # noqa: E731
+            return autotuned_config(dev, t, sq, d, causal, time_ms)
+        if not isinstance(config, AttentionConfig):
+            raise KaioTypeError(f"attention: config is None, 'auto' or an AttentionConfig, not {config!r}")
+        if config.shared_bytes(padded(d)) > dev.shared_memory_per_block_optin:
+            raise KaioTypeError(
+                f"attention: {config} needs {config.shared_bytes(padded(d))} bytes of shared memory for head dim {d}; "
+                f"the device gives a block at most {dev.shared_memory_per_block_optin}"
+            )
+        return config
 
     def pipeline(self, d: int = 64, sq: int = 128, arch: str = "sm_80") -> Pipeline:
         """The pass pipeline of the kernel for head dim ``d`` and ``sq`` queries."""
@@ -132,11 +186,23 @@ class Attention:
         return "<kaio.ops_library.attention>"
 
 
-def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse: Operand,
-             lens: Any, has_lens: bool, sizes: tuple[int, ...], scale: float, causal: bool) -> None:  # fmt: skip
+def autotuned_config(dev: Any, t: dtypes.ScalarType, sq: int, d: int, causal: bool,
+                     time_ms: Callable[[AttentionConfig], float]) -> AttentionConfig:  # fmt: skip
+    """The fastest candidate for (head dim, dtype, causal, decoding or not) on ``dev``, timed
+    with ``time_ms`` once and then read back from ``autotune/attention.json`` in the kaio cache
+    directory (:mod:`kaio.ops_library.autotune`)."""
+    from kaio.ops_library import autotune as tuning
+
+    phase = "decode" if sq <= 16 else "prefill"
+    key = f"{tuning.device_key(dev)}|{t.name}|d{d}|{'causal' if causal else 'full'}|{phase}"
+    pool = [c for c in candidates(sq, d) if c.shared_bytes(padded(d)) <= dev.shared_memory_per_block_optin]
+    return tuning.tuned("attention", key, pool, time_ms, AttentionConfig.label)
+
+
+def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse: Operand, lens: Any,
+             has_lens: bool, sizes: tuple[int, ...], scale: float, causal: bool, config: AttentionConfig) -> None:  # fmt: skip
     """Launch the forward kernel, split into key chunks and combined when decoding."""
     b, h, hkv, sq, sk, d = sizes
-    config = choose_config(sq, d)
     bd = padded(d)
     splits = decode_splits(sq, sk, config.block_n)
     meta = {"BM": config.block_m, "BN": config.block_n, "BD": bd, "CAUSAL": causal, "HAS_LENS": has_lens}

@@ -4,7 +4,8 @@ A dot whose accumulator is in the ``#tile.mma<[WM, WN]>`` layout and whose f16/b
 are in shared memory (``promote-to-shared``) becomes, for each warp: its (M/WM)x(N/WN) block of
 the accumulator as 16x8 fragments (``mma.split``), then for every 16-deep step of K the warp's
 A rows as 16x16 fragments and its B columns as pairs of 16x8 fragments (``mma.load_a``,
-``mma.load_b``; each B pair right before its ``mma.mma`` ops, so few fragments are live beside
+``mma.load_b``; an A operand ``promote-to-shared`` left in registers, in the accumulator's
+layout, gives its fragments with ``mma.pack_a`` instead of ``ldmatrix``; each B pair right before its ``mma.mma`` ops, so few fragments are live beside
 the accumulator), one ``mma.mma`` per (A, B) pair, and the fragments back into the tile
 (``mma.join``). Warps beyond WM x WN (a tile too small for all of them) compute copies.
 Other dots (f32, or a blocked accumulator) are left to lower-to-ptx's FMA rule.
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, bf16, f16
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -32,21 +34,38 @@ def _fail(why: str) -> KaioCompileError:
     return KaioCompileError(f"lower-to-mma-sync: {why}")
 
 
+def _rounded_from(a: SSAValue) -> SSAValue:
+    """The f32 tile a register A operand is a plain cast of (a ``tile.map`` holding one
+    ``arith.truncf``, as ``T(acc)`` gives), so the fragments round while they pack; else ``a``."""
+    owner = a.owner
+    if not isinstance(owner, tile.MapOp) or len(owner.inputs) != 1 or tile.element_of(owner.inputs[0].type) != f32:
+        return a
+    ops = list(owner.block.ops)
+    if len(ops) != 2 or not isinstance(ops[0], arith.TruncFOp) or ops[0].input is not owner.block.args[0] \
+            or ops[1].operands[0] is not ops[0].result:  # fmt: skip
+        return a
+    if owner.inputs[0].type != tile.tile_type(f32, tile.shape_of(a.type), layout_of(a.type)):
+        return a
+    return owner.inputs[0]
+
+
 def lower_dot(dot: tile.DotOp, num_warps: int) -> None:
     layout = layout_of(dot.acc.type)
     assert isinstance(layout, MmaLayout)
-    for operand in (dot.a, dot.b):
+    ta, tb = dot.trans
+    in_registers = not ta and mma.register_a_operand(dot.a.type, dot.acc.type)
+    for operand in (dot.a, dot.b) if not in_registers else (dot.b,):
         if not isinstance(operand.type, smem.BufferType):
-            raise _fail("operands must be in shared memory; run promote-to-shared first")
+            raise _fail("operands must be in shared memory (or A in registers in the accumulator's layout); run promote-to-shared first")
         if operand.type.element_type not in (f16, bf16):
             raise _fail(f"tensor cores take f16/bf16 operands, not {operand.type.element_type}")
+    a_source, a_elem = (_rounded_from(dot.a), tile.element_of(dot.a.type)) if in_registers else (dot.a, None)
     m, n = tile.shape_of(dot.acc.type)
-    ta, tb = dot.trans
     k = tile.operand_shape(dot.a.type, ta)[1]
     wm, wn = layout.warp_grid
     tm, tn = layout.warp_tile((m, n))
-    if tm % 16 or tn % 16 or k % 16:
-        raise _fail(f"a warp's {tm}x{tn} block and K={k} must be multiples of 16")
+    if tm % 16 or tn % 8 or k % 16:
+        raise _fail(f"a warp's {tm}x{tn} block must be made of 16x8 blocks and K={k} a multiple of 16")
     fm, fn = tm // 16, tn // 8
 
     ix = IndexBuilder(Builder(InsertPoint.before(dot)))
@@ -58,11 +77,15 @@ def lower_dot(dot: tile.DotOp, num_warps: int) -> None:
     accs: list[SSAValue] = list(ix.b.insert(mma.SplitOp(dot.acc)).fragments)
     for kk in range(k // 16):
         kcol = ix.const(16 * kk)
-        a_frags = [
-            ix.b.insert(mma.LoadAOp(dot.a, ix.add(warp_row, ix.const(16 * i)), kcol, ta)).result for i in range(fm)
-        ]
-        for j2 in range(fn // 2):  # one B pair at a time: few fragments live beside the accumulator
-            pair = ix.b.insert(mma.LoadBOp(dot.b, kcol, ix.add(warp_col, ix.const(16 * j2)), tb)).results
+        if in_registers:  # the warp's own rows of A: fragments from its registers
+            a_frags = [ix.b.insert(mma.PackAOp(a_source, i, kk, a_elem)).result for i in range(fm)]
+        else:
+            a_frags = [
+                ix.b.insert(mma.LoadAOp(dot.a, ix.add(warp_row, ix.const(16 * i)), kcol, ta)).result for i in range(fm)
+            ]
+        for j2 in range((fn + 1) // 2):  # one B pair at a time: few fragments live beside the accumulator
+            count = min(fn - 2 * j2, 2)  # a last 8-column half alone
+            pair = ix.b.insert(mma.LoadBOp(dot.b, kcol, ix.add(warp_col, ix.const(16 * j2)), tb, count)).results
             for i in range(fm):
                 for jj, b_frag in enumerate(pair):
                     j = 2 * j2 + jj

@@ -4,9 +4,11 @@ memory, where the warps read the rows and columns they need (``ldmatrix`` or FMA
 An operand loaded from global memory for this dot alone (``kt.load`` with ``other=0``,
 possibly through ``kt.trans``) is *copied* straight into its buffer (``smem.copy``, zero-filled
 past the bounds: no registers on the way, and ``pipeline-cp-async`` can make it asynchronous).
-Any other operand (a tile computed in registers, like attention's probabilities) is *stored*
-by the threads holding it (``smem.store``). A transposed operand is staged as it is and the dot
-reads it transposed. A barrier before the dot makes the data visible; one after it keeps the
+Any other operand (a tile computed in registers) is *stored* by the threads holding it
+(``smem.store``), except an A operand already in the accumulator's ``#tile.mma<[WM, 1]>``
+layout (a cast accumulator, like attention's probabilities), which stays in registers:
+``lower-to-mma-sync`` packs its registers into A fragments. A transposed operand is staged as
+it is and the dot reads it transposed. A barrier before the dot makes the data visible; one after it keeps the
 next iteration from overwriting a buffer still being read (``pipeline-cp-async`` replaces the
 barriers of copies with its own).
 """
@@ -23,7 +25,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import VerifyException
 
-from kaio.dialects import kernel, smem, tile
+from kaio.dialects import kernel, mma, smem, tile
 from kaio.errors import KaioCompileError
 
 COPY_BARRIER = "kaio.copy_barrier"  # a barrier that only orders tile copies
@@ -87,7 +89,10 @@ class _Stager:
 
     def promote(self, dot: tile.DotOp) -> None:
         dead: list[Operation] = []
-        a, ta, ca = self.stage(dot, dot.a, "a_tile", dead)
+        if mma.register_a_operand(dot.a.type, dot.acc.type):
+            a, ta, ca = dot.a, False, True  # no shared write to order
+        else:
+            a, ta, ca = self.stage(dot, dot.a, "a_tile", dead)
         b, tb, cb = self.stage(dot, dot.b, "b_tile", dead)
         new = tile.DotOp(a, b, dot.acc, (ta, tb))
         Rewriter.replace_op(dot, new)
@@ -123,7 +128,7 @@ class PromoteToSharedPass(ModulePass):
             raise KaioCompileError(f"layout is one of {smem.LAYOUT_KINDS}, not '{self.layout}'")
         stagers: dict[kernel.KernelFuncOp, _Stager] = {}
         for dot in [o for o in op.walk() if isinstance(o, tile.DotOp)]:
-            if isinstance(dot.a.type, smem.BufferType):
+            if isinstance(dot.b.type, smem.BufferType):
                 continue  # already staged
             func = enclosing_kernel(dot)
             stager = stagers.setdefault(func, _Stager(func, self.layout))

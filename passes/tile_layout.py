@@ -226,7 +226,7 @@ class LayoutSolver:
             if self.warps == (0, 0) and self.wgmma and wgmma_fits(op, self.num_warps):
                 warps = (self.num_warps, 1)
             wm, wn = warps
-            if wm * wn > self.num_warps or shape[0] < 16 * wm or shape[1] < 16 * wn:
+            if wm * wn > self.num_warps or shape[0] < 16 * wm or shape[1] < 8 * wn:
                 raise KaioCompileError(f"tile-layout: {wm}x{wn} warps do not fit a {shape[0]}x{shape[1]} mma tile")
             return MmaLayout(warps)
         return default_blocked(shape, 4, self.num_warps)

@@ -12,6 +12,11 @@ loads four 8x8 matrices; lane 8q + i gives the address of row i of matrix q:
   column 8*(q%2).
 - accumulator: lane L holds rows L/4 and L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1: 4 registers
   of the ``#tile.mma`` tile per fragment, so ``mma.split``/``mma.join`` only regroup registers.
+- A from registers (``mma.pack_a``): lane L's A registers hold rows L/4 and L/4 + 8, k columns
+  2*(L%4) + {0, 1} and 2*(L%4) + {8, 9}: the accumulator elements the lane holds for the two
+  16x8 halves of the block, each pair packed into one b32 (``mov.b32 d, {lo, hi}``, the lower
+  column in the low half as ``ldmatrix`` leaves it), or rounded from f32 as they are packed
+  (``cvt.rn.f16x2.f32 d, hi, lo``: one instruction per pair, no 16-bit registers in between).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from xdsl.ir import Attribute, SSAValue
 from kaio.dialects import mma, ptx
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
-from kaio.passes.to_ptx.tile_values import add32
+from kaio.passes.to_ptx.tile_values import add32, distribution
 from kaio.passes.to_ptx.tiles import shared_offset
 
 
@@ -49,22 +54,24 @@ def lower_zero(em: PtxEmitter, op: mma.ZeroOp) -> None:
     em.bind(op.result, [em.const(0.0, f32)] * 4)
 
 
-def _ldmatrix(em: PtxEmitter, buffer: SSAValue, row: SSAValue, col: SSAValue, trans: bool) -> list[SSAValue]:
+def _ldmatrix(em: PtxEmitter, buffer: SSAValue, row: SSAValue, col: SSAValue, trans: bool, count: int = 4) -> list[SSAValue]:
+    """``ldmatrix.x{count}``: lanes 8q + i (q < count) give the addresses of the q-th matrix."""
     offset = shared_offset(em, buffer.type, row, col)  # type: ignore[arg-type]
     addr = em.instr(ptx.AddOp, "s32", [em.value(buffer), offset], i32)
-    spec = f"sync.aligned.m8n8.x4{'.trans' if trans else ''}.shared.b16"
-    load = ptx.LdmatrixOp(spec, [addr], [i32] * 4)
+    spec = f"sync.aligned.m8n8.x{count}{'.trans' if trans else ''}.shared.b16"
+    load = ptx.LdmatrixOp(spec, [addr], [i32] * count)
     em.emit(load)
     return list(load.outs)
 
 
-def _transposed_block(em: PtxEmitter, op: mma.LoadAOp | mma.LoadBOp, trans: bool) -> list[SSAValue]:
+def _transposed_block(em: PtxEmitter, op: mma.LoadAOp | mma.LoadBOp, trans: bool, count: int = 4) -> list[SSAValue]:
     """ldmatrix of the 16x16 block at (row, col) of the operand, stored transposed: lane 8q + i
-    reads stored row col + 8*(q/2) + i, stored column row + 8*(q%2)."""
+    reads stored row col + 8*(q/2) + i, stored column row + 8*(q%2) (with ``count`` 2, the
+    block's first 8 columns: q < 2)."""
     stored_row = add32(em, em.value(op.col), _lane_bits(em, 0, 7))
     stored_row = add32(em, stored_row, _lane_bits(em, 4, 1, 8))
     stored_col = add32(em, em.value(op.row), _lane_bits(em, 3, 1, 8))
-    return _ldmatrix(em, op.buffer, stored_row, stored_col, trans=trans)
+    return _ldmatrix(em, op.buffer, stored_row, stored_col, trans=trans, count=count)
 
 
 @lowering(mma.LoadAOp)
@@ -79,14 +86,32 @@ def lower_load_a(em: PtxEmitter, op: mma.LoadAOp) -> None:
 
 @lowering(mma.LoadBOp)
 def lower_load_b(em: PtxEmitter, op: mma.LoadBOp) -> None:
+    count = 2 * len(op.results_)  # x4: both column halves; x2: the first (lanes 0-15 address it)
     if op.is_transposed:
-        regs = _transposed_block(em, op, trans=False)
+        regs = _transposed_block(em, op, trans=False, count=count)
     else:
         row = add32(em, em.value(op.row), _lane_bits(em, 0, 15))  # L%8 + 8*((L/8)%2) == L%16
         col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, 8))
-        regs = _ldmatrix(em, op.buffer, row, col, trans=True)
-    em.bind(op.results_[0], regs[:2])
-    em.bind(op.results_[1], regs[2:])
+        regs = _ldmatrix(em, op.buffer, row, col, trans=True, count=count)
+    for i, frag in enumerate(op.results_):
+        em.bind(frag, regs[2 * i : 2 * i + 2])
+
+
+@lowering(mma.PackAOp)
+def lower_pack_a(em: PtxEmitter, op: mma.PackAOp) -> None:
+    register_of = distribution(em, op.tile.type).register_of  # a warp's rows: register bits only
+    parts = em.parts(op.tile)
+    r0, c0 = 16 * op.row.value.data, 16 * op.col.value.data
+    rounded = op.tile.type.element_type == f32  # type: ignore[attr-defined]
+    spec = float_spec(op.result.type.element_type)  # type: ignore[attr-defined]
+    regs = []
+    for dr, dc in ((0, 0), (8, 0), (0, 8), (8, 8)):
+        lo, hi = (parts[register_of[(r0 + dr, c0 + dc + j)]] for j in (0, 1))
+        if rounded:  # cvt.rn.f16x2.f32 d, a, b puts a in the high half
+            regs.append(em.instr(ptx.CvtOp, f"rn.{spec}x2.f32", [hi, lo], i32))
+        else:
+            regs.append(em.instr(ptx.MovOp, "b32", [lo, hi], i32))
+    em.bind(op.result, regs)
 
 
 @lowering(mma.MmaOp)

@@ -220,7 +220,10 @@ def to_f32(em: PtxEmitter, v: SSAValue) -> SSAValue:
 def _operand_element(em: PtxEmitter, buffer: SSAValue, transposed: bool, row: SSAValue, col: SSAValue) -> SSAValue:
     bt = buffer.type
     if not isinstance(bt, smem.BufferType):
-        raise KaioCompileError("tile.dot operands must be in shared memory: run promote-to-shared first")
+        raise KaioCompileError(
+            "tile.dot operands must be in shared memory: run promote-to-shared first (an A operand it left "
+            "in registers, in the accumulator's mma layout, needs lower-to-mma-sync)"
+        )
     if transposed:
         row, col = col, row
     addr = em.instr(ptx.AddOp, "s32", [em.value(buffer), shared_offset(em, bt, row, col)], i32)

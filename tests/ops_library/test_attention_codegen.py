@@ -7,7 +7,7 @@ import pytest
 
 import kaio
 from kaio import dtypes
-from kaio.ops_library.attention import choose_config, configured_kernel, padded
+from kaio.ops_library.attention import candidates, choose_config, configured_kernel, padded
 from kaio.targets.ptx import toolchain
 
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-cuda-nvcc-cu12 not installed")
@@ -20,19 +20,9 @@ def compile_variant(d: int, sq: int, causal: bool, arch: str, t=dtypes.f16):  # 
                         HAS_LENS=True, __divisible__=(("D", 16),)), config  # fmt: skip
 
 
-D256 = pytest.param(
-    256,
-    marks=pytest.mark.xfail(
-        strict=True,
-        reason="D=256 spills 20-40 bytes: Q's 16 loop-invariant A fragments (64 registers) are "
-        "hoisted beside a 64-register accumulator; needs Q fragments kept in registers by design",
-    ),
-)
-
-
 @needs_ptxas
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
-@pytest.mark.parametrize("d", [32, 64, 96, 128, D256])
+@pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
 def test_every_head_dim_assembles_without_spills(arch, d):
     for causal, sq in ((False, 1024), (True, 1024), (False, 1)):
         compiled, config = compile_variant(d, sq, causal, arch)
@@ -66,3 +56,47 @@ def test_flash_decoding_kernels_assemble_without_spills(arch):
     for compiled in (split, combine):
         report = toolchain.assemble(compiled.ptx, arch)
         assert report.spill_stores[compiled.name] == 0 and report.spill_loads[compiled.name] == 0
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_probabilities_feed_the_second_dot_from_registers(d):
+    """P = exp2(s - m), cast to bf16, stays in the accumulator layout: the second dot packs its
+    registers into A fragments; only Q, K and V have shared buffers and ldmatrix only reads
+    them (Q's A fragments, K's and V's B fragments)."""
+    config = choose_config(1024, d)
+    compiled = kaio.compile(configured_kernel(dtypes.bf16, config), "sm_80", BM=config.block_m, BN=config.block_n,
+                            BD=d, CAUSAL=True, HAS_LENS=False, __divisible__=(("D", 16),))  # fmt: skip
+    stages = compiled.stages
+    assert "smem.store" not in stages["promote-to-shared"]
+    assert stages["promote-to-shared"].count("smem.alloc") == 3
+    mma_ir = stages["lower-to-mma-sync"]
+    rows_per_warp = config.block_m // config.warps_m
+    assert mma_ir.count("mma.pack_a") == (rows_per_warp // 16) * (config.block_n // 16)
+    assert mma_ir.count("mma.load_a") == (rows_per_warp // 16) * (d // 16)  # Q only
+    lines = compiled.ptx.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("$L_for"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("$L_endfor"))
+    loop = "\n".join(lines[head:end])
+    assert "st.shared" not in loop  # only cp.async writes shared memory in the main loop
+    assert loop.count("bar.sync") == 1  # the ring's barrier; none orders a store of P
+
+
+AUTOTUNE = sorted({(padded(d), sq, c) for d in (32, 64, 128, 256) for sq in (1, 1024) for c in candidates(sq, d)},
+                  key=lambda x: (x[0], x[1], x[2].label()))  # fmt: skip
+
+
+@pytest.mark.slow
+@needs_ptxas
+@pytest.mark.parametrize("bd, sq, config", AUTOTUNE, ids=[f"d{d}-sq{sq}-{c.label()}" for d, sq, c in AUTOTUNE])
+def test_every_autotune_candidate_assembles_without_spills(bd, sq, config):
+    """config="auto" only times configs that assemble without spills on sm_80 and sm_90."""
+    outs = (dtypes.f16, dtypes.f32) if sq == 1 else (dtypes.f16,)  # decoding's split kernel writes f32
+    for arch in ("sm_80", "sm_90"):
+        for out in outs:
+            for causal in (False, True):
+                compiled = kaio.compile(configured_kernel(dtypes.f16, config, out), arch, BM=config.block_m,
+                                        BN=config.block_n, BD=bd, CAUSAL=causal, HAS_LENS=True,
+                                        __divisible__=(("D", 16),))  # fmt: skip
+                report = toolchain.assemble(compiled.ptx, arch)
+                print(f"D={bd} {config.label()} {arch} out={out.name} causal={causal}: {report.registers['attention']} registers")
+                assert report.spill_stores["attention"] == 0 and report.spill_loads["attention"] == 0

@@ -98,6 +98,15 @@ def test_flash_decoding_splits_long_keys_and_combines(dev, rng, sq, causal):
     run(dev, rng, 2, 2, 1, sq, 700, 64, causal=causal, lens=[700, 333])
 
 
+@pytest.mark.parametrize("d", [128, 256])
+def test_wide_heads_causal_in_bf16_and_decoding(dev, rng, d):
+    from kaio.ops_library.attention import choose_config, decode_splits
+
+    run(dev, rng, 1, 2, 1, 33, 70, d, "bf16", causal=True)
+    assert decode_splits(1, 300, choose_config(1, d).block_n) > 1
+    run(dev, rng, 1, 2, 1, 1, 300, d, causal=True)
+
+
 def test_grouped_and_multi_query_heads(dev, rng):
     run(dev, rng, 1, 8, 2, 20, 33, 32)  # GQA: 4 query heads per kv head
     run(dev, rng, 1, 4, 1, 20, 33, 32)  # MQA

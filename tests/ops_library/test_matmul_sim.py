@@ -75,8 +75,9 @@ def test_host_arrays_in_host_array_out_bf16():
 
 @pytest.mark.parametrize(
     "config",
-    [MatmulConfig(stages=0), MatmulConfig(layout="pad"), MatmulConfig((64, 64, 32), (2, 2), 2, "none")],
-    ids=["no-cp-async", "pad", "unswizzled-2-stage"],
+    [MatmulConfig(stages=0), MatmulConfig(layout="pad"), MatmulConfig((64, 64, 32), (2, 2), 2, "none"),
+     MatmulConfig((32, 16, 32), (2, 2), 2)],
+    ids=["no-cp-async", "pad", "unswizzled-2-stage", "8-column-warp-tiles"],
 )
 def test_other_pipelines_stay_correct(dev, config):
     rng = np.random.default_rng()

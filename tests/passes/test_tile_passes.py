@@ -112,6 +112,14 @@ def test_lower_to_mma_sync_unrolls_fragments():
     assert "tile.dot" not in ops
 
 
+def test_a_warp_owning_8_columns_loads_single_b_fragments():
+    m = run(matmul_module(block=(32, 16, 32)), "tile-layout{warps=2,2},promote-to-shared,lower-to-mma-sync")
+    loads = ops_named(m, "mma.load_b")
+    assert loads and all(len(o.results) == 1 for o in loads)  # ldmatrix.x2: one 16x8 fragment
+    run(m, "lower-to-ptx")
+    assert "ldmatrix sync.aligned.m8n8.x2" in str(m)
+
+
 def test_lower_to_mma_sync_explains_missing_shared_stage():
     with pytest.raises(KaioCompileError, match="promote-to-shared"):
         run(matmul_module(), "tile-layout,lower-to-mma-sync")
