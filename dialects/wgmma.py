@@ -30,11 +30,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from kaio.dialects.mma import FragType
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.dialects.tma import GLOBAL_ADDRESS
 from xdsl.dialects.builtin import I64, IntAttr, IntegerAttr, StringAttr, TensorType, bf16, f16, f32, i32, i64
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
+    AnyOf,
+    BaseAttr,
+    EqAttrConstraint,
     IRDLOperation,
     VarConstraint,
     base,
@@ -172,19 +176,20 @@ class CommitGroupOp(IRDLOperation):
 class MmaAsyncOp(IRDLOperation):
     """``%d = wgmma.mma_async %acc, %a_desc, %b_desc {element = f16, trans_b = 1}``: issue
     ``D = A * B + acc`` (``accumulate = 0``: ``D = A * B``). ``trans_a``/``trans_b`` 1: A is
-    M-major / B is N-major in shared memory (0: K-major)."""
+    M-major / B is N-major in shared memory (0: K-major). A is a descriptor, or an
+    ``!mma.frag<a, T>``: each warp's m16n8k16 A fragment of its 16 rows of the 64 (registers)."""
 
     name = "wgmma.mma_async"
     T: ClassVar = VarConstraint("T", base(AccType))
     acc = operand_def(T)
-    a = operand_def(i64)
+    a = operand_def(AnyOf((EqAttrConstraint(i64), BaseAttr(FragType))))
     b = operand_def(i64)
     element = prop_def(TypeAttribute)
     trans_a = prop_def(IntegerAttr[I64])
     trans_b = prop_def(IntegerAttr[I64])
     accumulate = prop_def(IntegerAttr[I64])
     result = result_def(T)
-    assembly_format = "$acc `,` $a `,` $b `element` $element `trans` $trans_a `,` $trans_b `accumulate` $accumulate attr-dict `:` type($acc)"
+    assembly_format = "$acc `,` $a `,` $b `element` $element `trans` $trans_a `,` $trans_b `accumulate` $accumulate attr-dict `:` type($acc) `,` type($a)"
 
     def __init__(self, acc: SSAValue, a: SSAValue, b: SSAValue, element: Attribute = f16, trans_a: int = 0, trans_b: int = 0, accumulate: int = 1):
         props = {
@@ -198,6 +203,9 @@ class MmaAsyncOp(IRDLOperation):
     def verify_(self) -> None:
         if self.element not in (f16, bf16):
             raise VerifyException(f"wgmma.mma_async multiplies f16 or bf16, not {self.element}")
+        a = self.a.type
+        if isinstance(a, FragType) and (a != FragType("a", self.element) or self.trans_a.value.data):
+            raise VerifyException("an A from registers is an untransposed A fragment of the element type")
         for name in ("trans_a", "trans_b", "accumulate"):
             if getattr(self, name).value.data not in (0, 1):
                 raise VerifyException(f"{name} is 0 or 1")

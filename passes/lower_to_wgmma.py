@@ -3,7 +3,9 @@
 A dot qualifies when its accumulator is an f32 tile in the ``#tile.mma<[W, 1]>`` layout with
 M = 16 W and W a multiple of 4 (``tile-layout{wgmma=true}`` picks that grid for the dots it
 can), and both f16/bf16 operands sit in shared buffers in the ``wgmma`` layout
-(``promote-to-shared{layout=wgmma}``). Each warp then holds a 16-row strip of all N columns,
+(``promote-to-shared{layout=wgmma}``), or B does and A is in registers in the accumulator's
+layout (``promote-to-shared`` leaves such an A, like attention's P, where it is: each warp's
+m16n8k16 A fragment of its 16 rows, ``mma.pack_a``, is what wgmma takes from registers). Each warp then holds a 16-row strip of all N columns,
 register for register the wgmma D fragment, so the tile *is* the accumulators of its W/4
 warpgroups (warpgroup G: rows 64G..64G+63): ``wgmma.split`` only regroups registers.
 
@@ -44,7 +46,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
 
-from kaio.dialects import kernel, smem, tile, tma, wgmma
+from kaio.dialects import kernel, mma, smem, tile, tma, wgmma
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.passes.int_builder import IndexBuilder
 from kaio.passes.promote_to_shared import enclosing_kernel
@@ -98,8 +100,9 @@ def operand_plan(t: Attribute, mn_major: bool, mn_step: int) -> OperandPlan | st
     return OperandPlan(mn_major, span, rows, eb)
 
 
-def dot_plan(dot: tile.DotOp, num_warps: int) -> tuple[list[int], OperandPlan, OperandPlan] | str:
-    """(column chunks, A plan, B plan) for a dot wgmma can take, else the reason it cannot."""
+def dot_plan(dot: tile.DotOp, num_warps: int) -> tuple[list[int], OperandPlan | None, OperandPlan] | str:
+    """(column chunks, A plan (None: A in registers), B plan) for a dot wgmma can take, else
+    the reason it cannot."""
     try:
         chunks = wgmma.tile_chunks(dot.acc.type)
     except VerifyException as e:
@@ -109,14 +112,15 @@ def dot_plan(dot: tile.DotOp, num_warps: int) -> tuple[list[int], OperandPlan, O
     if layout.warp_grid[0] != num_warps:
         return f"the accumulator spans {layout.warp_grid[0]} of the kernel's {num_warps} warps"
     ta, tb = dot.trans
-    if not isinstance(dot.a.type, smem.BufferType) or not isinstance(dot.b.type, smem.BufferType):
-        return "operands must be in shared memory (run promote-to-shared first)"
-    if dot.a.type.element_type != dot.b.type.element_type:
+    in_registers = not ta and mma.register_a_operand(dot.a.type, dot.acc.type)
+    if not (in_registers or isinstance(dot.a.type, smem.BufferType)) or not isinstance(dot.b.type, smem.BufferType):
+        return "operands must be in shared memory (run promote-to-shared first), or A in registers in the accumulator's layout"
+    if tile.element_of(dot.a.type) != tile.element_of(dot.b.type):
         return "A and B differ in element type"
     k = tile.operand_shape(dot.a.type, ta)[1]
     if k % 16:
         return f"K={k} is not a multiple of 16"
-    a = operand_plan(dot.a.type, ta, 64)
+    a = None if in_registers else operand_plan(dot.a.type, ta, 64)
     b = operand_plan(dot.b.type, not tb, chunks[0])
     for p in (a, b):
         if isinstance(p, str):
@@ -142,7 +146,8 @@ def overlap_loop(dot: tile.DotOp) -> scf.ForOp | None:
     return loop
 
 
-def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPlan, pb: OperandPlan, overlap: bool = False) -> None:
+def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPlan | None, pb: OperandPlan,
+              overlap: bool = False) -> None:  # fmt: skip
     ta, tb = dot.trans
     k = tile.operand_shape(dot.a.type, ta)[1]
     elem = dot.a.type.element_type  # type: ignore[attr-defined]
@@ -150,11 +155,16 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
     ix = IndexBuilder(Builder(InsertPoint.before(dot)))
     insert = ix.b.insert
 
-    a_addr = insert(smem.AddressOp(dot.a)).result
-    if num_warps > 4:  # warpgroup G multiplies rows 64G.. of A
-        group = ix.div(insert(kernel.WarpIdOp()).result, ix.const(4))
-        a_addr = ix.add(a_addr, ix.mul(group, ix.const(pa.offset(64, 0) - pa.offset(0, 0))))
-    a_desc = insert(wgmma.DescriptorOp(a_addr, pa.swizzle, pa.lbo, pa.sbo)).result
+    a_desc: SSAValue | None = None
+    if pa is not None:
+        a_addr = insert(smem.AddressOp(dot.a)).result
+        if num_warps > 4:  # warpgroup G multiplies rows 64G.. of A
+            group = ix.div(insert(kernel.WarpIdOp()).result, ix.const(4))
+            a_addr = ix.add(a_addr, ix.mul(group, ix.const(pa.offset(64, 0) - pa.offset(0, 0))))
+        a_desc = insert(wgmma.DescriptorOp(a_addr, pa.swizzle, pa.lbo, pa.sbo)).result
+    # A in registers: each warp's A fragment of its 16 rows, for every k16 step, packed from
+    # the registers it holds before the fence (wgmma reads them asynchronously)
+    a_frags = [insert(mma.PackAOp(dot.a, 0, kk)).result for kk in range(k // 16)] if pa is None else []
     b_desc = insert(wgmma.DescriptorOp(insert(smem.AddressOp(dot.b)).result, pb.swizzle, pb.lbo, pb.sbo)).result
 
     def at(desc: SSAValue, offset: int) -> SSAValue:
@@ -164,7 +174,7 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
     insert(tma.FenceOp())  # generic-proxy writes of the operands -> wgmma's async proxy
     insert(wgmma.FenceOp())
     for kk in range(k // 16):
-        a = at(a_desc, pa.offset(0, kk))
+        a = a_frags[kk] if pa is None else at(a_desc, pa.offset(0, kk))  # type: ignore[arg-type]
         n0 = 0
         for c, width in enumerate(chunks):
             b = at(b_desc, pb.offset(n0, kk))

@@ -126,7 +126,7 @@ def lower_mma_async(em: PtxEmitter, op: wgmma.MmaAsyncOp) -> None:
     scale_d = _predicate(em, op.accumulate.value.data)
     em.emit(
         hp.WgmmaMmaAsyncOp(
-            spec, acc, [em.value(op.a)], em.value(op.b), scale_d,
+            spec, acc, list(em.parts(op.a)), em.value(op.b), scale_d,
             trans_a=op.trans_a.value.data, trans_b=op.trans_b.value.data,
         )
     )  # fmt: skip

@@ -1,7 +1,9 @@
-"""attention on an sm_90a device: with 64 query rows over 4 warps (one warpgroup) S = Q K^T
-runs on wgmma (both operands K-major in shared memory); O += P V takes P straight from
-registers, which lower-to-wgmma leaves to mma.sync (mma.pack_a). The result matches the
-float64 reference (tiny sizes: the simulator is slow)."""
+"""attention on an sm_90a device: with 64 query rows over 4 warps (one warpgroup) both dots run
+on wgmma: S = Q K^T with both operands K-major in shared memory, O += P V with P straight from
+registers (each warp's A fragments, mma.pack_a). The result matches the float64 reference
+(tiny sizes: the simulator is slow)."""
+
+import re
 
 import numpy as np
 import pytest
@@ -14,13 +16,15 @@ from kaio.ops_library.attention import choose_config, configured_kernel
 from .test_attention_sim import BOUND, reference
 
 
-def test_the_score_dot_takes_wgmma_on_sm90a():
+def test_both_attention_dots_take_wgmma_on_sm90a():
     config = choose_config(128, 64)
     kernel = configured_kernel(dtypes.f16, config)
     meta = {"BM": config.block_m, "BN": config.block_n, "BD": 64, "CAUSAL": True, "HAS_LENS": False}
     ptx = kaio.compile(kernel, "sm_90a", **meta).ptx
-    assert ptx.count("wgmma.mma_async") == 4  # S: 4 k16 steps of m64n{BN}k16
-    assert "mma.sync.aligned.m16n8k16" in ptx  # P V, A from registers
+    assert config.block_n == 32 and "mma.sync" not in ptx
+    assert ptx.count("wgmma.mma_async") == 4 + 2  # S: D/16 = 4 k16 steps; P V: BN/16 = 2
+    pv = [line for line in ptx.splitlines() if "wgmma.mma_async.sync.aligned.m64n64k16" in line]
+    assert len(pv) == 2 and all(re.search(r"\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+", line) for line in pv)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -5,6 +5,7 @@ IR for a simple dot, which dots it takes, and tile-kernel dots on sm_90a run on 
 import ml_dtypes
 import numpy as np
 import pytest
+from xdsl.dialects.builtin import bf16 as bf16_t
 from xdsl.dialects.builtin import f16, f32
 from xdsl.parser import Parser
 from xdsl.utils.exceptions import VerifyException
@@ -122,7 +123,7 @@ def test_the_pass_ir_for_a_simple_dot():
     # A 128x32 K-major (64-byte rows: 64B swizzle); B 32x128 MN-major (128-byte panels)
     assert 'swizzle "64B" lbo 16 sbo 512' in text and 'swizzle "128B" lbo 4096 sbo 1024' in text
     assert text.count("wgmma.mma_async") == 2  # K = 32: two k16 steps, N = 128 in one chunk
-    assert "trans 0, 1 accumulate 1 : !wgmma.acc<128>" in text
+    assert "trans 0, 1 accumulate 1 : !wgmma.acc<128>, i64" in text
     fence, wfence = text.index("tma.fence"), text.index("wgmma.fence")
     first_mma, commit = text.index("wgmma.mma_async"), text.index("wgmma.commit_group")
     wait = text.index("wgmma.wait_group")
@@ -264,3 +265,50 @@ def test_mma_sync_reads_the_wgmma_layout(hopper, trans):
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     want = (a64.T if ta else a64) @ (b64.T if tb else b64)
     np.testing.assert_allclose(c.to_host(), want, rtol=1e-5, atol=1e-4)
+
+
+@kaio.tile_kernel(num_warps=4, num_stages=1)
+def chained(a: Array[F16], b: Array[F16], v: Array[F16], out: MutArray[F32], M: kaio.constexpr = 64,
+            N: kaio.constexpr = 32, K: kaio.constexpr = 64, D: kaio.constexpr = 64):  # fmt: skip
+    """(A B) V with A B rounded to f16 in registers: the second dot's A operand never goes
+    through shared memory (attention's P V)."""
+    s = kt.dot(kt.load(a, (0, 0), (M, K), (M, K)), kt.load(b, (0, 0), (K, N), (K, N)), kt.zeros((M, N), F32))
+    o = kt.dot(F16(s), kt.load(v, (0, 0), (N, D), (N, D)), kt.zeros((M, D), F32))
+    kt.store(out, (0, 0), o, (M, D))
+
+
+def test_an_a_operand_in_registers_feeds_wgmma(hopper):
+    stages = stages_of(chained)
+    text = stages["lower-to-wgmma"]
+    assert text.count("mma.pack_a") == 2  # N = 32: two k16 steps of the second dot
+    assert text.count("wgmma.mma_async") == 4 + 2
+    assert ": !wgmma.acc<64>, !mma.frag<a, f16>" in text
+    pack, fence = text.rindex("mma.pack_a"), text.rindex("wgmma.fence")
+    assert pack < fence  # the fragments are written before wgmma may read them
+    assert "mma.sync" not in stages["ptx"]
+    rng = np.random.default_rng()
+    a, b, v = (rng.standard_normal(s).astype(np.float16) for s in ((64, 64), (64, 32), (32, 64)))
+    out = hopper.alloc_from(np.full((64, 64), np.nan, np.float32))
+    chained.launch(hopper, hopper.alloc_from(a), hopper.alloc_from(b), hopper.alloc_from(v), out, grid=(1,))
+    s = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32).astype(np.float16)
+    want = s.astype(np.float64) @ v.astype(np.float64)
+    np.testing.assert_allclose(out.to_host(), want, rtol=1e-3, atol=1e-2)
+
+
+def test_register_a_fragments_verify():
+    from xdsl.dialects import arith
+    from xdsl.ir import Block
+
+    from kaio.dialects.mma import FragType
+
+    acc = wgmma.ZeroOp(64).result
+    desc = arith.ConstantOp.from_int_and_width(0, 64).result
+    a16, a_bf16, c = Block(arg_types=[FragType("a", f16), FragType("a", bf16_t), FragType("acc", f32)]).args
+    wgmma.MmaAsyncOp(acc, a16, desc, f16).verify_()
+    for bad in (
+        wgmma.MmaAsyncOp(acc, c, desc, f16),  # an accumulator fragment
+        wgmma.MmaAsyncOp(acc, a_bf16, desc, f16),  # another element type
+        wgmma.MmaAsyncOp(acc, a16, desc, f16, trans_a=1),  # registers cannot be transposed
+    ):
+        with pytest.raises(VerifyException, match="untransposed A fragment"):
+            bad.verify_()
