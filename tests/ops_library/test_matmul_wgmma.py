@@ -129,3 +129,22 @@ def test_rings_beyond_48k_take_dynamic_shared_memory():
     got, want = run(kaio.Device("sim"), 70, 130, 100, np.float16, big)
     err = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert err < 1e-5, err
+
+
+def test_split_k_on_wgmma(hopper):
+    """A skinny, deep problem splits K on sm_90a too: each program's partial sum on wgmma."""
+    from kaio.ops_library.matmul import matmul as op
+    from kaio.ops_library.operands import Operands
+
+    m, n, k = 16, 64, 2048
+    rng = np.random.default_rng()
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    da, db = hopper.alloc_from(a), hopper.alloc_from(b)
+    out = hopper.alloc_from(np.full((m, n), np.nan, np.float32))
+    ops = Operands("matmul", da, db, out, None, device=hopper)
+    chosen = op.kernel(ops.take("a", da), ops.take("b", db), ops.take("out", out), m, n, k, None, hopper).config
+    assert chosen.wgmma and chosen.split_k > 1, chosen
+    matmul(da, db, out)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.linalg.norm(out.to_host() - want) / np.linalg.norm(want) < 1e-5
