@@ -5,8 +5,11 @@ in one run with the same method (CUDA events, median).
 
     python benchmarks/matmul.py                 # needs a GPU; torch and triton are optional
     python benchmarks/matmul.py --sim-smoke     # checks the script itself on the simulator
+    python benchmarks/matmul.py --sim-smoke --sim-arch sm_90a
 
-kaio runs twice: its default config and ``config="auto"`` (timed candidates, winner cached).
+kaio runs its default config (on an H100, which kaio compiles for sm_90a: wgmma), the mma.sync
+default (``DEFAULT_CONFIG``, the same on older GPUs) and ``config="auto"`` (timed candidates of
+both kinds, winner cached).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import numpy as np
 
 import kaio
 from kaio.ops_library import matmul
+from kaio.ops_library.matmul_config import DEFAULT_CONFIG
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -86,17 +90,19 @@ def main() -> None:
     parser.add_argument("--dtypes", nargs="*", default=["f16", "bf16"], choices=list(HOST_TYPES))
     parser.add_argument("--no-skinny", action="store_true", help="leave out the skinny (M <= 128) shapes")
     parser.add_argument("--sim-smoke", action="store_true", help="tiny run on the simulator (checks the script)")
+    parser.add_argument("--sim-arch", default="sm_80", help="the simulated GPU of --sim-smoke")
     args = parser.parse_args()
 
-    dev = kaio.Device("sim") if args.sim_smoke else kaio.Device()
+    dev = kaio.Device("sim", arch=args.sim_arch) if args.sim_smoke else kaio.Device()
     shapes = [(n, n, n) for n in args.sizes] + ([] if args.no_skinny else SKINNY)
     if args.sim_smoke:
         shapes = [(128, 128, 128), (16, 64, 1024)]
     if dev.is_simulator and not args.sim_smoke:
         print("no GPU: this benchmark measures GPU throughput (use --sim-smoke to check the script)")
         return
-    print(f"device: {dev.name} ({dev.arch}); f32 accumulation, output in the input type; TFLOP/s (median)")
-    header = (f"{'dtype':>5} {'m':>6} {'n':>6} {'k':>6} {'kaio':>8} {'kaio auto':>10} {'cuBLAS':>8} {'Triton':>8} "
+    print(f"device: {dev.name} ({dev.arch}, kaio compiles for {dev.compile_arch}); f32 accumulation, "
+          "output in the input type; TFLOP/s (median)")  # fmt: skip
+    header = (f"{'dtype':>5} {'m':>6} {'n':>6} {'k':>6} {'kaio':>8} {'mma.sync':>9} {'kaio auto':>10} {'cuBLAS':>8} {'Triton':>8} "
               f"{'kaio/cuBLAS':>12} {'kaio/Triton':>12}")  # fmt: skip
     print(header)
     rng = np.random.default_rng(0)
@@ -114,21 +120,22 @@ def main() -> None:
             kaio_ms = time_ms(lambda: matmul(a, b, c), dev)
             got = c.float().cpu().numpy() if torch_side is not None else c.to_host()
             error = rel_error(got, a_host.astype(np.float32) @ b_host.astype(np.float32))
+            mma_ms = time_ms(lambda: matmul(a, b, c, config=DEFAULT_CONFIG), dev)
             auto_ms = time_ms(lambda: matmul(a, b, c, config="auto"), dev)
-            results = {"kaio": tflops(m, n, k, kaio_ms), "auto": tflops(m, n, k, auto_ms)}
+            results = {"kaio": tflops(m, n, k, kaio_ms), "mma": tflops(m, n, k, mma_ms), "auto": tflops(m, n, k, auto_ms)}
             if cublas is not None:
                 results["cublas"] = tflops(m, n, k, time_ms(cublas, dev))
                 triton_side = triton_runner(a, b)
                 if triton_side is not None:
                     results["triton"] = tflops(m, n, k, time_ms(triton_side[1], dev))
-            best = max(results["kaio"], results["auto"])
+            best = max(results["kaio"], results["mma"], results["auto"])
 
             def cell(key: str) -> str:
                 return f"{results[key]:8.1f}" if key in results else f"{'-':>8}"
 
             ratio_cublas = f"{best / results['cublas']:12.2f}" if "cublas" in results else f"{'-':>12}"
             ratio_triton = f"{best / results['triton']:12.2f}" if "triton" in results else f"{'-':>12}"
-            print(f"{dtype:>5} {m:>6} {n:>6} {k:>6} {cell('kaio')} {results['auto']:10.1f} {cell('cublas')} "
+            print(f"{dtype:>5} {m:>6} {n:>6} {k:>6} {cell('kaio')} {results['mma']:9.1f} {results['auto']:10.1f} {cell('cublas')} "
                   f"{cell('triton')} {ratio_cublas} {ratio_triton}   (kaio rel. error {error:.1e})")  # fmt: skip
 
 

@@ -9,6 +9,17 @@ banks:
 - ``swizzle``: the 16-byte chunks of each 128-byte line are permuted by XOR with a row index,
   so the 8 rows ``ldmatrix`` reads at once, and the 8 chunks a quarter-warp writes with
   ``cp.async``, land in 8 different bank groups. No memory is wasted.
+- ``wgmma``: the canonical swizzled layouts Hopper's ``wgmma`` reads through matrix descriptors
+  (PTX ISA, "Shared memory matrix layout"). The tile is cut into column *panels* S bytes wide
+  (S = 128 if a row's bytes are a multiple of 128, else 64 or 32): panel p holds columns
+  [p*S/e, (p+1)*S/e) of every row, rows S bytes apart, panels one after the other. Inside each
+  8-row group of a panel the 16-byte chunks are XORed with the row (the hardware's S-byte
+  swizzle: address bits 4.. XOR bits 7..). For 128-byte rows this is exactly ``swizzle``. A
+  panel is a valid wgmma operand whichever way it is read: K-major (rows = M or N, SBO = 8*S
+  bytes between 8-row groups, k16 steps 32 bytes along the row) or MN-major (rows = K, SBO =
+  8*S, LBO = one panel's bytes). Buffers are aligned to 1024 bytes (the swizzle works on
+  absolute addresses) and need rows in multiples of 8. ``ldmatrix`` and ``cp.async`` stay
+  conflict-free, so mma.sync and SIMT dots read it as well.
 """
 
 from __future__ import annotations
@@ -33,12 +44,14 @@ from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects.tile import ViewType
 
-LAYOUT_KINDS = ("none", "pad", "swizzle")
+LAYOUT_KINDS = ("none", "pad", "swizzle", "wgmma")
+WGMMA_SPANS = (128, 64, 32)  # swizzle spans of the wgmma layout, widest first
 
 
 @irdl_attr_definition
 class LayoutAttr(ParametrizedAttribute):
-    """``#smem.layout<swizzle>``, ``#smem.layout<pad 8>`` or ``#smem.layout<none>``."""
+    """``#smem.layout<swizzle>``, ``#smem.layout<wgmma>``, ``#smem.layout<pad 8>`` or
+    ``#smem.layout<none>``."""
 
     name = "smem.layout"
     kind: StringAttr
@@ -78,8 +91,19 @@ class LayoutAttr(ParametrizedAttribute):
         """Rows sharing one XOR pattern: the rows of one 128-byte line."""
         return max(1, 128 // row_bytes)
 
-    def offset(self, row: int, col: int, cols: int, elem_bytes: int) -> int:
-        """Byte offset of element (row, col) in one tile (the reference the lowering follows)."""
+    def panel_span(self, cols: int, elem_bytes: int) -> int:
+        """The wgmma layout's panel width (and swizzle span) in bytes for rows of ``cols``."""
+        rb = cols * elem_bytes
+        return next((s for s in WGMMA_SPANS if rb % s == 0), 0)
+
+    def offset(self, row: int, col: int, cols: int, elem_bytes: int, rows: int = 0) -> int:
+        """Byte offset of element (row, col) in one tile (the reference the lowering follows;
+        the wgmma layout needs the tile's ``rows`` too)."""
+        if self.kind.data == "wgmma":
+            span = self.panel_span(cols, elem_bytes)
+            cb = col * elem_bytes
+            off = (cb // span) * rows * span + row * span + cb % span
+            return off ^ (((off >> 7) & (span // 16 - 1)) << 4)
         rb = self.row_bytes(cols, elem_bytes)
         off = row * rb + col * elem_bytes
         if self.kind.data != "swizzle":
@@ -88,11 +112,19 @@ class LayoutAttr(ParametrizedAttribute):
         chunk = (off // 16) % 8
         return off - chunk * 16 + (chunk ^ f) * 16
 
-    def check_tile(self, cols: int, elem_bytes: int) -> None:
+    def alignment(self) -> int:
+        """Bytes a buffer in this layout is aligned to."""
+        return 1024 if self.kind.data == "wgmma" else 128
+
+    def check_tile(self, cols: int, elem_bytes: int, rows: int = 8) -> None:
         rb = cols * elem_bytes
         if self.kind.data == "swizzle" and (rb % 16 or (rb % 128 and 128 % rb)):
             raise VerifyException(
                 f"swizzle needs rows of 16..128 bytes dividing 128, or multiples of 128; got {rb}"
+            )
+        if self.kind.data == "wgmma" and (not self.panel_span(cols, elem_bytes) or rows % 8):
+            raise VerifyException(
+                f"the wgmma layout needs rows of a multiple of 32 bytes and a multiple of 8 rows; got {rows} rows of {rb} bytes"
             )
 
 
@@ -140,7 +172,7 @@ class BufferType(ParametrizedAttribute, TypeAttribute):
     def verify(self) -> None:
         if len(self.dims) not in (2, 3) or any(d <= 0 for d in self.dims):
             raise VerifyException(f"smem.buffer is [stages x] rows x cols, got {self.dims}")
-        self.layout.check_tile(self.tile[1], self.elem_bytes)
+        self.layout.check_tile(self.tile[1], self.elem_bytes, self.tile[0])
 
     def print_parameters(self, printer: Printer) -> None:
         with printer.in_angle_brackets():
@@ -189,6 +221,20 @@ class StageOp(IRDLOperation):
         assert isinstance(ring, BufferType)
         if len(ring.dims) != 3 or self.result.type != ring.single_stage():
             raise VerifyException("smem.stage takes one stage of a [stages x rows x cols] buffer")
+
+
+@irdl_op_definition
+class AddressOp(IRDLOperation):
+    """The 32-bit shared-memory address of a buffer's first byte (for wgmma descriptors)."""
+
+    name = "smem.address"
+    buffer = operand_def(BufferType)
+    result = result_def(i32)
+    traits = traits_def(Pure())
+    assembly_format = "$buffer attr-dict `:` type($buffer)"
+
+    def __init__(self, buffer: SSAValue):
+        super().__init__(operands=[buffer], result_types=[i32])
 
 
 def check_copy(src: Attribute, dst: Attribute, vec: int) -> None:
@@ -246,4 +292,4 @@ class StoreOp(IRDLOperation):
             raise VerifyException(f"storing {t} into {dst}: shapes or types differ")
 
 
-Smem = Dialect("smem", [AllocOp, StageOp, CopyOp, StoreOp], [LayoutAttr, BufferType])
+Smem = Dialect("smem", [AllocOp, StageOp, AddressOp, CopyOp, StoreOp], [LayoutAttr, BufferType])

@@ -16,6 +16,12 @@ f32 per thread, the layout of the PTX ISA's wgmma D fragment).
   close a group, and ``wgmma.wait_group %accs {pending = N}`` to wait until at most N groups
   are in flight. The wait takes and returns the accumulators: only its results may be read,
   which keeps the order in SSA form.
+- ``wgmma.split`` / ``wgmma.join`` view an f32 accumulator tile in the ``#tile.mma<[W, 1]>``
+  layout with M = 16 W (each warp a 16-row strip of all N columns, W a multiple of 4) as the
+  accumulators of its warpgroups, N split in column chunks of at most 256, and back: the
+  tile's registers are ordered exactly like the wgmma D fragment (lane 4g + t of warp w holds
+  rows 16w + g and + 8, columns 8j + 2t and + 1, four registers per 8 columns), so no data
+  moves; warpgroup G computes rows 64G.. of the tile.
 - ``wgmma.zero`` makes an accumulator of zeros; ``wgmma.store`` writes one to a row-major f32
   matrix in global memory (the epilogue of a test or of a simple kernel).
 """
@@ -24,10 +30,15 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from kaio.dialects.mma import FragType
+from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.dialects.tma import GLOBAL_ADDRESS
-from xdsl.dialects.builtin import I64, IntAttr, IntegerAttr, StringAttr, bf16, f16, i32, i64
+from xdsl.dialects.builtin import I64, IntAttr, IntegerAttr, StringAttr, TensorType, bf16, f16, f32, i32, i64
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
+    AnyOf,
+    BaseAttr,
+    EqAttrConstraint,
     IRDLOperation,
     VarConstraint,
     base,
@@ -165,19 +176,20 @@ class CommitGroupOp(IRDLOperation):
 class MmaAsyncOp(IRDLOperation):
     """``%d = wgmma.mma_async %acc, %a_desc, %b_desc {element = f16, trans_b = 1}``: issue
     ``D = A * B + acc`` (``accumulate = 0``: ``D = A * B``). ``trans_a``/``trans_b`` 1: A is
-    M-major / B is N-major in shared memory (0: K-major)."""
+    M-major / B is N-major in shared memory (0: K-major). A is a descriptor, or an
+    ``!mma.frag<a, T>``: each warp's m16n8k16 A fragment of its 16 rows of the 64 (registers)."""
 
     name = "wgmma.mma_async"
     T: ClassVar = VarConstraint("T", base(AccType))
     acc = operand_def(T)
-    a = operand_def(i64)
+    a = operand_def(AnyOf((EqAttrConstraint(i64), BaseAttr(FragType))))
     b = operand_def(i64)
     element = prop_def(TypeAttribute)
     trans_a = prop_def(IntegerAttr[I64])
     trans_b = prop_def(IntegerAttr[I64])
     accumulate = prop_def(IntegerAttr[I64])
     result = result_def(T)
-    assembly_format = "$acc `,` $a `,` $b `element` $element `trans` $trans_a `,` $trans_b `accumulate` $accumulate attr-dict `:` type($acc)"
+    assembly_format = "$acc `,` $a `,` $b `element` $element `trans` $trans_a `,` $trans_b `accumulate` $accumulate attr-dict `:` type($acc) `,` type($a)"
 
     def __init__(self, acc: SSAValue, a: SSAValue, b: SSAValue, element: Attribute = f16, trans_a: int = 0, trans_b: int = 0, accumulate: int = 1):
         props = {
@@ -191,6 +203,9 @@ class MmaAsyncOp(IRDLOperation):
     def verify_(self) -> None:
         if self.element not in (f16, bf16):
             raise VerifyException(f"wgmma.mma_async multiplies f16 or bf16, not {self.element}")
+        a = self.a.type
+        if isinstance(a, FragType) and (a != FragType("a", self.element) or self.trans_a.value.data):
+            raise VerifyException("an A from registers is an untransposed A fragment of the element type")
         for name in ("trans_a", "trans_b", "accumulate"):
             if getattr(self, name).value.data not in (0, 1):
                 raise VerifyException(f"{name} is 0 or 1")
@@ -218,6 +233,64 @@ class WaitGroupOp(IRDLOperation):
             raise VerifyException("the results are the accumulators, in order")
 
 
+def tile_chunks(t: Attribute) -> list[int]:
+    """The accumulator widths an f32 tile in the #tile.mma<[W, 1]> layout (M = 16 W, W a
+    multiple of 4) splits into: N in equal chunks of at most 256 columns. VerifyException if
+    the tile is not such a tile."""
+    layout = layout_of(t)
+    if not isinstance(t, TensorType) or not isinstance(layout, MmaLayout) or t.element_type != f32:
+        raise VerifyException(f"wgmma accumulators are an f32 tile in the #tile.mma layout, not {t}")
+    m, n = t.get_shape()
+    wm, wn = layout.warp_grid
+    if wn != 1 or wm % 4 or m != 16 * wm or n % 8:
+        raise VerifyException(f"a {m}x{n} tile over {wm}x{wn} warps is not made of m64 wgmma accumulators (needs warps [W, 1], W a multiple of 4, M = 16 W)")
+    return column_chunks(n)
+
+
+def column_chunks(n: int) -> list[int]:
+    """N (a multiple of 8) in equal chunks of at most 256 columns (one wgmma each)."""
+    pieces = -(-n // 256)
+    while n % (8 * pieces):
+        pieces += 1
+    return [n // pieces] * pieces
+
+
+@irdl_op_definition
+class SplitOp(IRDLOperation):
+    """An accumulator tile as its warpgroup's accumulators (column chunks of N, in order)."""
+
+    name = "wgmma.split"
+    tile = operand_def(TensorType)
+    accs = var_result_def(AccType)
+    traits = traits_def(Pure())
+    assembly_format = "$tile attr-dict `:` type($tile) `->` type($accs)"
+
+    def __init__(self, tile: SSAValue):
+        super().__init__(operands=[tile], result_types=[[AccType(c) for c in tile_chunks(tile.type)]])
+
+    def verify_(self) -> None:
+        if [a.type for a in self.accs] != [AccType(c) for c in tile_chunks(self.tile.type)]:
+            raise VerifyException("wgmma.split gives the tile's column chunks, in order")
+
+
+@irdl_op_definition
+class JoinOp(IRDLOperation):
+    """Accumulators back into the tile they make up."""
+
+    name = "wgmma.join"
+    accs = var_operand_def(AccType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure())
+    assembly_format = "$accs attr-dict `:` type($accs) `->` type($result)"
+
+    def __init__(self, accs: list[SSAValue], tile_type: Attribute):
+        super().__init__(operands=[accs], result_types=[tile_type])
+
+    def verify_(self) -> None:
+        if [a.type for a in self.accs] != [AccType(c) for c in tile_chunks(self.result.type)]:
+            raise VerifyException("wgmma.join takes the tile's column chunks, in order")
+
+
 @irdl_op_definition
 class StoreOp(IRDLOperation):
     """Store the accumulator to the row-major f32 matrix at global address ``%ptr`` with
@@ -235,6 +308,6 @@ class StoreOp(IRDLOperation):
 
 Wgmma = Dialect(
     "wgmma",
-    [DescriptorOp, AdvanceOp, ZeroOp, FenceOp, CommitGroupOp, MmaAsyncOp, WaitGroupOp, StoreOp],
+    [DescriptorOp, AdvanceOp, ZeroOp, FenceOp, CommitGroupOp, MmaAsyncOp, WaitGroupOp, SplitOp, JoinOp, StoreOp],
     [AccType],
 )

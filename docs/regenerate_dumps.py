@@ -42,6 +42,25 @@ def matmul_stages() -> dict[str, str]:
     return kaio.compile(kernel, "sm_80").stages
 
 
+@cache
+def hopper_matmul_stages() -> dict[str, str]:
+    """The f16 matmul with the default sm_90a config (wgmma), as ``matmul`` picks it there."""
+    import kaio
+    from kaio import dtypes
+    from kaio.ops_library.matmul_config import default_config
+    from kaio.ops_library.matmul_kernel import MatmulKernel
+
+    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), default_config(True, (8, 8, 8), 2, arch="sm_90a"))
+    stages = dict(kaio.compile(kernel, "sm_90a").stages)
+    stages["pipeline"] = ",\n".join(str(p.spec(include_default=True)) for p in kernel.default_pipeline("sm_90a").passes)
+    return stages
+
+
+def short_registers(text: str) -> str:
+    """wgmma's 64-register accumulator lists, first and last register only."""
+    return re.sub(r"\{(%f\d+), [^}]*, (%f\d+)\}", r"{\1, ..., \2}", text)
+
+
 DIVISIBLE = (("m", 16), ("n", 16), ("k", 16))  # what a launch with multiples of 16 specializes on
 
 
@@ -96,6 +115,10 @@ DUMPS: dict[str, Callable[[], str]] = {
     "attention/frontend": lambda: excerpt(attention_stages()["frontend"], "line 66 ", 60),
     "attention/tile-layout": lambda: excerpt(attention_stages()["tile-layout"], "= scf.for", 40),
     "attention/promote-to-shared": lambda: excerpt(attention_stages()["promote-to-shared"], "= scf.for", 30),
+    "hopper-matmul/pipeline": lambda: hopper_matmul_stages()["pipeline"],
+    "hopper-matmul/lower-to-wgmma": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "= smem.address", 26),
+    "hopper-matmul/after-loop": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "scf.yield", 5),
+    "hopper-matmul/ptx": lambda: short_registers(excerpt(hopper_matmul_stages()["ptx"], "fence.proxy.async", 16)),
     "attention/lower-to-mma-sync": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "mma.split", 14),
     "attention/pack-a": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "= mma.pack_a", 8),
 }
@@ -104,7 +127,7 @@ DUMPS: dict[str, Callable[[], str]] = {
 def render(name: str) -> str:
     text = DUMPS[name]().rstrip()
     text = text.replace(str(ROOT) + "/", "")
-    fence = "text" if name.endswith("/ptx") else "mlir"
+    fence = "text" if name.endswith(("/ptx", "/pipeline")) else "mlir"
     return f"```{fence}\n{text}\n```\n"
 
 

@@ -91,13 +91,27 @@ def kernel_pipeline(arch: str) -> Pipeline:
     )
 
 
-def tile_pipeline(arch: str, stages: int = 3, layout: str = "swizzle", maxnreg: int = 0) -> Pipeline:
+def has_wgmma(arch: str) -> bool:
+    """Whether ``arch`` has Hopper's warpgroup tensor cores (wgmma: sm_90a only)."""
+    from kaio.targets.ptx.arch import get_arch
+
+    target = get_arch(arch)
+    return target.sm == 90 and target.arch_specific
+
+
+def tile_pipeline(arch: str, stages: int = 3, layout: str | None = None, maxnreg: int = 0) -> Pipeline:
     """The default pipeline of a ``@kaio.tile_kernel``: fused elementwise code, layouts,
     shared-memory staging of dot operands, the cp.async ring (``stages`` >= 2), tensor cores,
-    clean up, PTX (with a ``.maxnreg`` cap when ``maxnreg`` > 0)."""
-    spec = ["fuse-tile-maps", "tile-layout", f"promote-to-shared{{layout={layout}}}"]
+    clean up, PTX (with a ``.maxnreg`` cap when ``maxnreg`` > 0). On sm_90a the dots wgmma can
+    take get its warp grid and shared layout and run on warpgroup tensor cores
+    (``lower-to-wgmma``); the others keep mma.sync."""
+    hopper = has_wgmma(arch)
+    layout = layout or ("wgmma" if hopper else "swizzle")
+    spec = ["fuse-tile-maps", "tile-layout{wgmma=true}" if hopper else "tile-layout", f"promote-to-shared{{layout={layout}}}"]
     if stages >= 2:
         spec.append(f"pipeline-cp-async{{stages={stages}}}")
+    if hopper:
+        spec.append("lower-to-wgmma")
     cap = f" maxnreg={maxnreg}" if maxnreg else ""
     spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}"]
     return Pipeline.parse(",".join(spec))

@@ -9,7 +9,8 @@
 
 The kernel is a tile kernel (``kaio.ops_library.matmul_kernel``): one screen of ``kaio.tile``
 code that the tile stack stages through shared memory, pipelines with cp.async and lowers to
-``ldmatrix``/``mma.sync``. ``bias`` (N,) is added to every row; ``activation`` is ``"relu"``,
+``ldmatrix``/``mma.sync``, or on an sm_90a device (a config of ``WGMMA_CONFIGS``) to Hopper's
+warpgroup ``wgmma``. ``bias`` (N,) is added to every row; ``activation`` is ``"relu"``,
 ``"gelu"`` (tanh form) or ``"silu"``, applied after ``alpha``, ``beta`` and the bias.
 
 A and B are row-major device arrays (kaio buffers, ``__cuda_array_interface__`` or DLPack
@@ -164,7 +165,7 @@ class Matmul:
         bases = (base_alignment(a.ptr), base_alignment(b.ptr), base_alignment(c.ptr))
         tensor_cores = a.dtype != dtypes.f32
         if config is None:
-            chosen = default_config(tensor_cores, align, eb)
+            chosen = default_config(tensor_cores, align, eb, arch=dev.compile_arch, shared_limit=dev.shared_memory_per_block_optin)
             chosen = chosen.with_split_k(split_k_for(chosen, m, n, k, dev.sm_count))
         elif config == "auto":
             chosen = self._auto(a, b, c, m, n, k, align, tensor_cores, dev)
@@ -179,14 +180,15 @@ class Matmul:
         eb = a.dtype.nbytes
         if dev.is_simulator:
             model = GpuModel(sms=dev.sm_count)
-            return choose_config(m, n, k, eb, tensor_cores, align, model)
+            return choose_config(m, n, k, eb, tensor_cores, align, model, arch=dev.compile_arch,
+                                 shared_limit=dev.shared_memory_per_block_optin)  # fmt: skip
         from kaio.ops_library.matmul_autotune import autotune
 
         return autotune(self, a, b, m, n, k, c.dtype, align, tensor_cores, dev)
 
     def pipeline(self, config: MatmulConfig | None = None, arch: str = "sm_80") -> Pipeline:
-        """The pass pipeline of ``config`` (default: the f16/bf16 tensor-core default)."""
-        return (config or default_config(True, (8, 8, 2), 2)).pipeline(arch)
+        """The pass pipeline of ``config`` (default: the f16/bf16 tensor-core default of ``arch``)."""
+        return (config or default_config(True, (8, 8, 2), 2, arch=arch)).pipeline(arch)
 
     def __repr__(self) -> str:
         return "<kaio.ops_library.matmul>"

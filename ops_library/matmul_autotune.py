@@ -32,8 +32,8 @@ def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.Sca
     from kaio.ops_library.matmul_kernel import MatmulKernel, base_alignment
     from kaio.runtime.bench import bench
 
-    pool = [c for c in candidates(tensor_cores, align, a.dtype.nbytes, (m, n, k), dev.sm_count)
-            if c.shared_bytes(a.dtype.nbytes) <= dev.shared_memory_per_block_optin]  # fmt: skip
+    pool = candidates(tensor_cores, align, a.dtype.nbytes, (m, n, k), dev.sm_count, arch=dev.compile_arch,
+                      shared_limit=dev.shared_memory_per_block_optin)  # fmt: skip
     scratch: list[Any] = []  # allocated once the first candidate is timed (not on a stored winner)
 
     def time_ms(config: MatmulConfig) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from kaio.pipeline import Pipeline
+from kaio.pipeline import Pipeline, has_wgmma
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,12 @@ class MatmulConfig:
         per_stage = bm * (bk * elem_bytes + pad) + bk * (bn * elem_bytes + pad)
         return max(self.stages, 1) * per_stage
 
+    @property
+    def wgmma(self) -> bool:
+        """A Hopper config: one 16-row strip per warp (M = 16 x warps), the wgmma smem layout;
+        on sm_90a its dot runs on warpgroup tensor cores (elsewhere on mma.sync)."""
+        return self.layout == "wgmma" and self.tensor_cores
+
     def pipeline(self, arch: str = "sm_80") -> Pipeline:
         """The pass pipeline this config compiles with (print it, edit it, pass it back)."""
         wm, wn = self.warps
@@ -44,6 +50,8 @@ class MatmulConfig:
         ]
         if self.stages >= 2:
             spec.append(f"pipeline-cp-async{{stages={self.stages}}}")
+        if self.wgmma and has_wgmma(arch):
+            spec.append("lower-to-wgmma")
         if self.tensor_cores:
             spec.append("lower-to-mma-sync")
         cap = f" maxnreg={self.maxnreg}" if self.maxnreg else ""
@@ -84,6 +92,16 @@ TENSOR_CORE_CONFIGS: tuple[MatmulConfig, ...] = (
     MatmulConfig((128, 256, 32), (2, 4), 3),
     MatmulConfig((256, 128, 32), (4, 2), 3),
     MatmulConfig((128, 128, 64), (4, 2), 3),
+)
+
+# sm_90a: warpgroup tensor cores (wgmma). Warps [W, 1] with BM = 16 W, each warpgroup 64 rows of
+# the tile. Rings beyond 48 KiB live in dynamic shared memory (H100: up to 227 KiB a block).
+WGMMA_CONFIGS: tuple[MatmulConfig, ...] = (
+    MatmulConfig((128, 256, 64), (8, 1), 3, "wgmma"),  # 144 KiB
+    MatmulConfig((128, 128, 64), (8, 1), 4, "wgmma"),  # 128 KiB
+    MatmulConfig((64, 128, 64), (4, 1), 4, "wgmma"),  # 96 KiB
+    MatmulConfig((128, 128, 32), (8, 1), 3, "wgmma"),  # 48 KiB: static shared memory only
+    MatmulConfig((64, 64, 64), (4, 1), 3, "wgmma"),  # 48 KiB
 )
 
 SIMT_CONFIGS: tuple[MatmulConfig, ...] = (
@@ -144,26 +162,44 @@ def split_k_for(config: MatmulConfig, m: int, n: int, k: int, sms: int) -> int:
     return max(1, min(sms // tiles, by_k, 16))
 
 
-def candidates(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int,
-               shape: tuple[int, int, int] | None = None, sms: int = 108) -> list[MatmulConfig]:  # fmt: skip
-    """The configs worth trying for this kind of problem, the default first; with ``shape``
-    (m, n, k), each config's split-K variant too, where :func:`split_k_for` would split."""
-    pool = [c for c in (TENSOR_CORE_CONFIGS if tensor_cores else SIMT_CONFIGS) if c.suits(align, elem_bytes)]
+def candidates(
+    tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int,
+    shape: tuple[int, int, int] | None = None, sms: int = 108, *, arch: str = "sm_80",
+    shared_limit: int | None = None,
+) -> list[MatmulConfig]:  # fmt: skip
+    """The configs worth trying for this kind of problem on ``arch``, the default first (on
+    sm_90a the wgmma ones, then the mma.sync ones); with ``shape`` (m, n, k), each config's
+    split-K variant too, where :func:`split_k_for` would split; with ``shared_limit``, only
+    those whose shared memory a block can have (a device's ``shared_memory_per_block_optin``)."""
+    base = TENSOR_CORE_CONFIGS if tensor_cores else SIMT_CONFIGS
+    if tensor_cores and has_wgmma(arch):
+        base = WGMMA_CONFIGS + base
+    pool = [
+        c for c in base
+        if c.suits(align, elem_bytes) and (shared_limit is None or c.shared_bytes(elem_bytes) <= shared_limit)
+    ]  # fmt: skip
     if shape is None:
         return pool
     split = [c.with_split_k(s) for c in pool if (s := split_k_for(c, *shape, sms)) > 1]
     return pool + split
 
 
-def default_config(tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int) -> MatmulConfig:
-    return candidates(tensor_cores, align, elem_bytes)[0]
+def default_config(
+    tensor_cores: bool, align: tuple[int, int, int], elem_bytes: int, *, arch: str = "sm_80",
+    shared_limit: int | None = None,
+) -> MatmulConfig:  # fmt: skip
+    return candidates(tensor_cores, align, elem_bytes, arch=arch, shared_limit=shared_limit)[0]
 
 
 def choose_config(
     m: int, n: int, k: int, elem_bytes: int, tensor_cores: bool,
-    align: tuple[int, int, int] = (8, 8, 8), gpu: GpuModel | None = None,
+    align: tuple[int, int, int] = (8, 8, 8), gpu: GpuModel | None = None, *, arch: str = "sm_80",
+    shared_limit: int | None = None,
 ) -> MatmulConfig:  # fmt: skip
-    """The config the cost model ranks fastest (used on the simulator, where nothing is timed)."""
+    """The config the cost model ranks fastest (used on the simulator, where nothing is timed;
+    on sm_90a among the wgmma configs)."""
     model = gpu or GpuModel()
-    pool = candidates(tensor_cores, align, elem_bytes, (m, n, k), model.sms)
+    pool = candidates(tensor_cores, align, elem_bytes, (m, n, k), model.sms, arch=arch, shared_limit=shared_limit)
+    if tensor_cores and has_wgmma(arch):
+        pool = [c for c in pool if c.wgmma] or pool
     return min(pool, key=lambda c: estimate_seconds(c, m, n, k, elem_bytes, model))

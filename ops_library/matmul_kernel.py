@@ -12,7 +12,8 @@ then adds the SPLIT_K partial tiles in order (deterministic: no atomics) and app
 epilogue (:func:`epilogue`).
 The tile stack does the rest: ``promote-to-shared`` stages the A and B tiles in swizzled
 shared memory, ``pipeline-cp-async`` turns the K loop's loads into a cp.async ring,
-``lower-to-mma-sync`` puts the dot on tensor cores (f16/bf16; f32 runs FMAs).
+``lower-to-mma-sync`` puts the dot on tensor cores (f16/bf16; f32 runs FMAs), or on sm_90a
+``lower-to-wgmma`` on warpgroup tensor cores.
 
 :class:`MatmulKernel` is one specialization (dtypes, row alignments, config, epilogue). It
 speaks the compiler's protocol (``build``, ``source_key``, ``default_pipeline``, ``params``),

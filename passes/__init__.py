@@ -35,6 +35,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return LowerToMmaSyncPass
 
+    def lower_to_wgmma() -> type[ModulePass]:
+        from kaio.passes.lower_to_wgmma import LowerToWgmmaPass
+
+        return LowerToWgmmaPass
+
     def vectorize_loads() -> type[ModulePass]:
         from kaio.passes.vectorize_loads import VectorizeLoadsPass
 
@@ -51,6 +56,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "promote-to-shared": promote_to_shared,
         "pipeline-cp-async": pipeline_cp_async,
         "lower-to-mma-sync": lower_to_mma_sync,
+        "lower-to-wgmma": lower_to_wgmma,
         "vectorize-loads": vectorize_loads,
         "lower-to-ptx": lower_to_ptx,
     }

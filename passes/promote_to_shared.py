@@ -48,9 +48,9 @@ def _is_zero(v: SSAValue) -> bool:
 
 def _buffer_type(shape: tuple[int, ...], elem: object, layout: str) -> smem.BufferType:
     elem_bytes = max(elem.bitwidth // 8, 1)  # type: ignore[attr-defined]
-    if layout == "swizzle":
+    if layout in ("swizzle", "wgmma"):
         try:
-            smem.LayoutAttr("swizzle").check_tile(shape[1], elem_bytes)
+            smem.LayoutAttr(layout).check_tile(shape[1], elem_bytes, shape[0])
         except VerifyException:
             layout = "pad"  # rows too narrow or oddly sized for the XOR swizzle
     pad = 16 // elem_bytes if layout == "pad" else 0  # one 16-byte chunk per row
@@ -120,7 +120,8 @@ class PromoteToSharedPass(ModulePass):
     name = "promote-to-shared"
 
     layout: str = "swizzle"
-    """Shared layout: swizzle (XOR, no padding), pad (one 16-byte chunk per row), or none."""
+    """Shared layout: swizzle (XOR, no padding), wgmma (swizzled panels wgmma descriptors
+    read), pad (one 16-byte chunk per row), or none."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.layout not in smem.LAYOUT_KINDS:

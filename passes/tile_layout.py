@@ -1,4 +1,4 @@
-"""``tile-layout{mma=true warps=0,0}``: give every tile a layout; prove the alignment of views.
+"""``tile-layout{mma=true warps=0,0 wgmma=false}``: give every tile a layout; prove the alignment of views.
 
 1. **Alignment.** Each ``tile.view``'s ``align`` becomes the largest power of two (in elements,
    at most the array's assumed base alignment) that its last offset and row stride are proven
@@ -17,7 +17,10 @@
    so ``acc + bias`` loads the bias straight into the accumulator's layout. The conversions
    left move data through shared memory at lower-to-ptx.
 
-``warps=WM,WN`` fixes the mma warp grid (0,0: chosen from the tile shape).
+``warps=WM,WN`` fixes the mma warp grid (0,0: chosen from the tile shape). ``wgmma=true``
+(sm_90a) gives a dot that Hopper's wgmma can take the grid [num_warps, 1]: M = 16 x num_warps
+rows, num_warps a multiple of 4, N a multiple of 8, K of 16, operands whose shared tiles fit
+the ``wgmma`` smem layout (see ``lower-to-wgmma``); other dots keep the mma.sync choice.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from xdsl.dialects.builtin import ModuleOp, TensorType, bf16, f16
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import VerifyException
 
-from kaio.dialects import kernel, tile
+from kaio.dialects import kernel, smem, tile, wgmma
 from kaio.dialects.tile_layout import (
     BlockedLayout,
     MmaLayout,
@@ -129,10 +133,11 @@ def transposed(layout: BlockedLayout) -> BlockedLayout:
 class LayoutSolver:
     """Phase 1: a layout for every tile value, without touching the IR."""
 
-    def __init__(self, num_warps: int, mma: bool, warps: tuple[int, int]):
+    def __init__(self, num_warps: int, mma: bool, warps: tuple[int, int], wgmma: bool = False):
         self.num_warps = num_warps
         self.mma = mma
         self.warps = warps
+        self.wgmma = wgmma
         self.choice: dict[SSAValue, Choice] = {}
 
     def default(self, v: SSAValue) -> Choice:
@@ -218,6 +223,8 @@ class LayoutSolver:
         elem = op.a.type.element_type  # type: ignore[attr-defined]
         if self.mma and elem in (f16, bf16):
             warps = self.warps if self.warps != (0, 0) else mma_warps(shape, self.num_warps)
+            if self.warps == (0, 0) and self.wgmma and wgmma_fits(op, self.num_warps):
+                warps = (self.num_warps, 1)
             wm, wn = warps
             if wm * wn > self.num_warps or shape[0] < 16 * wm or shape[1] < 8 * wn:
                 raise KaioCompileError(f"tile-layout: {wm}x{wn} warps do not fit a {shape[0]}x{shape[1]} mma tile")
@@ -272,6 +279,32 @@ class LayoutSolver:
         for res, v in zip(op.results, cond.args, strict=True):
             if isinstance(res.type, TensorType):
                 self.choice[res] = self.get(v)
+
+
+def wgmma_fits(op: tile.DotOp, num_warps: int) -> bool:
+    """Whether wgmma can take this dot with the warp grid [num_warps, 1] (lower-to-wgmma's
+    conditions, seen before the operands are staged)."""
+    m, n = _shape(op.result)
+    k = _shape(op.a)[1]
+    elem = op.a.type.element_type  # type: ignore[attr-defined]
+    if num_warps % 4 or m != 16 * num_warps or n % 8 or k % 16 or elem not in (f16, bf16):
+        return False
+    eb = element_bytes(elem)
+    layout = smem.LayoutAttr("wgmma")
+    for operand, mn_dim in ((op.a, 0), (op.b, 1)):
+        staged, mn_axis = operand, mn_dim
+        owner = operand.owner
+        if isinstance(owner, tile.TransOp) and operand.uses.get_length() == 1:
+            staged, mn_axis = owner.input, 1 - mn_dim  # staged as it is, read transposed
+        rows, cols = _shape(staged)
+        try:
+            layout.check_tile(cols, eb, rows)
+        except VerifyException:
+            return False
+        mn_step = 64 if operand is op.a else wgmma.column_chunks(n)[0]
+        if mn_axis == 1 and (mn_step * eb) % layout.panel_span(cols, eb):  # MN-major
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------- rewriting
@@ -464,6 +497,9 @@ class TileLayoutPass(ModulePass):
     warps: tuple[int, ...] = (0, 0)
     """The mma warp grid WM,WN; 0,0 picks one from the tile shape."""
 
+    wgmma: bool = False
+    """Warp grid [num_warps, 1] for the dots Hopper's wgmma can take (with warps=0,0)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if len(self.warps) != 2:
             raise KaioCompileError("tile-layout takes warps=WM,WN")
@@ -473,7 +509,7 @@ class TileLayoutPass(ModulePass):
             threads = func.block_shape[0] * func.block_shape[1] * func.block_shape[2]
             if threads % 32:
                 raise KaioCompileError(f"tile kernels run whole warps; this one has {threads} threads")
-            solver = LayoutSolver(threads // 32, self.mma, (self.warps[0], self.warps[1]))
+            solver = LayoutSolver(threads // 32, self.mma, (self.warps[0], self.warps[1]), self.wgmma)
             solver.solve_block(func.body.block)
             writer = LayoutWriter(solver)
             writer.write_block(func.body.block)

@@ -163,9 +163,13 @@ class Device:
     @property
     def compile_arch(self) -> str:
         """The architecture kaio compiles for: the device's own, or the newest kaio knows below
-        it (PTX for an older target runs on newer GPUs: the driver JIT-compiles it)."""
+        it (PTX for an older target runs on newer GPUs: the driver JIT-compiles it). A Hopper
+        GPU (sm_90) gets sm_90a, its own arch-specific target, so tile dots run on wgmma (the
+        code is for this GPU alone; a simulator of sm_90 stays sm_90)."""
         from kaio.targets.ptx.arch import ARCHES
 
+        if self.arch == "sm_90" and not self.is_simulator:
+            return "sm_90a"
         if self.arch in ARCHES:  # its own, "a" targets included (a simulator of sm_90a)
             return str(self.arch)
         fitting = [a for a in ARCHES.values() if a.sm <= self.sm]

@@ -17,8 +17,9 @@ from kaio.dialects import mbarrier, ptx, tma, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
+from xdsl.dialects import scf
 from xdsl.dialects.builtin import f32, i1, i32, i64
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute, Block, SSAValue
 
 _TO_SHARED = "shared::cluster.global.mbarrier::complete_tx::bytes"
 _TO_GLOBAL = "global.shared::cta.bulk_group"
@@ -72,6 +73,32 @@ def lower_zero(em: PtxEmitter, op: wgmma.ZeroOp) -> None:
     em.bind(op.result, regs)
 
 
+@lowering(wgmma.SplitOp)
+def lower_split(em: PtxEmitter, op: wgmma.SplitOp) -> None:
+    """The tile's registers, in column chunks. wgmma updates them in place, so they are the
+    tile's own only when nothing else can read them: a loop-carried tile or a loop's result
+    (fresh registers of the loop) or a previous join, used by this split alone; otherwise a
+    copy (never of accumulators still in flight: lower-to-wgmma splits those in place)."""
+    parts = list(em.parts(op.tile))
+    owner = op.tile.owner
+    own = isinstance(owner, Block | wgmma.JoinOp | scf.ForOp) and op.tile.uses.get_length() == 1
+    if not own or len(set(parts)) != len(parts):
+        fresh = [r for acc in op.accs for r in em.regs(acc.type)]
+        for r, v in zip(fresh, parts):
+            em.assign(r, v)
+        parts = fresh
+    first = 0
+    for acc in op.accs:
+        count = acc.type.registers  # type: ignore[attr-defined]
+        em.bind(acc, parts[first : first + count])
+        first += count
+
+
+@lowering(wgmma.JoinOp)
+def lower_join(em: PtxEmitter, op: wgmma.JoinOp) -> None:
+    em.bind(op.result, [r for acc in op.accs for r in em.parts(acc)])
+
+
 @lowering(wgmma.FenceOp)
 def lower_fence(em: PtxEmitter, op: wgmma.FenceOp) -> None:
     em.emit(hp.WgmmaFenceOp("sync.aligned"))
@@ -99,7 +126,7 @@ def lower_mma_async(em: PtxEmitter, op: wgmma.MmaAsyncOp) -> None:
     scale_d = _predicate(em, op.accumulate.value.data)
     em.emit(
         hp.WgmmaMmaAsyncOp(
-            spec, acc, [em.value(op.a)], em.value(op.b), scale_d,
+            spec, acc, list(em.parts(op.a)), em.value(op.b), scale_d,
             trans_a=op.trans_a.value.data, trans_b=op.trans_b.value.data,
         )
     )  # fmt: skip

@@ -28,7 +28,12 @@ from kaio.passes.to_ptx.tile_values import distribution, owner_predicate, thread
 @lowering(smem.AllocOp)
 def lower_alloc(em: PtxEmitter, op: smem.AllocOp) -> None:
     buffer = op.result.type
-    em.bind(op.result, em.shared(op.sym_name.data, buffer.total_bytes, 128))
+    em.bind(op.result, em.shared(op.sym_name.data, buffer.total_bytes, buffer.layout.alignment()))
+
+
+@lowering(smem.AddressOp)
+def lower_address(em: PtxEmitter, op: smem.AddressOp) -> None:
+    em.bind(op.result, em.value(op.buffer))
 
 
 @lowering(smem.StageOp)
@@ -43,6 +48,8 @@ def shared_offset(em: PtxEmitter, buffer: smem.BufferType, row: SSAValue, col: S
     layout = buffer.layout
     rows, cols = buffer.tile
     eb = buffer.elem_bytes
+    if layout.kind.data == "wgmma":
+        return _panel_offset(em, buffer, row, col)
     rb = layout.row_bytes(cols, eb)
     col_bytes = em.instr(ptx.MulOp, "lo.s32", [col, em.const(eb, i32)], i32)
     off = em.instr(ptx.MadOp, "lo.s32", [row, em.const(rb, i32), col_bytes], i32)
@@ -52,6 +59,25 @@ def shared_offset(em: PtxEmitter, buffer: smem.BufferType, row: SSAValue, col: S
     pattern = em.instr(ptx.ShrOp, "u32", [row, em.const(shift, i32)], i32) if shift else row
     pattern = em.instr(ptx.AndOp, "b32", [pattern, em.const(7, i32)], i32)
     pattern = em.instr(ptx.ShlOp, "b32", [pattern, em.const(4, i32)], i32)
+    return em.instr(ptx.XorOp, "b32", [off, pattern], i32)
+
+
+def _panel_offset(em: PtxEmitter, buffer: smem.BufferType, row: SSAValue, col: SSAValue) -> SSAValue:
+    """The wgmma layout: panel (col bytes / S) * panel bytes + row * S + col bytes % S, then
+    chunk bits 4.. XOR bits 7.. (S = the panel span, a power of two)."""
+    rows, cols = buffer.tile
+    eb = buffer.elem_bytes
+    span = buffer.layout.panel_span(cols, eb)
+    col_bytes = em.instr(ptx.MulOp, "lo.s32", [col, em.const(eb, i32)], i32)
+    off = em.instr(ptx.MadOp, "lo.s32", [row, em.const(span, i32), col_bytes], i32)
+    if cols * eb > span:  # more than one panel: move whole panels of rows * S bytes
+        shift = int(math.log2(span))
+        panel = em.instr(ptx.ShrOp, "u32", [col_bytes, em.const(shift, i32)], i32)
+        within = em.instr(ptx.AndOp, "b32", [col_bytes, em.const(span - 1, i32)], i32)
+        off = em.instr(ptx.MadOp, "lo.s32", [row, em.const(span, i32), within], i32)
+        off = em.instr(ptx.MadOp, "lo.s32", [panel, em.const(rows * span, i32), off], i32)
+    pattern = em.instr(ptx.ShrOp, "u32", [off, em.const(3, i32)], i32)
+    pattern = em.instr(ptx.AndOp, "b32", [pattern, em.const((span // 16 - 1) << 4, i32)], i32)
     return em.instr(ptx.XorOp, "b32", [off, pattern], i32)
 
 

@@ -278,10 +278,13 @@ def test_device_properties_come_from_the_driver(gpu: kaio.Device, fake: FakeDriv
         132,
         0,
     )
-    assert gpu.shared_memory_per_block_optin == 227 * 1024 and gpu.compile_arch == "sm_90"
+    assert gpu.shared_memory_per_block_optin == 227 * 1024
+    assert gpu.compile_arch == "sm_90a", "a Hopper GPU compiles for its arch-specific target (wgmma)"
     assert "cuDevicePrimaryCtxRetain" in fake.names()
     fake.ATTRIBUTES = {**FakeDriver.ATTRIBUTES, "COMPUTE_CAPABILITY_MAJOR": 12}
-    assert kaio.Device(0).compile_arch == "sm_90", "newer GPUs get the newest arch kaio knows"
+    device_module._devices.clear()  # (the fixture's own registry) Device(0) is now an sm_120
+    newer = kaio.Device(0)
+    assert newer.arch == "sm_120" and newer.compile_arch == "sm_90", "newer GPUs get the newest portable arch kaio knows"
 
 
 def test_buffers_round_trip_through_driver_copies(

@@ -272,11 +272,30 @@ def test_a_dot_operand_computed_in_registers(dev, rng):
     assert rel(out.to_host(), want) < 2e-3
 
 
+def test_dots_on_a_hopper_device(rng):
+    """On sm_90a the 64-row bf16 matmul (4 warps: one warpgroup) runs on wgmma, the 32-row dots
+    (a transposed operand, an operand computed in registers) keep mma.sync."""
+    hopper = kaio.Device("sim", arch="sm_90a")
+    assert "wgmma.mma_async" in kaio.compile(user_matmul, "sm_90a").ptx
+    assert "wgmma" not in kaio.compile(attention_scores, "sm_90a").ptx
+    m, n, k = 70, 90, 257
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    c = poisoned(hopper, (m, n), np.float32)
+    user_matmul[(kaio.cdiv(m, 64), kaio.cdiv(n, 64))](hopper.alloc_from(a), hopper.alloc_from(b), c, m, n, k)
+    assert rel(c.to_host(), a.astype(np.float64) @ b.astype(np.float64)) < 1e-5
+    q = rng.standard_normal((17, 40)).astype(np.float16)
+    kk = rng.standard_normal((45, 40)).astype(np.float16)
+    out = poisoned(hopper, (17, 45), np.float32)
+    attention_scores[(1, 2)](hopper.alloc_from(q), hopper.alloc_from(kk), out, 17, 45, 40)
+    assert rel(out.to_host(), q.astype(np.float64) @ kk.astype(np.float64).T) < 1e-5
+
+
 KERNELS = [scale_add, row_reduce, col_reduce, total, outer, transpose, strided_view, gather_scatter,
            where_clip, attention_scores, user_matmul, fma_matmul, probabilities_times_v]  # fmt: skip
 
 
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
 def test_every_kernel_assembles_without_spills(arch):
     from kaio.targets.ptx import toolchain
 
