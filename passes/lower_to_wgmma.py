@@ -5,9 +5,10 @@ M = 16 W and W a multiple of 4 (``tile-layout{wgmma=true}`` picks that grid for 
 can), and both f16/bf16 operands sit in shared buffers in the ``wgmma`` layout
 (``promote-to-shared{layout=wgmma}``), or B does and A is in registers in the accumulator's
 layout (``promote-to-shared`` leaves such an A, like attention's P, where it is: each warp's
-m16n8k16 A fragment of its 16 rows, ``mma.pack_a``, is what wgmma takes from registers). Each warp then holds a 16-row strip of all N columns,
-register for register the wgmma D fragment, so the tile *is* the accumulators of its W/4
-warpgroups (warpgroup G: rows 64G..64G+63): ``wgmma.split`` only regroups registers.
+m16n8k16 A fragment of its 16 rows, ``mma.pack_a``, is what wgmma takes from registers).
+Each warp then holds a 16-row strip of all N columns, register for register the wgmma D
+fragment, so the tile *is* the accumulators of its W/4 warpgroups (warpgroup G: rows
+64G..64G+63): ``wgmma.split`` only regroups registers.
 
 The dot becomes ``fence.proxy.async`` (the operands were written by ordinary stores or
 cp.async, the generic proxy; wgmma reads through the async proxy), ``wgmma.fence``, one
