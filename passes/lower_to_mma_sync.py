@@ -4,10 +4,10 @@ A dot whose accumulator is in the ``#tile.mma<[WM, WN]>`` layout and whose f16/b
 are in shared memory (``promote-to-shared``) becomes, for each warp: its (M/WM)x(N/WN) block of
 the accumulator as 16x8 fragments (``mma.split``), then for every 16-deep step of K the warp's
 A rows as 16x16 fragments and its B columns as pairs of 16x8 fragments (``mma.load_a``,
-``mma.load_b``; an A operand ``promote-to-shared`` left in registers, in the accumulator's
-layout, gives its fragments with ``mma.pack_a`` instead of ``ldmatrix``; each B pair right before its ``mma.mma`` ops, so few fragments are live beside
+``mma.load_b``; each B pair right before its ``mma.mma`` ops, so few fragments are live beside
 the accumulator), one ``mma.mma`` per (A, B) pair, and the fragments back into the tile
-(``mma.join``). Warps beyond WM x WN (a tile too small for all of them) compute copies.
+(``mma.join``). An A operand ``promote-to-shared`` left in registers, in the accumulator's
+layout, gives its fragments with ``mma.pack_a`` instead of ``ldmatrix``. Warps beyond WM x WN (a tile too small for all of them) compute copies.
 Other dots (f32, or a blocked accumulator) are left to lower-to-ptx's FMA rule.
 """
 
