@@ -25,6 +25,7 @@ from kaio.dialects.tile_layout import Bit, Distribution, layout_of
 from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
+from kaio.passes.to_ptx.half_pairs import Lanes, lower_pair, worth_pairing
 from kaio.passes.to_ptx.kernel_ops import combine, linear_thread_id, shuffle
 from kaio.passes.tile_layout import divisibility
 from kaio.passes.vectorize_loads import ALIGN_ATTR, constant_int
@@ -165,8 +166,16 @@ def _relabel_or_fail(em: PtxEmitter, op_name: str, src_v: SSAValue, dst_v: SSAVa
     regs = relabel(src, dst, dim_map)
     if regs is None:
         raise KaioCompileError(f"internal: {op_name} from {src_v.type} to {dst_v.type} moves data between threads")
+    bind_relabelled(em, src_v, dst_v, regs)
+
+
+def bind_relabelled(em: PtxEmitter, src_v: SSAValue, dst_v: SSAValue, regs: Sequence[int]) -> None:
+    """``dst_v``'s registers are ``src_v``'s ``regs``; packed pairs that stay pairs stay packed."""
     parts = em.parts(src_v)
     em.bind(dst_v, [parts[r] for r in regs])
+    for r in range(0, len(regs) - 1, 2):
+        if regs[r] % 2 == 0 and regs[r + 1] == regs[r] + 1 and (src_v, regs[r]) in em.packed:
+            em.packed[(dst_v, r)] = em.packed[(src_v, regs[r])]
 
 
 @lowering(tile.BroadcastOp)
@@ -189,8 +198,7 @@ def lower_trans(em: PtxEmitter, op: tile.TransOp) -> None:
     if regs is None:
         em.bind(op.result, through_shared(em, op.input, dst, transpose=True))
         return
-    parts = em.parts(op.input)
-    em.bind(op.result, [parts[r] for r in regs])
+    bind_relabelled(em, op.input, op.result, regs)
 
 
 @lowering(tile.ConvertLayoutOp)
@@ -198,8 +206,7 @@ def lower_convert(em: PtxEmitter, op: tile.ConvertLayoutOp) -> None:
     src, dst = distribution(em, op.input.type), distribution(em, op.result.type)
     regs = relabel(src, dst, list(range(len(dst.shape))))
     if regs is not None:
-        parts = em.parts(op.input)
-        em.bind(op.result, [parts[r] for r in regs])
+        bind_relabelled(em, op.input, op.result, regs)
         return
     em.bind(op.result, through_shared(em, op.input, dst, transpose=False))
 
@@ -268,21 +275,36 @@ def lower_yield(em: PtxEmitter, op: tile.YieldOp) -> None:
     """Nothing to emit: ``tile.map`` reads the yielded value."""
 
 
+def pair_of(em: PtxEmitter, value: SSAValue, r: int) -> Lanes:
+    """Registers r and r+1 of a lowered tile value (with their packed word if one exists)."""
+    parts = em.parts(value)
+    return Lanes(value.type.element_type, parts[r], parts[r + 1], em.packed.get((value, r)))  # type: ignore[attr-defined]
+
+
 class _MapElements:
-    """A map's region, one register at a time. A load only this map uses is streamed: each
-    group of its registers is loaded right before the elements that use it."""
+    """A map's region, one register at a time, or two (``pair``: packed 16-bit arithmetic, see
+    ``half_pairs``). A load only this map uses is streamed: each group of its registers is
+    loaded right before the elements that use it."""
 
     def __init__(self, em: PtxEmitter, op: tile.MapOp):
         self.em, self.op = em, op
         self.streamed = {i: _LoadGroups(em, x.owner) for i, x in enumerate(op.inputs) if x in em.deferred}
         self.inputs = [None if i in self.streamed else em.parts(x) for i, x in enumerate(op.inputs)]
         self.yielded = op.block.last_op.operands[0]  # type: ignore[union-attr]
+        self.paired = distribution(em, op.result.type).registers % 2 == 0 and worth_pairing(em, op.block)
 
     def value(self, r: int) -> SSAValue:
         for i, (arg, parts) in enumerate(zip(self.op.block.args, self.inputs, strict=True)):
             self.em.bind(arg, self.streamed[i].value(r) if parts is None else parts[r])
         self.em.lower_block(self.op.block)
         return self.em.value(self.yielded)
+
+    def pair(self, r: int) -> Lanes:
+        """Registers r and r+1 (r even)."""
+        if not self.paired:
+            return Lanes(self.yielded.type, self.value(r), self.value(r + 1))
+        args = [self.streamed[i].pair(r) if i in self.streamed else pair_of(self.em, x, r) for i, x in enumerate(self.op.inputs)]
+        return lower_pair(self.em, self.op.block, args)
 
 
 @lowering(tile.MapOp)
@@ -294,7 +316,17 @@ def lower_map(em: PtxEmitter, op: tile.MapOp) -> None:
         em.deferred.add(op.result)
         return
     elements = _MapElements(em, op)
-    em.bind(op.result, [elements.value(r) for r in range(distribution(em, op.result.type).registers)])
+    registers = distribution(em, op.result.type).registers
+    if not elements.paired:
+        em.bind(op.result, [elements.value(r) for r in range(registers)])
+        return
+    parts: list[SSAValue] = []
+    for r in range(0, registers, 2):
+        lanes = elements.pair(r)
+        if lanes.word is not None:
+            em.packed[(op.result, r)] = lanes.word
+        parts += lanes.scalars(em)
+    em.bind(op.result, parts)
 
 
 def _streamable(op: tile.LoadOp) -> bool:
@@ -427,7 +459,8 @@ def view_of(value: SSAValue) -> tile.ViewOp:
 
 
 class _LoadGroups:
-    """A tile load, one vector access (``vec`` registers) at a time."""
+    """A tile load, one vector access (``vec`` registers) at a time. 16-bit elements stay in
+    their 32-bit words (``Lanes``) until an op needs them one by one."""
 
     def __init__(self, em: PtxEmitter, op: tile.LoadOp):
         self.em, self.op = em, op
@@ -436,10 +469,12 @@ class _LoadGroups:
         self.access = _Access(em, view, self.dist)
         self.t, self.other = self.access.t, em.value(op.other)
         self.vec, self.ragged = _vector(view, self.dist, self.t)
+        self.words = self.access.eb == 2 and self.vec >= 2
         _require_alignment(em, view.array, self.vec * self.access.eb)
-        self.group: list[SSAValue] = []
+        self.group: list = []
 
-    def load(self, r: int) -> list[SSAValue]:
+    def load(self, r: int) -> list:
+        """The ``vec`` registers from r: ``vec // 2`` Lanes for 16-bit words, else registers."""
         em, t, vec = self.em, self.t, self.vec
         spec, reg, count = _word_spec(t, vec)
         off = self.dist.offsets[r]
@@ -448,8 +483,10 @@ class _LoadGroups:
             ok = self.access.ok(off)
             load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=ok, offset=imm)
             em.emit(load)
-            values = _unpack(em, list(load.outs), t, vec)
-            return [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, ok], reg_type(t)) for v in values]
+            if self.words:  # outside the bound: both lanes are `other`
+                other = Lanes(t, self.other, self.other).packed(em)
+                return [Lanes(t, word=em.instr(ptx.SelpOp, "b32", [w, other, ok], i32)) for w in load.outs]
+            return [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, ok], reg_type(t)) for v in load.outs]
         full, elements = self.access.split(off, vec)
         load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=full, offset=imm)
         em.emit(load)
@@ -461,12 +498,24 @@ class _LoadGroups:
             em.emit(one)
             tail = em.instr(ptx.SelpOp, _selp_spec(t), [one.outs[0], self.other, ok], reg_type(t))
             out.append(em.instr(ptx.SelpOp, _selp_spec(t), [v, tail, full], reg_type(t)))
+        if self.words:
+            return [Lanes(t, out[i], out[i + 1]) for i in range(0, vec, 2)]
         return out
 
     def value(self, r: int) -> SSAValue:
         if r % self.vec == 0:
             self.group = self.load(r)
+        if self.words:
+            return self.group[(r % self.vec) // 2].scalars(self.em)[r % 2]
         return self.group[r % self.vec]
+
+    def pair(self, r: int) -> Lanes:
+        """Registers r and r+1 (r even)."""
+        if not self.words:
+            return Lanes(self.t, self.value(r), self.value(r + 1))
+        if r % self.vec == 0:
+            self.group = self.load(r)
+        return self.group[(r % self.vec) // 2]
 
 
 @lowering(tile.LoadOp)
@@ -475,7 +524,17 @@ def lower_load(em: PtxEmitter, op: tile.LoadOp) -> None:
         em.deferred.add(op.result)  # the map that uses it loads it (lower_map)
         return
     groups = _LoadGroups(em, op)
-    em.bind(op.result, [v for r in range(0, groups.dist.registers, groups.vec) for v in groups.load(r)])
+    parts: list[SSAValue] = []
+    for r in range(0, groups.dist.registers, groups.vec):
+        group = groups.load(r)
+        if not groups.words:
+            parts += group
+            continue
+        for k, lanes in enumerate(group):
+            if lanes.word is not None:
+                em.packed[(op.result, r + 2 * k)] = lanes.word
+            parts += lanes.scalars(em)
+    em.bind(op.result, parts)
 
 
 def _selp_spec(t: Attribute) -> str:
@@ -494,24 +553,34 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     vec, ragged = _vector(view, dist, t)
     _require_alignment(em, view.array, vec * access.eb)
     spec, _, _ = _word_spec(t, vec)
+    words = access.eb == 2 and vec >= 2  # 16-bit pairs go as packed words
     if op.value in em.deferred:  # the elementwise code that makes the value, streamed
         elements = _MapElements(em, op.value.owner)  # type: ignore[arg-type]
         element: Callable[[int], SSAValue] = elements.value
+        pair: Callable[[int], Lanes] = elements.pair
     else:
         parts = em.parts(op.value)
         element = parts.__getitem__
+        pair = lambda r: pair_of(em, op.value, r)  # noqa: E731
     owner = owner_predicate(em, dist)
     for r in range(0, dist.registers, vec):
         off = dist.offsets[r]
-        group = [element(r + i) for i in range(vec)]
+        if words:
+            lanes = [pair(r + i) for i in range(0, vec, 2)]
+            data = [w.packed(em) for w in lanes]
+        else:
+            group = [element(r + i) for i in range(vec)]
+            data = _pack(em, group, t, vec)
         addr, imm = access.address(off)
         if not ragged:
             ok = and_pred(em, [access.ok(off), owner])
-            em.emit(ptx.StOp(f"global.{spec}", [addr, *_pack(em, group, t, vec)], guard=ok, offset=imm))
+            em.emit(ptx.StOp(f"global.{spec}", [addr, *data], guard=ok, offset=imm))
             continue
-        full, elements = access.split(off, vec)
-        em.emit(ptx.StOp(f"global.{spec}", [addr, *_pack(em, group, t, vec)], guard=and_pred(em, [full, owner]), offset=imm))
-        for e, (v, ok) in enumerate(zip(group, elements, strict=True)):
+        full, elements_ok = access.split(off, vec)
+        em.emit(ptx.StOp(f"global.{spec}", [addr, *data], guard=and_pred(em, [full, owner]), offset=imm))
+        if words:
+            group = [v for w in lanes for v in w.scalars(em)]
+        for e, (v, ok) in enumerate(zip(group, elements_ok, strict=True)):
             guard = and_pred(em, [ok, owner])
             em.emit(ptx.StOp(f"global.{mem_spec(t)}", [addr, v], guard=guard, offset=imm + e * access.eb))
 
