@@ -1,6 +1,7 @@
 """What the memory-bound ops compile to: every kernel assembles for sm_80 and sm_90 without
-spills (the wheel's ptxas), and rows of halves whose length is a multiple of 8 move 16 bytes
-per access (``ld.global.v4``)."""
+spills (the wheel's ptxas), rows kept whole up to the one-pass limits included, rows of halves
+whose length is a multiple of 8 move 16 bytes per access (``ld.global.v4``), and 16-bit maps
+compute two elements per packed instruction."""
 
 from __future__ import annotations
 
@@ -35,6 +36,16 @@ def specs(t: dtypes.ScalarType) -> list[tuple[str, object, dict, tuple, int]]:
             (f"rms_norm{name}", rms_norm_kernel(t), {**shape, "HAS_W": True, "HAS_RES": True}, cols, w),
             (f"cross_entropy{name}", cross_entropy_kernel(t, dtypes.i64), shape, cols, w),
         ]
+    for n, name, kernel, extra in (  # rows kept whole in one program's registers: read once
+        (rowops.ONE_PASS_LIGHT, "softmax", softmax_kernel(t), {"LOG": False}),
+        (rowops.ONE_PASS_LIGHT, "log_softmax", softmax_kernel(t), {"LOG": True}),
+        (rowops.ONE_PASS, "layer_norm", layer_norm_kernel(t), {"HAS_W": True, "HAS_B": True}),
+        (rowops.ONE_PASS_LIGHT if t.bits == 16 else rowops.ONE_PASS, "rms_norm", rms_norm_kernel(t),
+         {"HAS_W": True, "HAS_RES": True}),
+    ):  # fmt: skip
+        lb = rowops.blocks(1, n, one_pass=n)
+        assert lb.single and lb.cols == n
+        out.append((f"{name}-{n}", kernel, {"R": 1, "C": lb.cols, "SINGLE": True, **extra}, cols, lb.warps))
     half = (("half", 16), ("S", 16), ("H", 16))
     for act in (0, 1, 2):
         gated = {"R": b.rows, "C": b.cols, "ACT": act}
