@@ -363,6 +363,18 @@ def _vector(view: tile.ViewOp, dist: Distribution, t: Attribute) -> tuple[int, b
     return vec, divisibility(view.bounds[-1]) < vec
 
 
+def _realigned(view: tile.ViewOp, dist: Distribution, t: Attribute) -> int:
+    """Elements per 16-byte access of a load whose alignment is not proven (a misaligned base, a
+    row length that is not a multiple of the vector), where each thread holds 16 consecutive
+    bytes: such a load reads the two aligned 16-byte chunks its bytes straddle and shifts them
+    into place (``_LoadGroups.realigned``). 0 when the proven vector is already 16 bytes."""
+    eb = element_bytes(t)
+    full = 16 // eb
+    if eb not in (2, 4) or constant_int(view.strides[-1]) != 1 or dist.contiguous(len(dist.shape) - 1) < full:
+        return 0
+    return full if _vector(view, dist, t)[0] < full else 0
+
+
 class _Access:
     """Addresses and masks of one view's elements for this thread, shared between registers."""
 
@@ -469,12 +481,18 @@ class _LoadGroups:
         self.access = _Access(em, view, self.dist)
         self.t, self.other = self.access.t, em.value(op.other)
         self.vec, self.ragged = _vector(view, self.dist, self.t)
+        self.proven = self.vec * self.access.eb  # bytes the address is proven a multiple of
+        _require_alignment(em, view.array, self.proven)
+        self.realign = _realigned(view, self.dist, self.t)
+        if self.realign:
+            self.vec = self.realign
         self.words = self.access.eb == 2 and self.vec >= 2
-        _require_alignment(em, view.array, self.vec * self.access.eb)
         self.group: list = []
 
     def load(self, r: int) -> list:
         """The ``vec`` registers from r: ``vec // 2`` Lanes for 16-bit words, else registers."""
+        if self.realign:
+            return self.realigned(r)
         em, t, vec = self.em, self.t, self.vec
         spec, reg, count = _word_spec(t, vec)
         off = self.dist.offsets[r]
@@ -501,6 +519,67 @@ class _LoadGroups:
         if self.words:
             return [Lanes(t, out[i], out[i + 1]) for i in range(0, vec, 2)]
         return out
+
+    def realigned(self, r: int) -> list:
+        """16 bytes at an address known only at run time: the aligned chunks below and above it
+        (one chunk twice when it is aligned), a word select by its bits 2-3 and, for 16-bit
+        elements not proven 4-byte aligned, a byte permute by its bit 1. Both chunks must hold
+        elements of the view (never a byte outside the array): a vector at either end of a row,
+        or straddling the bound, is read element by element, as in ``load``."""
+        em, t, vec, eb = self.em, self.t, self.vec, self.access.eb
+        last = len(self.dist.shape) - 1
+        off = self.dist.offsets[r]
+        addr, imm = self.access.address(off)
+        if imm:
+            addr = em.instr(ptx.AddOp, "s64", [addr, em.const(imm, i64)], i64)
+        low = em.instr(ptx.CvtOp, "u32.u64", [addr], i32)
+        sh = em.instr(ptx.AndOp, "b32", [low, em.const(15, i32)], i32)  # bytes past the chunk below
+        k = eb.bit_length() - 1
+        col = add32(em, self.access.start[last], off[last])
+        below = em.instr(ptx.ShrOp, "u32", [sh, em.const(k, i32)], i32)  # its elements before ours
+        above = em.instr(ptx.SubOp, "s32", [em.const(16, i32), sh], i32)
+        above = em.instr(ptx.ShrOp, "u32", [em.instr(ptx.AndOp, "b32", [above, em.const(15, i32)], i32), em.const(k, i32)], i32)
+        end = add32(em, em.instr(ptx.AddOp, "s32", [col, above], i32), vec - 1)  # the chunk above's last
+        tail = list(off)
+        tail[-1] += vec - 1
+        whole = and_pred(em, [
+            self.access.ok(tuple(tail)),
+            em.instr(ptx.SetpOp, "ge.u32", [col, below], i1),
+            em.instr(ptx.SetpOp, "lt.u32", [end, self.access.bounds[last]], i1),
+        ])  # fmt: skip
+        partial = em.instr(ptx.NotOp, "pred", [whole], i1)
+        chunks = []
+        for a in (addr, em.instr(ptx.AddOp, "s64", [addr, em.const(15, i64)], i64)):
+            aligned = em.instr(ptx.AndOp, "b64", [a, em.const(-16, i64)], i64)
+            load = ptx.LdOp("global.v4.b32", [aligned], [i32] * 4, guard=whole)
+            em.emit(load)
+            chunks += list(load.outs)
+        bit = [em.instr(ptx.SetpOp, "ne.b32", [em.instr(ptx.AndOp, "b32", [low, em.const(m, i32)], i32), em.const(0, i32)], i1)
+               for m in (4, 8)]  # fmt: skip
+
+        def word(i: int) -> SSAValue:  # chunks[i + (address bits 2-3)]
+            pick = [em.instr(ptx.SelpOp, "b32", [chunks[j + 1], chunks[j], bit[0]], i32) for j in (i, i + 2)]
+            return em.instr(ptx.SelpOp, "b32", [pick[1], pick[0], bit[1]], i32)
+
+        words = [word(i) for i in range(5)]
+        if eb == 2 and self.proven < 4:  # an odd number of halves in: bytes 2..5 of each word pair
+            half = em.instr(ptx.AndOp, "b32", [low, em.const(2, i32)], i32)
+            sel = em.instr(ptx.MadOp, "lo.u32", [half, em.const(0x1111, i32), em.const(0x3210, i32)], i32)
+            words = [em.instr(ptx.PrmtOp, "b32", [words[i], words[i + 1], sel], i32) for i in range(4)]
+        tails = []
+        for e in range(vec):
+            each = list(off)
+            each[-1] += e
+            ok = em.instr(ptx.AndOp, "pred", [self.access.ok(tuple(each)), partial], i1)
+            one = ptx.LdOp(f"global.{mem_spec(t)}", [addr], [reg_type(t)], guard=ok, offset=e * eb)
+            em.emit(one)
+            tails.append(em.instr(ptx.SelpOp, _selp_spec(t), [one.outs[0], self.other, ok], reg_type(t)))
+        if eb == 2:
+            return [Lanes(t, word=em.instr(ptx.SelpOp, "b32", [words[i], Lanes(t, tails[2 * i], tails[2 * i + 1]).packed(em), whole], i32))
+                    for i in range(vec // 2)]  # fmt: skip
+        rt = reg_type(t)
+        values = words[:vec] if rt == i32 else [em.instr(ptx.MovOp, "b32", [w], rt) for w in words[:vec]]
+        return [em.instr(ptx.SelpOp, _selp_spec(t), [v, tail, whole], rt) for v, tail in zip(values, tails, strict=True)]
 
     def value(self, r: int) -> SSAValue:
         if r % self.vec == 0:
