@@ -375,6 +375,24 @@ def _realigned(view: tile.ViewOp, dist: Distribution, t: Attribute) -> int:
     return full if _vector(view, dist, t)[0] < full else 0
 
 
+def _window(em: PtxEmitter, chunks: list[SSAValue], start: SSAValue, halves: bool) -> list[SSAValue]:
+    """The 4 words at byte ``start & 15`` of 8 consecutive words (32 bytes): a select of words by
+    bits 2-3, and with ``halves`` (an even but maybe not 4-byte-multiple start) a ``prmt`` by bit 1."""
+    bit = [em.instr(ptx.SetpOp, "ne.b32", [em.instr(ptx.AndOp, "b32", [start, em.const(m, i32)], i32), em.const(0, i32)], i1)
+           for m in (4, 8)]  # fmt: skip
+
+    def word(i: int) -> SSAValue:  # chunks[i + (start bits 2-3)]
+        pick = [em.instr(ptx.SelpOp, "b32", [chunks[j + 1], chunks[j], bit[0]], i32) for j in (i, i + 2)]
+        return em.instr(ptx.SelpOp, "b32", [pick[1], pick[0], bit[1]], i32)
+
+    if not halves:
+        return [word(i) for i in range(4)]
+    words = [word(i) for i in range(5)]
+    half = em.instr(ptx.AndOp, "b32", [start, em.const(2, i32)], i32)
+    sel = em.instr(ptx.MadOp, "lo.u32", [half, em.const(0x1111, i32), em.const(0x3210, i32)], i32)
+    return [em.instr(ptx.PrmtOp, "b32", [words[i], words[i + 1], sel], i32) for i in range(4)]
+
+
 class _Access:
     """Addresses and masks of one view's elements for this thread, shared between registers."""
 
@@ -389,9 +407,10 @@ class _Access:
         self._oks: dict[tuple[int, int], SSAValue] = {}
         self._addrs: dict[tuple[int, ...], SSAValue] = {}
 
-    def ok(self, off: tuple[int, ...]) -> SSAValue:
+    def ok(self, off: tuple[int, ...], upto: int | None = None) -> SSAValue | None:
+        """Whether the element at ``off`` is inside the bounds (of the dims before ``upto``)."""
         preds = []
-        for d, o in enumerate(off):
+        for d, o in enumerate(off[:upto]):
             if (d, o) not in self._oks:
                 self._oks[(d, o)] = self.em.instr(ptx.SetpOp, "lt.u32", [add32(self.em, self.start[d], o), self.bounds[d]], i1)
             preds.append(self._oks[(d, o)])
@@ -554,18 +573,7 @@ class _LoadGroups:
             load = ptx.LdOp("global.v4.b32", [aligned], [i32] * 4, guard=whole)
             em.emit(load)
             chunks += list(load.outs)
-        bit = [em.instr(ptx.SetpOp, "ne.b32", [em.instr(ptx.AndOp, "b32", [low, em.const(m, i32)], i32), em.const(0, i32)], i1)
-               for m in (4, 8)]  # fmt: skip
-
-        def word(i: int) -> SSAValue:  # chunks[i + (address bits 2-3)]
-            pick = [em.instr(ptx.SelpOp, "b32", [chunks[j + 1], chunks[j], bit[0]], i32) for j in (i, i + 2)]
-            return em.instr(ptx.SelpOp, "b32", [pick[1], pick[0], bit[1]], i32)
-
-        words = [word(i) for i in range(5)]
-        if eb == 2 and self.proven < 4:  # an odd number of halves in: bytes 2..5 of each word pair
-            half = em.instr(ptx.AndOp, "b32", [low, em.const(2, i32)], i32)
-            sel = em.instr(ptx.MadOp, "lo.u32", [half, em.const(0x1111, i32), em.const(0x3210, i32)], i32)
-            words = [em.instr(ptx.PrmtOp, "b32", [words[i], words[i + 1], sel], i32) for i in range(4)]
+        words = _window(em, chunks, low, eb == 2 and self.proven < 4)
         tails = []
         for e in range(vec):
             each = list(off)
@@ -578,7 +586,7 @@ class _LoadGroups:
             return [Lanes(t, word=em.instr(ptx.SelpOp, "b32", [words[i], Lanes(t, tails[2 * i], tails[2 * i + 1]).packed(em), whole], i32))
                     for i in range(vec // 2)]  # fmt: skip
         rt = reg_type(t)
-        values = words[:vec] if rt == i32 else [em.instr(ptx.MovOp, "b32", [w], rt) for w in words[:vec]]
+        values = words if rt == i32 else [em.instr(ptx.MovOp, "b32", [w], rt) for w in words]
         return [em.instr(ptx.SelpOp, _selp_spec(t), [v, tail, whole], rt) for v, tail in zip(values, tails, strict=True)]
 
     def value(self, r: int) -> SSAValue:
@@ -642,8 +650,20 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
         element = parts.__getitem__
         pair = lambda r: pair_of(em, op.value, r)  # noqa: E731
     owner = owner_predicate(em, dist)
+    runs = _store_runs(view, dist, t)
+    if runs:
+        vec = 16 // access.eb
+        words = access.eb == 2
     for r in range(0, dist.registers, vec):
         off = dist.offsets[r]
+        if runs:
+            if words:
+                data = [pair(r + i).packed(em) for i in range(0, vec, 2)]
+            else:
+                group = [element(r + i) for i in range(vec)]
+                data = group if group[0].type == i32 else [em.instr(ptx.MovOp, "b32", [v], i32) for v in group]
+            _realigned_store(em, access, off, data, runs, owner, access.eb * _vector(view, dist, t)[0])
+            continue
         if words:
             lanes = [pair(r + i) for i in range(0, vec, 2)]
             data = [w.packed(em) for w in lanes]
@@ -662,6 +682,91 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
         for e, (v, ok) in enumerate(zip(group, elements_ok, strict=True)):
             guard = and_pred(em, [ok, owner])
             em.emit(ptx.StOp(f"global.{mem_spec(t)}", [addr, v], guard=guard, offset=imm + e * access.eb))
+
+
+def _store_runs(view: tile.ViewOp, dist: Distribution, t: Attribute) -> int:
+    """For a store whose 16-byte alignment is not proven: how many consecutive lanes hold
+    consecutive 16-byte groups of a row (lane bit 0 the column bit above a thread's 16 bytes),
+    so that a lane can build the aligned chunk below its bytes from its own and the previous
+    lane's (``_realigned_store``); 0 when that does not apply."""
+    full = _realigned(view, dist, t)
+    last = len(dist.shape) - 1
+    if not full or dist.contiguous(last) != full:
+        return 0
+    k, m = full.bit_length() - 1, 0
+    while m < len(dist.lane) and dist.lane[m] == (last, k + m):
+        m += 1
+    return 1 << m if m else 0
+
+
+def _realigned_store(em: PtxEmitter, access: _Access, off: tuple[int, ...], data: list[SSAValue], runs: int,
+                     owner: SSAValue | None, proven: int) -> None:  # fmt: skip
+    """16 bytes (4 words) at an address known only at run time, ``sh`` bytes past an aligned chunk.
+    ``sh == 0``: one aligned store. Else each lane stores the aligned chunk that starts below its
+    bytes (the previous lane's last ``sh`` bytes, by a shuffle, then its own first ``16 - sh``)
+    when every element of that chunk is in the view and the previous lane holds the group before;
+    the elements no such store covers (the first lane of a run of lanes, the ends of each row)
+    are stored one by one. No store writes a byte outside the view."""
+    eb = access.eb
+    vec = 16 // eb
+    last = len(off) - 1
+    addr, imm = access.address(off)
+    if imm:
+        addr = em.instr(ptx.AddOp, "s64", [addr, em.const(imm, i64)], i64)
+    low = em.instr(ptx.CvtOp, "u32.u64", [addr], i32)
+    sh = em.instr(ptx.AndOp, "b32", [low, em.const(15, i32)], i32)
+    aligned = em.instr(ptx.SetpOp, "eq.u32", [sh, em.const(0, i32)], i1)
+    below = em.instr(ptx.ShrOp, "u32", [sh, em.const(eb.bit_length() - 1, i32)], i32)  # the chunk's elements before ours
+    col = add32(em, access.start[last], off[last])
+    first = em.instr(ptx.SubOp, "s32", [col, below], i32)  # the chunk's first column
+
+    def pos() -> SSAValue:
+        return em.instr(ptx.AndOp, "b32", [em.special("laneid"), em.const(runs - 1, i32)], i32)
+
+    position = em.invariant(("store-run", runs), pos)
+    run_start = em.invariant(("run-start", runs), lambda: em.instr(ptx.SetpOp, "eq.u32", [position, em.const(0, i32)], i1))
+    run_end = em.invariant(("run-end", runs), lambda: em.instr(ptx.SetpOp, "eq.u32", [position, em.const(runs - 1, i32)], i1))
+    mask = em.const(-1, i32)
+    prev = [shuffle(em, "up", w, em.const(1, i32), 32, mask) for w in data]
+    start = em.instr(ptx.SubOp, "s32", [em.const(16, i32), sh], i32)
+    chunk = _window(em, prev + data, start, eb == 2 and proven < 4)
+    out = [em.instr(ptx.SelpOp, "b32", [d, c, aligned], i32) for d, c in zip(data, chunk, strict=True)]
+    rows_ok = access.ok(off, upto=last)
+    bound = access.bounds[last]
+    tail = list(off)
+    tail[-1] += vec - 1
+    whole = and_pred(em, [access.ok(tuple(tail)), aligned])  # sh == 0 and every element inside
+
+    def inside(first_col: SSAValue, count: int) -> SSAValue:
+        return em.instr(ptx.SetpOp, "lt.u32", [add32(em, first_col, count - 1), bound], i1)
+
+    unaligned = em.instr(ptx.NotOp, "pred", [aligned], i1)
+    mine = and_pred(em, [rows_ok, unaligned, em.instr(ptx.NotOp, "pred", [run_start], i1),
+                         em.instr(ptx.SetpOp, "ge.u32", [col, below], i1), inside(first, vec)])  # fmt: skip
+    nexts = and_pred(em, [rows_ok, unaligned, em.instr(ptx.NotOp, "pred", [run_end], i1), inside(first, 2 * vec)])
+    chunk_ok = em.instr(ptx.OrOp, "pred", [whole, mine], i1)  # type: ignore[list-item]
+    aligned_addr = em.instr(ptx.AndOp, "b64", [addr, em.const(-16, i64)], i64)
+    em.emit(ptx.StOp("global.v4.b32", [aligned_addr, *out], guard=and_pred(em, [chunk_ok, owner])))
+    lanes: list[SSAValue] = []
+    for w in data:  # the elements themselves
+        if eb == 2:
+            unpack = ptx.MovOp("b32", [w], [access.t, access.t])
+            em.emit(unpack)
+            lanes += list(unpack.outs)
+        else:
+            lanes.append(w)
+    spec = "b16" if eb == 2 else "b32"
+    for e, v in enumerate(lanes):
+        each = list(off)
+        each[-1] += e
+        head = em.instr(ptx.SetpOp, "lt.u32", [below, em.const(vec - e, i32)], i1)  # in the chunk below
+        by_chunk = em.instr(ptx.OrOp, "pred", [
+            em.instr(ptx.AndOp, "pred", [head, mine], i1),
+            em.instr(ptx.AndOp, "pred", [em.instr(ptx.NotOp, "pred", [head], i1), nexts], i1),
+        ], i1)  # fmt: skip
+        covered = em.instr(ptx.OrOp, "pred", [by_chunk, whole], i1)  # type: ignore[list-item]
+        guard = and_pred(em, [access.ok(tuple(each)), em.instr(ptx.NotOp, "pred", [covered], i1), owner])
+        em.emit(ptx.StOp(f"global.{spec}", [addr, v], guard=guard, offset=e * eb))
 
 
 def _element_address(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribute) -> SSAValue:
