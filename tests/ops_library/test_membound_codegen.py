@@ -109,6 +109,34 @@ def test_unaligned_rows_of_halves_still_move_16_bytes_at_a_time():
             assert "ld.global.v4.b32" in c.ptx and "prmt.b32" in c.ptx, name
             if not name.startswith("cross_entropy"):
                 assert "st.global.v4.b32" in c.ptx and "shfl.sync.up.b32" in c.ptx, name
+
+
+@pytest.mark.parametrize("dtype", ["bf16", pytest.param("f32", marks=pytest.mark.slow)])
+def test_unaligned_rows_are_kept_whole_only_as_long_as_their_registers_allow(dtype):
+    """Realigned accesses take registers: a row not 16-byte aligned is one tile up to
+    ONE_PASS_UNALIGNED columns (no spills there), and loops past it."""
+    from kaio.targets.ptx import toolchain
+
+    t = TYPES[dtype]
+    n = rowops.ONE_PASS_UNALIGNED
+    assert rowops.blocks(1, n, one_pass=rowops.ONE_PASS_LIGHT, aligned=False).single
+    assert not rowops.blocks(1, n + 1, one_pass=rowops.ONE_PASS_LIGHT, aligned=False).single
+    assert rowops.blocks(1, n + 1, one_pass=rowops.ONE_PASS_LIGHT).single
+    if toolchain.find_ptxas() is None:
+        pytest.skip("nvidia-cuda-nvcc-cu12 not installed")
+    b = rowops.blocks(1, n, one_pass=n, aligned=False)
+    base = 2 if t.bits == 16 else 4
+    for name, kernel, extra in (
+        ("softmax", softmax_kernel(t), {"LOG": False}),
+        ("log_softmax", softmax_kernel(t), {"LOG": True}),
+        ("layer_norm", layer_norm_kernel(t), {"HAS_W": True, "HAS_B": True, "BASE_W": base, "BASE_B": base}),
+        ("rms_norm", rms_norm_kernel(t), {"HAS_W": True, "HAS_RES": True, "BASE_R": base, "BASE_W": base}),
+    ):  # fmt: skip
+        for arch in ("sm_80", "sm_90"):
+            constexprs = {"R": 1, "C": b.cols, "SINGLE": True, "BASE_X": base, "BASE_Y": base, **extra}
+            c = compiled(kernel, arch, constexprs, (("cols", 1), ("rows", 16)), b.warps)
+            report = toolchain.assemble(c.ptx, arch)
+            assert report.spill_stores[c.name] == 0 and report.spill_loads[c.name] == 0, (name, arch)
             if toolchain.find_ptxas() is not None:
                 report = toolchain.assemble(c.ptx, arch)
                 assert report.spill_stores[c.name] == 0 and report.spill_loads[c.name] == 0, name
