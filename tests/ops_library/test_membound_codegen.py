@@ -109,6 +109,9 @@ def test_unaligned_rows_of_halves_still_move_16_bytes_at_a_time():
             assert "ld.global.v4.b32" in c.ptx and "prmt.b32" in c.ptx, name
             if not name.startswith("cross_entropy"):
                 assert "st.global.v4.b32" in c.ptx and "shfl.sync.up.b32" in c.ptx, name
+            if toolchain.find_ptxas() is not None:
+                report = toolchain.assemble(c.ptx, arch)
+                assert report.spill_stores[c.name] == 0 and report.spill_loads[c.name] == 0, name
 
 
 @pytest.mark.parametrize("dtype", ["bf16", pytest.param("f32", marks=pytest.mark.slow)])
