@@ -93,6 +93,23 @@ def test_rows_of_halves_load_and_store_16_bytes_at_a_time(dtype):
             assert "st.global.v4.b32" in text, name
 
 
+@pytest.mark.parametrize("dtype, arch", [("f16", "sm_80"), ("bf16", "sm_80"), ("bf16", "sm_90")])
+def test_16_bit_math_is_packed_two_elements_per_instruction(dtype, arch):
+    """The gate product of silu_and_mul and the fused add of rms_norm are one packed instruction
+    per pair (bf16 add/mul before sm_90: fma.rn.bf16x2), and f32 results leave as pairs."""
+    x2 = f"{dtype}x2"
+    mul = f"mul.rn.{x2}" if dtype == "f16" or arch == "sm_90" else f"fma.rn.{x2}"
+    add = f"add.rn.{x2}" if dtype == "f16" or arch == "sm_90" else f"fma.rn.{x2}"
+    for name, kernel, constexprs, divisible, warps in specs(TYPES[dtype]):
+        text = compiled(kernel, arch, constexprs, divisible, warps).ptx
+        if name.startswith("gated"):
+            assert mul in text and f"cvt.rn.{x2}.f32" in text, name
+        if name.startswith("rms_norm"):  # with the residual
+            assert add in text and f"cvt.rn.{x2}.f32" in text, name
+        if name.startswith("softmax"):
+            assert f"cvt.rn.{x2}.f32" in text, name
+
+
 def test_unaligned_rows_of_halves_still_move_16_bytes_at_a_time():
     """A row length that is not a multiple of 8, or a base offset by one element: the loads read
     the aligned 16-byte chunks around each thread's 8 halves (``ld.global.v4`` + ``prmt``) and
