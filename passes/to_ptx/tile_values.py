@@ -291,7 +291,10 @@ class _MapElements:
         self.streamed = {i: _LoadGroups(em, x.owner) for i, x in enumerate(op.inputs) if x in em.deferred}
         self.inputs = [None if i in self.streamed else em.parts(x) for i, x in enumerate(op.inputs)]
         self.yielded = op.block.last_op.operands[0]  # type: ignore[union-attr]
-        self.paired = distribution(em, op.result.type).registers % 2 == 0 and worth_pairing(em, op.block)
+        # pairs pay when their words flow on: into stores and maps (an mma operand, a reduction
+        # takes registers one by one, and pairing its producer only reorders the code)
+        takes_words = all(isinstance(use.operation, tile.StoreOp | tile.MapOp) for use in op.result.uses)
+        self.paired = takes_words and distribution(em, op.result.type).registers % 2 == 0 and worth_pairing(em, op.block)
 
     def value(self, r: int) -> SSAValue:
         for i, (arg, parts) in enumerate(zip(self.op.block.args, self.inputs, strict=True)):
