@@ -419,6 +419,13 @@ class _Access:
             preds.append(self._oks[(d, o)])
         return and_pred(self.em, preds)  # type: ignore[return-value]
 
+    def ok_here(self, off: tuple[int, ...]) -> SSAValue:
+        """``ok(off)``, its last-dim test computed here and not cached (inside a branch that may
+        be skipped, a cached predicate would be unset for the next user)."""
+        last = len(off) - 1
+        here = self.em.instr(ptx.SetpOp, "lt.u32", [add32(self.em, self.start[last], off[last]), self.bounds[last]], i1)
+        return and_pred(self.em, [self.ok(off, upto=last), here])  # type: ignore[return-value]
+
     def split(self, off: tuple[int, ...], vec: int) -> tuple[SSAValue, list[SSAValue]]:
         """(the whole vector at ``off`` is inside, each element is inside and the vector is not):
         the guards of one vector access and of the element accesses that replace it at the bound."""
@@ -569,7 +576,6 @@ class _LoadGroups:
             em.instr(ptx.SetpOp, "ge.u32", [col, below], i1),
             em.instr(ptx.SetpOp, "lt.u32", [end, self.access.bounds[last]], i1),
         ])  # fmt: skip
-        partial = em.instr(ptx.NotOp, "pred", [whole], i1)
         chunks = []
         for a in (addr, em.instr(ptx.AddOp, "s64", [addr, em.const(15, i64)], i64)):
             aligned = em.instr(ptx.AndOp, "b64", [a, em.const(-16, i64)], i64)
@@ -577,20 +583,36 @@ class _LoadGroups:
             em.emit(load)
             chunks += list(load.outs)
         words = _window(em, chunks, low, eb == 2 and self.proven < 4)
+        # the result registers: the shifted chunks, or `other` where no element is inside; a
+        # branch taken only where a lane of the warp needs it reads the elements of a vector
+        # that straddles a bound or a row's end one by one and overwrites them there
+        rt = reg_type(t)
+        if eb == 2:
+            other = Lanes(t, self.other, self.other).packed(em)
+            first = [em.instr(ptx.SelpOp, "b32", [w, other, whole], i32) for w in words[: vec // 2]]
+        else:
+            values = words if rt == i32 else [em.instr(ptx.MovOp, "b32", [w], rt) for w in words]
+            first = [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, whole], rt) for v in values]
+        results = [em.reg(r.type) for r in first]
+        for reg, v in zip(results, first, strict=True):
+            em.assign(reg, v)
+        skip = em.label("whole_vector")
+        nothing = em.instr(ptx.NotOp, "pred", [self.access.ok(off)], i1)  # the first element is out
+        em.branch(skip, em.instr(ptx.OrOp, "pred", [whole, nothing], i1))
         tails = []
         for e in range(vec):
             each = list(off)
             each[-1] += e
-            ok = em.instr(ptx.AndOp, "pred", [self.access.ok(tuple(each)), partial], i1)
-            one = ptx.LdOp(f"global.{mem_spec(t)}", [addr], [reg_type(t)], guard=ok, offset=e * eb)
+            ok = self.access.ok_here(tuple(each))
+            one = ptx.LdOp(f"global.{mem_spec(t)}", [addr], [rt], guard=ok, offset=e * eb)
             em.emit(one)
-            tails.append(em.instr(ptx.SelpOp, _selp_spec(t), [one.outs[0], self.other, ok], reg_type(t)))
+            tails.append(em.instr(ptx.SelpOp, _selp_spec(t), [one.outs[0], self.other, ok], rt))
         if eb == 2:
-            return [Lanes(t, word=em.instr(ptx.SelpOp, "b32", [words[i], Lanes(t, tails[2 * i], tails[2 * i + 1]).packed(em), whole], i32))
-                    for i in range(vec // 2)]  # fmt: skip
-        rt = reg_type(t)
-        values = words if rt == i32 else [em.instr(ptx.MovOp, "b32", [w], rt) for w in words]
-        return [em.instr(ptx.SelpOp, _selp_spec(t), [v, tail, whole], rt) for v, tail in zip(values, tails, strict=True)]
+            tails = [Lanes(t, tails[i], tails[i + 1]).packed(em) for i in range(0, vec, 2)]
+        for reg, v in zip(results, tails, strict=True):
+            em.assign(reg, v)
+        em.place_label(skip)
+        return [Lanes(t, word=w) for w in results] if eb == 2 else results
 
     def value(self, r: int) -> SSAValue:
         if r % self.vec == 0:
@@ -657,16 +679,21 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     if runs:
         vec = 16 // access.eb
         words = access.eb == 2
-    for r in range(0, dist.registers, vec):
-        off = dist.offsets[r]
-        if runs:
+    if runs:
+        groups = []
+        for r in range(0, dist.registers, vec):
             if words:
                 data = [pair(r + i).packed(em) for i in range(0, vec, 2)]
             else:
                 group = [element(r + i) for i in range(vec)]
                 data = group if group[0].type == i32 else [em.instr(ptx.MovOp, "b32", [v], i32) for v in group]
-            _realigned_store(em, access, off, data, runs, owner, access.eb * _vector(view, dist, t)[0])
-            continue
+            groups.append((dist.offsets[r], data))
+        handoff = _RunHandoff(em, dist, runs, vec, groups, owner)
+        for off, data in groups:
+            _realigned_store(em, access, off, data, runs, owner, access.eb * _vector(view, dist, t)[0], handoff)
+        return
+    for r in range(0, dist.registers, vec):
+        off = dist.offsets[r]
         if words:
             lanes = [pair(r + i) for i in range(0, vec, 2)]
             data = [w.packed(em) for w in lanes]
@@ -702,14 +729,67 @@ def _store_runs(view: tile.ViewOp, dist: Distribution, t: Attribute) -> int:
     return 1 << m if m else 0
 
 
+class _RunHandoff:
+    """The last lane of each run of lanes hands its 16 bytes to the first lane of the next run
+    of the same row through shared memory (one barrier for the whole store), so that lane too
+    can store the aligned chunk below its bytes. Only for 1-D and 2-D tiles with a small
+    scratch; otherwise the first lanes of runs store their first bytes one element at a time."""
+
+    MAX_BYTES = 8192
+
+    def __init__(self, em: PtxEmitter, dist: Distribution, runs: int, vec: int,
+                 groups: list[tuple[tuple[int, ...], list[SSAValue]]], owner: SSAValue | None):  # fmt: skip
+        self.em, self.ok = em, False
+        rank = len(dist.shape)
+        span = vec * runs  # columns of one run
+        per_row = dist.shape[-1] // span
+        rows = dist.shape[0] if rank == 2 else 1
+        if rank > 2 or per_row < 2 or rows * per_row * 16 > self.MAX_BYTES:
+            return
+        self.ok, self.span, self.per_row = True, span, per_row
+        self.base = thread_base(em, dist)
+        self.scratch = em.shared("runs", rows * per_row * 16, 16)
+        position = em.instr(ptx.AndOp, "b32", [em.special("laneid"), em.const(runs - 1, i32)], i32)
+        writer = and_pred(em, [em.instr(ptx.SetpOp, "eq.u32", [position, em.const(runs - 1, i32)], i1), owner])
+        em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))  # earlier readers of the scratch are done
+        for off, data in groups:
+            em.emit(ptx.StOp("shared.v4.b32", [self.slot(off, 0), *data], guard=writer))
+        em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+
+    def run_index(self, off: tuple[int, ...]) -> SSAValue:
+        col = add32(self.em, self.base[-1], off[-1])
+        return self.em.instr(ptx.ShrOp, "u32", [col, self.em.const(self.span.bit_length() - 1, i32)], i32)
+
+    def slot(self, off: tuple[int, ...], back: int) -> SSAValue:
+        em = self.em
+        run = add32(em, self.run_index(off), -back)
+        if len(off) == 2:
+            row = add32(em, self.base[0], off[0])
+            run = em.instr(ptx.MadOp, "lo.s32", [row, em.const(self.per_row, i32), run], i32)
+        return em.instr(ptx.MadOp, "lo.s32", [run, em.const(16, i32), self.scratch], i32)
+
+    def previous(self, off: tuple[int, ...]) -> tuple[SSAValue, list[SSAValue]]:
+        """(this group's run is not its row's first in the tile, the previous run's last 16 bytes)."""
+        em = self.em
+        has = em.instr(ptx.SetpOp, "ne.u32", [self.run_index(off), em.const(0, i32)], i1)
+        load = ptx.LdOp("shared.v4.b32", [self.slot(off, 1)], [i32] * 4, guard=has)
+        em.emit(load)
+        return has, list(load.outs)
+
+    def has_next(self, off: tuple[int, ...]) -> SSAValue:
+        em = self.em
+        return em.instr(ptx.SetpOp, "lt.u32", [self.run_index(off), em.const(self.per_row - 1, i32)], i1)
+
+
 def _realigned_store(em: PtxEmitter, access: _Access, off: tuple[int, ...], data: list[SSAValue], runs: int,
-                     owner: SSAValue | None, proven: int) -> None:  # fmt: skip
+                     owner: SSAValue | None, proven: int, handoff: _RunHandoff) -> None:  # fmt: skip
     """16 bytes (4 words) at an address known only at run time, ``sh`` bytes past an aligned chunk.
     ``sh == 0``: one aligned store. Else each lane stores the aligned chunk that starts below its
     bytes (the previous lane's last ``sh`` bytes, by a shuffle, then its own first ``16 - sh``)
     when every element of that chunk is in the view and the previous lane holds the group before;
-    the elements no such store covers (the first lane of a run of lanes, the ends of each row)
-    are stored one by one. No store writes a byte outside the view."""
+    the elements no such store covers (the ends of each row; the first lane of a run when no
+    ``_RunHandoff`` applies) are stored one by one, in a branch a warp takes only when one of
+    its lanes needs it. No store writes a byte outside the view."""
     eb = access.eb
     vec = 16 // eb
     last = len(off) - 1
@@ -731,6 +811,12 @@ def _realigned_store(em: PtxEmitter, access: _Access, off: tuple[int, ...], data
     run_end = em.invariant(("run-end", runs), lambda: em.instr(ptx.SetpOp, "eq.u32", [position, em.const(runs - 1, i32)], i1))
     mask = em.const(-1, i32)
     prev = [shuffle(em, "up", w, em.const(1, i32), 32, mask) for w in data]
+    after_start, before_end = em.instr(ptx.NotOp, "pred", [run_start], i1), em.instr(ptx.NotOp, "pred", [run_end], i1)
+    if handoff.ok:  # the first lane of a run: the previous run's last bytes, from shared memory
+        has_prev, handed = handoff.previous(off)
+        prev = [em.instr(ptx.SelpOp, "b32", [h, p, run_start], i32) for h, p in zip(handed, prev, strict=True)]
+        after_start = em.instr(ptx.OrOp, "pred", [after_start, has_prev], i1)
+        before_end = em.instr(ptx.OrOp, "pred", [before_end, handoff.has_next(off)], i1)
     start = em.instr(ptx.SubOp, "s32", [em.const(16, i32), sh], i32)
     chunk = _window(em, prev + data, start, eb == 2 and proven < 4)
     out = [em.instr(ptx.SelpOp, "b32", [d, c, aligned], i32) for d, c in zip(data, chunk, strict=True)]
@@ -744,12 +830,17 @@ def _realigned_store(em: PtxEmitter, access: _Access, off: tuple[int, ...], data
         return em.instr(ptx.SetpOp, "lt.u32", [add32(em, first_col, count - 1), bound], i1)
 
     unaligned = em.instr(ptx.NotOp, "pred", [aligned], i1)
-    mine = and_pred(em, [rows_ok, unaligned, em.instr(ptx.NotOp, "pred", [run_start], i1),
-                         em.instr(ptx.SetpOp, "ge.u32", [col, below], i1), inside(first, vec)])  # fmt: skip
-    nexts = and_pred(em, [rows_ok, unaligned, em.instr(ptx.NotOp, "pred", [run_end], i1), inside(first, 2 * vec)])
+    mine = and_pred(em, [rows_ok, unaligned, after_start, em.instr(ptx.SetpOp, "ge.u32", [col, below], i1),
+                         inside(first, vec)])  # fmt: skip
+    nexts = and_pred(em, [rows_ok, unaligned, before_end, inside(first, 2 * vec)])
     chunk_ok = em.instr(ptx.OrOp, "pred", [whole, mine], i1)  # type: ignore[list-item]
     aligned_addr = em.instr(ptx.AndOp, "b64", [addr, em.const(-16, i64)], i64)
     em.emit(ptx.StOp("global.v4.b32", [aligned_addr, *out], guard=and_pred(em, [chunk_ok, owner])))
+    spec = "b16" if eb == 2 else "b32"
+    skip = em.label("stored")
+    done = em.instr(ptx.OrOp, "pred", [whole, em.instr(ptx.AndOp, "pred", [mine, nexts], i1)], i1)  # type: ignore[list-item]
+    done = em.instr(ptx.OrOp, "pred", [done, em.instr(ptx.NotOp, "pred", [access.ok(off)], i1)], i1)  # or none inside
+    em.branch(skip, done)  # the element stores run only where a lane of the warp needs them
     lanes: list[SSAValue] = []
     for w in data:  # the elements themselves
         if eb == 2:
@@ -758,7 +849,6 @@ def _realigned_store(em: PtxEmitter, access: _Access, off: tuple[int, ...], data
             lanes += list(unpack.outs)
         else:
             lanes.append(w)
-    spec = "b16" if eb == 2 else "b32"
     for e, v in enumerate(lanes):
         each = list(off)
         each[-1] += e
@@ -768,8 +858,9 @@ def _realigned_store(em: PtxEmitter, access: _Access, off: tuple[int, ...], data
             em.instr(ptx.AndOp, "pred", [em.instr(ptx.NotOp, "pred", [head], i1), nexts], i1),
         ], i1)  # fmt: skip
         covered = em.instr(ptx.OrOp, "pred", [by_chunk, whole], i1)  # type: ignore[list-item]
-        guard = and_pred(em, [access.ok(tuple(each)), em.instr(ptx.NotOp, "pred", [covered], i1), owner])
+        guard = and_pred(em, [access.ok_here(tuple(each)), em.instr(ptx.NotOp, "pred", [covered], i1), owner])
         em.emit(ptx.StOp(f"global.{spec}", [addr, v], guard=guard, offset=e * eb))
+    em.place_label(skip)
 
 
 def _element_address(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribute) -> SSAValue:

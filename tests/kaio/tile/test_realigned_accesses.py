@@ -16,11 +16,12 @@ from .conftest import poisoned
 
 def window_kernel(T):  # noqa: N803
     @kaio.tile_kernel(num_warps=4)
-    def window(x: Array[T], out: MutArray[T], rows: i32, cols: i32, ld: i32, shift: i32, C: kaio.constexpr = 128,
-               R: kaio.constexpr = 1):  # fmt: skip
+    def window(x: Array[T], out: MutArray[T], sums: MutArray[f32], rows: i32, cols: i32, ld: i32, shift: i32,
+               C: kaio.constexpr = 128, R: kaio.constexpr = 1):  # fmt: skip
         r0 = i32(kt.program_id(0)) * R
         t = kt.load(x, (r0, shift), (R, C), (rows, shift + cols), strides=(ld, 1), other=7.0)
         kt.store(out, (r0, 0), t * 2.0 + 1.0, (rows, cols))
+        kt.store(sums, (r0,), kt.sum(f32(t), 1), (rows,))  # `other` where the tile passes the row
 
     return window
 
@@ -36,11 +37,12 @@ def test_windows_at_any_column_read_right(dev, rng, dtype, cols):
     for shift in (0, 1, 3, 5):
         ld = shift + cols  # the window ends at the array's last element: an over-read faults
         x = rng.standard_normal((rows, ld)).astype(npt)
-        out = poisoned(dev, (rows, cols), npt)
-        c = 1 << max(cols - 1, 0).bit_length()
-        kernel[rows](dev.alloc_from(x), out, rows, cols, ld, shift, C=max(c, 8))
+        out, sums = poisoned(dev, (rows, cols), npt), poisoned(dev, (rows,), np.float32)
+        c = max(1 << max(cols - 1, 0).bit_length(), 8)
+        kernel[rows](dev.alloc_from(x), out, sums, rows, cols, ld, shift, C=c)
         want = (x[:, shift:].astype(np.float32) * 2 + 1).astype(npt)
         np.testing.assert_array_equal(out.to_host(), want, err_msg=f"shift {shift}")
+        np.testing.assert_allclose(sums.to_host(), x[:, shift:].astype(np.float64).sum(1) + 7 * (c - cols), rtol=1e-4, atol=1e-2)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
@@ -50,8 +52,9 @@ def test_several_rows_per_program_each_with_its_own_offset(dev, rng, dtype):
     for shift in (0, 1, 2, 3):
         ld = shift + cols
         x = rng.standard_normal((rows, ld)).astype(npt)
-        out = poisoned(dev, (rows, cols), npt)
-        kernel[kaio.cdiv(rows, 4)](dev.alloc_from(x), out, rows, cols, ld, shift, C=64, R=4)
+        out, sums = poisoned(dev, (rows, cols), npt), poisoned(dev, (rows,), np.float32)
+        kernel[kaio.cdiv(rows, 4)](dev.alloc_from(x), out, sums, rows, cols, ld, shift, C=64, R=4)
+        np.testing.assert_allclose(sums.to_host(), x[:, shift:].astype(np.float64).sum(1) + 7 * (64 - cols), rtol=1e-4, atol=1e-2)
         want = (x[:, shift:].astype(np.float32) * 2 + 1).astype(npt)
         np.testing.assert_array_equal(out.to_host(), want, err_msg=f"shift {shift}")
 
