@@ -4,7 +4,9 @@
     y = silu_and_mul(x)                       # x: (..., 2d) -> y: (..., d) = silu(x[..., :d]) * x[..., d:]
     y = gelu_and_mul(x, approximate="tanh")   # "none" (erf, the default) or "tanh", as torch's gelu
 
-f16, bf16 or f32 storage, arithmetic in f32; the result has x's type and kind. Each program
+f16, bf16 or f32 storage; the activation is computed in f32, rounded to the storage type and
+multiplied by the up half in that type (as vLLM's kernels do: one more rounding, at most one
+ulp, and a packed ``mul.f16x2`` per pair of halves); the result has x's type and kind. Each program
 owns an (R, C) tile of the output and reads the two matching tiles of x (the gate half and the
 up half of each row), so any d works and rows of any length split across programs.
 
@@ -39,7 +41,7 @@ def gated_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
         r0, c0 = i32(kt.program_id(0)) * R, i32(kt.program_id(1)) * C
         row = d * 2
         a = f32(kt.load(x, (r0, c0), (R, C), (rows, d), strides=(row, 1)))
-        g = f32(kt.load(x, (r0, c0 + d), (R, C), (rows, row), strides=(row, 1)))
+        g = kt.load(x, (r0, c0 + d), (R, C), (rows, row), strides=(row, 1))
         if ACT == 0:
             act = a / (1.0 + exp(-a))
         elif ACT == 1:
@@ -50,7 +52,7 @@ def gated_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
             poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
             erfc = poly * exp(-z * z)  # erfc(|x| / sqrt 2)
             act = 0.5 * a * kt.where(a >= 0.0, 2.0 - erfc, erfc)
-        kt.store(y, (r0, c0), T(act * g), (rows, d))
+        kt.store(y, (r0, c0), T(act) * g, (rows, d))  # the gate product in T: packed for halves
 
     return gated_activation
 

@@ -154,7 +154,7 @@ def run_layer_norm(x: Any, weight: Any, bias: Any, eps: float, device: Any) -> A
     eps = rowops.check_eps(op, eps)
     oy = ops.output(tuple(ox.shape), ox.dtype)
     if rows and cols:
-        blk = rowops.blocks(rows, cols)
+        blk = rowops.blocks(rows, cols, one_pass=rowops.ONE_PASS, aligned=rowops.rows_aligned(cols, ox, ow, ob, oy))
         args = (ox.value, (ow or ox).value, (ob or ox).value, oy.value, rows, cols, eps)
         rowops.launch(layer_norm_kernel(ox.dtype), blk, blk.grid(rows), args, ops.device,
                       HAS_W=ow is not None, HAS_B=ob is not None, BASE_X=_align(ox), BASE_W=_align(ow),
@@ -187,7 +187,9 @@ def run_rms_norm(x: Any, weight: Any, eps: float, residual: Any, device: Any) ->
     oy = ops.output(tuple(ox.shape), ox.dtype)
     oh = ops.output(tuple(ox.shape), ox.dtype) if orr is not None else None
     if rows and cols:
-        blk = rowops.blocks(rows, cols)
+        # rms_norm keeps one value per element live: halves' rows fit twice as long
+        blk = rowops.blocks(rows, cols, one_pass=rowops.ONE_PASS_LIGHT if ox.dtype.bits == 16 else rowops.ONE_PASS,
+                            aligned=rowops.rows_aligned(cols, ox, orr, ow, oy, oh))  # fmt: skip
         args = (ox.value, (orr or ox).value, (ow or ox).value, oy.value, (oh or oy).value, rows, cols, eps)
         rowops.launch(rms_norm_kernel(ox.dtype), blk, blk.grid(rows), args, ops.device,
                       HAS_W=ow is not None, HAS_RES=orr is not None, BASE_X=_align(ox), BASE_R=_align(orr),

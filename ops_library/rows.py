@@ -7,6 +7,14 @@ registers (``SINGLE``); a longer row loops over column blocks (two passes, or an
 statistic). Short rows share a program (``R > 1``), so a tile is always about
 ``TILE_ELEMENTS`` elements and every thread has several to move.
 
+Rows longer than ``MAX_BLOCK`` are still kept whole, one row per program, up to the op's
+one-pass limit (``ONE_PASS``: 16 elements per thread of a 1024-thread program; softmax, which
+keeps fewer values live per element, ``ONE_PASS_LIGHT``: 32 per thread): more warps per row
+instead of a second read of the row. Past the limit the registers would spill (see
+``tests/ops_library/test_membound_codegen.py``), and the row loops over ``MAX_BLOCK`` blocks.
+Rows not 16-byte aligned (their accesses are realigned at run time, which takes registers)
+are kept whole up to ``ONE_PASS_UNALIGNED``.
+
 Vector accesses: the kernels start with ``kt.multiple_of(array, BASE)`` where ``BASE`` is the
 base address alignment of the caller's array (bytes, up to 16), and the launch specializes on
 the largest power of two dividing ``cols``; with both at 16 bytes a thread moves 8 halfs (or 4
@@ -27,8 +35,13 @@ from kaio.errors import KaioTypeError
 from kaio.ops_library.operands import Operand, Operands
 
 FLOAT_TYPES = (dtypes.f16, dtypes.bf16, dtypes.f32)
-MAX_BLOCK = 4096  # columns per tile; longer rows loop
+MAX_BLOCK = 4096  # columns per tile of a row that loops over blocks
 TILE_ELEMENTS = 4096  # elements per program's tile (short rows: several rows per program)
+ONE_PASS = 16384  # longest row kept in registers (read once): 1024 threads x 16 elements
+ONE_PASS_LIGHT = 32768  # the same for ops with one live value per element (softmax): 32 each
+ONE_PASS_UNALIGNED = 8192  # the limit for rows not proven 16-byte aligned (realigned accesses
+# hold two chunks per 16 bytes: more registers)
+MAX_ROW_WARPS = 32  # warps of a program holding one long row (1024 threads)
 NEG_INF = float("-inf")
 
 
@@ -53,12 +66,24 @@ class Blocks:
         return {"R": self.rows, "C": self.cols, **({"SINGLE": self.single} if single else {})}
 
 
-def blocks(rows: int, cols: int, max_block: int | None = None) -> Blocks:
-    """The tiling of ``rows`` rows of ``cols`` elements (``max_block``: columns per tile cap)."""
+def blocks(rows: int, cols: int, max_block: int | None = None, one_pass: int = 0, aligned: bool = True) -> Blocks:
+    """The tiling of ``rows`` rows of ``cols`` elements (``max_block``: columns per tile cap;
+    ``one_pass``: rows up to this long are one tile, several warps' registers, not a loop;
+    ``aligned``: every row starts 16-byte aligned, else the limit is ``ONE_PASS_UNALIGNED``)."""
+    if not aligned:
+        one_pass = min(one_pass, ONE_PASS_UNALIGNED)
+    if max_block is None and MAX_BLOCK < cols <= one_pass:
+        c = next_pow2(cols)
+        return Blocks(1, c, min(MAX_ROW_WARPS, c // 512), True)
     c = min(next_pow2(cols), max_block or MAX_BLOCK)
     r = max(1, min(next_pow2(rows), TILE_ELEMENTS // c))
     warps = max(1, min(8, r * c // 256))
     return Blocks(r, c, warps, cols <= c)
+
+
+def rows_aligned(cols: int, *operands: Any) -> bool:
+    """Whether every row of these (rows, cols) arrays (None: absent) starts 16-byte aligned."""
+    return all(o is None or (base_alignment(o.ptr) == 16 and cols * o.dtype.nbytes % 16 == 0) for o in operands)
 
 
 def base_alignment(address: int) -> int:

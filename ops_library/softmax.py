@@ -74,7 +74,7 @@ def run(op: str, x: Any, log: bool, device: Any) -> Any:
     rows, cols = rowops.rows_cols(ox.shape, op)
     oy = ops.output(tuple(ox.shape), ox.dtype)
     if rows and cols:
-        b = rowops.blocks(rows, cols)
+        b = rowops.blocks(rows, cols, one_pass=rowops.ONE_PASS_LIGHT, aligned=rowops.rows_aligned(cols, ox, oy))
         rowops.launch(softmax_kernel(ox.dtype), b, b.grid(rows), (ox.value, oy.value, rows, cols), ops.device,
                       LOG=log, BASE_X=rowops.base_alignment(ox.ptr), BASE_Y=rowops.base_alignment(oy.ptr))  # fmt: skip
     return ops.result(oy)

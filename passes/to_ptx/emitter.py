@@ -103,6 +103,7 @@ class PtxEmitter:
         self._symbols: set[str] = set()
         self.scratch: dict[str, SSAValue] = {}  # shared scratch buffers of lowering rules
         self.deferred: set[SSAValue] = set()  # values a later op emits itself (streamed tile loads)
+        self.packed: dict[tuple[SSAValue, int], SSAValue] = {}  # (16-bit tile, even r): word of r, r+1
         self.location: kernel.SourceLocOp | None = None  # the Python statement being lowered
         params = []
         for pname, ptype in zip(func.param_names.data, func.function_type.inputs.data):

@@ -25,6 +25,7 @@ from kaio.dialects.tile_layout import Bit, Distribution, layout_of
 from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
+from kaio.passes.to_ptx.half_pairs import Lanes, lower_pair, worth_pairing
 from kaio.passes.to_ptx.kernel_ops import combine, linear_thread_id, shuffle
 from kaio.passes.tile_layout import divisibility
 from kaio.passes.vectorize_loads import ALIGN_ATTR, constant_int
@@ -165,8 +166,16 @@ def _relabel_or_fail(em: PtxEmitter, op_name: str, src_v: SSAValue, dst_v: SSAVa
     regs = relabel(src, dst, dim_map)
     if regs is None:
         raise KaioCompileError(f"internal: {op_name} from {src_v.type} to {dst_v.type} moves data between threads")
+    bind_relabelled(em, src_v, dst_v, regs)
+
+
+def bind_relabelled(em: PtxEmitter, src_v: SSAValue, dst_v: SSAValue, regs: Sequence[int]) -> None:
+    """``dst_v``'s registers are ``src_v``'s ``regs``; packed pairs that stay pairs stay packed."""
     parts = em.parts(src_v)
     em.bind(dst_v, [parts[r] for r in regs])
+    for r in range(0, len(regs) - 1, 2):
+        if regs[r] % 2 == 0 and regs[r + 1] == regs[r] + 1 and (src_v, regs[r]) in em.packed:
+            em.packed[(dst_v, r)] = em.packed[(src_v, regs[r])]
 
 
 @lowering(tile.BroadcastOp)
@@ -189,8 +198,7 @@ def lower_trans(em: PtxEmitter, op: tile.TransOp) -> None:
     if regs is None:
         em.bind(op.result, through_shared(em, op.input, dst, transpose=True))
         return
-    parts = em.parts(op.input)
-    em.bind(op.result, [parts[r] for r in regs])
+    bind_relabelled(em, op.input, op.result, regs)
 
 
 @lowering(tile.ConvertLayoutOp)
@@ -198,8 +206,7 @@ def lower_convert(em: PtxEmitter, op: tile.ConvertLayoutOp) -> None:
     src, dst = distribution(em, op.input.type), distribution(em, op.result.type)
     regs = relabel(src, dst, list(range(len(dst.shape))))
     if regs is not None:
-        parts = em.parts(op.input)
-        em.bind(op.result, [parts[r] for r in regs])
+        bind_relabelled(em, op.input, op.result, regs)
         return
     em.bind(op.result, through_shared(em, op.input, dst, transpose=False))
 
@@ -268,21 +275,39 @@ def lower_yield(em: PtxEmitter, op: tile.YieldOp) -> None:
     """Nothing to emit: ``tile.map`` reads the yielded value."""
 
 
+def pair_of(em: PtxEmitter, value: SSAValue, r: int) -> Lanes:
+    """Registers r and r+1 of a lowered tile value (with their packed word if one exists)."""
+    parts = em.parts(value)
+    return Lanes(value.type.element_type, parts[r], parts[r + 1], em.packed.get((value, r)))  # type: ignore[attr-defined]
+
+
 class _MapElements:
-    """A map's region, one register at a time. A load only this map uses is streamed: each
-    group of its registers is loaded right before the elements that use it."""
+    """A map's region, one register at a time, or two (``pair``: packed 16-bit arithmetic, see
+    ``half_pairs``). A load only this map uses is streamed: each group of its registers is
+    loaded right before the elements that use it."""
 
     def __init__(self, em: PtxEmitter, op: tile.MapOp):
         self.em, self.op = em, op
         self.streamed = {i: _LoadGroups(em, x.owner) for i, x in enumerate(op.inputs) if x in em.deferred}
         self.inputs = [None if i in self.streamed else em.parts(x) for i, x in enumerate(op.inputs)]
         self.yielded = op.block.last_op.operands[0]  # type: ignore[union-attr]
+        # pairs pay when their words flow on: into stores and maps (an mma operand, a reduction
+        # takes registers one by one, and pairing its producer only reorders the code)
+        takes_words = all(isinstance(use.operation, tile.StoreOp | tile.MapOp) for use in op.result.uses)
+        self.paired = takes_words and distribution(em, op.result.type).registers % 2 == 0 and worth_pairing(em, op.block)
 
     def value(self, r: int) -> SSAValue:
         for i, (arg, parts) in enumerate(zip(self.op.block.args, self.inputs, strict=True)):
             self.em.bind(arg, self.streamed[i].value(r) if parts is None else parts[r])
         self.em.lower_block(self.op.block)
         return self.em.value(self.yielded)
+
+    def pair(self, r: int) -> Lanes:
+        """Registers r and r+1 (r even)."""
+        if not self.paired:
+            return Lanes(self.yielded.type, self.value(r), self.value(r + 1))
+        args = [self.streamed[i].pair(r) if i in self.streamed else pair_of(self.em, x, r) for i, x in enumerate(self.op.inputs)]
+        return lower_pair(self.em, self.op.block, args)
 
 
 @lowering(tile.MapOp)
@@ -294,7 +319,17 @@ def lower_map(em: PtxEmitter, op: tile.MapOp) -> None:
         em.deferred.add(op.result)
         return
     elements = _MapElements(em, op)
-    em.bind(op.result, [elements.value(r) for r in range(distribution(em, op.result.type).registers)])
+    registers = distribution(em, op.result.type).registers
+    if not elements.paired:
+        em.bind(op.result, [elements.value(r) for r in range(registers)])
+        return
+    parts: list[SSAValue] = []
+    for r in range(0, registers, 2):
+        lanes = elements.pair(r)
+        if lanes.word is not None:
+            em.packed[(op.result, r)] = lanes.word
+        parts += lanes.scalars(em)
+    em.bind(op.result, parts)
 
 
 def _streamable(op: tile.LoadOp) -> bool:
@@ -331,6 +366,36 @@ def _vector(view: tile.ViewOp, dist: Distribution, t: Attribute) -> tuple[int, b
     return vec, divisibility(view.bounds[-1]) < vec
 
 
+def _realigned(view: tile.ViewOp, dist: Distribution, t: Attribute) -> int:
+    """Elements per 16-byte access of a load whose alignment is not proven (a misaligned base, a
+    row length that is not a multiple of the vector), where each thread holds 16 consecutive
+    bytes: such a load reads the two aligned 16-byte chunks its bytes straddle and shifts them
+    into place (``_LoadGroups.realigned``). 0 when the proven vector is already 16 bytes."""
+    eb = element_bytes(t)
+    full = 16 // eb
+    if eb not in (2, 4) or constant_int(view.strides[-1]) != 1 or dist.contiguous(len(dist.shape) - 1) < full:
+        return 0
+    return full if _vector(view, dist, t)[0] < full else 0
+
+
+def _window(em: PtxEmitter, chunks: list[SSAValue], start: SSAValue, halves: bool) -> list[SSAValue]:
+    """The 4 words at byte ``start & 15`` of 8 consecutive words (32 bytes): a select of words by
+    bits 2-3, and with ``halves`` (an even but maybe not 4-byte-multiple start) a ``prmt`` by bit 1."""
+    bit = [em.instr(ptx.SetpOp, "ne.b32", [em.instr(ptx.AndOp, "b32", [start, em.const(m, i32)], i32), em.const(0, i32)], i1)
+           for m in (4, 8)]  # fmt: skip
+
+    def word(i: int) -> SSAValue:  # chunks[i + (start bits 2-3)]
+        pick = [em.instr(ptx.SelpOp, "b32", [chunks[j + 1], chunks[j], bit[0]], i32) for j in (i, i + 2)]
+        return em.instr(ptx.SelpOp, "b32", [pick[1], pick[0], bit[1]], i32)
+
+    if not halves:
+        return [word(i) for i in range(4)]
+    words = [word(i) for i in range(5)]
+    half = em.instr(ptx.AndOp, "b32", [start, em.const(2, i32)], i32)
+    sel = em.instr(ptx.MadOp, "lo.u32", [half, em.const(0x1111, i32), em.const(0x3210, i32)], i32)
+    return [em.instr(ptx.PrmtOp, "b32", [words[i], words[i + 1], sel], i32) for i in range(4)]
+
+
 class _Access:
     """Addresses and masks of one view's elements for this thread, shared between registers."""
 
@@ -345,13 +410,21 @@ class _Access:
         self._oks: dict[tuple[int, int], SSAValue] = {}
         self._addrs: dict[tuple[int, ...], SSAValue] = {}
 
-    def ok(self, off: tuple[int, ...]) -> SSAValue:
+    def ok(self, off: tuple[int, ...], upto: int | None = None) -> SSAValue | None:
+        """Whether the element at ``off`` is inside the bounds (of the dims before ``upto``)."""
         preds = []
-        for d, o in enumerate(off):
+        for d, o in enumerate(off[:upto]):
             if (d, o) not in self._oks:
                 self._oks[(d, o)] = self.em.instr(ptx.SetpOp, "lt.u32", [add32(self.em, self.start[d], o), self.bounds[d]], i1)
             preds.append(self._oks[(d, o)])
         return and_pred(self.em, preds)  # type: ignore[return-value]
+
+    def ok_here(self, off: tuple[int, ...]) -> SSAValue:
+        """``ok(off)``, its last-dim test computed here and not cached (inside a branch that may
+        be skipped, a cached predicate would be unset for the next user)."""
+        last = len(off) - 1
+        here = self.em.instr(ptx.SetpOp, "lt.u32", [add32(self.em, self.start[last], off[last]), self.bounds[last]], i1)
+        return and_pred(self.em, [self.ok(off, upto=last), here])  # type: ignore[return-value]
 
     def split(self, off: tuple[int, ...], vec: int) -> tuple[SSAValue, list[SSAValue]]:
         """(the whole vector at ``off`` is inside, each element is inside and the vector is not):
@@ -427,7 +500,8 @@ def view_of(value: SSAValue) -> tile.ViewOp:
 
 
 class _LoadGroups:
-    """A tile load, one vector access (``vec`` registers) at a time."""
+    """A tile load, one vector access (``vec`` registers) at a time. 16-bit elements stay in
+    their 32-bit words (``Lanes``) until an op needs them one by one."""
 
     def __init__(self, em: PtxEmitter, op: tile.LoadOp):
         self.em, self.op = em, op
@@ -436,10 +510,18 @@ class _LoadGroups:
         self.access = _Access(em, view, self.dist)
         self.t, self.other = self.access.t, em.value(op.other)
         self.vec, self.ragged = _vector(view, self.dist, self.t)
-        _require_alignment(em, view.array, self.vec * self.access.eb)
-        self.group: list[SSAValue] = []
+        self.proven = self.vec * self.access.eb  # bytes the address is proven a multiple of
+        _require_alignment(em, view.array, self.proven)
+        self.realign = _realigned(view, self.dist, self.t)
+        if self.realign:
+            self.vec = self.realign
+        self.words = self.access.eb == 2 and self.vec >= 2
+        self.group: list = []
 
-    def load(self, r: int) -> list[SSAValue]:
+    def load(self, r: int) -> list:
+        """The ``vec`` registers from r: ``vec // 2`` Lanes for 16-bit words, else registers."""
+        if self.realign:
+            return self.realigned(r)
         em, t, vec = self.em, self.t, self.vec
         spec, reg, count = _word_spec(t, vec)
         off = self.dist.offsets[r]
@@ -448,8 +530,10 @@ class _LoadGroups:
             ok = self.access.ok(off)
             load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=ok, offset=imm)
             em.emit(load)
-            values = _unpack(em, list(load.outs), t, vec)
-            return [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, ok], reg_type(t)) for v in values]
+            if self.words:  # outside the bound: both lanes are `other`
+                other = Lanes(t, self.other, self.other).packed(em)
+                return [Lanes(t, word=em.instr(ptx.SelpOp, "b32", [w, other, ok], i32)) for w in load.outs]
+            return [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, ok], reg_type(t)) for v in load.outs]
         full, elements = self.access.split(off, vec)
         load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=full, offset=imm)
         em.emit(load)
@@ -461,12 +545,89 @@ class _LoadGroups:
             em.emit(one)
             tail = em.instr(ptx.SelpOp, _selp_spec(t), [one.outs[0], self.other, ok], reg_type(t))
             out.append(em.instr(ptx.SelpOp, _selp_spec(t), [v, tail, full], reg_type(t)))
+        if self.words:
+            return [Lanes(t, out[i], out[i + 1]) for i in range(0, vec, 2)]
         return out
+
+    def realigned(self, r: int) -> list:
+        """16 bytes at an address known only at run time: the aligned chunks below and above it
+        (one chunk twice when it is aligned), a word select by its bits 2-3 and, for 16-bit
+        elements not proven 4-byte aligned, a byte permute by its bit 1. Both chunks must hold
+        elements of the view (never a byte outside the array): a vector at either end of a row,
+        or straddling the bound, is read element by element, as in ``load``."""
+        em, t, vec, eb = self.em, self.t, self.vec, self.access.eb
+        last = len(self.dist.shape) - 1
+        off = self.dist.offsets[r]
+        addr, imm = self.access.address(off)
+        if imm:
+            addr = em.instr(ptx.AddOp, "s64", [addr, em.const(imm, i64)], i64)
+        low = em.instr(ptx.CvtOp, "u32.u64", [addr], i32)
+        sh = em.instr(ptx.AndOp, "b32", [low, em.const(15, i32)], i32)  # bytes past the chunk below
+        k = eb.bit_length() - 1
+        col = add32(em, self.access.start[last], off[last])
+        below = em.instr(ptx.ShrOp, "u32", [sh, em.const(k, i32)], i32)  # its elements before ours
+        above = em.instr(ptx.SubOp, "s32", [em.const(16, i32), sh], i32)
+        above = em.instr(ptx.ShrOp, "u32", [em.instr(ptx.AndOp, "b32", [above, em.const(15, i32)], i32), em.const(k, i32)], i32)
+        end = add32(em, em.instr(ptx.AddOp, "s32", [col, above], i32), vec - 1)  # the chunk above's last
+        tail = list(off)
+        tail[-1] += vec - 1
+        whole = and_pred(em, [
+            self.access.ok(tuple(tail)),
+            em.instr(ptx.SetpOp, "ge.u32", [col, below], i1),
+            em.instr(ptx.SetpOp, "lt.u32", [end, self.access.bounds[last]], i1),
+        ])  # fmt: skip
+        chunks = []
+        for a in (addr, em.instr(ptx.AddOp, "s64", [addr, em.const(15, i64)], i64)):
+            aligned = em.instr(ptx.AndOp, "b64", [a, em.const(-16, i64)], i64)
+            load = ptx.LdOp("global.v4.b32", [aligned], [i32] * 4, guard=whole)
+            em.emit(load)
+            chunks += list(load.outs)
+        words = _window(em, chunks, low, eb == 2 and self.proven < 4)
+        # the result registers: the shifted chunks, or `other` where no element is inside; a
+        # branch taken only where a lane of the warp needs it reads the elements of a vector
+        # that straddles a bound or a row's end one by one and overwrites them there
+        rt = reg_type(t)
+        if eb == 2:
+            other = Lanes(t, self.other, self.other).packed(em)
+            first = [em.instr(ptx.SelpOp, "b32", [w, other, whole], i32) for w in words[: vec // 2]]
+        else:
+            values = words if rt == i32 else [em.instr(ptx.MovOp, "b32", [w], rt) for w in words]
+            first = [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, whole], rt) for v in values]
+        results = [em.reg(r.type) for r in first]
+        for reg, v in zip(results, first, strict=True):
+            em.assign(reg, v)
+        skip = em.label("whole_vector")
+        nothing = em.instr(ptx.NotOp, "pred", [self.access.ok(off)], i1)  # the first element is out
+        em.branch(skip, em.instr(ptx.OrOp, "pred", [whole, nothing], i1))
+        tails = []
+        for e in range(vec):
+            each = list(off)
+            each[-1] += e
+            ok = self.access.ok_here(tuple(each))
+            one = ptx.LdOp(f"global.{mem_spec(t)}", [addr], [rt], guard=ok, offset=e * eb)
+            em.emit(one)
+            tails.append(em.instr(ptx.SelpOp, _selp_spec(t), [one.outs[0], self.other, ok], rt))
+        if eb == 2:
+            tails = [Lanes(t, tails[i], tails[i + 1]).packed(em) for i in range(0, vec, 2)]
+        for reg, v in zip(results, tails, strict=True):
+            em.assign(reg, v)
+        em.place_label(skip)
+        return [Lanes(t, word=w) for w in results] if eb == 2 else results
 
     def value(self, r: int) -> SSAValue:
         if r % self.vec == 0:
             self.group = self.load(r)
+        if self.words:
+            return self.group[(r % self.vec) // 2].scalars(self.em)[r % 2]
         return self.group[r % self.vec]
+
+    def pair(self, r: int) -> Lanes:
+        """Registers r and r+1 (r even)."""
+        if not self.words:
+            return Lanes(self.t, self.value(r), self.value(r + 1))
+        if r % self.vec == 0:
+            self.group = self.load(r)
+        return self.group[(r % self.vec) // 2]
 
 
 @lowering(tile.LoadOp)
@@ -475,7 +636,17 @@ def lower_load(em: PtxEmitter, op: tile.LoadOp) -> None:
         em.deferred.add(op.result)  # the map that uses it loads it (lower_map)
         return
     groups = _LoadGroups(em, op)
-    em.bind(op.result, [v for r in range(0, groups.dist.registers, groups.vec) for v in groups.load(r)])
+    parts: list[SSAValue] = []
+    for r in range(0, groups.dist.registers, groups.vec):
+        group = groups.load(r)
+        if not groups.words:
+            parts += group
+            continue
+        for k, lanes in enumerate(group):
+            if lanes.word is not None:
+                em.packed[(op.result, r + 2 * k)] = lanes.word
+            parts += lanes.scalars(em)
+    em.bind(op.result, parts)
 
 
 def _selp_spec(t: Attribute) -> str:
@@ -494,26 +665,202 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     vec, ragged = _vector(view, dist, t)
     _require_alignment(em, view.array, vec * access.eb)
     spec, _, _ = _word_spec(t, vec)
+    words = access.eb == 2 and vec >= 2  # 16-bit pairs go as packed words
     if op.value in em.deferred:  # the elementwise code that makes the value, streamed
         elements = _MapElements(em, op.value.owner)  # type: ignore[arg-type]
         element: Callable[[int], SSAValue] = elements.value
+        pair: Callable[[int], Lanes] = elements.pair
     else:
         parts = em.parts(op.value)
         element = parts.__getitem__
+        pair = lambda r: pair_of(em, op.value, r)  # noqa: E731
     owner = owner_predicate(em, dist)
+    runs = _store_runs(view, dist, t)
+    if runs:
+        vec = 16 // access.eb
+        words = access.eb == 2
+    if runs:
+        groups = []
+        for r in range(0, dist.registers, vec):
+            if words:
+                data = [pair(r + i).packed(em) for i in range(0, vec, 2)]
+            else:
+                group = [element(r + i) for i in range(vec)]
+                data = group if group[0].type == i32 else [em.instr(ptx.MovOp, "b32", [v], i32) for v in group]
+            groups.append((dist.offsets[r], data))
+        handoff = _RunHandoff(em, dist, runs, vec, groups, owner)
+        for off, data in groups:
+            _realigned_store(em, access, off, data, runs, owner, access.eb * _vector(view, dist, t)[0], handoff)
+        return
     for r in range(0, dist.registers, vec):
         off = dist.offsets[r]
-        group = [element(r + i) for i in range(vec)]
+        if words:
+            lanes = [pair(r + i) for i in range(0, vec, 2)]
+            data = [w.packed(em) for w in lanes]
+        else:
+            group = [element(r + i) for i in range(vec)]
+            data = _pack(em, group, t, vec)
         addr, imm = access.address(off)
         if not ragged:
             ok = and_pred(em, [access.ok(off), owner])
-            em.emit(ptx.StOp(f"global.{spec}", [addr, *_pack(em, group, t, vec)], guard=ok, offset=imm))
+            em.emit(ptx.StOp(f"global.{spec}", [addr, *data], guard=ok, offset=imm))
             continue
-        full, elements = access.split(off, vec)
-        em.emit(ptx.StOp(f"global.{spec}", [addr, *_pack(em, group, t, vec)], guard=and_pred(em, [full, owner]), offset=imm))
-        for e, (v, ok) in enumerate(zip(group, elements, strict=True)):
+        full, elements_ok = access.split(off, vec)
+        em.emit(ptx.StOp(f"global.{spec}", [addr, *data], guard=and_pred(em, [full, owner]), offset=imm))
+        if words:
+            group = [v for w in lanes for v in w.scalars(em)]
+        for e, (v, ok) in enumerate(zip(group, elements_ok, strict=True)):
             guard = and_pred(em, [ok, owner])
             em.emit(ptx.StOp(f"global.{mem_spec(t)}", [addr, v], guard=guard, offset=imm + e * access.eb))
+
+
+def _store_runs(view: tile.ViewOp, dist: Distribution, t: Attribute) -> int:
+    """For a store whose 16-byte alignment is not proven: how many consecutive lanes hold
+    consecutive 16-byte groups of a row (lane bit 0 the column bit above a thread's 16 bytes),
+    so that a lane can build the aligned chunk below its bytes from its own and the previous
+    lane's (``_realigned_store``); 0 when that does not apply."""
+    full = _realigned(view, dist, t)
+    last = len(dist.shape) - 1
+    if not full or dist.contiguous(last) != full:
+        return 0
+    k, m = full.bit_length() - 1, 0
+    while m < len(dist.lane) and dist.lane[m] == (last, k + m):
+        m += 1
+    return 1 << m if m else 0
+
+
+class _RunHandoff:
+    """The last lane of each run of lanes hands its 16 bytes to the first lane of the next run
+    of the same row through shared memory (one barrier for the whole store), so that lane too
+    can store the aligned chunk below its bytes. Only for 1-D and 2-D tiles with a small
+    scratch; otherwise the first lanes of runs store their first bytes one element at a time."""
+
+    MAX_BYTES = 8192
+
+    def __init__(self, em: PtxEmitter, dist: Distribution, runs: int, vec: int,
+                 groups: list[tuple[tuple[int, ...], list[SSAValue]]], owner: SSAValue | None):  # fmt: skip
+        self.em, self.ok = em, False
+        rank = len(dist.shape)
+        span = vec * runs  # columns of one run
+        per_row = dist.shape[-1] // span
+        rows = dist.shape[0] if rank == 2 else 1
+        if rank > 2 or per_row < 2 or rows * per_row * 16 > self.MAX_BYTES:
+            return
+        self.ok, self.span, self.per_row = True, span, per_row
+        self.base = thread_base(em, dist)
+        self.scratch = em.shared("runs", rows * per_row * 16, 16)
+        position = em.instr(ptx.AndOp, "b32", [em.special("laneid"), em.const(runs - 1, i32)], i32)
+        writer = and_pred(em, [em.instr(ptx.SetpOp, "eq.u32", [position, em.const(runs - 1, i32)], i1), owner])
+        em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))  # earlier readers of the scratch are done
+        for off, data in groups:
+            em.emit(ptx.StOp("shared.v4.b32", [self.slot(off, 0), *data], guard=writer))
+        em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+
+    def run_index(self, off: tuple[int, ...]) -> SSAValue:
+        col = add32(self.em, self.base[-1], off[-1])
+        return self.em.instr(ptx.ShrOp, "u32", [col, self.em.const(self.span.bit_length() - 1, i32)], i32)
+
+    def slot(self, off: tuple[int, ...], back: int) -> SSAValue:
+        em = self.em
+        run = add32(em, self.run_index(off), -back)
+        if len(off) == 2:
+            row = add32(em, self.base[0], off[0])
+            run = em.instr(ptx.MadOp, "lo.s32", [row, em.const(self.per_row, i32), run], i32)
+        return em.instr(ptx.MadOp, "lo.s32", [run, em.const(16, i32), self.scratch], i32)
+
+    def previous(self, off: tuple[int, ...]) -> tuple[SSAValue, list[SSAValue]]:
+        """(this group's run is not its row's first in the tile, the previous run's last 16 bytes)."""
+        em = self.em
+        has = em.instr(ptx.SetpOp, "ne.u32", [self.run_index(off), em.const(0, i32)], i1)
+        load = ptx.LdOp("shared.v4.b32", [self.slot(off, 1)], [i32] * 4, guard=has)
+        em.emit(load)
+        return has, list(load.outs)
+
+    def has_next(self, off: tuple[int, ...]) -> SSAValue:
+        em = self.em
+        return em.instr(ptx.SetpOp, "lt.u32", [self.run_index(off), em.const(self.per_row - 1, i32)], i1)
+
+
+def _realigned_store(em: PtxEmitter, access: _Access, off: tuple[int, ...], data: list[SSAValue], runs: int,
+                     owner: SSAValue | None, proven: int, handoff: _RunHandoff) -> None:  # fmt: skip
+    """16 bytes (4 words) at an address known only at run time, ``sh`` bytes past an aligned chunk.
+    ``sh == 0``: one aligned store. Else each lane stores the aligned chunk that starts below its
+    bytes (the previous lane's last ``sh`` bytes, by a shuffle, then its own first ``16 - sh``)
+    when every element of that chunk is in the view and the previous lane holds the group before;
+    the elements no such store covers (the ends of each row; the first lane of a run when no
+    ``_RunHandoff`` applies) are stored one by one, in a branch a warp takes only when one of
+    its lanes needs it. No store writes a byte outside the view."""
+    eb = access.eb
+    vec = 16 // eb
+    last = len(off) - 1
+    addr, imm = access.address(off)
+    if imm:
+        addr = em.instr(ptx.AddOp, "s64", [addr, em.const(imm, i64)], i64)
+    low = em.instr(ptx.CvtOp, "u32.u64", [addr], i32)
+    sh = em.instr(ptx.AndOp, "b32", [low, em.const(15, i32)], i32)
+    aligned = em.instr(ptx.SetpOp, "eq.u32", [sh, em.const(0, i32)], i1)
+    below = em.instr(ptx.ShrOp, "u32", [sh, em.const(eb.bit_length() - 1, i32)], i32)  # the chunk's elements before ours
+    col = add32(em, access.start[last], off[last])
+    first = em.instr(ptx.SubOp, "s32", [col, below], i32)  # the chunk's first column
+
+    def pos() -> SSAValue:
+        return em.instr(ptx.AndOp, "b32", [em.special("laneid"), em.const(runs - 1, i32)], i32)
+
+    position = em.invariant(("store-run", runs), pos)
+    run_start = em.invariant(("run-start", runs), lambda: em.instr(ptx.SetpOp, "eq.u32", [position, em.const(0, i32)], i1))
+    run_end = em.invariant(("run-end", runs), lambda: em.instr(ptx.SetpOp, "eq.u32", [position, em.const(runs - 1, i32)], i1))
+    mask = em.const(-1, i32)
+    prev = [shuffle(em, "up", w, em.const(1, i32), 32, mask) for w in data]
+    after_start, before_end = em.instr(ptx.NotOp, "pred", [run_start], i1), em.instr(ptx.NotOp, "pred", [run_end], i1)
+    if handoff.ok:  # the first lane of a run: the previous run's last bytes, from shared memory
+        has_prev, handed = handoff.previous(off)
+        prev = [em.instr(ptx.SelpOp, "b32", [h, p, run_start], i32) for h, p in zip(handed, prev, strict=True)]
+        after_start = em.instr(ptx.OrOp, "pred", [after_start, has_prev], i1)
+        before_end = em.instr(ptx.OrOp, "pred", [before_end, handoff.has_next(off)], i1)
+    start = em.instr(ptx.SubOp, "s32", [em.const(16, i32), sh], i32)
+    chunk = _window(em, prev + data, start, eb == 2 and proven < 4)
+    out = [em.instr(ptx.SelpOp, "b32", [d, c, aligned], i32) for d, c in zip(data, chunk, strict=True)]
+    rows_ok = access.ok(off, upto=last)
+    bound = access.bounds[last]
+    tail = list(off)
+    tail[-1] += vec - 1
+    whole = and_pred(em, [access.ok(tuple(tail)), aligned])  # sh == 0 and every element inside
+
+    def inside(first_col: SSAValue, count: int) -> SSAValue:
+        return em.instr(ptx.SetpOp, "lt.u32", [add32(em, first_col, count - 1), bound], i1)
+
+    unaligned = em.instr(ptx.NotOp, "pred", [aligned], i1)
+    mine = and_pred(em, [rows_ok, unaligned, after_start, em.instr(ptx.SetpOp, "ge.u32", [col, below], i1),
+                         inside(first, vec)])  # fmt: skip
+    nexts = and_pred(em, [rows_ok, unaligned, before_end, inside(first, 2 * vec)])
+    chunk_ok = em.instr(ptx.OrOp, "pred", [whole, mine], i1)  # type: ignore[list-item]
+    aligned_addr = em.instr(ptx.AndOp, "b64", [addr, em.const(-16, i64)], i64)
+    em.emit(ptx.StOp("global.v4.b32", [aligned_addr, *out], guard=and_pred(em, [chunk_ok, owner])))
+    spec = "b16" if eb == 2 else "b32"
+    skip = em.label("stored")
+    done = em.instr(ptx.OrOp, "pred", [whole, em.instr(ptx.AndOp, "pred", [mine, nexts], i1)], i1)  # type: ignore[list-item]
+    done = em.instr(ptx.OrOp, "pred", [done, em.instr(ptx.NotOp, "pred", [access.ok(off)], i1)], i1)  # or none inside
+    em.branch(skip, done)  # the element stores run only where a lane of the warp needs them
+    lanes: list[SSAValue] = []
+    for w in data:  # the elements themselves
+        if eb == 2:
+            unpack = ptx.MovOp("b32", [w], [access.t, access.t])
+            em.emit(unpack)
+            lanes += list(unpack.outs)
+        else:
+            lanes.append(w)
+    for e, v in enumerate(lanes):
+        each = list(off)
+        each[-1] += e
+        head = em.instr(ptx.SetpOp, "lt.u32", [below, em.const(vec - e, i32)], i1)  # in the chunk below
+        by_chunk = em.instr(ptx.OrOp, "pred", [
+            em.instr(ptx.AndOp, "pred", [head, mine], i1),
+            em.instr(ptx.AndOp, "pred", [em.instr(ptx.NotOp, "pred", [head], i1), nexts], i1),
+        ], i1)  # fmt: skip
+        covered = em.instr(ptx.OrOp, "pred", [by_chunk, whole], i1)  # type: ignore[list-item]
+        guard = and_pred(em, [access.ok_here(tuple(each)), em.instr(ptx.NotOp, "pred", [covered], i1), owner])
+        em.emit(ptx.StOp(f"global.{spec}", [addr, v], guard=guard, offset=e * eb))
+    em.place_label(skip)
 
 
 def _element_address(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribute) -> SSAValue:

@@ -72,3 +72,13 @@ def rel(got: object, want: np.ndarray) -> float:
 
 def f64(a: np.ndarray) -> np.ndarray:
     return np.asarray(a).astype(np.float64)
+
+
+def global_bytes(dev: kaio.Device, run: object) -> tuple[int, int]:
+    """(bytes loaded, bytes stored) from global memory by the one launch ``run()`` makes."""
+    with dev.profiling():
+        run()  # type: ignore[operator]
+    report = dev.last_launch_report
+    loaded = sum(r.bytes for r in report.global_memory if r.text.lstrip("@%p0123456789! ").startswith("ld."))
+    stored = sum(r.bytes for r in report.global_memory if r.text.lstrip("@%p0123456789! ").startswith("st."))
+    return loaded, stored

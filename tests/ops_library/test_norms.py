@@ -7,7 +7,7 @@ import kaio
 from kaio import KaioTypeError
 from kaio.ops_library import layer_norm, rms_norm
 
-from .conftest import DTYPES, TOL, f64, rel, rows_for, sweep
+from .conftest import DTYPES, TOL, f64, global_bytes, rel, rows_for, sweep
 
 torch = pytest.importorskip("torch")
 
@@ -46,6 +46,7 @@ def test_fused_add_rms_norm_matches_float64(rng, poison, dtype, cols):
 def test_without_weights_and_with_long_rows_in_blocks(rng, poison, monkeypatch):
     from kaio.ops_library import rows
 
+    monkeypatch.setattr(rows, "ONE_PASS", 64)
     monkeypatch.setattr(rows, "MAX_BLOCK", 64)  # 300 columns: five blocks, the last partial
     x = (rng.standard_normal((3, 300)) * 3 + 100).astype(np.float32)
     assert rel(layer_norm(x, eps=1e-3), ln_ref(x, eps=1e-3)) <= 1e-4
@@ -93,3 +94,28 @@ def test_buffers_in_buffers_out(rng):
 def test_bad_inputs_are_named_before_launch(call, message):
     with pytest.raises(KaioTypeError, match=message):
         call(np.ones((3, 8), np.float32))
+
+
+@pytest.mark.parametrize("dtype, cols", [("f16", 32768), ("f32", 16384 - 64)])
+def test_rows_up_to_the_one_pass_limit_are_read_once(rng, poison, dtype, cols):
+    from kaio.ops_library import rows
+
+    assert rows.MAX_BLOCK < cols
+    t = DTYPES[dtype]
+    dev = kaio.Device("sim")
+    x, r = (rng.standard_normal((2, cols)).astype(t) for _ in range(2))
+    w = rng.standard_normal(cols).astype(t)
+    xb, rb, wb = dev.alloc_from(x), dev.alloc_from(r), dev.alloc_from(w)
+    out = {}
+    loaded, stored = global_bytes(dev, lambda: out.update(yh=rms_norm(xb, wb, residual=rb, device=dev)))
+    # x and residual once, the weight once per row; y and the sum written once
+    assert (loaded, stored) == (2 * x.nbytes + 2 * w.nbytes, 2 * x.nbytes)
+    y, h = (v.to_host() for v in out["yh"])
+    hsum = (x.astype(np.float32) + r.astype(np.float32)).astype(t)
+    np.testing.assert_array_equal(h, hsum)
+    assert rel(y, rms_ref(hsum, w)) <= TOL[dtype]
+    if cols <= rows.ONE_PASS:
+        b = rng.standard_normal(cols).astype(t)
+        loaded, stored = global_bytes(dev, lambda: out.update(y=layer_norm(xb, wb, dev.alloc_from(b), device=dev)))
+        assert (loaded, stored) == (x.nbytes + 4 * w.nbytes, x.nbytes)
+        assert rel(out["y"].to_host(), ln_ref(x, w, b)) <= TOL[dtype]

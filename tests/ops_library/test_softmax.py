@@ -7,7 +7,7 @@ import kaio
 from kaio import KaioTypeError
 from kaio.ops_library import log_softmax, softmax
 
-from .conftest import DTYPES, TOL, f64, rel, rows_for, sweep
+from .conftest import DTYPES, TOL, f64, global_bytes, rel, rows_for, sweep
 
 torch = pytest.importorskip("torch")
 
@@ -32,6 +32,7 @@ def test_softmax_and_log_softmax_match_float64(rng, poison, dtype, cols):
 def test_long_rows_loop_over_column_blocks_with_large_and_minus_inf_values(rng, poison, monkeypatch):
     from kaio.ops_library import rows
 
+    monkeypatch.setattr(rows, "ONE_PASS_LIGHT", 64)
     monkeypatch.setattr(rows, "MAX_BLOCK", 64)  # 300 columns: five blocks
     x = (30 * rng.standard_normal((3, 300))).astype(np.float32)
     x[1, :128] = -np.inf  # whole blocks of -inf before the first finite value
@@ -63,3 +64,19 @@ def test_bad_inputs_are_named():
         softmax(np.zeros((2, 3), np.int32))
     with pytest.raises(KaioTypeError, match="`x` must have at least 1 dim"):
         softmax(np.zeros((), np.float32))
+
+
+@pytest.mark.parametrize("dtype, cols", [("bf16", 32768), ("f32", 8192 + 64)])
+def test_rows_up_to_the_one_pass_limit_are_read_once(rng, poison, dtype, cols):
+    from kaio.ops_library import rows
+
+    assert rows.MAX_BLOCK < cols <= rows.ONE_PASS_LIGHT
+    dev = kaio.Device("sim")
+    x = (2 * rng.standard_normal((2, cols))).astype(DTYPES[dtype])
+    xb = dev.alloc_from(x)
+    out = {}
+    loaded, stored = global_bytes(dev, lambda: out.update(p=softmax(xb, device=dev)))
+    size = x.nbytes
+    assert (loaded, stored) == (size, size)  # one read of each row, one write
+    assert rel(out["p"].to_host(), reference(x)[0]) <= TOL[dtype]
+    assert rel(log_softmax(xb, device=dev).to_host(), reference(x)[1]) <= TOL[dtype]
