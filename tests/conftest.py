@@ -11,7 +11,10 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
 import pytest
+
+import kaio
 
 _cache_dir: str | None = None
 
@@ -25,3 +28,17 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _cache_dir is not None:
         shutil.rmtree(_cache_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def dev() -> kaio.Device:
+    """The simulator device (one per process: ``kaio.Device("sim")`` is a registry entry)."""
+    return kaio.Device("sim")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """Fresh random inputs every run; the seed is printed so a failure can be replayed."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"random seed {seed}")
+    return np.random.default_rng(seed)

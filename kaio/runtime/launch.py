@@ -184,9 +184,8 @@ class Launcher:
         if g is None:
             g = self._grid(spec, grid, runtime, constexprs)
         b = spec.block if block is None else self._block(spec, block)
-        own_dynamic = spec.compiled.dynamic_shared_bytes  # the kernel's own buffers beyond 48 KiB
-        if shared_bytes or own_dynamic:
-            self._check_shared(spec, shared_bytes)
+        if shared_bytes:
+            self._check_shared(spec.compiled, spec.device, shared_bytes)
         graph = graphs.capture_for(device) if graphs.active else None
         if stream is not None:
             handle = stream_handle(device, stream)
@@ -202,7 +201,8 @@ class Launcher:
             if graph is not None and graph.stream is None:  # the simulator records, runs later
                 graph.record(self._replay(grid, block, args, kwargs, device, stream, shared_bytes))
             else:
-                spec.run(g, b, shared_bytes + own_dynamic, handle, values)
+                # the kernel's own buffers beyond 48 KiB come on top (checked when specialized)
+                spec.run(g, b, shared_bytes + spec.compiled.dynamic_shared_bytes, handle, values)
                 if graph is not None:
                     graph.launches += 1
         finally:
@@ -294,6 +294,7 @@ class Launcher:
                     f"kernel `{self.name}` compiled with parameters {names}, declared "
                     f"{self.signature.runtime_names}"
                 )
+            self._check_shared(compiled, device, 0)
             function = device._modules.function(compiled.ptx, compiled.name)
             checks = tuple(
                 array_checker(self.name, p, device) if p.is_array else scalar_checker(self.name, p)
@@ -329,20 +330,20 @@ class Launcher:
             spec.blocks[block] = b
         return b
 
-    def _check_shared(self, spec: Specialization, shared_bytes: Any) -> None:
+    def _check_shared(self, compiled: CompiledKernel, device: Device, shared_bytes: Any) -> None:
         if (
             not isinstance(shared_bytes, (int, np.integer))
             or isinstance(shared_bytes, bool)
             or shared_bytes < 0
         ):
             raise KaioLaunchError(f"shared_bytes must be a non-negative int, got {shared_bytes!r}")
-        limit = spec.device.shared_memory_per_block_optin
-        own = spec.compiled.shared_bytes + spec.compiled.dynamic_shared_bytes
+        limit = device.shared_memory_per_block_optin
+        own = compiled.shared_bytes + compiled.dynamic_shared_bytes
         total = own + int(shared_bytes)
         if total > limit:
             raise KaioLaunchError(
                 f"kernel `{self.name}` needs {own} bytes of its own and {shared_bytes} more "
-                f"dynamic shared memory per block; {spec.device!r} allows {limit}"
+                f"dynamic shared memory per block; {device!r} allows {limit}"
             )
 
 

@@ -6,16 +6,10 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-import pytest
 
 import kaio
 
 from .harness import load_kernel
-
-
-@pytest.fixture
-def dev() -> kaio.Device:
-    return kaio.Device("sim")
 
 
 def _run(text: str, dev: kaio.Device, dtype: object, inputs: list[np.ndarray] | None = None) -> np.ndarray:

@@ -3,7 +3,6 @@ float64 references compared with a tolerance by storage type."""
 
 from __future__ import annotations
 
-import os
 
 import ml_dtypes
 import numpy as np
@@ -25,19 +24,6 @@ def sweep() -> list[object]:
         for d in DTYPES
         for n in ROW_LENGTHS
     ]
-
-
-@pytest.fixture(scope="module")
-def dev() -> kaio.Device:
-    """The simulator device the library ops run on."""
-    return kaio.Device("sim")
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"random seed {seed}")
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture

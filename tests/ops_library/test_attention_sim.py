@@ -9,23 +9,12 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import kaio
 from kaio.errors import KaioTypeError
 from kaio.ops_library import attention
 
 TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 BOUND = 2e-2
 MEASURED: list[float] = []  # the worst error seen, printed at the end
-
-
-@pytest.fixture(scope="module")
-def dev():
-    return kaio.Device("sim")
-
-
-@pytest.fixture
-def rng():
-    return np.random.default_rng()
 
 
 def reference(q, k, v, causal=False, scale=None, lens=None):

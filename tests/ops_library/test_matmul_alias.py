@@ -8,11 +8,6 @@ import kaio
 from kaio.ops_library import matmul
 
 
-@pytest.fixture
-def dev() -> kaio.Device:
-    return kaio.Device("sim")
-
-
 @pytest.mark.parametrize("which", ["a", "b"])
 def test_out_aliasing_a_device_input_is_refused(dev: kaio.Device, which: str) -> None:
     a = dev.alloc_from(np.eye(16, dtype=np.float32))

@@ -13,11 +13,6 @@ SHAPES = [(128, 128, 128), (256, 128, 64), (200, 136, 72), (1, 1, 8)]
 HALF = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 
 
-@pytest.fixture(scope="module")
-def dev():
-    return kaio.Device("sim")
-
-
 def rel_error(got: np.ndarray, a: np.ndarray, b: np.ndarray, c0=None, alpha=1.0, beta=0.0) -> float:
     ref = alpha * (a.astype(np.float64) @ b.astype(np.float64))
     if c0 is not None:

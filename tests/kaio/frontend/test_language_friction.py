@@ -12,11 +12,6 @@ import pytest
 import kaio
 
 
-@pytest.fixture
-def dev() -> kaio.Device:
-    return kaio.Device("sim")
-
-
 def test_a_literal_range_variable_adapts_to_the_type_it_meets(load: Callable[..., ModuleType], dev: kaio.Device) -> None:
     m = load(
         """

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-import os
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
 import pytest
 
 import kaio
@@ -31,13 +29,6 @@ def kaio_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def sim() -> kaio.Device:
     return kaio.Device("sim")
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"random seed {seed}")
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture

@@ -9,8 +9,6 @@ must round up, but in f32 it becomes exactly 2**30 + 2**22, which then ties to e
 
 from __future__ import annotations
 
-import math
-import struct
 from collections.abc import Callable
 from types import ModuleType
 
@@ -19,6 +17,8 @@ import numpy as np
 import pytest
 
 import kaio
+
+from ...fuzz.semantics import round_to
 
 KERNELS = """
 @kaio.gpu_kernel(block_size=64)
@@ -40,33 +40,6 @@ def to_f16(e: Array[f64], out: MutArray[f16], n: u32):
         out[i] = f16(e[i])
 """
 
-
-
-def _odd_f32(x: float) -> np.float32:
-    """x (an f64) in f32, rounded to odd."""
-    with np.errstate(over="ignore"):
-        f = np.float32(x)
-    if math.isnan(x) or float(f) == x:
-        return f
-    if math.isinf(f) or abs(float(f)) > abs(x):
-        f = np.nextafter(f, np.float32(0))
-    return np.uint32(f.view(np.uint32) | 1).view(np.float32)
-
-
-def _int_odd_f64(i: int) -> float:
-    """An int in f64 rounded to odd (exact below 2**53)."""
-    f = float(i)
-    if int(f) == i:
-        return f
-    if abs(int(f)) > abs(i):
-        f = math.nextafter(f, 0.0)
-    (bits,) = struct.unpack("<Q", struct.pack("<d", f))
-    return float(struct.unpack("<d", struct.pack("<Q", bits | 1))[0])
-
-
-def ref_bf16(x: float) -> np.ndarray:
-    """Round to nearest even bf16, once: round-to-odd in f32 (two more bits than bf16 keeps)."""
-    return np.array([_odd_f32(x)], np.float32).astype(ml_dtypes.bfloat16)
 
 
 HALFWAY_PLUS_ONE = 2**30 + 2**22 + 1  # the issue's 1077936129
@@ -107,7 +80,7 @@ def test_bf16_from_integers_and_f64_rounds_once(
     for col, key in enumerate("abcde"):
         values = cases[key]
         want = [
-            ref_bf16(float(v) if key == "e" else _int_odd_f64(int(v))).view(np.uint16)[0]
+            np.array([round_to(float(v) if key == "e" else int(v), "bf16")]).view(np.uint16)[0]
             for v in values
         ]
         bad = [(int(v) if key != "e" else float(v)) for v, g, w in zip(values, got[:, col], want) if g != w]

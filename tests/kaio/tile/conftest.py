@@ -2,24 +2,10 @@
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
-import pytest
 
 import kaio
-
-
-@pytest.fixture(scope="session")
-def dev() -> kaio.Device:
-    return kaio.Device("sim")
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"random seed {seed}")
-    return np.random.default_rng(seed)
 
 
 def poisoned(dev: kaio.Device, shape: tuple[int, ...], dtype: object) -> kaio.Buffer:

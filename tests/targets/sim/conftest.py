@@ -5,7 +5,6 @@ PTX validation with the wheel's ptxas (skipped when the wheel is absent), and a 
 from __future__ import annotations
 
 import importlib.util
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +25,6 @@ def check_ptx(ptx: str, arch: str = "sm_80") -> None:
     """Assemble with ptxas when the wheel is installed: proves the test PTX is real PTX."""
     if find_ptxas() is not None:
         assemble(ptx, arch)
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    seed = int.from_bytes(os.urandom(4), "little")
-    print(f"random seed {seed}")
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture
