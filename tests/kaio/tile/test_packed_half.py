@@ -110,7 +110,10 @@ def test_packed_maps_match_the_scalar_lowering_and_numpy(monkeypatch, rng, arch,
     assert f".{x2}" not in kaio.compile(scalar_kernel, arch, __divisible__=(("n", 16 if n % 16 == 0 else 1),)).ptx
     scalar = run(dev, scalar_kernel, x, y, z, npt)
     for name, p, s in zip(NAMES, packed, scalar, strict=True):
-        assert np.array_equal(p.view(np.uint16), s.view(np.uint16)), name
+        # bit for bit, but any NaN for a NaN: which input's NaN an op passes on (and the sign of
+        # a NaN made from 0 * inf) is not the same for every instruction form
+        same = (p.view(np.uint16) == s.view(np.uint16)) | (np.isnan(p.astype(np.float32)) & np.isnan(s.astype(np.float32)))
+        assert same.all(), name
         want = reference(name, x, y, z, npt)
         ok = (p.view(np.uint16) == want.view(np.uint16)) | (np.isnan(p.astype(np.float32)) & np.isnan(want.astype(np.float32)))
         if name in ("maximum", "minimum"):  # numpy orders -0 and +0 either way
