@@ -18,6 +18,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     hopper,
     kernel_ops,
     mma_sync,
+    relayout,
     tile_values,
     tiles,
 )

@@ -1,4 +1,4 @@
-"""``tile-layout{mma=true warps=0,0 wgmma=false}``: give every tile a layout; prove the alignment of views.
+"""``tile-layout{mma=true warps=0,0 wgmma=false staged_stores=true}``: give every tile a layout; prove the alignment of views.
 
 1. **Alignment.** Each ``tile.view``'s ``align`` becomes the largest power of two (in elements,
    at most the array's assumed base alignment) that its last offset and row stride are proven
@@ -16,6 +16,12 @@
    range, a broadcast or expand_dims of one) becomes that producer made in the wanted layout,
    so ``acc + bias`` loads the bias straight into the accumulator's layout. The conversions
    left move data through shared memory at lower-to-ptx.
+4. **Staged stores** (``staged_stores=true``): a store of a 16-bit tile in the mma accumulator
+   layout (4 bytes per thread per row: half-used sectors) into a view proven 16-byte aligned
+   first converts the tile to a row-blocked layout with 8 consecutive elements per thread, so
+   the store is one ``st.global.v4.b32`` per 8 elements, a warp writing whole rows. The
+   conversion goes through shared memory (``lower-to-ptx`` reuses a shared buffer that is dead
+   by then, such as the K loop's cp.async ring).
 
 ``warps=WM,WN`` fixes the mma warp grid (0,0: chosen from the tile shape). ``wgmma=true``
 (sm_90a) gives a dot that Hopper's wgmma can take the grid [num_warps, 1]: M = 16 x num_warps
@@ -307,14 +313,32 @@ def wgmma_fits(op: tile.DotOp, num_warps: int) -> bool:
     return True
 
 
+def staged_store_layout(store: tile.StoreOp, num_warps: int) -> BlockedLayout | None:
+    """The row-blocked layout a store of an mma accumulator tile goes out in, when that pays:
+    16-bit elements (the mma layout writes them in 4-byte pairs), a view proven 16-byte aligned
+    with unit last stride (so 8 elements move as one vector), and a tile with 8 consecutive
+    elements for every thread. None: store in the tile's own layout."""
+    value = store.value
+    if not isinstance(layout_of(value.type), MmaLayout) or value.type.element_type not in (f16, bf16):  # type: ignore[attr-defined]
+        return None
+    view = store.view.owner
+    if not isinstance(view, tile.ViewOp) or view.align.value.data * _elem_bytes(value) < 16:
+        return None  # view_alignment left align at 1 unless the last stride is 1
+    staged = default_blocked(_shape(value), _elem_bytes(value), num_warps)
+    if staged.params[0][-1] * _elem_bytes(value) < 16:
+        return None  # a tile too small for 16 bytes per thread
+    return staged
+
+
 # --------------------------------------------------------------------------- rewriting
 
 
 class LayoutWriter:
     """Phase 2: retype every tile to its layout and convert operands where users need another."""
 
-    def __init__(self, solver: LayoutSolver):
+    def __init__(self, solver: LayoutSolver, staged_stores: bool = False):
         self.solver = solver
+        self.staged_stores = staged_stores
         self.converts: list[tile.ConvertLayoutOp] = []
 
     def layout(self, v: SSAValue) -> TileLayout:
@@ -365,6 +389,10 @@ class LayoutWriter:
             self.require(op, 2, lay(op.result))  # type: ignore[arg-type]
         elif isinstance(op, tile.GatherOp):
             self.require(op, 2, lay(op.index))  # type: ignore[arg-type]
+        elif isinstance(op, tile.StoreOp) and self.staged_stores:
+            staged = staged_store_layout(op, self.solver.num_warps)
+            if staged is not None:
+                self.require(op, 1, staged)
         elif isinstance(op, tile.ScatterOp):
             self.require(op, 2, lay(op.index))  # type: ignore[arg-type]
             self.require(op, 3, lay(op.index))  # type: ignore[arg-type]
@@ -500,6 +528,9 @@ class TileLayoutPass(ModulePass):
     wgmma: bool = False
     """Warp grid [num_warps, 1] for the dots Hopper's wgmma can take (with warps=0,0)."""
 
+    staged_stores: bool = True
+    """Stores of 16-bit mma accumulator tiles go out as 16-byte row vectors, through shared memory."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if len(self.warps) != 2:
             raise KaioCompileError("tile-layout takes warps=WM,WN")
@@ -511,6 +542,6 @@ class TileLayoutPass(ModulePass):
                 raise KaioCompileError(f"tile kernels run whole warps; this one has {threads} threads")
             solver = LayoutSolver(threads // 32, self.mma, (self.warps[0], self.warps[1]), self.wgmma)
             solver.solve_block(func.body.block)
-            writer = LayoutWriter(solver)
+            writer = LayoutWriter(solver, self.staged_stores)
             writer.write_block(func.body.block)
             writer.rematerialise()

@@ -15,6 +15,7 @@ from kaio.passes.to_ptx import AGGREGATES, LOWERINGS
 from kaio.targets.ptx.arch import Arch
 from xdsl.dialects.builtin import (
     AnyFloat,
+    IntegerAttr,
     IntegerType,
     MemRefType,
     bf16,
@@ -259,6 +260,41 @@ class PtxEmitter:
         name = self.symbol(hint)
         self.decls.append(ptx.SharedDeclOp(name, nbytes, align))
         return self._prologue(ptx.MovOp("u32", [], [i32], symbol=name))
+
+    def _shared_decl(self, address: SSAValue) -> tuple[ptx.MovOp, ptx.SharedDeclOp]:
+        mov = next(op for op in self.prologue
+                   if isinstance(op, ptx.MovOp) and op.outs and op.outs[0] is address and op.symbol is not None)  # fmt: skip
+        decl = next(d for d in self.decls if isinstance(d, ptx.SharedDeclOp) and d.sym_name.data == mov.symbol.data)  # type: ignore[union-attr]
+        return mov, decl
+
+    def grow_shared(self, address: SSAValue, nbytes: int, align: int) -> None:
+        """Make the shared buffer at ``address`` (from :meth:`shared`) at least ``nbytes`` long and
+        ``align``-aligned: a lowering that reuses a buffer no longer live may need more of it."""
+        _, decl = self._shared_decl(address)
+        decl.size = IntegerAttr(max(decl.size.value.data, nbytes), i64)
+        decl.align = IntegerAttr(max(decl.align.value.data, align), i64)
+
+    def merge_shared(self, addresses: Sequence[SSAValue], nbytes: int, align: int) -> SSAValue:
+        """Lay the shared buffers at ``addresses`` out one after the other in the first one's
+        declaration, grown to at least ``nbytes``: the start of that region, for a lowering to
+        reuse buffers that are dead (none of them alone large enough)."""
+        found = sorted((self._shared_decl(a) for a in addresses), key=lambda md: self.prologue.index(md[0]))
+        first_mov, first = found[0]
+        end = first.size.value.data
+        widest = max(align, *(d.align.value.data for _, d in found))
+        for mov, decl in found[1:]:
+            a = decl.align.value.data
+            offset = (end + a - 1) // a * a
+            end = offset + decl.size.value.data
+            at = ptx.ConstOp(offset, i32)
+            add = ptx.AddOp("u32", [first_mov.outs[0], at.result], [i32])
+            mov.outs[0].replace_all_uses_with(add.outs[0])
+            i = self.prologue.index(mov)
+            self.prologue[i : i + 1] = [at, add]
+            self.decls.remove(decl)
+        first.size = IntegerAttr(max(end, nbytes), i64)
+        first.align = IntegerAttr(widest, i64)
+        return first_mov.outs[0]
 
     def invariant(self, key: object, build: Callable[[], SSAValue]) -> SSAValue:
         """A value that is the same everywhere in the kernel (derived from special registers,

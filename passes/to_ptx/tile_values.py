@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, TensorType, bf16, f16, f32, f64, i1, i16, i32, i64
-from xdsl.ir import Attribute, SSAValue
+from xdsl.ir import Attribute, Operation, SSAValue
 
 from kaio.dialects import ptx, tile
 from kaio.dialects.tile_layout import Bit, Distribution, layout_of
@@ -201,16 +201,6 @@ def lower_trans(em: PtxEmitter, op: tile.TransOp) -> None:
     bind_relabelled(em, op.input, op.result, regs)
 
 
-@lowering(tile.ConvertLayoutOp)
-def lower_convert(em: PtxEmitter, op: tile.ConvertLayoutOp) -> None:
-    src, dst = distribution(em, op.input.type), distribution(em, op.result.type)
-    regs = relabel(src, dst, list(range(len(dst.shape))))
-    if regs is not None:
-        bind_relabelled(em, op.input, op.result, regs)
-        return
-    em.bind(op.result, through_shared(em, op.input, dst, transpose=False))
-
-
 def through_shared(em: PtxEmitter, value: SSAValue, dst: Distribution, transpose: bool) -> list[SSAValue]:
     """Every thread writes its elements to a shared scratch tile, then reads the ones ``dst``
     gives it (bracketed by barriers, so the scratch can be reused)."""
@@ -281,7 +271,7 @@ def pair_of(em: PtxEmitter, value: SSAValue, r: int) -> Lanes:
     return Lanes(value.type.element_type, parts[r], parts[r + 1], em.packed.get((value, r)))  # type: ignore[attr-defined]
 
 
-class _MapElements:
+class MapElements:
     """A map's region, one register at a time, or two (``pair``: packed 16-bit arithmetic, see
     ``half_pairs``). A load only this map uses is streamed: each group of its registers is
     loaded right before the elements that use it."""
@@ -293,7 +283,7 @@ class _MapElements:
         self.yielded = op.block.last_op.operands[0]  # type: ignore[union-attr]
         # pairs pay when their words flow on: into stores and maps (an mma operand, a reduction
         # takes registers one by one, and pairing its producer only reorders the code)
-        takes_words = all(isinstance(use.operation, tile.StoreOp | tile.MapOp) for use in op.result.uses)
+        takes_words = all(isinstance(use.operation, tile.StoreOp | tile.MapOp | tile.ConvertLayoutOp) for use in op.result.uses)
         self.paired = takes_words and distribution(em, op.result.type).registers % 2 == 0 and worth_pairing(em, op.block)
 
     def value(self, r: int) -> SSAValue:
@@ -310,15 +300,21 @@ class _MapElements:
         return lower_pair(self.em, self.op.block, args)
 
 
+STREAMING_USERS: dict[type[Operation], Callable[[PtxEmitter, Operation], bool]] = {tile.StoreOp: lambda em, op: True}
+"""Ops that compute a map they alone use themselves, a group of registers at a time (whether
+this one does): a store, a layout conversion through shared memory (``relayout``)."""
+
+
 @lowering(tile.MapOp)
 def lower_map(em: PtxEmitter, op: tile.MapOp) -> None:
     """Every register of the result; a map only a store uses is computed by the store instead,
     a vector at a time, so a whole tile of results is never live at once (an epilogue)."""
     user = op.result.get_user_of_unique_use() if op.result.has_one_use() else None
-    if isinstance(user, tile.StoreOp) and user.parent_block() is op.parent_block():
+    streams = STREAMING_USERS.get(type(user)) if user is not None else None
+    if streams is not None and user.parent_block() is op.parent_block() and streams(em, user):  # type: ignore[union-attr]
         em.deferred.add(op.result)
         return
-    elements = _MapElements(em, op)
+    elements = MapElements(em, op)
     registers = distribution(em, op.result.type).registers
     if not elements.paired:
         em.bind(op.result, [elements.value(r) for r in range(registers)])
@@ -667,7 +663,7 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     spec, _, _ = _word_spec(t, vec)
     words = access.eb == 2 and vec >= 2  # 16-bit pairs go as packed words
     if op.value in em.deferred:  # the elementwise code that makes the value, streamed
-        elements = _MapElements(em, op.value.owner)  # type: ignore[arg-type]
+        elements = MapElements(em, op.value.owner)  # type: ignore[arg-type]
         element: Callable[[int], SSAValue] = elements.value
         pair: Callable[[int], Lanes] = elements.pair
     else:
@@ -967,4 +963,5 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
     return result  # type: ignore[return-value]
 
 
-__all__ = ["add32", "distribution", "owner_predicate", "relabel", "thread_base", "view_of"]
+__all__ = ["MapElements", "add32", "bind_relabelled", "distribution", "owner_predicate", "pair_of", "relabel",
+           "thread_base", "through_shared", "view_of"]

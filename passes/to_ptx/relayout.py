@@ -1,0 +1,176 @@
+"""``tile.convert_layout`` -> PTX: relabel registers, or move the tile through shared memory.
+
+A conversion that keeps every element in its thread only renames registers. Otherwise every
+thread writes its elements to a shared scratch tile and reads back the ones the new layout gives
+it. For 2-D tiles of 16- and 32-bit elements this moves vectors: each thread writes the
+consecutive elements it holds along a row (an mma accumulator's 4-byte pairs) and reads up to 16
+bytes at once (a row-blocked layout's 8 halves: ``ld.shared.v4.b32``), 16-bit pairs as packed
+words all the way. The scratch rows are padded by 16 bytes: an address is then the thread's base
+plus a compile-time offset per vector (no per-access swizzle arithmetic, no extra registers),
+and the 8 rows of an accumulator fragment a warp writes at once, like the 128 bytes of a row a
+quarter-warp reads, still fall in distinct banks. This is what ``tile-layout``'s staged stores
+go through: mma tile -> shared -> 16-byte row vectors -> ``st.global.v4``.
+
+The scratch reuses a shared buffer that is dead by then (``shared_reuse``: the K loop's operand
+ring, in an epilogue), so the conversion costs the kernel no shared memory beyond what its loop
+already needs. A map only the conversion uses (the fused epilogue) is computed pair by pair as
+its words are written, as a store would, so the tile of results is never live at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from xdsl.dialects import scf
+from xdsl.dialects.builtin import bf16, f16, f32, i32
+from xdsl.ir import Operation, SSAValue
+
+from kaio.dialects import ptx, smem, tile
+from kaio.dialects.tile_layout import Distribution
+from kaio.passes.to_ptx import lowering
+from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, reg_type
+from kaio.passes.to_ptx.half_pairs import Lanes
+from kaio.passes.to_ptx.shared_reuse import reuse_or_declare, wait_for_async_accesses
+from kaio.passes.to_ptx.tile_values import (
+    STREAMING_USERS,
+    MapElements,
+    bind_relabelled,
+    distribution,
+    owner_predicate,
+    pair_of,
+    relabel,
+    thread_base,
+    through_shared,
+)
+
+VECTOR_TYPES = (f16, bf16, f32, i32)
+FENCE_BYTES = 64
+"""A streamed map's shared writes are fenced (``membar.cta``) every this many bytes per thread:
+ptxas hoists no load above a fence. Without them it issues all of the map's global reads (C,
+the bias) at once, up in the K loop's tail next to the live accumulators (sm_90a, 128x256 tile
+with a bias: 255 registers and 128 bytes of spills; with them 209 and none)."""
+
+
+def _vectors(src: Distribution, dst: Distribution, t: object) -> tuple[int, int] | None:
+    """(elements per shared write, per shared read) of a vector conversion; None when the
+    tile is not a 2-D tile of 16/32-bit elements with rows of whole 16-byte chunks, or when
+    neither side holds two consecutive elements (then element by element is as good)."""
+    if len(src.shape) != 2 or t not in VECTOR_TYPES:
+        return None
+    eb = element_bytes(t)
+    if src.shape[1] * eb % 16:
+        return None
+    write = min(src.contiguous(1), 16 // eb)
+    read = min(dst.contiguous(1), 16 // eb)
+    return (write, read) if max(write, read) >= 2 else None
+
+
+def moves_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp) -> bool:
+    """Whether ``op`` goes through shared memory a vector at a time."""
+    src, dst = distribution(em, op.input.type), distribution(em, op.result.type)
+    if relabel(src, dst, list(range(len(dst.shape)))) is not None:
+        return False
+    return _vectors(src, dst, op.input.type.element_type) is not None  # type: ignore[attr-defined]
+
+
+STREAMING_USERS[tile.ConvertLayoutOp] = moves_vectors  # type: ignore[assignment]
+
+
+def scratch_buffer(shape: tuple[int, ...], t: object) -> smem.BufferType:
+    """The shared tile a conversion goes through: rows padded by one 16-byte chunk."""
+    return smem.BufferType(shape, t, smem.LayoutAttr("pad", 16 // element_bytes(t)))  # type: ignore[arg-type]
+
+
+def _in_loop(op: Operation) -> bool:
+    parent = op.parent_op()
+    while parent is not None:
+        if isinstance(parent, scf.ForOp | scf.WhileOp):
+            return True
+        parent = parent.parent_op()
+    return False
+
+
+def _word_spec(eb: int, t: object, vec: int) -> tuple[str, object, int]:
+    """(st/ld spec, register type, registers) moving ``vec`` elements: 16-bit pairs as words."""
+    if eb == 2:
+        words = vec // 2
+        return (f"v{words}.b32" if words > 1 else "b32"), i32, words
+    spec = "f32" if t == f32 else "b32"
+    return (f"v{vec}.{spec}" if vec > 1 else spec), reg_type(t), vec  # type: ignore[arg-type]
+
+
+def _convert_by_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp, src: Distribution, dst: Distribution) -> None:
+    t = op.input.type.element_type  # type: ignore[attr-defined]
+    eb = element_bytes(t)
+    write, read = _vectors(src, dst, t)  # type: ignore[misc]
+    if eb == 2 and write == 1:  # one half at a time: st.shared.b16 of single registers
+        write_spec: tuple[str, object, int] = ("b16", reg_type(t), 1)
+    else:
+        write_spec = _word_spec(eb, t, write)
+    buffer = scratch_buffer(src.shape, t)
+    scratch, reused = reuse_or_declare(em, op, "relayout", buffer.total_bytes, buffer.layout.alignment())
+
+    value = op.input
+    if value in em.deferred:  # the epilogue's map, computed a pair at a time as it is written
+        elements = MapElements(em, value.owner)  # type: ignore[arg-type]
+        element: Callable[[int], SSAValue] = elements.value
+        pair: Callable[[int], Lanes] = elements.pair
+    else:
+        parts = em.parts(value)
+        element = parts.__getitem__
+        pair = lambda r: pair_of(em, value, r)  # noqa: E731
+
+    row_bytes = buffer.layout.row_bytes(src.shape[1], eb)
+
+    def thread_start(dist: Distribution) -> SSAValue:
+        base = thread_base(em, dist)
+        offset = em.instr(ptx.MadOp, "lo.s32", [base[1], em.const(eb, i32), scratch], i32)
+        return em.instr(ptx.MadOp, "lo.s32", [base[0], em.const(row_bytes, i32), offset], i32)
+
+    def offset(off: tuple[int, ...]) -> int:
+        return off[0] * row_bytes + off[1] * eb
+
+    if reused:
+        wait_for_async_accesses(em)
+    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))  # the buffer's earlier readers are done
+    start, owner = thread_start(src), owner_predicate(em, src)
+    spec, _, _ = write_spec
+    fence_every = FENCE_BYTES // eb if value in em.deferred else 0
+    for r in range(0, src.registers, write):
+        if fence_every and r % fence_every == 0:
+            em.emit(ptx.MembarOp("cta"))
+        if eb == 2 and write >= 2:
+            data = [pair(r + i).packed(em) for i in range(0, write, 2)]
+        else:
+            data = [element(r + i) for i in range(write)]
+        em.emit(ptx.StOp(f"shared.{spec}", [start, *data], guard=owner, offset=offset(src.offsets[r])))
+    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+
+    start = thread_start(dst)
+    spec, reg, count = _word_spec(eb, t, read) if not (eb == 2 and read == 1) else ("b16", reg_type(t), 1)
+    out: list[SSAValue] = []
+    for r in range(0, dst.registers, read):
+        load = ptx.LdOp(f"shared.{spec}", [start], [reg] * count, offset=offset(dst.offsets[r]))  # type: ignore[list-item]
+        em.emit(load)
+        if eb == 2 and read >= 2:
+            for k, word in enumerate(load.outs):
+                em.packed[(op.result, r + 2 * k)] = word
+                out += Lanes(t, word=word).scalars(em)
+        else:
+            out += list(load.outs)
+    if _in_loop(op):  # the next iteration writes the scratch (or the buffer it reuses) again
+        em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.bind(op.result, out)
+
+
+@lowering(tile.ConvertLayoutOp)
+def lower_convert(em: PtxEmitter, op: tile.ConvertLayoutOp) -> None:
+    src, dst = distribution(em, op.input.type), distribution(em, op.result.type)
+    regs = relabel(src, dst, list(range(len(dst.shape))))
+    if regs is not None:
+        bind_relabelled(em, op.input, op.result, regs)
+        return
+    if _vectors(src, dst, op.input.type.element_type) is not None:  # type: ignore[attr-defined]
+        _convert_by_vectors(em, op, src, dst)
+        return
+    em.bind(op.result, through_shared(em, op.input, dst, transpose=False))
