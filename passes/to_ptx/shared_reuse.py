@@ -6,10 +6,10 @@ memory to change layout). Giving the scratch the ring's bytes keeps the kernel's
 and with it its occupancy, what the loop needs.
 
 A buffer is dead at an op when every op that touches it (uses it, one of its stages, its
-address, a descriptor or address computed from it) comes before that op in program order: in
-the innermost block holding both, the toucher's ancestor precedes the op's. A toucher in a loop
-around the op is not dead (the next iteration touches it again after the op); a loop around both
-runs the op's scratch accesses between barriers, so the next iteration is ordered after them.
+address, a descriptor or address computed from it) comes before that op in program order, and
+no loop holds both: in the innermost block holding both, the toucher's ancestor precedes the
+op's, and that block is in no loop (a loop around both may carry data in the buffer from one
+iteration to the next, as a pipelined K loop's prefetched stages are, across the op).
 What program order does not order are the asynchronous accesses still in flight: cp.async
 writes and wgmma reads. A reusing lowering waits for both (:func:`wait_for_async_accesses`)
 before the barrier that precedes its first write.
@@ -56,8 +56,17 @@ def _precedes(toucher: Operation, op: Operation) -> bool:
     while current is not None and (block := current.parent_block()) is not None:
         if block in ancestors:
             mine = ancestors[block]
-            return current is not mine and current.is_before_in_block(mine)
+            return current is not mine and current.is_before_in_block(mine) and not _in_loop(block)
         current = block.parent_op()
+    return False
+
+
+def _in_loop(block: Block) -> bool:
+    parent = block.parent_op()
+    while parent is not None:
+        if isinstance(parent, scf.ForOp | scf.WhileOp):
+            return True
+        parent = parent.parent_op()
     return False
 
 
