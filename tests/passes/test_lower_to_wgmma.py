@@ -159,7 +159,7 @@ def test_tile_layout_picks_the_warpgroup_grid():
     stages = stages_of(make_dot(F16, True, True, 4), M=64, N=256, K=16)
     (dot,) = [o for o in Parser(kaio_context(), stages["tile-layout"]).parse_module().walk() if isinstance(o, tile.DotOp)]
     assert layout_of(dot.result.type) == MmaLayout([4, 1])
-    assert "tile-layout{mma=true warps=0,0 wgmma=true}" in str(make_dot(F16, False, False, 4).default_pipeline("sm_90a"))
+    assert "tile-layout{mma=true warps=0,0 wgmma=true staged_stores=true}" in str(make_dot(F16, False, False, 4).default_pipeline("sm_90a"))
 
 
 def test_wgmma_on_an_older_target_names_the_arch():
