@@ -109,7 +109,7 @@ def zero_block(device: Device) -> int:
     if block is None:
         block = device.zeros(16, np.uint8)
         device._tensor_map_zeros = block  # type: ignore[attr-defined]
-    return int(block.address)
+    return int(block.ptr)
 
 
 def builders(kernel: str, maps: Sequence[TensorMapParam], params: Sequence[KernelParam], device: Device) -> Callable[[Values], tuple[Any, ...]]:
