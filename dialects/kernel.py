@@ -19,6 +19,7 @@ from typing import ClassVar
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
+    DictionaryAttr,
     I32,
     I64,
     FunctionType,
@@ -34,6 +35,7 @@ from xdsl.dialects.utils import EnumAttribute, parse_func_op_like, print_func_op
 from xdsl.ir import (
     Attribute,
     Block,
+    BlockArgument,
     Dialect,
     Operation,
     ParametrizedAttribute,
@@ -113,6 +115,33 @@ class ArrayType(ParametrizedAttribute, TypeAttribute):
             parser.parse_punctuation(",")
             access = parser.parse_identifier()
         return (elem, StringAttr(space), StringAttr(access))
+
+
+@irdl_attr_definition
+class TensorMapType(ParametrizedAttribute, TypeAttribute):
+    """``!kernel.tensor_map``: a 128-byte TMA tensor map passed by value as a kernel parameter
+    (``.param .align 64 .b8 name[128]``, a ``__grid_constant__ CUtensorMap`` in CUDA C++).
+    Passes add these parameters themselves (``pipeline-tma``); the kernel.func's
+    ``kaio.tensor_maps`` attribute holds, per parameter, the recipe the runtime builds it from
+    at launch (:class:`kaio.compiled.TensorMapParam`). Its SSA value is the map's generic
+    address, the operand ``tma.load`` takes."""
+
+    name = "kernel.tensor_map"
+
+
+TENSOR_MAPS_ATTR = "kaio.tensor_maps"
+
+
+def add_tensor_map_param(func: KernelFuncOp, name: str, recipe: str) -> BlockArgument:
+    """Append a tensor-map parameter called ``name`` (after every user parameter: the runtime
+    appends the maps it builds to the user's arguments) with its JSON ``recipe``."""
+    arg = func.body.block.insert_arg(TensorMapType(), len(func.body.block.args))
+    func.function_type = FunctionType.from_lists([*func.function_type.inputs.data, TensorMapType()], [])
+    func.param_names = ArrayAttr([*func.param_names.data, StringAttr(name)])
+    recipes = dict(func.attributes[TENSOR_MAPS_ATTR].data) if TENSOR_MAPS_ATTR in func.attributes else {}
+    recipes[name] = StringAttr(recipe)
+    func.attributes[TENSOR_MAPS_ATTR] = DictionaryAttr(recipes)
+    return arg
 
 
 def is_shared_memref(t: Attribute) -> bool:
@@ -262,7 +291,7 @@ class KernelFuncOp(IRDLOperation):
         if int(shape[0]) * int(shape[1]) * int(shape[2]) > 1024:
             raise VerifyException(f"block_size {shape} exceeds 1024 threads")
         for t in inputs:
-            if not isinstance(t, ArrayType | IntegerType) and not _is_float(t):
+            if not isinstance(t, ArrayType | IntegerType | TensorMapType) and not _is_float(t):
                 raise VerifyException(f"unsupported kernel parameter type {t}")
 
     @classmethod
@@ -692,7 +721,7 @@ Kernel = Dialect(
         WarpReduceOp,
         BlockReduceOp,
     ],
-    [ArrayType, DimAttr, ShuffleModeAttr, CombineAttr],
+    [ArrayType, TensorMapType, DimAttr, ShuffleModeAttr, CombineAttr],
 )
 
 

@@ -6,6 +6,7 @@ owe it; a *phase* completes when both are in, and the next phase begins at once.
 phase by its parity, which is how pipelines reuse one barrier per stage:
 
 - ``mbarrier.alloc``: an 8-byte shared slot for one barrier (32-bit shared address);
+  ``mbarrier.alloc count N``: N consecutive slots (a ring's barriers: slot i at + 8 i);
 - ``mbarrier.init %bar count 1``: run by one thread, before a ``kernel.barrier``;
 - ``mbarrier.arrive %bar``, ``mbarrier.arrive_expect_tx %bar, %bytes`` (arm the phase for the
   bytes of the TMA loads that complete on it, and arrive);
@@ -17,18 +18,28 @@ from __future__ import annotations
 
 from xdsl.dialects.builtin import I64, IntegerAttr, i1, i32, i64
 from xdsl.ir import Dialect, SSAValue
-from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, prop_def, result_def
+from xdsl.irdl import IRDLOperation, irdl_op_definition, operand_def, opt_prop_def, prop_def, result_def
 from xdsl.utils.exceptions import VerifyException
 
 
 @irdl_op_definition
 class AllocOp(IRDLOperation):
     name = "mbarrier.alloc"
+    count = opt_prop_def(IntegerAttr[I64])
     result = result_def(i32)
-    assembly_format = "attr-dict"
+    assembly_format = "(`count` $count^)? attr-dict"
 
-    def __init__(self) -> None:
-        super().__init__(result_types=[i32])
+    def __init__(self, count: int = 1) -> None:
+        props = {"count": IntegerAttr(count, i64)} if count != 1 else {}
+        super().__init__(result_types=[i32], properties=props)
+
+    @property
+    def slots(self) -> int:
+        return 1 if self.count is None else self.count.value.data
+
+    def verify_(self) -> None:
+        if not 1 <= self.slots <= 64:
+            raise VerifyException("mbarrier.alloc: 1..64 barriers")
 
 
 @irdl_op_definition

@@ -1428,9 +1428,14 @@ class CpAsyncWaitAllOp(_NoTypes):
 MIN_MAXNREG, MAX_MAXNREG = 24, 255  # what ptxas accepts for .maxnreg
 
 
+TENSOR_MAP_PARAM = "tensormap"
+"""The parameter type of a TMA tensor map: printed ``.param .align 64 .b8 name[128]``."""
+
+
 @irdl_op_definition
 class EntryOp(IRDLOperation):
-    """A ``.visible .entry``: parameters are declared here and read with ``ld.param``."""
+    """A ``.visible .entry``: parameters are declared here and read with ``ld.param`` (a
+    tensor map's address is taken instead: ``mov.b64`` of the name, then ``cvta.param``)."""
 
     name = "ptx.entry"
     sym_name = prop_def(SymbolNameConstraint())
@@ -1469,7 +1474,7 @@ class EntryOp(IRDLOperation):
         if len(self.param_names.data) != len(self.param_types.data):
             raise VerifyException("one type per parameter")
         for _, t in self.params:
-            if t not in TYPE_BITS or t == "pred":
+            if (t not in TYPE_BITS or t == "pred") and t != TENSOR_MAP_PARAM:
                 raise VerifyException(f"bad parameter type {t}")
         if self.maxnreg is not None and not MIN_MAXNREG <= self.maxnreg.value.data <= MAX_MAXNREG:
             raise VerifyException(f".maxnreg is {MIN_MAXNREG}..{MAX_MAXNREG}, not {self.maxnreg.value.data}")

@@ -14,14 +14,15 @@ Accelerator, sm_90).
 - ``tma.alloc {bytes, align}``: a shared buffer aligned for swizzled boxes (1024 bytes for the
   128-byte swizzle).
 
-A tensor map is a 64-bit generic address (or a ``!kernel.array`` parameter) of 128 bytes: on a GPU the ``CUtensorMap`` the runtime
+A tensor map is a 64-bit generic address (or a ``!kernel.array`` or ``!kernel.tensor_map``
+parameter) of 128 bytes: on a GPU the ``CUtensorMap`` the runtime
 builds with ``cuTensorMapEncodeTiled``; on the simulator kaio's own format
 (``kaio.targets.sim.tensor_map``). Shared addresses are 32-bit ``.shared`` addresses.
 """
 
 from __future__ import annotations
 
-from kaio.dialects.kernel import ArrayType
+from kaio.dialects.kernel import ArrayType, TensorMapType
 from xdsl.dialects.builtin import I64, IntegerAttr, i32, i64
 from xdsl.ir import Dialect, SSAValue
 from xdsl.irdl import (
@@ -38,8 +39,9 @@ from xdsl.irdl import (
 from xdsl.utils.exceptions import VerifyException
 
 MAX_RANK = 5
-# a global address: an i64, or a kernel parameter buffer (lowered to its address)
-GLOBAL_ADDRESS = AnyOf((EqAttrConstraint(i64), BaseAttr(ArrayType)))
+# a global address: an i64, a kernel parameter buffer (lowered to its address), or a tensor-map
+# parameter (lowered to the generic address of the parameter)
+GLOBAL_ADDRESS = AnyOf((EqAttrConstraint(i64), BaseAttr(ArrayType), BaseAttr(TensorMapType)))
 
 
 def _check_coords(coords: tuple[SSAValue, ...] | list[SSAValue]) -> None:

@@ -118,7 +118,9 @@ DUMPS: dict[str, Callable[[], str]] = {
     "hopper-matmul/pipeline": lambda: hopper_matmul_stages()["pipeline"],
     "hopper-matmul/lower-to-wgmma": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "= smem.address", 26),
     "hopper-matmul/after-loop": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "scf.yield", 5),
-    "hopper-matmul/ptx": lambda: short_registers(excerpt(hopper_matmul_stages()["ptx"], "fence.proxy.async", 16)),
+    "hopper-matmul/ptx": lambda: short_registers(excerpt(hopper_matmul_stages()["ptx"], "wgmma.fence.sync.aligned", 15)),
+    "hopper-matmul/pipeline-tma": lambda: excerpt(hopper_matmul_stages()["pipeline-tma"], "= scf.for", 48),
+    "hopper-matmul/tma/ptx": lambda: excerpt(hopper_matmul_stages()["ptx"], "mbarrier.arrive.expect_tx", 6),
     "attention/lower-to-mma-sync": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "mma.split", 14),
     "attention/pack-a": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "= mma.pack_a", 8),
 }

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kaio.compiled import CompiledKernel, KernelParam
+from kaio.compiled import CompiledKernel, KernelParam, TensorMapParam
 from kaio.dtypes import BY_NAME
 
 FORMAT = 1
@@ -173,6 +173,15 @@ def _param(row: Any) -> KernelParam:
     return KernelParam(name, BY_NAME[dtype], is_array, mutable)
 
 
+def _tensor_map(row: Any) -> TensorMapParam:
+    if not isinstance(row, list) or len(row) != 2 or not all(isinstance(x, str) for x in row):
+        raise _Corrupt("tensor_maps")
+    try:
+        return TensorMapParam.from_recipe(row[0], row[1])
+    except (KeyError, TypeError, ValueError):
+        raise _Corrupt("tensor_maps") from None
+
+
 def _check_constexpr(value: Any, depth: int = 0) -> None:
     """A value ``json.dumps`` of a constexpr could have written: scalars and shallow lists."""
     if depth > _MAX_CONSTEXPR_DEPTH:
@@ -210,6 +219,7 @@ def _parse(key: str, text: str) -> CompiledKernel:
     bx, by, bz = (_bounded_int("block_size", d, 1, _MAX_DIM) for d in dims)
     shared = _bounded_int("shared_bytes", data.get("shared_bytes"), 0, _MAX_SHARED)
     dynamic = _bounded_int("dynamic_shared_bytes", data.get("dynamic_shared_bytes", 0), 0, _MAX_SHARED)
+    tensor_maps = tuple(_tensor_map(row) for row in data.get("tensor_maps", []))
     constexprs = _field(data, "constexprs", dict)
     for value in constexprs.values():
         _check_constexpr(value)
@@ -221,6 +231,7 @@ def _parse(key: str, text: str) -> CompiledKernel:
         block_size=(bx, by, bz),
         shared_bytes=shared,
         dynamic_shared_bytes=dynamic,
+        tensor_maps=tensor_maps,
         constexprs=dict(constexprs),
         pipeline=_field(data, "pipeline", str),
         cache_key=key,
@@ -255,6 +266,7 @@ def store(key: str, compiled: CompiledKernel) -> bool:
         "block_size": list(compiled.block_size),
         "shared_bytes": compiled.shared_bytes,
         "dynamic_shared_bytes": compiled.dynamic_shared_bytes,
+        "tensor_maps": [[t.name, t.recipe()] for t in compiled.tensor_maps],
         "constexprs": compiled.constexprs,
         "pipeline": compiled.pipeline,
     }

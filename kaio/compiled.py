@@ -6,6 +6,7 @@ This is the contract between the compiler (frontend + passes + printer) and the 
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +61,42 @@ class KernelParam:
         return f"{self.name}: {self.dtype.name}"
 
 
+@dataclass(frozen=True)
+class TensorMapParam:
+    """A parameter the runtime adds after the user's: a TMA tensor map (``CUtensorMap`` on a
+    GPU, kaio's format on the simulator; 128 bytes by value) of the 2-D row-major tensor the
+    array parameter ``array`` holds, built at every launch from the arguments.
+
+    ``dims`` (innermost first) and ``strides`` (elements between consecutive indices of the
+    outer dims) are integer expressions (``+ - *``, parentheses, integers, names of runtime
+    scalar parameters) the compiler read off the kernel's view. ``box`` is the tile one copy
+    moves (innermost first); ``swizzle`` its shared-memory swizzle span in bytes (0, 32, 64,
+    128)."""
+
+    name: str
+    array: str
+    dims: tuple[str, ...]
+    strides: tuple[str, ...]
+    box: tuple[int, ...]
+    swizzle: int
+
+    nbytes = 128  # a CUtensorMap, passed by value
+
+    def recipe(self) -> str:
+        """The JSON the IR carries (``kaio.tensor_maps`` on the kernel)."""
+        return json.dumps({"array": self.array, "dims": list(self.dims), "strides": list(self.strides),
+                           "box": list(self.box), "swizzle": self.swizzle})  # fmt: skip
+
+    @classmethod
+    def from_recipe(cls, name: str, text: str) -> TensorMapParam:
+        data = json.loads(text)
+        return cls(name, str(data["array"]), tuple(map(str, data["dims"])), tuple(map(str, data["strides"])),
+                   tuple(int(b) for b in data["box"]), int(data["swizzle"]))  # fmt: skip
+
+    def __repr__(self) -> str:
+        return f"{self.name}: TensorMap[{self.array}, box={'x'.join(map(str, self.box))}]"
+
+
 @dataclass
 class CompiledKernel:
     """A kernel compiled for one arch and one set of constexpr values.
@@ -78,6 +115,8 @@ class CompiledKernel:
     shared_bytes: int = 0
     dynamic_shared_bytes: int = 0
     """Dynamic shared memory every launch passes (the kernel's buffers beyond 48 KiB)."""
+    tensor_maps: tuple[TensorMapParam, ...] = ()
+    """Parameters after ``params`` that the runtime builds at each launch (TMA tensor maps)."""
     constexprs: dict[str, Any] = field(default_factory=dict)
     pipeline: str = ""
     cache_key: str = ""

@@ -21,7 +21,7 @@ from xdsl.passes import ModulePass, PassPipeline
 
 from kaio import cache as disk_cache
 from kaio import dtypes
-from kaio.compiled import CompiledKernel, KernelParam
+from kaio.compiled import CompiledKernel, KernelParam, TensorMapParam
 from kaio.dialects import kernel as kernel_dialect
 from kaio.dialects import ptx
 from kaio.errors import KaioCompileError, KaioError, KaioTypeError
@@ -59,6 +59,8 @@ def params_of(func: kernel_dialect.KernelFuncOp) -> tuple[KernelParam, ...]:
     for name, t in zip(func.param_names.data, func.function_type.inputs.data):
         if isinstance(t, kernel_dialect.ArrayType):
             params.append(KernelParam(name.data, _scalar_of(t.element_type), True, t.mutable))
+        elif isinstance(t, kernel_dialect.TensorMapType):
+            continue  # built by the runtime from its recipe (kaio.tensor_maps), not passed
         else:
             params.append(KernelParam(name.data, _scalar_of(t), False))
     return tuple(params)
@@ -81,6 +83,16 @@ def _with_alignment(params: tuple[KernelParam, ...], module: ModuleOp) -> tuple[
             for key, value in op.attributes[ALIGN_ATTR].data.items():  # type: ignore[attr-defined]
                 needed[key] = max(needed.get(key, 1), value.value.data)
     return tuple(replace(p, align=max(p.align, needed[p.name])) if p.name in needed else p for p in params)
+
+
+def _tensor_maps(module: ModuleOp) -> tuple[TensorMapParam, ...]:
+    """The tensor maps passes added as parameters (``kaio.tensor_maps`` on the entry)."""
+    maps: list[TensorMapParam] = []
+    for op in module.walk():
+        if isinstance(op, ptx.EntryOp) and kernel_dialect.TENSOR_MAPS_ATTR in op.attributes:
+            recipes = op.attributes[kernel_dialect.TENSOR_MAPS_ATTR].data  # type: ignore[attr-defined]
+            maps += [TensorMapParam.from_recipe(name, text.data) for name, text in recipes.items()]
+    return tuple(maps)
 
 
 def _stage_names(passes: tuple[ModulePass, ...]) -> list[str]:
@@ -321,6 +333,7 @@ def _compile(
         block_size=block_size,
         shared_bytes=shared,
         dynamic_shared_bytes=dynamic,
+        tensor_maps=_tensor_maps(module),
         constexprs=values,
         pipeline=str(chosen),
         _stages=stages,

@@ -104,11 +104,13 @@ def tile_pipeline(arch: str, stages: int = 3, layout: str | None = None, maxnreg
     shared-memory staging of dot operands, the cp.async ring (``stages`` >= 2), tensor cores,
     clean up, PTX (with a ``.maxnreg`` cap when ``maxnreg`` > 0). On sm_90a the dots wgmma can
     take get its warp grid and shared layout and run on warpgroup tensor cores
-    (``lower-to-wgmma``); the others keep mma.sync."""
+    (``lower-to-wgmma``); the others keep mma.sync; and the K loops whose operands a tensor map
+    can describe fill their ring by TMA (``pipeline-tma``), the others by cp.async."""
     hopper = has_wgmma(arch)
     layout = layout or ("wgmma" if hopper else "swizzle")
     spec = ["fuse-tile-maps", "tile-layout{wgmma=true}" if hopper else "tile-layout", f"promote-to-shared{{layout={layout}}}"]
-    if stages >= 2:
+    if stages >= 2:  # on Hopper TMA takes the loops it can describe, cp.async the others
+        spec += [f"pipeline-tma{{stages={stages}}}"] if hopper else []
         spec.append(f"pipeline-cp-async{{stages={stages}}}")
     if hopper:
         spec.append("lower-to-wgmma")

@@ -22,6 +22,9 @@ class MatmulConfig:
     split_k: int = 1
     maxnreg: int = 0
     """Registers per thread at most (``.maxnreg``; 0: as many as ptxas wants, up to 255)."""
+    tma: bool = True
+    """sm_90a wgmma configs: fill the K loop's ring by TMA where a tensor map can describe the
+    operands (``pipeline-tma``); False (or an operand it cannot describe): cp.async."""
 
     @property
     def threads(self) -> int:
@@ -49,6 +52,8 @@ class MatmulConfig:
             f"promote-to-shared{{layout={self.layout}}}",
         ]
         if self.stages >= 2:
+            if self.tma and self.wgmma and has_wgmma(arch):
+                spec.append(f"pipeline-tma{{stages={self.stages}}}")
             spec.append(f"pipeline-cp-async{{stages={self.stages}}}")
         if self.wgmma and has_wgmma(arch):
             spec.append("lower-to-wgmma")

@@ -30,6 +30,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return PipelineCpAsyncPass
 
+    def pipeline_tma() -> type[ModulePass]:
+        from kaio.passes.pipeline_tma import PipelineTmaPass
+
+        return PipelineTmaPass
+
     def lower_to_mma_sync() -> type[ModulePass]:
         from kaio.passes.lower_to_mma_sync import LowerToMmaSyncPass
 
@@ -55,6 +60,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "tile-layout": tile_layout,
         "promote-to-shared": promote_to_shared,
         "pipeline-cp-async": pipeline_cp_async,
+        "pipeline-tma": pipeline_tma,
         "lower-to-mma-sync": lower_to_mma_sync,
         "lower-to-wgmma": lower_to_wgmma,
         "vectorize-loads": vectorize_loads,

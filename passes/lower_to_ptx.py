@@ -49,8 +49,9 @@ class LowerToPtxPass(ModulePass):
             entry = PtxEmitter(func, target).run()
             if self.maxnreg:
                 entry.maxnreg = IntegerAttr(self.maxnreg, i64)
-            if ALIGN_ATTR in func.attributes:  # what the runtime must check at launch
-                entry.attributes[ALIGN_ATTR] = func.attributes[ALIGN_ATTR]
+            for attr in (ALIGN_ATTR, kernel.TENSOR_MAPS_ATTR):  # what the runtime checks and builds
+                if attr in func.attributes:
+                    entry.attributes[attr] = func.attributes[attr]
             func.parent_block().insert_op_before(entry, func)  # type: ignore[union-attr]
             func.detach()
             func.erase()

@@ -50,6 +50,7 @@ from xdsl.utils.exceptions import VerifyException
 from kaio.dialects import kernel, mma, smem, tile, tma, wgmma
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.passes.int_builder import IndexBuilder
+from kaio.passes.pipeline_tma import REFILL_BARRIER, TMA_RING
 from kaio.passes.promote_to_shared import enclosing_kernel
 
 SWIZZLE_NAMES = {128: "128B", 64: "64B", 32: "32B"}
@@ -147,6 +148,20 @@ def overlap_loop(dot: tile.DotOp) -> scf.ForOp | None:
     return loop
 
 
+def filled_by_tma(buffer: SSAValue) -> bool:
+    """A stage of a ring only TMA writes (the async proxy wgmma reads through: no fence)."""
+    stage = buffer.owner
+    return isinstance(stage, smem.StageOp) and TMA_RING in stage.ring.owner.attributes  # type: ignore[union-attr]
+
+
+def refilled_after_barrier(dot: tile.DotOp) -> bool:
+    """Whether ``pipeline-tma`` already placed a barrier after the dot and before the refill."""
+    op = dot.next_op
+    while op is not None and not (isinstance(op, kernel.BarrierOp) and REFILL_BARRIER in op.attributes):
+        op = op.next_op
+    return op is not None
+
+
 def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPlan | None, pb: OperandPlan,
               overlap: bool = False) -> None:  # fmt: skip
     ta, tb = dot.trans
@@ -172,7 +187,8 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
         return insert(wgmma.AdvanceOp(desc, offset)).result if offset else desc
 
     accs: list[SSAValue] = list(insert(wgmma.SplitOp(dot.acc)).accs)
-    insert(tma.FenceOp())  # generic-proxy writes of the operands -> wgmma's async proxy
+    if not all(filled_by_tma(x) for x in ([dot.a] if pa else []) + [dot.b]):
+        insert(tma.FenceOp())  # generic-proxy writes of the operands -> wgmma's async proxy
     insert(wgmma.FenceOp())
     for kk in range(k // 16):
         a = a_frags[kk] if pa is None else at(a_desc, pa.offset(0, kk))  # type: ignore[arg-type]
@@ -186,7 +202,8 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
     if loop is None:
         Rewriter.replace_op(dot, wgmma.JoinOp(list(done), dot.result.type))
         return
-    insert(kernel.BarrierOp())  # every warpgroup retired the previous stage before it is refilled
+    if not refilled_after_barrier(dot):
+        insert(kernel.BarrierOp())  # every warpgroup retired the previous stage before it is refilled
     index = dot.acc.index - 1  # type: ignore[attr-defined]
     Rewriter.replace_op(dot, wgmma.JoinOp(list(done), dot.result.type))
     result = loop.results[index]  # final after the loop (waited for even if nothing reads it)

@@ -27,10 +27,10 @@ from kaio.passes.int_builder import IndexBuilder
 from kaio.passes.promote_to_shared import COPY_BARRIER
 
 
-def _load_slice(body: Block, copies: list[smem.CopyOp]) -> list[Operation]:
-    """The body ops the copies' sources are computed by, in program order."""
+def load_slice(body: Block, values: list[SSAValue]) -> list[Operation]:
+    """The body ops the values (the copies' sources) are computed by, in program order."""
     needed: set[Operation] = set()
-    work: list[SSAValue] = [c.src for c in copies]
+    work: list[SSAValue] = list(values)
     while work:
         owner = work.pop().owner
         if isinstance(owner, Operation) and owner.parent_block() is body and owner not in needed:
@@ -39,7 +39,7 @@ def _load_slice(body: Block, copies: list[smem.CopyOp]) -> list[Operation]:
     return [op for op in body.ops if op in needed]
 
 
-def _next_stage(ix: IndexBuilder, stage: SSAValue, stages: int) -> SSAValue:
+def next_stage(ix: IndexBuilder, stage: SSAValue, stages: int) -> SSAValue:
     bumped = ix.add(stage, ix.const(1))
     wrap = ix.b.insert(arith.CmpiOp(bumped, ix.const(stages), "eq")).result
     return ix.b.insert(arith.SelectOp(wrap, ix.const(0), bumped)).result
@@ -64,24 +64,48 @@ def _issue_copies(
     ix.b.insert(cpasync.CommitOp())
 
 
+def make_rings(copies: list[smem.CopyOp], stages: int, pass_name: str) -> dict[SSAValue, SSAValue]:
+    """Each copy's shared buffer -> a ring of ``stages`` such buffers (allocated beside it)."""
+    rings: dict[SSAValue, SSAValue] = {}
+    for c in copies:
+        alloc = c.dst.owner
+        if not isinstance(alloc, smem.AllocOp) or c.dst in rings:
+            raise KaioCompileError(f"{pass_name} needs each copy to fill its own smem.alloc buffer")
+        single = alloc.result.type
+        ring = smem.AllocOp(alloc.sym_name.data, smem.BufferType((stages, *single.dims), single.element_type, single.layout))
+        Rewriter.insert_op(ring, InsertPoint.after(alloc))
+        rings[c.dst] = ring.result
+    return rings
+
+
+def read_stages(body: Block, rings: dict[SSAValue, SSAValue], read: SSAValue) -> None:
+    """The loop's math reads stage ``read`` of each ring instead of the single buffer."""
+    for buffer, ring in rings.items():
+        stage_view = smem.StageOp(ring, read)
+        Rewriter.insert_op(stage_view, InsertPoint.after(body.ops.first))  # type: ignore[arg-type]
+        for use in list(buffer.uses):
+            if use.operation.parent_block() is body:
+                use.operation.operands[use.index] = stage_view.result
+
+
+def erase_single_buffers(rings: dict[SSAValue, SSAValue]) -> None:
+    for buffer in rings:
+        owner = buffer.owner
+        assert isinstance(owner, smem.AllocOp)
+        if not buffer.uses:
+            owner.detach()
+            owner.erase()
+
+
 def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
     body = loop.body.block
     copies = [op for op in body.ops if isinstance(op, smem.CopyOp)]
     if not copies:
         return
     iv = body.args[0]
-    slice_ops = _load_slice(body, copies)
+    slice_ops = load_slice(body, [c.src for c in copies])
 
-    # shared buffers -> rings of `stages` buffers
-    rings: dict[SSAValue, SSAValue] = {}
-    for c in copies:
-        alloc = c.dst.owner
-        if not isinstance(alloc, smem.AllocOp) or c.dst in rings:
-            raise KaioCompileError("pipeline-cp-async needs each copy to fill its own smem.alloc buffer")
-        single = alloc.result.type
-        ring = smem.AllocOp(alloc.sym_name.data, smem.BufferType((stages, *single.dims), single.element_type, single.layout))
-        Rewriter.insert_op(ring, InsertPoint.after(alloc))
-        rings[c.dst] = ring.result
+    rings = make_rings(copies, stages, "pipeline-cp-async")
 
     # prologue: tiles 0 .. stages-2
     outer = IndexBuilder(Builder(InsertPoint.before(loop)))
@@ -106,19 +130,13 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
             op.erase(safe_erase=False)
         elif op is not old_yield:
             b.insert(op)
-    # the math now reads the stage this iteration waited for
-    for buffer, ring in rings.items():
-        stage_view = smem.StageOp(ring, read)
-        Rewriter.insert_op(stage_view, InsertPoint.after(new_body.ops.first))  # type: ignore[arg-type]
-        for use in list(buffer.uses):
-            if use.operation.parent_block() is new_body:
-                use.operation.operands[use.index] = stage_view.result
+    read_stages(new_body, rings, read)  # the math reads the stage this iteration waited for
     ix = IndexBuilder(b)
     ahead = ix.add(new_body.args[0], ix.mul(loop.step, ix.const(stages - 1)))
     _issue_copies(ix, slice_ops, copies, rings, new_body.args[0], ahead, write)
     carried = list(old_yield.arguments)
     old_yield.erase(safe_erase=False)
-    b.insert(scf.YieldOp(*carried, _next_stage(ix, read, stages), _next_stage(ix, write, stages)))
+    b.insert(scf.YieldOp(*carried, next_stage(ix, read, stages), next_stage(ix, write, stages)))
 
     zero, last = outer.const(0), outer.const(stages - 1)
     new_loop = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, zero, last], new_body)
@@ -128,12 +146,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
         old.replace_all_uses_with(new)
     loop.detach()
     loop.erase()
-    for buffer in rings:
-        owner = buffer.owner
-        assert isinstance(owner, smem.AllocOp)
-        if not buffer.uses:
-            owner.detach()
-            owner.erase()
+    erase_single_buffers(rings)
 
 
 @dataclass(frozen=True)

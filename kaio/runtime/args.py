@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kaio.compiled import KernelParam
+from kaio.compiled import KernelParam, TensorMapParam
 from kaio.dtypes import ScalarType
 from kaio.errors import KaioTypeError
 from kaio.runtime import dlpack, tensors
@@ -61,8 +61,10 @@ _FINITE_BELOW = {
 }
 
 
-def struct_code(param: KernelParam) -> str:
-    """The ``struct`` format character a parameter is packed with (little-endian assumed)."""
+def struct_code(param: KernelParam | TensorMapParam) -> str:
+    """The ``struct`` format a parameter is packed with (little-endian assumed)."""
+    if isinstance(param, TensorMapParam):
+        return f"{param.nbytes}s"  # the map's bytes, as built at launch
     return "Q" if param.is_array else _CODES[param.dtype.name]
 
 

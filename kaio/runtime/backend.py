@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from kaio.compiled import KernelParam
+from kaio.dtypes import ScalarType
+from kaio.errors import KaioLaunchError
 
 # A prepared launch of one function: ``run(grid, block, dynamic_shared_bytes, stream, values)``
 # where ``values`` are the checked argument values (addresses for arrays) in parameter order.
@@ -99,6 +101,13 @@ class Backend(ABC):
     @abstractmethod
     def launcher(self, function: Any, params: tuple[KernelParam, ...], name: str) -> LaunchFn:
         """A prepared launch of ``function``: its parameter packing is built once, here."""
+
+    def encode_tensor_map(self, dtype: ScalarType, base: int, dims: tuple[int, ...], strides: tuple[int, ...],
+                          box: tuple[int, ...], swizzle: int) -> bytes:  # fmt: skip
+        """The 128-byte TMA tensor map of a tensor at ``base``: ``dims`` elements per dimension
+        and ``strides`` bytes between the indices of the outer ones (innermost first), copied a
+        ``box`` at a time into shared memory with the ``swizzle``-byte span (0: none)."""
+        raise KaioLaunchError(f"{type(self).__name__} cannot build TMA tensor maps")
 
     @abstractmethod
     def synchronize(self) -> None: ...

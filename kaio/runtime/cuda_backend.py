@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kaio.compiled import KernelParam
+from kaio.dtypes import ScalarType
 from kaio.errors import KaioDriverError, KaioLaunchError
 from kaio.runtime import driver
 from kaio.runtime.args import struct_code
@@ -37,6 +38,14 @@ _RETRY_ERRORS = (
     "CUDA_ERROR_INVALID_HANDLE",
     "CUDA_ERROR_CONTEXT_IS_DESTROYED",
 )
+
+# element types TMA moves, by kaio name -> CU_TENSOR_MAP_DATA_TYPE_* (16-bit floats keep their
+# type so the map reads as what it is; integers by width)
+_TMA_TYPES = {
+    "f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32", "f64": "FLOAT64",
+    "i8": "UINT8", "u8": "UINT8", "bool": "UINT8", "i16": "UINT16", "u16": "UINT16",
+    "i32": "INT32", "u32": "UINT32", "i64": "INT64", "u64": "UINT64",
+}  # fmt: skip
 
 _current = threading.local()  # .ctx: the context kaio last made current on this thread
 
@@ -253,6 +262,29 @@ class CudaBackend(Backend):
 
         run.keep_alive = keep_alive  # type: ignore[attr-defined]
         return run
+
+    def encode_tensor_map(self, dtype: ScalarType, base: int, dims: tuple[int, ...], strides: tuple[int, ...],
+                          box: tuple[int, ...], swizzle: int) -> bytes:  # fmt: skip
+        """``cuTensorMapEncodeTiled``: boxes outside the tensor read as zero (no NaN fill), L2
+        lines fetched 128 bytes at a time, the opaque 128-byte CUtensorMap as bytes."""
+        drv = self._drv
+        kinds = drv.CUtensorMapDataType
+        try:
+            kind = getattr(kinds, "CU_TENSOR_MAP_DATA_TYPE_" + _TMA_TYPES[dtype.name])
+        except KeyError:
+            raise KaioLaunchError(f"TMA cannot move {dtype.name} elements") from None
+        swizzles = drv.CUtensorMapSwizzle
+        mode = getattr(swizzles, "CU_TENSOR_MAP_SWIZZLE_" + ({0: "NONE"}.get(swizzle) or f"{swizzle}B"))
+        tmap = check(
+            "cuTensorMapEncodeTiled",
+            drv.cuTensorMapEncodeTiled(
+                kind, len(dims), base, list(dims), list(strides), list(box), [1] * len(dims),
+                drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, mode,
+                drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            ),
+        )  # fmt: skip
+        return struct.pack("<16Q", *(int(w) for w in tmap.opaque))
 
     def _allow_shared(self, function: Any, nbytes: int) -> None:
         attr = self._drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES

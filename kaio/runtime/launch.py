@@ -31,7 +31,7 @@ import numpy as np
 
 from kaio.compiled import ARG_FACTS, CompiledKernel
 from kaio.errors import KaioLaunchError, KaioTypeError
-from kaio.runtime import graphs, tensors
+from kaio.runtime import graphs, tensor_maps, tensors
 from kaio.runtime.args import Check, apply_each, array_checker, scalar_checker
 from kaio.runtime.backend import LaunchFn
 from kaio.runtime.buffer import Buffer
@@ -72,6 +72,7 @@ class Specialization:
     run: LaunchFn
     block: Dim3
     on_gpu: bool  # launches follow torch's current stream when given torch tensors
+    with_maps: Callable[[Sequence[Any]], tuple[Any, ...]] | None = None  # appends the TMA maps
     grids: dict[Any, Dim3] = field(default_factory=dict)
     blocks: dict[Any, Dim3] = field(default_factory=dict)
 
@@ -198,6 +199,8 @@ class Launcher:
         cleanups: list[Any] = []
         try:
             values = spec.check_all(runtime, handle, cleanups)
+            if spec.with_maps is not None:  # tensor maps the compile added, built from the values
+                values = spec.with_maps(values)
             if graph is not None and graph.stream is None:  # the simulator records, runs later
                 graph.record(self._replay(grid, block, args, kwargs, device, stream, shared_bytes))
             else:
@@ -300,10 +303,14 @@ class Launcher:
                 array_checker(self.name, p, device) if p.is_array else scalar_checker(self.name, p)
                 for p in compiled.params
             )
-            run = device._backend.launcher(function, compiled.params, compiled.name)
+            run = device._backend.launcher(function, (*compiled.params, *compiled.tensor_maps), compiled.name)
             check_all = apply_each(checks, ("stream", "cleanups"))
+            with_maps = None
+            if compiled.tensor_maps:
+                with_maps = tensor_maps.builders(self.name, compiled.tensor_maps, compiled.params, device)
             spec = Specialization(
-                compiled, device, checks, check_all, run, compiled.block_size, not device.is_simulator
+                compiled, device, checks, check_all, run, compiled.block_size, not device.is_simulator,
+                with_maps,
             )
             self._specs[(device, key)] = spec
             return spec

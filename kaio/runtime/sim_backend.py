@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from kaio.compiled import KernelParam
+from kaio.dtypes import ScalarType
 from kaio.errors import KaioDriverError, KaioError, KaioLaunchError
 from kaio.runtime.args import apply_each, struct_code
 from kaio.runtime.backend import Backend, DeviceInfo, LaunchFn
@@ -180,6 +181,17 @@ class SimBackend(Backend):
                 self.last_report = launch(entry, grid, block, packed, shared_bytes, profile=self.profile)
 
         return run
+
+    def encode_tensor_map(self, dtype: ScalarType, base: int, dims: tuple[int, ...], strides: tuple[int, ...],
+                          box: tuple[int, ...], swizzle: int) -> bytes:  # fmt: skip
+        """kaio's own 128-byte format (``kaio.targets.sim.tensor_map``): the simulator cannot
+        read NVIDIA's opaque encoding."""
+        from kaio.targets.sim.tensor_map import SWIZZLE_SPANS, TensorMapError, encode_tensor_map
+
+        try:
+            return encode_tensor_map(base, dtype.nbytes, dims, strides, box, SWIZZLE_SPANS.index(swizzle))
+        except TensorMapError as exc:
+            raise KaioLaunchError(str(exc)) from None
 
     def synchronize(self) -> None:
         return None  # every operation already ran to completion

@@ -117,6 +117,8 @@ class PtxEmitter:
     def _param_ptx_type(t: Attribute) -> str:
         if isinstance(t, kernel.ArrayType):
             return "u64"
+        if isinstance(t, kernel.TensorMapType):
+            return ptx.TENSOR_MAP_PARAM
         if t in (f16, bf16):
             return "b16"
         if t == i1:
@@ -130,6 +132,9 @@ class PtxEmitter:
                 raw = self._prologue(ptx.LdOp("param.u64", [], [i64], symbol=pname))
                 addr = self._prologue(ptx.CvtaOp("to.global.u64", [raw], [i64]))
                 self.values[arg] = addr
+            elif isinstance(arg.type, kernel.TensorMapType):  # its address, never its bytes
+                where = self._prologue(ptx.MovOp("b64", [], [i64], symbol=pname))
+                self.values[arg] = self._prologue(ptx.CvtaOp("param.u64", [where], [i64]))
             elif arg.type == i1:
                 byte = self._prologue(ptx.LdOp("param.u8", [], [i16], symbol=pname))
                 self.values[arg] = self._prologue(

@@ -167,7 +167,7 @@ def lower_store(em: PtxEmitter, op: wgmma.StoreOp) -> None:
 
 @lowering(mbarrier.AllocOp)
 def lower_mbarrier_alloc(em: PtxEmitter, op: mbarrier.AllocOp) -> None:
-    em.bind(op.result, em.shared("mbarrier", 8, 8))
+    em.bind(op.result, em.shared("mbarrier", 8 * op.slots, 8))
 
 
 @lowering(mbarrier.InitOp)

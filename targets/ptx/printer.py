@@ -80,13 +80,19 @@ class _Registers:
         ]
 
 
+def _param_decl(name: str, ptx_type: str) -> str:
+    if ptx_type == ptx.TENSOR_MAP_PARAM:  # a CUtensorMap by value (__grid_constant__)
+        return f".param .align 64 .b8 {name}[128]"
+    return f".param .{ptx_type} {name}"
+
+
 def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool) -> None:
     regs = _Registers(entry)
     name = entry.sym_name.data
     for op in entry.body.block.ops:  # dynamic shared memory is declared at module scope
         if isinstance(op, ptx.DynamicSharedDeclOp):
             out.write(op.ptx(regs.reg, regs.imm) + "\n\n")
-    params = ",\n".join(f"\t.param .{t} {n}" for n, t in entry.params)
+    params = ",\n".join(f"\t{_param_decl(n, t)}" for n, t in entry.params)
     out.write(f".visible .entry {name}(\n{params}\n)\n" if params else f".visible .entry {name}()\n")
     if entry.maxntid is not None:
         out.write(".maxntid " + ", ".join(str(int(d)) for d in entry.maxntid.get_values()) + "\n")

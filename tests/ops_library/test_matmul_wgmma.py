@@ -4,6 +4,7 @@ simulator (f16 and bf16, every wgmma config, the fused epilogue), assembles with
 (an sm_80 device running a wgmma config)."""
 
 import re
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -116,11 +117,14 @@ def test_rings_beyond_48k_take_dynamic_shared_memory():
     much refuses the launch by name."""
     kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), WGMMA_CONFIGS[0])
     compiled = kaio.compile(kernel, "sm_90a")
-    assert compiled.shared_bytes == 0 and compiled.dynamic_shared_bytes == WGMMA_CONFIGS[0].shared_bytes(2) == 144 * 1024
+    ring = WGMMA_CONFIGS[0].shared_bytes(2)
+    assert ring == 144 * 1024  # plus the TMA ring's three 8-byte mbarriers
+    assert compiled.shared_bytes == 0 and compiled.dynamic_shared_bytes == ring + 3 * 8
     assert ".extern .shared .align 1024 .b8 matmul_dynamic_smem[];" in compiled.ptx
     assert kaio.compile(kernel, "sm_90a").dynamic_shared_bytes == compiled.dynamic_shared_bytes  # a cache hit
-    small = WGMMA_CONFIGS[3]
-    assert kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), small), "sm_90a").dynamic_shared_bytes == 0
+    small = WGMMA_CONFIGS[3]  # a 48 KiB ring: static on cp.async, dynamic with TMA's mbarriers on top
+    assert kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), replace(small, tma=False)), "sm_90a").dynamic_shared_bytes == 0
+    assert kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), small), "sm_90a").dynamic_shared_bytes == 48 * 1024 + 24
     big = MatmulConfig((128, 128, 64), (8, 1), 4, "wgmma")  # 128 KiB
     a = np.zeros((64, 64), np.float16)
     with pytest.raises(KaioLaunchError, match="needs 131072 bytes"):

@@ -204,20 +204,25 @@ def test_tile_dot_on_wgmma_matches_numpy(hopper, dtype, trans, shape):
     np.testing.assert_allclose(c.to_host(), want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
 
 
-def test_pipelined_k_loop_keeps_one_group_in_flight():
+@pytest.mark.parametrize("tma", [False, True])
+def test_pipelined_k_loop_keeps_one_group_in_flight(tma):
+    from dataclasses import replace
+
     from kaio.ops_library.matmul_config import WGMMA_CONFIGS
     from kaio.ops_library.matmul_kernel import MatmulKernel
     from kaio import dtypes
 
-    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), WGMMA_CONFIGS[0])
+    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), replace(WGMMA_CONFIGS[0], tma=tma))
     text = kaio.compile(kernel, "sm_90a").stages["lower-to-wgmma"]
     loop_end = text.index("scf.yield")  # the K loop's end
     body, after = text[text.index("scf.for") : loop_end], text[loop_end:]
     assert "pending 1" in body and "pending 0" not in body
     # the wait retires the previous iteration's products before every warpgroup passes the
-    # barrier; only then do the copies refill that stage
+    # barrier; only then do the copies refill that stage (TMA's refill barrier serves: one only)
     wait = body.index("pending 1")
-    assert body.index("kernel.barrier", wait) < body.index("cpasync.copy", wait)
+    assert body.index("kernel.barrier", wait) < body.index("tma.load" if tma else "cpasync.copy", wait)
+    assert body.count("kernel.barrier") == (1 if tma else 2)
+    assert ("tma.fence" in body) != tma  # TMA writes through the async proxy wgmma reads by
     assert "wgmma.split" in after and "pending 0" in after  # final before the epilogue reads it
     spec = str(kernel.default_pipeline("sm_90a")).replace("overlap=true", "overlap=false")
     plain = kaio.compile(kernel, "sm_90a", pipeline=spec).stages["lower-to-wgmma"]

@@ -44,6 +44,7 @@ _SIZES = {
     "u16": 2,
     "s16": 2,
     "u8": 1,
+    "tmap": 128,  # .param .align 64 .b8 name[128]: a CUtensorMap by value
 }
 
 
@@ -173,7 +174,8 @@ class FakeDriver:
     def cuModuleGetFunction(self, module: dict[str, Any], name: bytes) -> tuple[Any, ...]:
         text = module["ptx"]
         entry = text[text.index(f".entry {name.decode()}(") :]
-        params = re.findall(r"\.param \.(\w+) \w+", entry[: entry.index(")")])
+        decls = re.findall(r"\.param (?:\.align 64 )?\.(\w+) \w+(\[128\])?", entry[: entry.index(")")])
+        params = ["tmap" if array else t for t, array in decls]
         return self._result("cuModuleGetFunction", {"name": name.decode(), "params": params})
 
     def cuModuleUnload(self, module: Any) -> tuple[Any, ...]:
@@ -217,6 +219,18 @@ class FakeDriver:
             }
         )
         return (R.CUDA_SUCCESS,)
+
+    # TMA tensor maps: the arguments are recorded, the opaque words number the map
+    CUtensorMapDataType = real.CUtensorMapDataType
+    CUtensorMapInterleave = real.CUtensorMapInterleave
+    CUtensorMapSwizzle = real.CUtensorMapSwizzle
+    CUtensorMapL2promotion = real.CUtensorMapL2promotion
+    CUtensorMapFloatOOBfill = real.CUtensorMapFloatOOBfill
+
+    def cuTensorMapEncodeTiled(self, *args: Any) -> tuple[Any, ...]:
+        tmap = real.CUtensorMap()
+        tmap.opaque = [len(self.calls)] * 16
+        return self._result("cuTensorMapEncodeTiled", tmap) if args[0] is not None else (R.CUDA_ERROR_INVALID_VALUE, None)
 
     # streams and events
     def cuStreamCreate(self, flags: Any) -> tuple[Any, ...]:
@@ -554,3 +568,41 @@ def test_without_a_driver_loading_says_why() -> None:
     assert (
         str(info.value) == "no CUDA driver found" and "DynamicLibNotFoundError" in info.value.detail
     )
+
+
+def test_a_tma_kernel_gets_its_tensor_maps_from_the_driver(gpu: kaio.Device, fake: FakeDriver) -> None:
+    """On a Hopper GPU the sm_90a matmul's K loop runs on TMA: each launch passes the
+    CUtensorMaps cuTensorMapEncodeTiled built from the arguments, after the user's parameters
+    (remembered: the same arguments encode nothing new)."""
+    from kaio.ops_library import matmul
+
+    m, n, k = 128, 96, 64
+    a, b = gpu.zeros((m, k), np.float16), gpu.zeros((k, n), np.float16)
+    c = gpu.zeros((m, n), np.float32)
+    for _ in range(2):
+        matmul(a, b, c)
+    encodes = [args for name, args in fake.calls if name == "cuTensorMapEncodeTiled"]
+    assert len(encodes) == 2 and len(fake.launches) == 2
+    raw = fake.launches[-1]["raw"]
+    assert raw[:3] == [struct.pack("<Q", x.ptr) for x in (a, b, c)] and len(raw) == 9 + 2
+    assert [len(blob) for blob in raw[9:]] == [128, 128] and raw[9] != raw[10]
+    for blob, (tmap,) in zip(raw[9:], encodes):  # each the opaque words the driver returned
+        assert list(struct.unpack("<16Q", blob)) == [int(w) for w in tmap.opaque]
+
+
+def test_tensor_maps_are_encoded_as_the_driver_documents(gpu: kaio.Device, fake: FakeDriver) -> None:
+    seen: list[tuple[Any, ...]] = []
+    encode = fake.cuTensorMapEncodeTiled
+
+    def record(*args: Any) -> tuple[Any, ...]:
+        seen.append(args)
+        return encode(*args)
+
+    fake.cuTensorMapEncodeTiled = record  # type: ignore[method-assign]
+    blob = gpu._backend.encode_tensor_map(kaio.dtypes.bf16, 0x10000, (72, 100), (176,), (64, 128), 128)
+    assert len(blob) == 128
+    kind, rank, base, dims, strides, box, steps, interleave, swizzle, l2, oob = seen[0]
+    assert (kind.name, rank, base, dims, strides, box, steps) == ("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", 2, 0x10000, [72, 100], [176], [64, 128], [1, 1])
+    assert (interleave.name, swizzle.name, oob.name) == ("CU_TENSOR_MAP_INTERLEAVE_NONE", "CU_TENSOR_MAP_SWIZZLE_128B", "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE")
+    gpu._backend.encode_tensor_map(kaio.dtypes.f32, 0x10000, (8,), (), (8,), 0)
+    assert seen[1][8].name == "CU_TENSOR_MAP_SWIZZLE_NONE" and seen[1][0].name == "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"

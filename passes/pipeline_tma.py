@@ -1,0 +1,267 @@
+"""``pipeline-tma{stages=N}``: the K loop's tile copies on Hopper's Tensor Memory Accelerator
+(sm_90), in a ring of N shared stages completed through mbarriers.
+
+Where ``pipeline-cp-async`` has every thread copy 16 bytes at a time, one thread here asks the
+TMA unit for whole boxes: the copy of a ``rows x cols`` tile into a ``wgmma``-layout buffer
+is one ``cp.async.bulk.tensor`` per column panel (the box is the panel: S bytes wide, ``rows``
+high, swizzled by the hardware with the S-byte pattern the layout already is). Completion is
+counted in bytes on the stage's mbarrier, which is why no thread waits for more than the data
+it reads, and boxes past the tensor's edges read as zero, like the view's bounds.
+
+The loop becomes (S stages, K tiles t = 0, 1, ..; stage of tile t: t mod S)::
+
+    thread 0 inits S mbarriers (one arrival each); barrier
+    thread 0, for t < S - 1 inside K: expect_tx(bar[t], bytes); TMA loads of tile t -> stage t
+    for each tile t (read stage r, phase p):
+        wait until bar[r] completed phase p      # tile t has landed
+        math on stage r
+        barrier                                  # everyone is done with stage r - 1 ...
+        thread 0, if t + S - 1 inside K: expect_tx + TMA loads of tile t + S - 1 -> stage r - 1
+
+Only tiles inside the loop's range are loaded, so nothing is in flight after the loop. The
+phase parity flips each time the read stage wraps. The barrier before the refill is marked
+(:data:`REFILL_BARRIER`): ``lower-to-wgmma`` keeps one group of wgmmas in flight across
+iterations and would otherwise add one of its own for the same reason.
+
+A tensor map describes the whole tensor, so the pass must be able to say what it is at launch:
+the view's array is a kernel parameter, its extents and row stride are integer expressions of
+scalar parameters (constants, ``+ - *``), its last stride is 1, and its alignment (``align`` x
+element size >= 16 bytes) proves the address and row stride are multiples of 16 bytes. Each
+operand gets a ``!kernel.tensor_map`` parameter with that recipe; the runtime builds the map
+at every launch (``kaio.runtime.tensor_maps``). A loop with any copy that does not qualify
+(another layout, a computed extent, an unproven alignment, a 2-D block) is left to
+``pipeline-cp-async``, with a debug note on the ``kaio.passes`` logger saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from xdsl.builder import Builder, InsertPoint
+from xdsl.context import Context
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i32
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import Rewriter
+
+from kaio.compiled import TensorMapParam
+from kaio.dialects import kernel, mbarrier, smem, tile, tma
+from kaio.errors import KaioCompileError
+from kaio.passes.int_builder import IndexBuilder
+from kaio.passes.pipeline_cp_async import erase_single_buffers, load_slice, make_rings, next_stage, read_stages
+from kaio.passes.promote_to_shared import COPY_BARRIER, enclosing_kernel
+
+REFILL_BARRIER = "kaio.refill_barrier"  # every thread is done with the stage about to be refilled
+TMA_RING = "kaio.tma_ring"  # on a ring's smem.alloc: filled by TMA (the async proxy) only
+MAX_BOX = 256  # elements per box dimension
+log = logging.getLogger("kaio.passes")
+
+_HOST_OPS = {arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*"}
+
+
+def host_expression(value: SSAValue, func: kernel.KernelFuncOp) -> str | None:
+    """``value`` as an expression of the kernel's scalar parameters the runtime can evaluate at
+    launch (see ``kaio.runtime.tensor_maps``), or None if it depends on anything else."""
+    if isinstance(value, BlockArgument):
+        if value.owner is func.body.block and not isinstance(value.type, kernel.ArrayType | kernel.TensorMapType):
+            return func.param_names.data[value.index].data
+        return None
+    op = value.owner
+    if isinstance(op, arith.ConstantOp):
+        return str(op.value.value.data) if isinstance(op.value, IntegerAttr) else None
+    if isinstance(op, tile.MultipleOfOp | arith.ExtSIOp | arith.ExtUIOp | arith.TruncIOp | arith.IndexCastOp):
+        return host_expression(op.operands[0], func)
+    symbol = _HOST_OPS.get(type(op))
+    if symbol is None:
+        return None
+    left, right = (host_expression(x, func) for x in op.operands)
+    return None if left is None or right is None else f"({left} {symbol} {right})"
+
+
+@dataclass
+class TmaCopy:
+    """How one tile copy becomes TMA boxes."""
+
+    copy: smem.CopyOp
+    view: tile.ViewOp
+    tensor_map: TensorMapParam  # name filled in when the parameter is added
+    rows: int
+    span: int  # panel width in bytes (the box's inner extent and the swizzle span)
+    panels: int
+    elem_bytes: int
+
+    @property
+    def panel_elems(self) -> int:
+        return self.span // self.elem_bytes
+
+    @property
+    def bytes(self) -> int:
+        return self.rows * self.span * self.panels
+
+
+def plan_copy(copy: smem.CopyOp, func: kernel.KernelFuncOp) -> TmaCopy | str:
+    """The TMA plan of a copy, or why it cannot have one."""
+    dst = copy.dst.type
+    view = copy.src.owner
+    assert isinstance(dst, smem.BufferType)
+    if dst.layout.kind.data != "wgmma":
+        return f"a buffer is in the {dst.layout.kind.data} layout (TMA fills the wgmma layout's panels)"
+    if not isinstance(view, tile.ViewOp) or view.rank != 2:
+        return "a copy's source is not a 2-D tile.view"
+    array = view.array
+    if not isinstance(array, BlockArgument) or array.owner is not func.body.block:
+        return "a copy's array is not a kernel parameter"
+    eb = dst.elem_bytes
+    if view.align.value.data * eb < 16:
+        return f"a view's alignment ({view.align.value.data} elements) does not prove 16-byte rows"
+    rows, cols = dst.tile
+    span = dst.layout.panel_span(cols, eb)
+    if rows > MAX_BOX or span // eb > MAX_BOX:
+        return f"a {rows} x {span // eb} box is larger than TMA's {MAX_BOX}"
+    if host_expression(view.strides[1], func) != "1":
+        return "a view's last stride is not 1"
+    dims = [host_expression(view.bounds[1], func), host_expression(view.bounds[0], func)]
+    stride = host_expression(view.strides[0], func)
+    if None in dims or stride is None:
+        return "a view's bounds or row stride are not expressions of the kernel's scalar parameters"
+    name = func.param_names.data[array.index].data
+    tmap = TensorMapParam("", name, tuple(dims), (stride,), (span // eb, rows), span)  # type: ignore[arg-type]
+    return TmaCopy(copy, view, tmap, rows, span, cols * eb // span, eb)
+
+
+def _param_name(func: kernel.KernelFuncOp, array: str) -> str:
+    taken = {n.data for n in func.param_names.data}
+    name, i = f"{array}_tmap", 1
+    while name in taken:
+        name, i = f"{array}_tmap{i}", i + 1
+    return name
+
+
+class _Issuer:
+    """Issues the TMA loads of one tile (all operands) into one stage."""
+
+    def __init__(self, plans: list[TmaCopy], maps: list[SSAValue], rings: dict[SSAValue, SSAValue],
+                 barriers: SSAValue, leader: SSAValue, slice_ops: list[Operation], iv: SSAValue, ub: SSAValue):  # fmt: skip
+        self.plans, self.maps, self.rings = plans, maps, rings
+        self.barriers, self.leader, self.slice_ops, self.iv, self.ub = barriers, leader, slice_ops, iv, ub
+        self.total = sum(p.bytes for p in plans)
+
+    def barrier(self, ix: IndexBuilder, stage: SSAValue) -> SSAValue:
+        return ix.add(self.barriers, ix.mul(stage, ix.const(8)))
+
+    def issue(self, ix: IndexBuilder, k: SSAValue, stage: SSAValue) -> None:
+        """Thread 0, if tile ``k`` is inside the loop: arm the stage's barrier, load the boxes."""
+        inside = ix.b.insert(arith.CmpiOp(k, self.ub, "slt")).result
+        go = ix.b.insert(arith.AndIOp(self.leader, inside)).result
+        block = Block()
+        body = IndexBuilder(Builder(InsertPoint.at_end(block)))
+        mapping: dict[SSAValue, SSAValue] = {self.iv: k}
+        for op in self.slice_ops:
+            body.b.insert(op.clone(value_mapper=mapping))
+        bar = self.barrier(body, stage)
+        body.b.insert(mbarrier.ArriveExpectTxOp(bar, body.const(self.total)))
+        for plan, tmap in zip(self.plans, self.maps):
+            row, col = (mapping.get(v, v) for v in plan.view.offsets)
+            buffer = body.b.insert(smem.StageOp(self.rings[plan.copy.dst], stage)).result
+            base = body.b.insert(smem.AddressOp(buffer)).result
+            for p in range(plan.panels):
+                dst = body.add(base, body.const(p * plan.rows * plan.span)) if p else base
+                x = body.add(col, body.const(p * plan.panel_elems)) if p else col
+                body.b.insert(tma.LoadOp(tmap, [x, row], dst, bar))
+        body.b.insert(scf.YieldOp())
+        ix.b.insert(scf.IfOp(go, [], [block]))
+
+
+def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp) -> None:
+    body = loop.body.block
+    copies = [p.copy for p in plans]
+    iv = body.args[0]
+    slice_ops = load_slice(body, [v for p in plans for v in p.view.offsets])
+    rings = make_rings(copies, stages, "pipeline-tma")
+    for ring in rings.values():
+        ring.owner.attributes[TMA_RING] = UnitAttr()  # type: ignore[union-attr]
+    maps = []
+    for plan in plans:
+        name = _param_name(func, plan.tensor_map.array)
+        plan.tensor_map = replace(plan.tensor_map, name=name)
+        maps.append(kernel.add_tensor_map_param(func, name, plan.tensor_map.recipe()))
+
+    # the stages' barriers, initialised by thread 0 before anyone uses them
+    outer = IndexBuilder(Builder(InsertPoint.before(loop)))
+    barriers = outer.b.insert(mbarrier.AllocOp(stages)).result
+    tid = outer.b.insert(kernel.ThreadIdOp("x")).result
+    leader = outer.b.insert(arith.CmpiOp(tid, outer.const(0), "eq")).result
+    issuer = _Issuer(plans, maps, rings, barriers, leader, slice_ops, iv, loop.ub)
+    init = Block()
+    init_ix = IndexBuilder(Builder(InsertPoint.at_end(init)))
+    for s in range(stages):
+        init_ix.b.insert(mbarrier.InitOp(issuer.barrier(init_ix, init_ix.const(s)), 1))
+    init_ix.b.insert(scf.YieldOp())
+    outer.b.insert(scf.IfOp(leader, [], [init]))
+    outer.b.insert(kernel.BarrierOp())
+    for s in range(stages - 1):  # prologue: tiles 0 .. S-2
+        issuer.issue(outer, outer.add(loop.lb, outer.mul(loop.step, outer.const(s))), outer.const(s))
+
+    # the new loop carries the read and write stages and the read stage's phase parity
+    n = len(body.args)
+    new_body = Block(arg_types=[*body.arg_types, i32, i32, i32])
+    for old, new in zip(body.args, new_body.args[:n]):
+        old.replace_all_uses_with(new)
+    read, write, phase = new_body.args[n:]
+    ix = IndexBuilder(Builder(InsertPoint.at_end(new_body)))
+    ix.b.insert(mbarrier.WaitParityOp(issuer.barrier(ix, read), phase))
+    old_yield = body.last_op
+    assert isinstance(old_yield, scf.YieldOp)
+    for op in list(body.ops):
+        op.detach()
+        if isinstance(op, smem.CopyOp) or (isinstance(op, kernel.BarrierOp) and COPY_BARRIER in op.attributes):
+            op.erase(safe_erase=False)
+        elif op is not old_yield:
+            ix.b.insert(op)
+    read_stages(new_body, rings, read)
+    refill = ix.b.insert(kernel.BarrierOp())
+    refill.attributes[REFILL_BARRIER] = UnitAttr()
+    issuer.iv = new_body.args[0]
+    issuer.issue(ix, ix.add(new_body.args[0], ix.mul(loop.step, ix.const(stages - 1))), write)
+    carried = list(old_yield.arguments)
+    old_yield.erase(safe_erase=False)
+    next_read = next_stage(ix, read, stages)
+    wrapped = ix.b.insert(arith.CmpiOp(next_read, ix.const(0), "eq")).result
+    flip = ix.b.insert(arith.ExtUIOp(wrapped, i32)).result
+    next_phase = ix.b.insert(arith.XOrIOp(phase, flip)).result
+    ix.b.insert(scf.YieldOp(*carried, next_read, next_stage(ix, write, stages), next_phase))
+
+    start = [outer.const(0), outer.const(stages - 1), outer.const(0)]
+    new_loop = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, *start], new_body)
+    Rewriter.insert_op(new_loop, InsertPoint.before(loop))
+    for old, new in zip(loop.results, new_loop.results):
+        old.replace_all_uses_with(new)
+    loop.detach()
+    loop.erase()
+    erase_single_buffers(rings)
+
+
+@dataclass(frozen=True)
+class PipelineTmaPass(ModulePass):
+    name = "pipeline-tma"
+
+    stages: int = 3
+    """Shared buffers per operand in the ring (2 = double buffering)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.stages < 2:
+            raise KaioCompileError(f"pipeline-tma needs at least 2 stages, got {self.stages}")
+        loops = [o for o in op.walk() if isinstance(o, scf.ForOp) and any(isinstance(x, smem.CopyOp) for x in o.body.block.ops)]
+        for loop in loops:
+            func = enclosing_kernel(loop)
+            copies = [x for x in loop.body.block.ops if isinstance(x, smem.CopyOp)]
+            plans = [plan_copy(c, func) for c in copies]
+            why = next((p for p in plans if isinstance(p, str)), None)
+            if func.block_shape[1:] != (1, 1):
+                why = "the block is not 1-D (thread 0 issues the copies)"
+            if why is not None:
+                log.debug("pipeline-tma: a K loop of kernel %s keeps cp.async: %s", func.sym_name.data, why)
+                continue
+            pipeline_loop(loop, plans, self.stages, func)  # type: ignore[arg-type]

@@ -1,0 +1,157 @@
+"""pipeline-tma: the sm_90a matmul's K loop fills its ring by TMA (tensor maps built at launch,
+mbarrier phases), gives numpy's result on ragged shapes (boxes past the edges read zero), and
+falls back to cp.async, with a debug note, where a tensor map cannot describe an operand."""
+
+import logging
+import re
+from dataclasses import replace
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kaio
+from kaio import dtypes
+from kaio.compiled import TensorMapParam
+from kaio.ops_library import matmul
+from kaio.ops_library.matmul_config import WGMMA_CONFIGS, MatmulConfig
+from kaio.ops_library.matmul_kernel import MatmulKernel
+from kaio.passes.pipeline_tma import PipelineTmaPass
+from kaio.errors import KaioCompileError
+from kaio.prelude import Array, MutArray, f16, f32, i32
+from kaio.targets.ptx import toolchain
+import kaio.tile as kt
+
+needs_sass = pytest.mark.skipif(
+    None in (toolchain.find_ptxas(), toolchain.find_cuobjdump(), toolchain.find_nvdisasm()),
+    reason="ptxas / cuobjdump / nvdisasm wheels not installed",
+)
+TMA_SHAPES = [(130, 72, 200), (17, 264, 136), (1, 8, 8)]  # ragged in M, N and K; rows of 16 bytes
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    return kaio.Device("sim", arch="sm_90a")
+
+
+def test_the_matmul_k_loop_runs_on_tma():
+    compiled = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), WGMMA_CONFIGS[0]), "sm_90a")
+    a_map, b_map = compiled.tensor_maps
+    assert a_map == TensorMapParam("a_tmap", "a", ("k", "m"), ("k",), (64, 128), 128)
+    assert b_map == TensorMapParam("b_tmap", "b", ("n", "k"), ("n",), (64, 64), 128)  # 4 panels of 64 columns
+    ptx = compiled.ptx
+    assert ".param .align 64 .b8 matmul_a_tmap[128]" in ptx and "cvta.param.u64" in ptx
+    assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes") == 3 * 5
+    assert "mbarrier.try_wait.parity" in ptx and "cp.async.cg" not in ptx and "cp.async.ca" not in ptx
+    assert "fence.proxy.async" not in ptx  # the operands come through the async proxy already
+    stages = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), WGMMA_CONFIGS[0]), "sm_90a").stages
+    loop = stages["pipeline-tma"]
+    assert "mbarrier.alloc count 3" in loop and "mbarrier.arrive_expect_tx" in loop and "kaio.refill_barrier" in loop
+
+
+@needs_sass
+@pytest.mark.parametrize("config", WGMMA_CONFIGS, ids=str)
+def test_every_wgmma_config_assembles_with_utmaldg_and_no_spills(config):
+    compiled = kaio.compile(MatmulKernel(dtypes.bf16, dtypes.bf16, (16, 16, 16), config), "sm_90a")
+    report = toolchain.assemble(compiled.ptx, "sm_90a")
+    assert report.spill_stores.get("matmul", 0) == 0 and report.spill_loads.get("matmul", 0) == 0
+    sass = toolchain.disassemble(report.cubin)
+    assert "UTMALDG.2D" in sass and "HGMMA.64x" in sass and not re.search(r"\bLDGSTS\b", sass)
+
+
+@pytest.mark.parametrize("m, n, k", TMA_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_tma_matmul_matches_numpy_on_ragged_shapes(hopper, rng, m, n, k, dtype):
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    out = hopper.alloc_from(np.full((m, n), np.nan, np.float32))
+    with hopper.profiling():
+        matmul(hopper.alloc_from(a), hopper.alloc_from(b), out)
+    mix = hopper.last_launch_report.by_class
+    assert mix["cp.async.bulk.tensor.2d"] > 0 and mix["cp.async"] == 0, "the operands came by TMA"
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(out.to_host(), want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("config", [c for c in WGMMA_CONFIGS if c != WGMMA_CONFIGS[0]], ids=str)
+def test_every_tma_config_matches_numpy(hopper, rng, config):
+    m, n, k = 136, 264, 72
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    out = hopper.alloc_from(np.full((m, n), np.nan, np.float32))
+    matmul(hopper.alloc_from(a), hopper.alloc_from(b), out, config=config)
+    np.testing.assert_allclose(out.to_host(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_tma_with_the_fused_epilogue_and_split_k(hopper, rng):
+    m, n, k = 40, 72, 264
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    bias = rng.standard_normal(n).astype(np.float16)
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    for config in (WGMMA_CONFIGS[0], replace(WGMMA_CONFIGS[0], split_k=3)):
+        out = hopper.alloc_from(np.full((m, n), np.nan, np.float16))
+        matmul(hopper.alloc_from(a), hopper.alloc_from(b), out, bias=hopper.alloc_from(bias), activation="relu", config=config)
+        np.testing.assert_allclose(out.to_host().astype(np.float64), want, rtol=2e-3, atol=2e-2)
+
+
+def test_operands_a_tensor_map_cannot_describe_keep_cp_async(hopper, rng, caplog):
+    """Rows of 100 f16 (200 bytes) are not 16-byte multiples: no TMA, the same results."""
+    kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), WGMMA_CONFIGS[0], divisible=(("m", 4), ("n", 4), ("k", 4)))
+    with caplog.at_level(logging.DEBUG, logger="kaio.passes"):
+        compiled = kaio.compile(kernel, "sm_90a", dump_ir=lambda stage, text: None)  # dump: no cache hit
+    assert not compiled.tensor_maps and "cp.async.bulk.tensor" not in compiled.ptx and "cp.async.ca.shared" in compiled.ptx
+    assert any("keeps cp.async" in r.message and "16-byte rows" in r.message for r in caplog.records)
+    m, n, k = 33, 60, 100
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    out = hopper.alloc_from(np.full((m, n), np.nan, np.float32))
+    matmul(hopper.alloc_from(a), hopper.alloc_from(b), out)
+    np.testing.assert_allclose(out.to_host(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_a_config_can_ask_for_cp_async():
+    pipeline = str(replace(WGMMA_CONFIGS[0], tma=False).pipeline("sm_90a"))
+    assert "pipeline-tma" not in pipeline and "pipeline-tma{stages=3}" in str(WGMMA_CONFIGS[0].pipeline("sm_90a"))
+    assert "pipeline-tma" not in str(WGMMA_CONFIGS[0].pipeline("sm_90")), "TMA with wgmma only"
+    assert "pipeline-tma" not in str(MatmulConfig().pipeline("sm_90a")), "mma.sync configs keep cp.async"
+
+
+@kaio.tile_kernel(num_warps=4, num_stages=2)
+def block_matmul(a: Array[f16], b: Array[f16], c: MutArray[f32], m: i32, n: i32, k: i32, lda: i32):
+    """C = A[:, :k] @ B for A with rows of lda >= k elements (a column block of a wider matrix)."""
+    a, lda = kt.multiple_of(a, 16), kt.multiple_of(lda, 8)
+    m0 = i32(kt.program_id(0)) * 64
+    acc = kt.zeros((64, 64), f32)
+    for k0 in range(0, k, 64):
+        tile_a = kt.load(a, (m0, k0), (64, 64), (m, k - 0), (lda * 1, 1))
+        acc = kt.dot(tile_a, kt.load(b, (k0, 0), (64, 64), (k, n)), acc)
+    kt.store(c, (m0, 0), acc, (m, n))
+
+
+def test_a_user_tile_kernel_with_strided_views_runs_on_tma(hopper, rng):
+    """Extents and row strides that are expressions of the scalar parameters: the recipe
+    evaluates them at launch."""
+    m, n, k, lda = 100, 64, 72, 88  # A is the first 72 columns of a 100 x 88 matrix
+    wide = rng.standard_normal((m, lda)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    out = hopper.alloc_from(np.full((m, n), np.nan, np.float32))
+    with hopper.profiling():
+        block_matmul[kaio.cdiv(m, 64)](hopper.alloc_from(wide), hopper.alloc_from(b), out, m, n, k, lda)
+    assert hopper.last_launch_report.by_class["cp.async.bulk.tensor.2d"] > 0
+    want = wide[:, :k].astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(out.to_host(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_an_empty_operand_reads_a_block_of_zeros(hopper, rng):
+    """m = 0: A's map cannot describe an empty tensor; it describes a 16-byte zero block
+    instead, so the loads read zeros and nothing is written."""
+    b = rng.standard_normal((64, 64)).astype(np.float16)
+    out = hopper.alloc_from(np.full((1, 64), np.nan, np.float32))
+    block_matmul[1](hopper.alloc_from(np.zeros((1, 64), np.float16)), hopper.alloc_from(b), out, 0, 64, 64, 64)
+    assert np.isnan(out.to_host()).all() and not hopper._tensor_map_zeros.to_host().any()
+
+
+def test_too_few_stages_is_an_error():
+    with pytest.raises(KaioCompileError, match="at least 2 stages"):
+        PipelineTmaPass(stages=1).apply(None, None)  # type: ignore[arg-type]
