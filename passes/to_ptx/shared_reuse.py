@@ -12,7 +12,8 @@ op's, and that block is in no loop (a loop around both may carry data in the buf
 iteration to the next, as a pipelined K loop's prefetched stages are, across the op).
 What program order does not order are the asynchronous accesses still in flight: cp.async
 writes and wgmma reads. A reusing lowering waits for both (:func:`wait_for_async_accesses`)
-before the barrier that precedes its first write.
+before the barrier that precedes its first write. A ring ``pipeline-tma`` fills needs no wait of
+its own: that pass loads only the tiles its loop reads, each waited for on its mbarrier there.
 """
 
 from __future__ import annotations

@@ -110,7 +110,8 @@ def test_the_staged_store_writes_16_byte_vectors_through_reused_shared_memory(ar
     assert "ld.shared.v4.b32" in staged.ptx and "st.shared.b32" in staged.ptx
     assert set(re.findall(r"st\.global\.\S+", plain.ptx)) == {"st.global.v2.f32"}  # f32: unchanged
     # the staging buffer reuses the operand ring: no more shared memory than the f32 kernel
-    assert shared_bytes(staged) == shared_bytes(plain) == config.shared_bytes(2)
+    # (the ring, and on sm_90a the TMA ring's mbarriers)
+    assert shared_bytes(staged) == shared_bytes(plain) <= config.shared_bytes(2) + 64
 
 
 def shared_bytes(kernel) -> int:
