@@ -541,6 +541,59 @@ class BarrierOp(IRDLOperation):
     assembly_format = "attr-dict"
 
 
+PRODUCER_THREADS_ATTR = "kaio.producer_threads"
+"""On a kernel.func: threads launched beyond ``block_size`` (a producer warpgroup that
+``pipeline-tma{warp_specialize}`` adds; ``block_size`` stays the threads the tile code is laid
+out for, which are the consumers)."""
+
+
+@irdl_op_definition
+class BarrierThreadsOp(IRDLOperation):
+    """``kernel.barrier_threads 256``: from here on, block barriers synchronize only the first N
+    threads (``bar.sync 1, N``): the others (a producer warpgroup) have left for good."""
+
+    name = "kernel.barrier_threads"
+    threads = prop_def(IntegerAttr[I64])
+    assembly_format = "$threads attr-dict"
+
+    def __init__(self, threads: int):
+        super().__init__(properties={"threads": IntegerAttr(threads, i64)})
+
+    def verify_(self) -> None:
+        n = self.threads.value.data
+        if n < 32 or n % 32:
+            raise VerifyException(f"kernel.barrier_threads takes whole warps, not {n} threads")
+
+
+@irdl_op_definition
+class ExitOp(IRDLOperation):
+    """``kernel.exit``: the threads that execute it end here, anywhere in the body (a producer
+    warpgroup once its loads are issued); the others go on. Not a terminator."""
+
+    name = "kernel.exit"
+    assembly_format = "attr-dict"
+
+
+@irdl_op_definition
+class SetMaxRegistersOp(IRDLOperation):
+    """``kernel.setmaxnreg inc 232`` / ``dec 40``: the executing warpgroup raises or lowers its
+    registers per thread (Hopper's ``setmaxnreg``, sm_90a): a producer hands registers to the
+    consumers. Every thread of the warpgroup executes it."""
+
+    name = "kernel.setmaxnreg"
+    mode = prop_def(StringAttr)
+    count = prop_def(IntegerAttr[I64])
+    assembly_format = "$mode $count attr-dict"
+
+    def __init__(self, mode: str, count: int):
+        super().__init__(properties={"mode": StringAttr(mode), "count": IntegerAttr(count, i64)})
+
+    def verify_(self) -> None:
+        count = self.count.value.data
+        if self.mode.data not in ("inc", "dec") or not 24 <= count <= 256 or count % 8:
+            raise VerifyException(f"kernel.setmaxnreg: inc or dec to 24..256 registers in steps of 8, not {self.mode.data} {count}")
+
+
 # --------------------------------------------------------------------------- warp and block
 
 
@@ -714,6 +767,9 @@ Kernel = Dialect(
         StoreOp,
         SharedAllocOp,
         BarrierOp,
+        BarrierThreadsOp,
+        ExitOp,
+        SetMaxRegistersOp,
         AtomicRMWOp,
         AtomicCasOp,
         # warp and block collectives

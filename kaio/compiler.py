@@ -322,6 +322,9 @@ def _compile(
     def recompile() -> CompiledKernel:  # the same compile, watched: fills .stages
         return _compile(kernel, arch_name, chosen, _ignore_stage, constexprs)
 
+    for op in module.walk():  # passes may add threads (a producer warpgroup): the entry's bound
+        if isinstance(op, ptx.EntryOp) and op.maxntid is not None:
+            block_size = tuple(int(d) for d in op.maxntid.get_values())  # type: ignore[assignment]
     shared = sum(op.size.value.data for op in module.walk() if op.name == "ptx.shared")
     dynamic = sum(op.size.value.data for op in module.walk() if op.name == "ptx.dynamic_shared")
     params = _with_alignment(params, module)

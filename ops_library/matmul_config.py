@@ -25,6 +25,9 @@ class MatmulConfig:
     tma: bool = True
     """sm_90a wgmma configs: fill the K loop's ring by TMA where a tensor map can describe the
     operands (``pipeline-tma``); False (or an operand it cannot describe): cp.async."""
+    warp_specialize: bool = False
+    """With TMA: a producer warpgroup (added to the block) issues the loads and the config's
+    warps only compute, trading registers with ``setmaxnreg``."""
 
     @property
     def threads(self) -> int:
@@ -53,7 +56,8 @@ class MatmulConfig:
         ]
         if self.stages >= 2:
             if self.tma and self.wgmma and has_wgmma(arch):
-                spec.append(f"pipeline-tma{{stages={self.stages}}}")
+                ws = "true" if self.warp_specialize else "false"
+                spec.append(f"pipeline-tma{{stages={self.stages} warp_specialize={ws}}}")
             spec.append(f"pipeline-cp-async{{stages={self.stages}}}")
         if self.wgmma and has_wgmma(arch):
             spec.append("lower-to-wgmma")

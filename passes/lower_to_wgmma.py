@@ -155,9 +155,10 @@ def filled_by_tma(buffer: SSAValue) -> bool:
 
 
 def refilled_after_barrier(dot: tile.DotOp) -> bool:
-    """Whether ``pipeline-tma`` already placed a barrier after the dot and before the refill."""
+    """Whether ``pipeline-tma`` already ordered the refill after the dot (a barrier, or the
+    release of the stage to a producer warpgroup)."""
     op = dot.next_op
-    while op is not None and not (isinstance(op, kernel.BarrierOp) and REFILL_BARRIER in op.attributes):
+    while op is not None and REFILL_BARRIER not in op.attributes:
         op = op.next_op
     return op is not None
 

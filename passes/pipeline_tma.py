@@ -36,12 +36,13 @@ at every launch (``kaio.runtime.tensor_maps``). A loop with any copy that does n
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i32
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i32, i64
 from xdsl.ir import Block, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -156,7 +157,12 @@ class _Issuer:
         inside = ix.b.insert(arith.CmpiOp(k, self.ub, "slt")).result
         go = ix.b.insert(arith.AndIOp(self.leader, inside)).result
         block = Block()
-        body = IndexBuilder(Builder(InsertPoint.at_end(block)))
+        self.load(IndexBuilder(Builder(InsertPoint.at_end(block))), k, stage)
+        block.add_op(scf.YieldOp())
+        ix.b.insert(scf.IfOp(go, [], [block]))
+
+    def load(self, body: IndexBuilder, k: SSAValue, stage: SSAValue) -> None:
+        """Arm the stage's barrier with the tile's bytes and load the tile at ``k`` into it."""
         mapping: dict[SSAValue, SSAValue] = {self.iv: k}
         for op in self.slice_ops:
             body.b.insert(op.clone(value_mapper=mapping))
@@ -170,16 +176,14 @@ class _Issuer:
                 dst = body.add(base, body.const(p * plan.rows * plan.span)) if p else base
                 x = body.add(col, body.const(p * plan.panel_elems)) if p else col
                 body.b.insert(tma.LoadOp(tmap, [x, row], dst, bar))
-        body.b.insert(scf.YieldOp())
-        ix.b.insert(scf.IfOp(go, [], [block]))
 
 
-def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp) -> None:
+def _prepare(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp,
+             outer: IndexBuilder) -> _Issuer:  # fmt: skip
+    """Rings filled by TMA, one tensor-map parameter per operand, the stages' (full) barriers."""
     body = loop.body.block
-    copies = [p.copy for p in plans]
-    iv = body.args[0]
     slice_ops = load_slice(body, [v for p in plans for v in p.view.offsets])
-    rings = make_rings(copies, stages, "pipeline-tma")
+    rings = make_rings([p.copy for p in plans], stages, "pipeline-tma")
     for ring in rings.values():
         ring.owner.attributes[TMA_RING] = UnitAttr()  # type: ignore[union-attr]
     maps = []
@@ -187,24 +191,32 @@ def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kern
         name = _param_name(func, plan.tensor_map.array)
         plan.tensor_map = replace(plan.tensor_map, name=name)
         maps.append(kernel.add_tensor_map_param(func, name, plan.tensor_map.recipe()))
-
-    # the stages' barriers, initialised by thread 0 before anyone uses them
-    outer = IndexBuilder(Builder(InsertPoint.before(loop)))
     barriers = outer.b.insert(mbarrier.AllocOp(stages)).result
     tid = outer.b.insert(kernel.ThreadIdOp("x")).result
     leader = outer.b.insert(arith.CmpiOp(tid, outer.const(0), "eq")).result
-    issuer = _Issuer(plans, maps, rings, barriers, leader, slice_ops, iv, loop.ub)
-    init = Block()
-    init_ix = IndexBuilder(Builder(InsertPoint.at_end(init)))
-    for s in range(stages):
-        init_ix.b.insert(mbarrier.InitOp(issuer.barrier(init_ix, init_ix.const(s)), 1))
-    init_ix.b.insert(scf.YieldOp())
-    outer.b.insert(scf.IfOp(leader, [], [init]))
-    outer.b.insert(kernel.BarrierOp())
-    for s in range(stages - 1):  # prologue: tiles 0 .. S-2
-        issuer.issue(outer, outer.add(loop.lb, outer.mul(loop.step, outer.const(s))), outer.const(s))
+    return _Issuer(plans, maps, rings, barriers, leader, slice_ops, body.args[0], loop.ub)
 
-    # the new loop carries the read and write stages and the read stage's phase parity
+
+def _init_barriers(outer: IndexBuilder, leader: SSAValue, rings: list[tuple[SSAValue, int]], stages: int) -> None:
+    """Thread 0 initialises each ring of barriers (with its arrival count); then every thread
+    waits for it."""
+    block = Block()
+    ix = IndexBuilder(Builder(InsertPoint.at_end(block)))
+    for barriers, arrivals in rings:
+        for s in range(stages):
+            ix.b.insert(mbarrier.InitOp(ix.add(barriers, ix.const(8 * s)), arrivals))
+    block.add_op(scf.YieldOp())
+    outer.b.insert(scf.IfOp(leader, [], [block]))
+    outer.b.insert(kernel.BarrierOp())
+
+
+Tail = Callable[[IndexBuilder, Block, SSAValue], None]  # (builder, new body, write stage)
+
+
+def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail) -> None:
+    """The loop, carrying the read and write stages and the read stage's phase parity: it
+    waits for its tile, computes on the read stage, then ``tail`` refills or releases."""
+    body = loop.body.block
     n = len(body.args)
     new_body = Block(arg_types=[*body.arg_types, i32, i32, i32])
     for old, new in zip(body.args, new_body.args[:n]):
@@ -220,19 +232,15 @@ def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kern
             op.erase(safe_erase=False)
         elif op is not old_yield:
             ix.b.insert(op)
-    read_stages(new_body, rings, read)
-    refill = ix.b.insert(kernel.BarrierOp())
-    refill.attributes[REFILL_BARRIER] = UnitAttr()
+    read_stages(new_body, issuer.rings, read)
     issuer.iv = new_body.args[0]
-    issuer.issue(ix, ix.add(new_body.args[0], ix.mul(loop.step, ix.const(stages - 1))), write)
+    tail(ix, new_body, write)
     carried = list(old_yield.arguments)
     old_yield.erase(safe_erase=False)
     next_read = next_stage(ix, read, stages)
-    wrapped = ix.b.insert(arith.CmpiOp(next_read, ix.const(0), "eq")).result
-    flip = ix.b.insert(arith.ExtUIOp(wrapped, i32)).result
-    next_phase = ix.b.insert(arith.XOrIOp(phase, flip)).result
-    ix.b.insert(scf.YieldOp(*carried, next_read, next_stage(ix, write, stages), next_phase))
+    ix.b.insert(scf.YieldOp(*carried, next_read, next_stage(ix, write, stages), _flip_on_wrap(ix, phase, next_read)))
 
+    outer = IndexBuilder(Builder(InsertPoint.before(loop)))
     start = [outer.const(0), outer.const(stages - 1), outer.const(0)]
     new_loop = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, *start], new_body)
     Rewriter.insert_op(new_loop, InsertPoint.before(loop))
@@ -240,7 +248,91 @@ def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kern
         old.replace_all_uses_with(new)
     loop.detach()
     loop.erase()
-    erase_single_buffers(rings)
+    erase_single_buffers(issuer.rings)
+
+
+def _flip_on_wrap(ix: IndexBuilder, phase: SSAValue, stage: SSAValue) -> SSAValue:
+    """The phase parity of the next use of a stage: flipped when the stage index wrapped to 0."""
+    wrapped = ix.b.insert(arith.CmpiOp(stage, ix.const(0), "eq")).result
+    return ix.b.insert(arith.XOrIOp(phase, ix.b.insert(arith.ExtUIOp(wrapped, i32)).result)).result
+
+
+def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp) -> None:
+    """Every warp computes; thread 0 also issues the loads, S - 1 tiles ahead."""
+    outer = IndexBuilder(Builder(InsertPoint.before(loop)))
+    issuer = _prepare(loop, plans, stages, func, outer)
+    _init_barriers(outer, issuer.leader, [(issuer.barriers, 1)], stages)
+    for s in range(stages - 1):  # prologue: tiles 0 .. S-2
+        issuer.issue(outer, outer.add(loop.lb, outer.mul(loop.step, outer.const(s))), outer.const(s))
+
+    def refill(ix: IndexBuilder, body: Block, write: SSAValue) -> None:
+        ix.b.insert(kernel.BarrierOp()).attributes[REFILL_BARRIER] = UnitAttr()
+        issuer.issue(ix, ix.add(body.args[0], ix.mul(loop.step, ix.const(stages - 1))), write)
+
+    _rebuild_loop(loop, issuer, stages, refill)
+
+
+def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp) -> None:
+    """A producer warpgroup (launched after the block's warps) loads; the block's warps compute.
+
+    The producer's first thread walks the K tiles: it waits until the consumers released the
+    tile's stage (its *empty* barrier), arms the stage's *full* barrier and issues the boxes,
+    up to S tiles ahead; the other producer threads leave at once. The consumers wait on
+    *full*, compute, and release the stage of the previous tile (every consumer thread
+    arrives: by then ``lower-to-wgmma``'s ``wait_group 1`` has retired the wgmmas reading it).
+    After the split, block barriers count only the consumers (``kernel.barrier_threads``), and
+    the warpgroups trade registers (``kernel.setmaxnreg``)."""
+    consumers = func.block_shape[0]
+    outer = IndexBuilder(Builder(InsertPoint.before(loop)))
+    issuer = _prepare(loop, plans, stages, func, outer)
+    empty = outer.b.insert(mbarrier.AllocOp(stages)).result
+    _init_barriers(outer, issuer.leader, [(issuer.barriers, 1), (empty, consumers)], stages)
+
+    tid = outer.b.insert(kernel.ThreadIdOp("x")).result
+    producer = Block()
+    p = IndexBuilder(Builder(InsertPoint.at_end(producer)))
+    p.b.insert(kernel.SetMaxRegistersOp("dec", PRODUCER_REGISTERS))
+    walk = Block(arg_types=[i32, i32, i32])  # k, stage, phase
+    w = IndexBuilder(Builder(InsertPoint.at_end(walk)))
+    k, stage, phase = walk.args
+    # a fresh barrier counts as having completed the phase before its first: parity 1 passes
+    w.b.insert(mbarrier.WaitParityOp(w.add(empty, w.mul(stage, w.const(8))), w.b.insert(arith.XOrIOp(phase, w.const(1))).result))
+    issuer.load(w, k, stage)
+    following = next_stage(w, stage, stages)
+    w.b.insert(scf.YieldOp(following, _flip_on_wrap(w, phase, following)))
+    issuing = Block()
+    issuing.add_op(scf.ForOp(loop.lb, loop.ub, loop.step, [p.const(0), p.const(0)], walk))
+    issuing.add_op(scf.YieldOp())
+    first = p.b.insert(arith.CmpiOp(tid, p.const(consumers), "eq")).result
+    p.b.insert(scf.IfOp(first, [], [issuing]))
+    p.b.insert(kernel.ExitOp())
+    p.b.insert(scf.YieldOp())
+    is_producer = outer.b.insert(arith.CmpiOp(tid, outer.const(consumers), "uge")).result
+    outer.b.insert(scf.IfOp(is_producer, [], [producer]))
+    outer.b.insert(kernel.SetMaxRegistersOp("inc", consumer_registers(consumers)))
+    outer.b.insert(kernel.BarrierThreadsOp(consumers))
+    func.attributes[kernel.PRODUCER_THREADS_ATTR] = IntegerAttr(PRODUCER_THREADS, i64)
+
+    def release(ix: IndexBuilder, body: Block, previous: SSAValue) -> None:
+        """Release the previous tile's stage (none before the first tile)."""
+        block = Block()
+        rel = IndexBuilder(Builder(InsertPoint.at_end(block)))
+        rel.b.insert(mbarrier.ArriveOp(rel.add(empty, rel.mul(previous, rel.const(8)))))
+        block.add_op(scf.YieldOp())
+        later = ix.b.insert(arith.CmpiOp(body.args[0], loop.lb, "ne")).result
+        ix.b.insert(scf.IfOp(later, [], [block])).attributes[REFILL_BARRIER] = UnitAttr()
+
+    _rebuild_loop(loop, issuer, stages, release)
+
+
+PRODUCER_THREADS = 128  # one warpgroup
+PRODUCER_REGISTERS = 40  # what the issuing thread needs; the rest goes to the consumers
+REGISTER_FILE = 64 * 1024
+
+
+def consumer_registers(consumers: int) -> int:
+    """The most registers per consumer thread the register file leaves (by 8, at most 240)."""
+    return min(240, (REGISTER_FILE - PRODUCER_REGISTERS * PRODUCER_THREADS) // consumers // 8 * 8)
 
 
 @dataclass(frozen=True)
@@ -249,6 +341,10 @@ class PipelineTmaPass(ModulePass):
 
     stages: int = 3
     """Shared buffers per operand in the ring (2 = double buffering)."""
+
+    warp_specialize: bool = False
+    """A producer warpgroup issues the loads and the block's warps only compute
+    (:func:`specialize_loop`); for one K loop at the kernel's top level, in whole warpgroups."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.stages < 2:
@@ -264,4 +360,8 @@ class PipelineTmaPass(ModulePass):
             if why is not None:
                 log.debug("pipeline-tma: a K loop of kernel %s keeps cp.async: %s", func.sym_name.data, why)
                 continue
-            pipeline_loop(loop, plans, self.stages, func)  # type: ignore[arg-type]
+            if self.warp_specialize and loop.parent_block() is func.body.block and func.block_shape[0] % 128 == 0 \
+                    and kernel.PRODUCER_THREADS_ATTR not in func.attributes:  # fmt: skip
+                specialize_loop(loop, plans, self.stages, func)  # type: ignore[arg-type]
+            else:
+                pipeline_loop(loop, plans, self.stages, func)  # type: ignore[arg-type]

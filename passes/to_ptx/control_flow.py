@@ -115,6 +115,6 @@ def lower_while(em: PtxEmitter, op: scf.WhileOp) -> None:
     _bind(em, list(op.results), forwarded)
 
 
-@lowering(kernel.ReturnOp)
-def lower_return(em: PtxEmitter, op: kernel.ReturnOp) -> None:
+@lowering(kernel.ReturnOp, kernel.ExitOp)
+def lower_return(em: PtxEmitter, op: kernel.ReturnOp | kernel.ExitOp) -> None:
     em.emit(ptx.RetOp(""))

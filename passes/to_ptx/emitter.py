@@ -109,7 +109,12 @@ class PtxEmitter:
         params = []
         for pname, ptype in zip(func.param_names.data, func.function_type.inputs.data):
             params.append((f"{self.name}_{pname.data}", self._param_ptx_type(ptype)))
-        self.entry = ptx.EntryOp(self.name, params, maxntid=self.block_shape)
+        # a producer warpgroup (kaio.producer_threads) is launched beyond the laid-out block
+        producers = func.attributes.get(kernel.PRODUCER_THREADS_ATTR)
+        extra = producers.value.data if producers is not None else 0  # type: ignore[attr-defined]
+        bx, by, bz = self.block_shape
+        self.entry = ptx.EntryOp(self.name, params, maxntid=(bx + extra, by, bz))
+        self.barrier_threads: int | None = None  # set by kernel.barrier_threads: bar.sync 1, N
 
     # -- parameters ---------------------------------------------------------------------------
 
@@ -300,6 +305,14 @@ class PtxEmitter:
         first.size = IntegerAttr(max(end, nbytes), i64)
         first.align = IntegerAttr(widest, i64)
         return first_mov.outs[0]
+
+    def barrier(self) -> None:
+        """A block barrier: ``bar.sync 0``, or ``bar.sync 1, N`` once ``kernel.barrier_threads``
+        said only the first N threads remain (barrier 1: 0 also served the whole block)."""
+        if self.barrier_threads is None:
+            self.emit(ptx.BarSyncOp("", [self.const(0, i32)]))
+        else:
+            self.emit(ptx.BarSyncOp("", [self.const(1, i32), self.const(self.barrier_threads, i32)]))
 
     def invariant(self, key: object, build: Callable[[], SSAValue]) -> SSAValue:
         """A value that is the same everywhere in the kernel (derived from special registers,

@@ -13,7 +13,7 @@ Most rules are one instruction; the exceptions say why:
 
 from __future__ import annotations
 
-from kaio.dialects import mbarrier, ptx, tma, wgmma
+from kaio.dialects import kernel, mbarrier, ptx, tma, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
@@ -160,6 +160,11 @@ def lower_store(em: PtxEmitter, op: wgmma.StoreOp) -> None:
         for half, base in enumerate((lower, upper)):
             pair = list(acc[4 * j + 2 * half : 4 * j + 2 * half + 2])
             em.emit(ptx.StOp("global.v2.f32", [base, *pair], offset=32 * j))
+
+
+@lowering(kernel.SetMaxRegistersOp)
+def lower_setmaxnreg(em: PtxEmitter, op: kernel.SetMaxRegistersOp) -> None:
+    em.emit(hp.SetmaxnregOp(f"{op.mode.data}.sync.aligned.u32", [em.const(op.count.value.data, i32)]))
 
 
 # --------------------------------------------------------------------------- mbarrier

@@ -156,7 +156,12 @@ def lower_shared_alloc(em: PtxEmitter, op: kernel.SharedAllocOp) -> None:
 
 @lowering(kernel.BarrierOp)
 def lower_barrier(em: PtxEmitter, op: kernel.BarrierOp) -> None:
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.barrier()
+
+
+@lowering(kernel.BarrierThreadsOp)
+def lower_barrier_threads(em: PtxEmitter, op: kernel.BarrierThreadsOp) -> None:
+    em.barrier_threads = op.threads.value.data
 
 
 # --------------------------------------------------------------------------- warp shuffles
@@ -272,7 +277,7 @@ def lower_block_reduce(em: PtxEmitter, op: kernel.BlockReduceOp) -> None:
     first_lane = em.instr(ptx.SetpOp, "eq.u32", [lane, em.const(0, i32)], i1)
     spec = f"shared.{mem_spec(t)}"
     em.emit(ptx.StOp(spec, [slot, partial], guard=first_lane))
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.barrier()
     index = em.instr(ptx.MinOp, "u32", [lane, em.const(warps - 1, i32)], i32)
     addr = em.instr(ptx.MadOp, "lo.s32", [index, em.const(size, i32), scratch], i32)
     parked = em.instr(ptx.LdOp, spec, [addr], reg_type(t))
@@ -280,7 +285,7 @@ def lower_block_reduce(em: PtxEmitter, op: kernel.BlockReduceOp) -> None:
     sel_spec = float_spec(t) if t in (f32, f64) else bits_spec(t)
     mine = em.instr(ptx.SelpOp, sel_spec, [parked, identity(em, kind, t), valid], reg_type(t))
     result = warp_allreduce(em, kind, mine, t)
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))  # the scratch may be reused right after
+    em.barrier()  # the scratch may be reused right after
     em.bind(op.result, result)
 
 

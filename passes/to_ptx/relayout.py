@@ -132,7 +132,7 @@ def _convert_by_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp, src: Distribut
 
     if reused:
         wait_for_async_accesses(em)
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))  # the buffer's earlier readers are done
+    em.barrier()  # the buffer's earlier readers are done
     start, owner = thread_start(src), owner_predicate(em, src)
     spec, _, _ = write_spec
     fence_every = FENCE_BYTES // eb if value in em.deferred else 0
@@ -144,7 +144,7 @@ def _convert_by_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp, src: Distribut
         else:
             data = [element(r + i) for i in range(write)]
         em.emit(ptx.StOp(f"shared.{spec}", [start, *data], guard=owner, offset=offset(src.offsets[r])))
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.barrier()
 
     start = thread_start(dst)
     spec, reg, count = _word_spec(eb, t, read) if not (eb == 2 and read == 1) else ("b16", reg_type(t), 1)
@@ -159,7 +159,7 @@ def _convert_by_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp, src: Distribut
         else:
             out += list(load.outs)
     if _in_loop(op):  # the next iteration writes the scratch (or the buffer it reuses) again
-        em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+        em.barrier()
     em.bind(op.result, out)
 
 

@@ -216,7 +216,7 @@ def through_shared(em: PtxEmitter, value: SSAValue, dst: Distribution, transpose
             linear = em.instr(ptx.MadOp, "lo.s32", [linear, em.const(rows[d], i32), coord[d]], i32)
         return em.instr(ptx.MadOp, "lo.s32", [linear, em.const(eb, i32), scratch], i32)
 
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.barrier()
     base, owner, parts = thread_base(em, src), owner_predicate(em, src), em.parts(value)
     for r, off in enumerate(src.offsets):
         coord = [add32(em, base[d], off[d]) for d in range(len(off))]
@@ -224,7 +224,7 @@ def through_shared(em: PtxEmitter, value: SSAValue, dst: Distribution, transpose
         if t == i1:  # predicates have no memory form: store them as bytes
             v = em.instr(ptx.SelpOp, "b16", [em.const(1, i16), em.const(0, i16), v], i16)
         em.emit(ptx.StOp(f"shared.{mem_spec(t)}", [address(coord), v], guard=owner))
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.barrier()
     base = thread_base(em, dst)
     out = []
     for off in dst.offsets:
@@ -236,7 +236,7 @@ def through_shared(em: PtxEmitter, value: SSAValue, dst: Distribution, transpose
             out.append(em.instr(ptx.SetpOp, "ne.u16", [byte, em.const(0, i16)], i1))
         else:
             out.append(em.instr(ptx.LdOp, f"shared.{mem_spec(t)}", [address(coord)], reg_type(t)))
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.barrier()
     return out
 
 
@@ -747,10 +747,10 @@ class _RunHandoff:
         self.scratch = em.shared("runs", rows * per_row * 16, 16)
         position = em.instr(ptx.AndOp, "b32", [em.special("laneid"), em.const(runs - 1, i32)], i32)
         writer = and_pred(em, [em.instr(ptx.SetpOp, "eq.u32", [position, em.const(runs - 1, i32)], i1), owner])
-        em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))  # earlier readers of the scratch are done
+        em.barrier()  # earlier readers of the scratch are done
         for off, data in groups:
             em.emit(ptx.StOp("shared.v4.b32", [self.slot(off, 0), *data], guard=writer))
-        em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+        em.barrier()
 
     def run_index(self, off: tuple[int, ...]) -> SSAValue:
         col = add32(self.em, self.base[-1], off[-1])
@@ -948,10 +948,10 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
         return em.instr(ptx.MadOp, "lo.s32", [linear, em.const(eb, i32), scratch], i32)
 
     spec = mem_spec(t) if t != f32 else "f32"
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.barrier()
     for k, v in partial.items():
         em.emit(ptx.StOp(f"shared.{spec}", [address(k, slot), v], guard=writer))  # type: ignore[arg-type]
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.barrier()
     result = {}
     for k in partial:
         total = None
@@ -959,7 +959,7 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
             v = em.instr(ptx.LdOp, f"shared.{spec}", [address(k, g)], reg_type(t))
             total = v if total is None else combine(em, kind, total, v, t)  # type: ignore[arg-type]
         result[k] = total
-    em.emit(ptx.BarSyncOp("", [em.const(0, i32)]))
+    em.barrier()
     return result  # type: ignore[return-value]
 
 

@@ -29,10 +29,13 @@ from .faults import SimFault
 from .program import Op, OpKind
 
 PARKED = np.iinfo(np.int64).max
-# Added to the PC of threads whose spin-wait just failed (mbarrier.try_wait false): they run
-# again only once no other thread can, so a consumer polling at a lower PC than its producer
-# (warp-specialised pipelines) does not starve it.
+# Threads whose spin-wait just failed (mbarrier.try_wait false) are scheduled at
+# pc + BACKOFF x (the step it failed at): they run again only once no other thread can, so a
+# consumer polling at a lower PC than its producer (warp-specialised pipelines) does not starve
+# it; and among spinners the one that failed longest ago goes first, so a producer spinning at
+# a lower PC does not starve consumers whose wait would now succeed either.
 BACKOFF = 1 << 40
+BACKOFF_RANKS = (1 << 22) - 2  # steps told apart (beyond, spinners go by PC): keeps keys in int64
 RUNNABLE, WAITING, EXITED = 0, 1, 2
 NUM_BARRIERS = 16
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -253,7 +256,7 @@ class BatchRunner:
         threads, self.ctx.spinning = self.ctx.spinning, None
         if converged:
             self._diverge(next_pc, active)
-        self.sched[threads] = next_pc + BACKOFF
+        self.sched[threads] = next_pc + BACKOFF * (1 + min(self.ctx.clock, BACKOFF_RANKS))
 
     def _exit(self, threads: np.ndarray) -> None:
         self.status[threads] = EXITED

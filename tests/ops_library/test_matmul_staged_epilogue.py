@@ -5,6 +5,7 @@ stores; a C whose rows are not 16-byte aligned is not staged and stays exact; th
 are the ideal count. Fresh random inputs, outputs poisoned with NaN before the launch."""
 
 import re
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -89,6 +90,15 @@ def test_every_wgmma_config(devices, rng, config):
 @pytest.mark.parametrize("activation", ["gelu", "relu"])
 def test_bias_and_activation(devices, rng, arch, activation):
     assert run(devices[arch], rng, 70, 144, 64, "bf16", bias=True, activation=activation, staged=True) < TOL["bf16"]
+
+
+def test_warp_specialised_sm90a_kernel(devices, rng):
+    """The producer warpgroup has left by the epilogue: its barriers count the consumers only."""
+    config = replace(WGMMA_CONFIGS[0], warp_specialize=True)
+    assert run(devices["sm_90a"], rng, 130, 80, 200, "f16", config, bias=True, activation="relu", staged=True) < TOL["f16"]
+    staged, plain = compiled("sm_90a", dtypes.f16, config), compiled("sm_90a", dtypes.f32, config)
+    assert re.findall(r"bar\.sync[^;]*;", staged.ptx) == ["bar.sync 0;", "bar.sync 1, 256;", "bar.sync 1, 256;"]
+    assert shared_bytes(staged) == shared_bytes(plain)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -18,6 +18,8 @@ from kaio.ops_library.matmul_config import WGMMA_CONFIGS, MatmulConfig
 from kaio.ops_library.matmul_kernel import MatmulKernel
 from kaio.passes.pipeline_tma import PipelineTmaPass
 from kaio.errors import KaioCompileError
+from xdsl.dialects.builtin import IntegerAttr, i64
+from xdsl.utils.exceptions import VerifyException
 from kaio.prelude import Array, MutArray, f16, f32, i32
 from kaio.targets.ptx import toolchain
 import kaio.tile as kt
@@ -112,7 +114,7 @@ def test_operands_a_tensor_map_cannot_describe_keep_cp_async(hopper, rng, caplog
 
 def test_a_config_can_ask_for_cp_async():
     pipeline = str(replace(WGMMA_CONFIGS[0], tma=False).pipeline("sm_90a"))
-    assert "pipeline-tma" not in pipeline and "pipeline-tma{stages=3}" in str(WGMMA_CONFIGS[0].pipeline("sm_90a"))
+    assert "pipeline-tma" not in pipeline and "pipeline-tma{stages=3 " in str(WGMMA_CONFIGS[0].pipeline("sm_90a"))
     assert "pipeline-tma" not in str(WGMMA_CONFIGS[0].pipeline("sm_90")), "TMA with wgmma only"
     assert "pipeline-tma" not in str(MatmulConfig().pipeline("sm_90a")), "mma.sync configs keep cp.async"
 
@@ -155,3 +157,71 @@ def test_an_empty_operand_reads_a_block_of_zeros(hopper, rng):
 def test_too_few_stages_is_an_error():
     with pytest.raises(KaioCompileError, match="at least 2 stages"):
         PipelineTmaPass(stages=1).apply(None, None)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- warp specialisation
+
+
+def test_a_warp_specialised_kernel_adds_a_producer_warpgroup():
+    config = replace(WGMMA_CONFIGS[0], warp_specialize=True)
+    compiled = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), config), "sm_90a")
+    assert compiled.block_size == (384, 1, 1) and ".maxntid 384, 1, 1" in compiled.ptx
+    ptx = compiled.ptx
+    dec, inc = ptx.index("setmaxnreg.dec.sync.aligned.u32 40"), ptx.index("setmaxnreg.inc.sync.aligned.u32 232")
+    assert dec < ptx.index("ret;") < inc, "the producer leaves before the consumers take its registers"
+    assert ptx.count("bar.sync 0;") == 1, "one block barrier (the barriers' init) and no refill barrier"
+    assert ptx.count("bar.sync") == 3, "and the staged epilogue's two, for the consumers only"
+    assert ptx.count("cp.async.bulk.tensor") == 5 and ptx.count("mbarrier.arrive.shared::cta.b64") == 1
+    loop = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), config), "sm_90a", dump_ir=lambda s, t: None).stages["lower-to-wgmma"]
+    body = loop[loop.index("wgmma.wait_group") - 2000 : loop.index("scf.yield", loop.index("wgmma.wait_group"))]
+    assert "kernel.barrier" not in body, "the stage goes back by mbarrier.arrive, no block barrier"
+
+
+@needs_sass
+@pytest.mark.parametrize("config", WGMMA_CONFIGS[:2], ids=str)
+def test_warp_specialised_configs_assemble_without_spills(config):
+    compiled = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), replace(config, warp_specialize=True)), "sm_90a")
+    report = toolchain.assemble(compiled.ptx, "sm_90a")
+    assert report.spill_stores.get("matmul", 0) == 0 and report.spill_loads.get("matmul", 0) == 0
+    sass = toolchain.disassemble(report.cubin)
+    assert "UTMALDG.2D" in sass and "HGMMA.64x" in sass and "USETMAXREG" in sass
+
+
+@pytest.mark.parametrize("config", WGMMA_CONFIGS, ids=str)
+def test_warp_specialised_matmul_matches_numpy(hopper, rng, config):
+    """Nine K tiles through 3-4 stages: the producer waits for released stages, twice round."""
+    m, n, k = 130, 72, 9 * config.block[2] - 8
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    bias = rng.standard_normal(n).astype(np.float16)
+    out = hopper.alloc_from(np.full((m, n), np.nan, np.float16))
+    with hopper.profiling():
+        matmul(hopper.alloc_from(a), hopper.alloc_from(b), out, bias=hopper.alloc_from(bias), activation="relu",
+               config=replace(config, warp_specialize=True))  # fmt: skip
+    assert hopper.last_launch_report.block == (config.threads + 128, 1, 1)
+    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    np.testing.assert_allclose(out.to_host().astype(np.float64), want, rtol=2e-3, atol=3e-2)
+
+
+def test_barriers_after_the_split_count_the_consumers_only():
+    from xdsl.builder import Builder, InsertPoint
+    from xdsl.dialects.builtin import ModuleOp
+
+    from kaio.dialects import kernel as k
+    from kaio.passes.lower_to_ptx import LowerToPtxPass
+    from kaio.targets.ptx.printer import print_ptx
+
+    func = k.KernelFuncOp("split", [], [], (64, 1, 1))
+    func.attributes[k.PRODUCER_THREADS_ATTR] = IntegerAttr(128, i64)
+    b = Builder(InsertPoint.at_end(func.body.block))
+    for op in (k.BarrierOp(), k.SetMaxRegistersOp("dec", 40), k.ExitOp(), k.BarrierThreadsOp(64), k.BarrierOp(), k.ReturnOp()):
+        b.insert(op)
+    module = ModuleOp([func])
+    module.verify()
+    LowerToPtxPass("sm_90a").apply(None, module)  # type: ignore[arg-type]
+    ptx = print_ptx(module, "sm_90a")
+    assert ".maxntid 192, 1, 1" in ptx and ptx.index("bar.sync 0;") < ptx.index("ret;") < ptx.index("bar.sync 1, 64;")
+    with pytest.raises(VerifyException, match="whole warps"):
+        k.BarrierThreadsOp(48).verify()
+    with pytest.raises(VerifyException, match="steps of 8"):
+        k.SetMaxRegistersOp("inc", 230).verify()
