@@ -21,16 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xdsl.dialects import scf
 from xdsl.dialects.builtin import bf16, f16, f32, i32
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import SSAValue
 
 from kaio.dialects import ptx, smem, tile
 from kaio.dialects.tile_layout import Distribution
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, reg_type
 from kaio.passes.to_ptx.half_pairs import Lanes
-from kaio.passes.to_ptx.shared_reuse import reuse_or_declare, wait_for_async_accesses
+from kaio.passes.to_ptx.shared_reuse import in_loop, reuse_or_declare, wait_for_async_accesses
 from kaio.passes.to_ptx.tile_values import (
     STREAMING_USERS,
     MapElements,
@@ -79,15 +78,6 @@ STREAMING_USERS[tile.ConvertLayoutOp] = moves_vectors  # type: ignore[assignment
 def scratch_buffer(shape: tuple[int, ...], t: object) -> smem.BufferType:
     """The shared tile a conversion goes through: rows padded by one 16-byte chunk."""
     return smem.BufferType(shape, t, smem.LayoutAttr("pad", 16 // element_bytes(t)))  # type: ignore[arg-type]
-
-
-def _in_loop(op: Operation) -> bool:
-    parent = op.parent_op()
-    while parent is not None:
-        if isinstance(parent, scf.ForOp | scf.WhileOp):
-            return True
-        parent = parent.parent_op()
-    return False
 
 
 def _word_spec(eb: int, t: object, vec: int) -> tuple[str, object, int]:
@@ -158,7 +148,7 @@ def _convert_by_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp, src: Distribut
                 out += Lanes(t, word=word).scalars(em)
         else:
             out += list(load.outs)
-    if _in_loop(op):  # the next iteration writes the scratch (or the buffer it reuses) again
+    if in_loop(op.parent_block()):  # type: ignore[arg-type]  # the next iteration writes the scratch (or the buffer it reuses) again
         em.barrier()
     em.bind(op.result, out)
 

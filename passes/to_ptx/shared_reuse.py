@@ -57,12 +57,13 @@ def _precedes(toucher: Operation, op: Operation) -> bool:
     while current is not None and (block := current.parent_block()) is not None:
         if block in ancestors:
             mine = ancestors[block]
-            return current is not mine and current.is_before_in_block(mine) and not _in_loop(block)
+            return current is not mine and current.is_before_in_block(mine) and not in_loop(block)
         current = block.parent_op()
     return False
 
 
-def _in_loop(block: Block) -> bool:
+def in_loop(block: Block) -> bool:
+    """Whether ``block`` runs inside an ``scf.for`` or ``scf.while``."""
     parent = block.parent_op()
     while parent is not None:
         if isinstance(parent, scf.ForOp | scf.WhileOp):
