@@ -2,9 +2,9 @@
 
 A conversion that keeps every element in its thread only renames registers. Otherwise every
 thread writes its elements to a shared scratch tile and reads back the ones the new layout gives
-it. For 2-D tiles of 16- and 32-bit elements this moves vectors: each thread writes the
-consecutive elements it holds along a row (an mma accumulator's 4-byte pairs) and reads up to 16
-bytes at once (a row-blocked layout's 8 halves: ``ld.shared.v4.b32``), 16-bit pairs as packed
+it. For 2-D tiles of 16-bit elements this moves vectors: each thread writes the consecutive
+elements it holds along a row (an mma accumulator's 4-byte pairs) and reads up to 16 bytes at
+once (a row-blocked layout's 8 halves: ``ld.shared.v4.b32``), 16-bit pairs as packed
 words all the way. The scratch rows are padded by 16 bytes: an address is then the thread's base
 plus a compile-time offset per vector (no per-access swizzle arithmetic, no extra registers),
 and the 8 rows of an accumulator fragment a warp writes at once, like the 128 bytes of a row a
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from xdsl.dialects.builtin import bf16, f16, f32, i32
+from xdsl.dialects.builtin import bf16, f16, i32
 from xdsl.ir import SSAValue
 
 from kaio.dialects import ptx, smem, tile
@@ -42,25 +42,25 @@ from kaio.passes.to_ptx.tile_values import (
     through_shared,
 )
 
-VECTOR_TYPES = (f16, bf16, f32, i32)
+VECTOR_TYPES = (f16, bf16)
+"""Element types a conversion moves as vectors (pairs as 32-bit words). f32 tiles keep the
+element-wise path: vectors gave ptxas no better code there (rope's interleaved f32 conversion
+spilled 4 bytes with them)."""
 FENCE_BYTES = 64
 """A streamed map's shared writes are fenced (``membar.cta``) every this many bytes per thread:
 ptxas hoists no load above a fence. Without them it issues all of the map's global reads (C,
 the bias) at once, up in the K loop's tail next to the live accumulators (sm_90a, 128x256 tile
-with a bias: 255 registers and 128 bytes of spills; with them 209 and none)."""
+with a bias and gelu on a cp.async ring: 255 registers and 132 bytes of spills; with them 209
+registers and none)."""
 
 
 def _vectors(src: Distribution, dst: Distribution, t: object) -> tuple[int, int] | None:
     """(elements per shared write, per shared read) of a vector conversion; None when the
-    tile is not a 2-D tile of 16/32-bit elements with rows of whole 16-byte chunks, or when
+    tile is not a 2-D tile of 16-bit elements with rows of whole 16-byte chunks, or when
     neither side holds two consecutive elements (then element by element is as good)."""
-    if len(src.shape) != 2 or t not in VECTOR_TYPES:
+    if len(src.shape) != 2 or t not in VECTOR_TYPES or src.shape[1] * 2 % 16:
         return None
-    eb = element_bytes(t)
-    if src.shape[1] * eb % 16:
-        return None
-    write = min(src.contiguous(1), 16 // eb)
-    read = min(dst.contiguous(1), 16 // eb)
+    write, read = min(src.contiguous(1), 8), min(dst.contiguous(1), 8)
     return (write, read) if max(write, read) >= 2 else None
 
 
@@ -80,23 +80,19 @@ def scratch_buffer(shape: tuple[int, ...], t: object) -> smem.BufferType:
     return smem.BufferType(shape, t, smem.LayoutAttr("pad", 16 // element_bytes(t)))  # type: ignore[arg-type]
 
 
-def _word_spec(eb: int, t: object, vec: int) -> tuple[str, object, int]:
-    """(st/ld spec, register type, registers) moving ``vec`` elements: 16-bit pairs as words."""
-    if eb == 2:
-        words = vec // 2
-        return (f"v{words}.b32" if words > 1 else "b32"), i32, words
-    spec = "f32" if t == f32 else "b32"
-    return (f"v{vec}.{spec}" if vec > 1 else spec), reg_type(t), vec  # type: ignore[arg-type]
+def _access_spec(t: object, vec: int) -> tuple[str, object, int]:
+    """(st/ld spec, register type, registers) moving ``vec`` 16-bit elements: pairs as words,
+    a lone element as itself."""
+    if vec == 1:
+        return "b16", reg_type(t), 1
+    words = vec // 2
+    return (f"v{words}.b32" if words > 1 else "b32"), i32, words
 
 
 def _convert_by_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp, src: Distribution, dst: Distribution) -> None:
     t = op.input.type.element_type  # type: ignore[attr-defined]
     eb = element_bytes(t)
     write, read = _vectors(src, dst, t)  # type: ignore[misc]
-    if eb == 2 and write == 1:  # one half at a time: st.shared.b16 of single registers
-        write_spec: tuple[str, object, int] = ("b16", reg_type(t), 1)
-    else:
-        write_spec = _word_spec(eb, t, write)
     buffer = scratch_buffer(src.shape, t)
     scratch, reused = reuse_or_declare(em, op, "relayout", buffer.total_bytes, buffer.layout.alignment())
 
@@ -124,25 +120,22 @@ def _convert_by_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp, src: Distribut
         wait_for_async_accesses(em)
     em.barrier()  # the buffer's earlier readers are done
     start, owner = thread_start(src), owner_predicate(em, src)
-    spec, _, _ = write_spec
+    spec, _, _ = _access_spec(t, write)
     fence_every = FENCE_BYTES // eb if value in em.deferred else 0
     for r in range(0, src.registers, write):
         if fence_every and r % fence_every == 0:
             em.emit(ptx.MembarOp("cta"))
-        if eb == 2 and write >= 2:
-            data = [pair(r + i).packed(em) for i in range(0, write, 2)]
-        else:
-            data = [element(r + i) for i in range(write)]
+        data = [pair(r + i).packed(em) for i in range(0, write, 2)] if write >= 2 else [element(r)]
         em.emit(ptx.StOp(f"shared.{spec}", [start, *data], guard=owner, offset=offset(src.offsets[r])))
     em.barrier()
 
     start = thread_start(dst)
-    spec, reg, count = _word_spec(eb, t, read) if not (eb == 2 and read == 1) else ("b16", reg_type(t), 1)
+    spec, reg, count = _access_spec(t, read)
     out: list[SSAValue] = []
     for r in range(0, dst.registers, read):
         load = ptx.LdOp(f"shared.{spec}", [start], [reg] * count, offset=offset(dst.offsets[r]))  # type: ignore[list-item]
         em.emit(load)
-        if eb == 2 and read >= 2:
+        if read >= 2:
             for k, word in enumerate(load.outs):
                 em.packed[(op.result, r + 2 * k)] = word
                 out += Lanes(t, word=word).scalars(em)
