@@ -52,8 +52,8 @@ from kaio.compiled import TensorMapParam
 from kaio.dialects import kernel, mbarrier, smem, tile, tma
 from kaio.errors import KaioCompileError
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.pipeline_cp_async import erase_single_buffers, load_slice, make_rings, next_stage, read_stages
-from kaio.passes.promote_to_shared import COPY_BARRIER, enclosing_kernel
+from kaio.passes.pipeline_cp_async import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
+from kaio.passes.promote_to_shared import enclosing_kernel
 
 REFILL_BARRIER = "kaio.refill_barrier"  # every thread is done with the stage about to be refilled
 TMA_RING = "kaio.tma_ring"  # on a ring's smem.alloc: filled by TMA (the async proxy) only
@@ -225,14 +225,7 @@ def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail) -> 
     read, write, phase = new_body.args[n:]
     ix = IndexBuilder(Builder(InsertPoint.at_end(new_body)))
     ix.b.insert(mbarrier.WaitParityOp(issuer.barrier(ix, read), phase))
-    old_yield = body.last_op
-    assert isinstance(old_yield, scf.YieldOp)
-    for op in list(body.ops):
-        op.detach()
-        if isinstance(op, smem.CopyOp) or (isinstance(op, kernel.BarrierOp) and COPY_BARRIER in op.attributes):
-            op.erase(safe_erase=False)
-        elif op is not old_yield:
-            ix.b.insert(op)
+    old_yield = move_math(body, ix.b)
     read_stages(new_body, issuer.rings, read)
     issuer.iv = new_body.args[0]
     tail(ix, new_body, write)
