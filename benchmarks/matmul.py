@@ -7,9 +7,10 @@ in one run with the same method (CUDA events, median).
     python benchmarks/matmul.py --sim-smoke     # checks the script itself on the simulator
     python benchmarks/matmul.py --sim-smoke --sim-arch sm_90a
 
-kaio runs its default config (on an H100, which kaio compiles for sm_90a: wgmma), the mma.sync
-default (``DEFAULT_CONFIG``, the same on older GPUs) and ``config="auto"`` (timed candidates of
-both kinds, winner cached).
+kaio runs its default config (on an H100, which kaio compiles for sm_90a: wgmma with TMA
+loads), the mma.sync default (``DEFAULT_CONFIG``, the same on older GPUs) and ``config="auto"``
+(timed candidates of both kinds, winner cached); on sm_90a also the default wgmma config warp
+specialised (a TMA producer warpgroup) and on cp.async instead of TMA.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import ml_dtypes
@@ -24,7 +26,7 @@ import numpy as np
 
 import kaio
 from kaio.ops_library import matmul
-from kaio.ops_library.matmul_config import DEFAULT_CONFIG
+from kaio.ops_library.matmul_config import DEFAULT_CONFIG, WGMMA_CONFIGS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -102,8 +104,11 @@ def main() -> None:
         return
     print(f"device: {dev.name} ({dev.arch}, kaio compiles for {dev.compile_arch}); f32 accumulation, "
           "output in the input type; TFLOP/s (median)")  # fmt: skip
-    header = (f"{'dtype':>5} {'m':>6} {'n':>6} {'k':>6} {'kaio':>8} {'mma.sync':>9} {'kaio auto':>10} {'cuBLAS':>8} {'Triton':>8} "
-              f"{'kaio/cuBLAS':>12} {'kaio/Triton':>12}")  # fmt: skip
+    variants: dict[str, object] = {"kaio": None, "mma.sync": DEFAULT_CONFIG, "kaio auto": "auto"}
+    if dev.compile_arch == "sm_90a":
+        variants |= {"ws": replace(WGMMA_CONFIGS[0], warp_specialize=True), "cp.async": replace(WGMMA_CONFIGS[0], tma=False)}
+    header = (f"{'dtype':>5} {'m':>6} {'n':>6} {'k':>6} " + " ".join(f"{v:>9}" for v in variants)
+              + f" {'cuBLAS':>8} {'Triton':>8} {'kaio/cuBLAS':>12} {'kaio/Triton':>12}")  # fmt: skip
     print(header)
     rng = np.random.default_rng(0)
     for dtype in args.dtypes:
@@ -120,22 +125,23 @@ def main() -> None:
             kaio_ms = time_ms(lambda: matmul(a, b, c), dev)
             got = c.float().cpu().numpy() if torch_side is not None else c.to_host()
             error = rel_error(got, a_host.astype(np.float32) @ b_host.astype(np.float32))
-            mma_ms = time_ms(lambda: matmul(a, b, c, config=DEFAULT_CONFIG), dev)
-            auto_ms = time_ms(lambda: matmul(a, b, c, config="auto"), dev)
-            results = {"kaio": tflops(m, n, k, kaio_ms), "mma": tflops(m, n, k, mma_ms), "auto": tflops(m, n, k, auto_ms)}
+            results = {"kaio": tflops(m, n, k, kaio_ms)}
+            for name, config in list(variants.items())[1:]:
+                results[name] = tflops(m, n, k, time_ms(lambda: matmul(a, b, c, config=config), dev))
             if cublas is not None:
                 results["cublas"] = tflops(m, n, k, time_ms(cublas, dev))
                 triton_side = triton_runner(a, b)
                 if triton_side is not None:
                     results["triton"] = tflops(m, n, k, time_ms(triton_side[1], dev))
-            best = max(results["kaio"], results["mma"], results["auto"])
+            best = max(results[v] for v in variants)
 
             def cell(key: str) -> str:
                 return f"{results[key]:8.1f}" if key in results else f"{'-':>8}"
 
             ratio_cublas = f"{best / results['cublas']:12.2f}" if "cublas" in results else f"{'-':>12}"
             ratio_triton = f"{best / results['triton']:12.2f}" if "triton" in results else f"{'-':>12}"
-            print(f"{dtype:>5} {m:>6} {n:>6} {k:>6} {cell('kaio')} {results['mma']:9.1f} {results['auto']:10.1f} {cell('cublas')} "
+            kaio_cells = " ".join(f"{results[v]:9.1f}" for v in variants)
+            print(f"{dtype:>5} {m:>6} {n:>6} {k:>6} {kaio_cells} {cell('cublas')} "
                   f"{cell('triton')} {ratio_cublas} {ratio_triton}   (kaio rel. error {error:.1e})")  # fmt: skip
 
 

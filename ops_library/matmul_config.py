@@ -81,7 +81,8 @@ class MatmulConfig:
         tc = "mma" if self.tensor_cores else "simt"
         split = f"-k{self.split_k}" if self.split_k > 1 else ""
         cap = f"-r{self.maxnreg}" if self.maxnreg else ""
-        return f"{bm}x{bn}x{bk}-w{self.warps[0]}x{self.warps[1]}-s{self.stages}-{self.layout}-g{self.group}-{tc}{split}{cap}"
+        loads = ("-ws" if self.warp_specialize else "") + ("" if self.tma else "-cpasync")
+        return f"{bm}x{bn}x{bk}-w{self.warps[0]}x{self.warps[1]}-s{self.stages}-{self.layout}-g{self.group}-{tc}{split}{cap}{loads}"
 
     def with_split_k(self, split_k: int) -> MatmulConfig:
         return replace(self, split_k=split_k)
@@ -111,6 +112,9 @@ WGMMA_CONFIGS: tuple[MatmulConfig, ...] = (
     MatmulConfig((64, 128, 64), (4, 1), 4, "wgmma"),  # 96 KiB
     MatmulConfig((128, 128, 32), (8, 1), 3, "wgmma"),  # 48 KiB: static shared memory only
     MatmulConfig((64, 64, 64), (4, 1), 3, "wgmma"),  # 48 KiB
+    # a TMA producer warpgroup beside the 8 computing warps (autotuned: not timed on hardware yet)
+    MatmulConfig((128, 256, 64), (8, 1), 3, "wgmma", warp_specialize=True),
+    MatmulConfig((128, 128, 64), (8, 1), 4, "wgmma", warp_specialize=True),
 )
 
 SIMT_CONFIGS: tuple[MatmulConfig, ...] = (

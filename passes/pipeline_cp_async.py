@@ -78,6 +78,20 @@ def make_rings(copies: list[smem.CopyOp], stages: int, pass_name: str) -> dict[S
     return rings
 
 
+def move_math(body: Block, b: Builder) -> scf.YieldOp:
+    """Move the loop body's ops to ``b``, except its tile copies and the barriers that only
+    ordered them (the pipeline replaces both); returns the old body's yield (not moved)."""
+    old_yield = body.last_op
+    assert isinstance(old_yield, scf.YieldOp)
+    for op in list(body.ops):
+        op.detach()
+        if isinstance(op, smem.CopyOp) or (isinstance(op, kernel.BarrierOp) and COPY_BARRIER in op.attributes):
+            op.erase(safe_erase=False)
+        elif op is not old_yield:
+            b.insert(op)
+    return old_yield
+
+
 def read_stages(body: Block, rings: dict[SSAValue, SSAValue], read: SSAValue) -> None:
     """The loop's math reads stage ``read`` of each ring instead of the single buffer."""
     for buffer, ring in rings.items():
@@ -122,14 +136,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
     b = Builder(InsertPoint.at_end(new_body))
     b.insert(cpasync.WaitOp(stages - 2))
     b.insert(kernel.BarrierOp())
-    old_yield = body.last_op
-    assert isinstance(old_yield, scf.YieldOp)
-    for op in list(body.ops):
-        op.detach()
-        if isinstance(op, smem.CopyOp) or (isinstance(op, kernel.BarrierOp) and COPY_BARRIER in op.attributes):
-            op.erase(safe_erase=False)
-        elif op is not old_yield:
-            b.insert(op)
+    old_yield = move_math(body, b)
     read_stages(new_body, rings, read)  # the math reads the stage this iteration waited for
     ix = IndexBuilder(b)
     ahead = ix.add(new_body.args[0], ix.mul(loop.step, ix.const(stages - 1)))

@@ -29,7 +29,8 @@ scalar parameters (constants, ``+ - *``), its last stride is 1, and its alignmen
 element size >= 16 bytes) proves the address and row stride are multiples of 16 bytes. Each
 operand gets a ``!kernel.tensor_map`` parameter with that recipe; the runtime builds the map
 at every launch (``kaio.runtime.tensor_maps``). A loop with any copy that does not qualify
-(another layout, a computed extent, an unproven alignment, a 2-D block) is left to
+(another layout, a computed extent, an unproven alignment, a 2-D block, a loop nested in
+another: its barriers would need initialising again) is left to
 ``pipeline-cp-async``, with a debug note on the ``kaio.passes`` logger saying why.
 """
 
@@ -51,8 +52,8 @@ from kaio.compiled import TensorMapParam
 from kaio.dialects import kernel, mbarrier, smem, tile, tma
 from kaio.errors import KaioCompileError
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.pipeline_cp_async import erase_single_buffers, load_slice, make_rings, next_stage, read_stages
-from kaio.passes.promote_to_shared import COPY_BARRIER, enclosing_kernel
+from kaio.passes.pipeline_cp_async import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
+from kaio.passes.promote_to_shared import enclosing_kernel
 
 REFILL_BARRIER = "kaio.refill_barrier"  # every thread is done with the stage about to be refilled
 TMA_RING = "kaio.tma_ring"  # on a ring's smem.alloc: filled by TMA (the async proxy) only
@@ -224,14 +225,7 @@ def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail) -> 
     read, write, phase = new_body.args[n:]
     ix = IndexBuilder(Builder(InsertPoint.at_end(new_body)))
     ix.b.insert(mbarrier.WaitParityOp(issuer.barrier(ix, read), phase))
-    old_yield = body.last_op
-    assert isinstance(old_yield, scf.YieldOp)
-    for op in list(body.ops):
-        op.detach()
-        if isinstance(op, smem.CopyOp) or (isinstance(op, kernel.BarrierOp) and COPY_BARRIER in op.attributes):
-            op.erase(safe_erase=False)
-        elif op is not old_yield:
-            ix.b.insert(op)
+    old_yield = move_math(body, ix.b)
     read_stages(new_body, issuer.rings, read)
     issuer.iv = new_body.args[0]
     tail(ix, new_body, write)
@@ -344,7 +338,7 @@ class PipelineTmaPass(ModulePass):
 
     warp_specialize: bool = False
     """A producer warpgroup issues the loads and the block's warps only compute
-    (:func:`specialize_loop`); for one K loop at the kernel's top level, in whole warpgroups."""
+    (:func:`specialize_loop`): the kernel's first such K loop, for blocks of whole warpgroups."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.stages < 2:
@@ -357,11 +351,12 @@ class PipelineTmaPass(ModulePass):
             why = next((p for p in plans if isinstance(p, str)), None)
             if func.block_shape[1:] != (1, 1):
                 why = "the block is not 1-D (thread 0 issues the copies)"
+            if loop.parent_block() is not func.body.block:  # re-initialising live mbarriers is not allowed
+                why = "the loop is nested (its mbarriers are initialised once, before a top-level loop)"
             if why is not None:
                 log.debug("pipeline-tma: a K loop of kernel %s keeps cp.async: %s", func.sym_name.data, why)
                 continue
-            if self.warp_specialize and loop.parent_block() is func.body.block and func.block_shape[0] % 128 == 0 \
-                    and kernel.PRODUCER_THREADS_ATTR not in func.attributes:  # fmt: skip
+            if self.warp_specialize and func.block_shape[0] % 128 == 0 and kernel.PRODUCER_THREADS_ATTR not in func.attributes:
                 specialize_loop(loop, plans, self.stages, func)  # type: ignore[arg-type]
             else:
                 pipeline_loop(loop, plans, self.stages, func)  # type: ignore[arg-type]

@@ -415,11 +415,15 @@ DONE:
 """
 
 
-def test_warp_specialised_ring_with_a_producer_at_lower_pcs(sim, dev, rng):
-    check_sm90a(WARP_SPECIALISED, "ws")
-    src = rng.integers(0, 2**32, 256, dtype=np.uint32)  # four 256-byte chunks through two stages
-    out = dev.empty(256, np.uint32)
-    sim.load(WARP_SPECIALISED).launch("ws", 2, 64, dev.params(dev.array(src), out))
+@pytest.mark.parametrize("chunks", [4, 16])
+def test_warp_specialised_ring_with_a_producer_at_lower_pcs(sim, dev, rng, chunks):
+    """16 chunks: the producer and the consumer both end up polling; the consumer, whose wait
+    would now succeed, failed first and must run before the producer polls again."""
+    text = WARP_SPECIALISED.replace("setp.lt.u32 %p4, %r5, 4;", f"setp.lt.u32 %p4, %r5, {chunks};")
+    check_sm90a(text, "ws")
+    src = rng.integers(0, 2**32, 64 * chunks, dtype=np.uint32)  # 256-byte chunks through two stages
+    out = dev.empty(64 * chunks, np.uint32)
+    sim.load(text).launch("ws", 2, 64, dev.params(dev.array(src), out))
     np.testing.assert_array_equal(dev.read(out), src)
 
 
