@@ -26,7 +26,10 @@ iterations and would otherwise add one of its own for the same reason.
 A tensor map describes the whole tensor, so the pass must be able to say what it is at launch:
 the view's array is a kernel parameter, its extents and row stride are integer expressions of
 scalar parameters (constants, ``+ - *``), its last stride is 1, and its alignment (``align`` x
-element size >= 16 bytes) proves the address and row stride are multiples of 16 bytes. Each
+element size >= 16 bytes) proves the address and row stride are multiples of 16 bytes. A view
+of one group of S rows in a stack of them (row offset ``g * S + r``, row bound ``g * S + S``:
+attention's heads) gets a rank-3 map instead (columns, S rows, groups), so the group's bounds
+are the box's (:func:`split_batch`). Each
 operand gets a ``!kernel.tensor_map`` parameter with that recipe; the runtime builds the map
 at every launch (``kaio.runtime.tensor_maps``). A loop with any copy that does not qualify
 (another layout, a computed extent, an unproven alignment, a 2-D block, a loop nested in
@@ -93,6 +96,16 @@ class TmaCopy:
     span: int  # panel width in bytes (the box's inner extent and the swizzle span)
     panels: int
     elem_bytes: int
+    batch: Batch | None = None  # a rank-3 map: where the group and the row within it come from
+
+    @property
+    def coords(self) -> tuple[SSAValue, ...]:
+        """The box's first element, innermost (the column) first, read off the ops as they are
+        now (a pass may have replaced their operands since the plan was made)."""
+        row, col = self.view.offsets
+        if self.batch is None:
+            return (col, row)
+        return (col, self.batch.within, self.batch.group)
 
     @property
     def panel_elems(self) -> int:
@@ -124,13 +137,65 @@ def plan_copy(copy: smem.CopyOp, func: kernel.KernelFuncOp) -> TmaCopy | str:
         return f"a {rows} x {span // eb} box is larger than TMA's {MAX_BOX}"
     if host_expression(view.strides[1], func) != "1":
         return "a view's last stride is not 1"
-    dims = [host_expression(view.bounds[1], func), host_expression(view.bounds[0], func)]
-    stride = host_expression(view.strides[0], func)
-    if None in dims or stride is None:
-        return "a view's bounds or row stride are not expressions of the kernel's scalar parameters"
+    row, col = view.offsets
+    cols_bound, rows_bound, ld = (host_expression(v, func) for v in (view.bounds[1], view.bounds[0], view.strides[0]))
+    if cols_bound is None or ld is None:
+        return "a view's column bound or row stride is not an expression of the kernel's scalar parameters"
     name = func.param_names.data[array.index].data
-    tmap = TensorMapParam("", name, tuple(dims), (stride,), (span // eb, rows), span)  # type: ignore[arg-type]
-    return TmaCopy(copy, view, tmap, rows, span, cols * eb // span, eb)
+    box = (span // eb, rows)
+    batch = None
+    if rows_bound is not None:
+        tmap = TensorMapParam("", name, (cols_bound, rows_bound), (ld,), box, span)
+    elif (batch := split_batch(row, view.bounds[0], func)) is not None:
+        size = batch.size
+        tmap = TensorMapParam("", name, (cols_bound, size, str(MAX_GROUPS)), (ld, f"({size} * {ld})"), (*box, 1), span)
+    else:
+        return "a view's row bound is not an expression of the kernel's scalar parameters"
+    return TmaCopy(copy, view, tmap, rows, span, cols * eb // span, eb, batch)
+
+
+MAX_GROUPS = (1 << 31) - 1  # a batched map's outer extent: any group index the kernel computes
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Row offset ``g * S + r`` (``offset``'s operand ``within_index`` is r; ``scale``'s operand
+    ``group_index`` is g), row bound ``g * S + S``: the view is one group of S rows."""
+
+    offset: arith.AddiOp
+    within_index: int
+    scale: arith.MuliOp
+    group_index: int
+    size: str  # S, as a host expression
+
+    @property
+    def within(self) -> SSAValue:
+        return self.offset.operands[self.within_index]
+
+    @property
+    def group(self) -> SSAValue:
+        return self.scale.operands[self.group_index]
+
+
+def split_batch(row: SSAValue, bound: SSAValue, func: kernel.KernelFuncOp) -> Batch | None:
+    """A view of one group of S rows of a stack of groups (a batch, a head): row offset
+    ``g * S + r`` and row bound ``g * S + S``, with S an expression of the scalar parameters and
+    g, r anything. Its map has rank 3 (columns, S rows, groups), so the group's bounds are the
+    box's, and the box's coordinates are (column, r, g)."""
+    offset, bound_op = row.owner, bound.owner
+    if not isinstance(offset, arith.AddiOp) or not isinstance(bound_op, arith.AddiOp):
+        return None
+    for base_index in (0, 1):
+        base = offset.operands[base_index]
+        scale = base.owner
+        if base not in bound_op.operands or not isinstance(scale, arith.MuliOp):
+            continue
+        extent = bound_op.rhs if bound_op.lhs is base else bound_op.lhs
+        size = host_expression(extent, func)
+        for group_index in (0, 1):
+            if size is not None and host_expression(scale.operands[1 - group_index], func) == size:
+                return Batch(offset, 1 - base_index, scale, group_index, size)
+    return None
 
 
 def _param_name(func: kernel.KernelFuncOp, array: str) -> str:
@@ -170,20 +235,20 @@ class _Issuer:
         bar = self.barrier(body, stage)
         body.b.insert(mbarrier.ArriveExpectTxOp(bar, body.const(self.total)))
         for plan, tmap in zip(self.plans, self.maps):
-            row, col = (mapping.get(v, v) for v in plan.view.offsets)
+            col, *outer = (mapping.get(v, v) for v in plan.coords)
             buffer = body.b.insert(smem.StageOp(self.rings[plan.copy.dst], stage)).result
             base = body.b.insert(smem.AddressOp(buffer)).result
             for p in range(plan.panels):
                 dst = body.add(base, body.const(p * plan.rows * plan.span)) if p else base
                 x = body.add(col, body.const(p * plan.panel_elems)) if p else col
-                body.b.insert(tma.LoadOp(tmap, [x, row], dst, bar))
+                body.b.insert(tma.LoadOp(tmap, [x, *outer], dst, bar))
 
 
 def _prepare(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp,
              outer: IndexBuilder) -> _Issuer:  # fmt: skip
     """Rings filled by TMA, one tensor-map parameter per operand, the stages' (full) barriers."""
     body = loop.body.block
-    slice_ops = load_slice(body, [v for p in plans for v in p.view.offsets])
+    slice_ops = load_slice(body, [v for p in plans for v in p.coords])
     rings = make_rings([p.copy for p in plans], stages, "pipeline-tma")
     for ring in rings.values():
         ring.owner.attributes[TMA_RING] = UnitAttr()  # type: ignore[union-attr]

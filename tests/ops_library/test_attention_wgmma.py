@@ -12,6 +12,7 @@ import kaio
 from kaio import dtypes
 from kaio.ops_library import attention
 from kaio.ops_library.attention import choose_config, configured_kernel
+from kaio.targets.ptx import toolchain
 
 from .test_attention_sim import BOUND, reference
 
@@ -39,3 +40,53 @@ def test_attention_on_sm90a_matches_the_reference(causal):
     got = out.to_host().astype(np.float64)
     assert not np.isnan(got).any()
     assert np.abs(got - want).max() <= BOUND
+
+
+def test_keys_and_values_come_by_rank_3_tensor_maps():
+    """K and V of head g are rows g * SK .. g * SK + SK of a (B * HKV * SK, D) array: a map
+    over (D, SK, groups) whose box stops at the head's last key (pipeline-tma's split_batch)."""
+    config = choose_config(128, 64)
+    kernel = configured_kernel(dtypes.f16, config)
+    meta = {"BM": config.block_m, "BN": config.block_n, "BD": 64, "CAUSAL": False, "HAS_LENS": False}
+    compiled = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16),), **meta)
+    assert [(t.array, t.dims, t.strides, t.box) for t in compiled.tensor_maps] == [
+        (name, ("D", "SK", "2147483647"), ("D", "(SK * D)"), (64, config.block_n, 1)) for name in ("k", "v")
+    ]
+    assert compiled.ptx.count("cp.async.bulk.tensor.3d") == 2 * 2  # prologue + loop, K and V
+    lens = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16),), **{**meta, "HAS_LENS": True})
+    assert not lens.tensor_maps, "a per-batch key count read from memory: no map describes it"
+
+
+@pytest.mark.parametrize("h, hkv, sq, sk, causal, lens", [
+    (4, 2, 40, 96, False, None),  # grouped heads
+    (2, 2, 33, 70, True, None),  # ragged: the last box of a head stops at its last key
+    (2, 1, 1, 200, False, None),  # decoding: the keys split across programs, then combined
+    (2, 2, 16, 64, True, [40, 0]),  # per-batch key counts: cp.async
+])
+def test_attention_with_tma_matches_the_reference(rng, h, hkv, sq, sk, causal, lens):
+    dev = kaio.Device("sim", arch="sm_90a")
+    b = 2
+    q = rng.standard_normal((b, h, sq, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((b, hkv, sk, 64)).astype(np.float16) for _ in range(2))
+    out = dev.alloc_from(np.full(q.shape, np.nan, np.float16))
+    kw = {"kv_lens": dev.alloc_from(np.asarray(lens, np.int32))} if lens is not None else {}
+    with dev.profiling():
+        attention(dev.alloc_from(q), dev.alloc_from(k), dev.alloc_from(v), causal=causal, out=out, **kw)
+    mix = dev.last_launch_report.by_class  # the main kernel's (decoding: the combine step's)
+    if sq > 1:
+        assert (mix["cp.async.bulk.tensor.3d"] > 0) == (lens is None) and (mix["cp.async"] > 0) == (lens is not None)
+    want, _ = reference(q, k, v, causal, lens=lens)
+    got = out.to_host().astype(np.float64)
+    assert not np.isnan(got).any() and np.abs(got - want).max() <= BOUND
+
+
+@pytest.mark.skipif(None in (toolchain.find_ptxas(), toolchain.find_cuobjdump(), toolchain.find_nvdisasm()), reason="no ptxas/cuobjdump wheels")
+@pytest.mark.parametrize("d", [64, 128])
+def test_sm90a_attention_assembles_with_utmaldg_3d_and_no_spills(d):
+    config = choose_config(128, d)
+    meta = {"BM": config.block_m, "BN": config.block_n, "BD": d, "CAUSAL": True, "HAS_LENS": False}
+    compiled = kaio.compile(configured_kernel(dtypes.bf16, config), "sm_90a", __divisible__=(("D", 16),), **meta)
+    report = toolchain.assemble(compiled.ptx, "sm_90a")
+    assert report.spill_stores.get("attention", 0) == 0
+    sass = toolchain.disassemble(report.cubin)
+    assert "UTMALDG.3D" in sass and "HGMMA" in sass and "LDGSTS" not in sass
