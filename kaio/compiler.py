@@ -73,26 +73,22 @@ def _the_kernel(module: ModuleOp) -> kernel_dialect.KernelFuncOp:
     return funcs[0]
 
 
-def _with_alignment(params: tuple[KernelParam, ...], module: ModuleOp) -> tuple[KernelParam, ...]:
+def _with_alignment(params: tuple[KernelParam, ...], entry: ptx.EntryOp) -> tuple[KernelParam, ...]:
     """Record the base-address alignment vector accesses need (``kaio.align`` on the entry)."""
     from kaio.passes.vectorize_loads import ALIGN_ATTR
 
-    needed: dict[str, int] = {}
-    for op in module.walk():
-        if isinstance(op, ptx.EntryOp) and ALIGN_ATTR in op.attributes:
-            for key, value in op.attributes[ALIGN_ATTR].data.items():  # type: ignore[attr-defined]
-                needed[key] = max(needed.get(key, 1), value.value.data)
+    if ALIGN_ATTR not in entry.attributes:
+        return params
+    needed = {key: value.value.data for key, value in entry.attributes[ALIGN_ATTR].data.items()}  # type: ignore[attr-defined]
     return tuple(replace(p, align=max(p.align, needed[p.name])) if p.name in needed else p for p in params)
 
 
-def _tensor_maps(module: ModuleOp) -> tuple[TensorMapParam, ...]:
+def _tensor_maps(entry: ptx.EntryOp) -> tuple[TensorMapParam, ...]:
     """The tensor maps passes added as parameters (``kaio.tensor_maps`` on the entry)."""
-    maps: list[TensorMapParam] = []
-    for op in module.walk():
-        if isinstance(op, ptx.EntryOp) and kernel_dialect.TENSOR_MAPS_ATTR in op.attributes:
-            recipes = op.attributes[kernel_dialect.TENSOR_MAPS_ATTR].data  # type: ignore[attr-defined]
-            maps += [TensorMapParam.from_recipe(name, text.data) for name, text in recipes.items()]
-    return tuple(maps)
+    recipes = entry.attributes.get(kernel_dialect.TENSOR_MAPS_ATTR)
+    if recipes is None:
+        return ()
+    return tuple(TensorMapParam.from_recipe(name, text.data) for name, text in recipes.data.items())  # type: ignore[attr-defined]
 
 
 def _stage_names(passes: tuple[ModulePass, ...]) -> list[str]:
@@ -322,21 +318,23 @@ def _compile(
     def recompile() -> CompiledKernel:  # the same compile, watched: fills .stages
         return _compile(kernel, arch_name, chosen, _ignore_stage, constexprs)
 
-    for op in module.walk():  # passes may add threads (a producer warpgroup): the entry's bound
-        if isinstance(op, ptx.EntryOp) and op.maxntid is not None:
-            block_size = tuple(int(d) for d in op.maxntid.get_values())  # type: ignore[assignment]
-    shared = sum(op.size.value.data for op in module.walk() if op.name == "ptx.shared")
-    dynamic = sum(op.size.value.data for op in module.walk() if op.name == "ptx.dynamic_shared")
-    params = _with_alignment(params, module)
+    (entry,) = (op for op in module.ops if isinstance(op, ptx.EntryOp))  # one kernel.func, one entry
+    if entry.maxntid is not None:  # passes may add threads (a producer warpgroup): the entry's bound
+        block_size = tuple(int(d) for d in entry.maxntid.get_values())  # type: ignore[assignment]
+    sizes = {"ptx.shared": 0, "ptx.dynamic_shared": 0}
+    for op in entry.walk():
+        if op.name in sizes:
+            sizes[op.name] += op.size.value.data  # type: ignore[attr-defined]
+    params = _with_alignment(params, entry)
     return CompiledKernel(
         name=name,
         ptx=ptx_text,
         arch=arch_name,
         params=params,
         block_size=block_size,
-        shared_bytes=shared,
-        dynamic_shared_bytes=dynamic,
-        tensor_maps=_tensor_maps(module),
+        shared_bytes=sizes["ptx.shared"],
+        dynamic_shared_bytes=sizes["ptx.dynamic_shared"],
+        tensor_maps=_tensor_maps(entry),
         constexprs=values,
         pipeline=str(chosen),
         _stages=stages,

@@ -206,17 +206,22 @@ def _param_name(func: kernel.KernelFuncOp, array: str) -> str:
     return name
 
 
+def barrier_slot(ix: IndexBuilder, barriers: SSAValue, stage: SSAValue) -> SSAValue:
+    """The mbarrier of ``stage`` in a ring of them (``mbarrier.alloc count S``: 8 bytes each)."""
+    return ix.add(barriers, ix.mul(stage, ix.const(8)))
+
+
 class _Issuer:
     """Issues the TMA loads of one tile (all operands) into one stage."""
 
-    def __init__(self, plans: list[TmaCopy], maps: list[SSAValue], rings: dict[SSAValue, SSAValue],
-                 barriers: SSAValue, leader: SSAValue, slice_ops: list[Operation], iv: SSAValue, ub: SSAValue):  # fmt: skip
-        self.plans, self.maps, self.rings = plans, maps, rings
-        self.barriers, self.leader, self.slice_ops, self.iv, self.ub = barriers, leader, slice_ops, iv, ub
+    def __init__(self, plans: list[TmaCopy], maps: list[SSAValue], rings: dict[SSAValue, SSAValue], barriers: SSAValue,
+                 tid: SSAValue, leader: SSAValue, slice_ops: list[Operation], iv: SSAValue, ub: SSAValue):  # fmt: skip
+        self.plans, self.maps, self.rings, self.barriers = plans, maps, rings, barriers
+        self.tid, self.leader, self.slice_ops, self.iv, self.ub = tid, leader, slice_ops, iv, ub
         self.total = sum(p.bytes for p in plans)
 
     def barrier(self, ix: IndexBuilder, stage: SSAValue) -> SSAValue:
-        return ix.add(self.barriers, ix.mul(stage, ix.const(8)))
+        return barrier_slot(ix, self.barriers, stage)
 
     def issue(self, ix: IndexBuilder, k: SSAValue, stage: SSAValue) -> None:
         """Thread 0, if tile ``k`` is inside the loop: arm the stage's barrier, load the boxes."""
@@ -260,7 +265,7 @@ def _prepare(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.Ke
     barriers = outer.b.insert(mbarrier.AllocOp(stages)).result
     tid = outer.b.insert(kernel.ThreadIdOp("x")).result
     leader = outer.b.insert(arith.CmpiOp(tid, outer.const(0), "eq")).result
-    return _Issuer(plans, maps, rings, barriers, leader, slice_ops, body.args[0], loop.ub)
+    return _Issuer(plans, maps, rings, barriers, tid, leader, slice_ops, body.args[0], loop.ub)
 
 
 def _init_barriers(outer: IndexBuilder, leader: SSAValue, rings: list[tuple[SSAValue, int]], stages: int) -> None:
@@ -270,7 +275,7 @@ def _init_barriers(outer: IndexBuilder, leader: SSAValue, rings: list[tuple[SSAV
     ix = IndexBuilder(Builder(InsertPoint.at_end(block)))
     for barriers, arrivals in rings:
         for s in range(stages):
-            ix.b.insert(mbarrier.InitOp(ix.add(barriers, ix.const(8 * s)), arrivals))
+            ix.b.insert(mbarrier.InitOp(barrier_slot(ix, barriers, ix.const(s)), arrivals))
     block.add_op(scf.YieldOp())
     outer.b.insert(scf.IfOp(leader, [], [block]))
     outer.b.insert(kernel.BarrierOp())
@@ -347,7 +352,7 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     empty = outer.b.insert(mbarrier.AllocOp(stages)).result
     _init_barriers(outer, issuer.leader, [(issuer.barriers, 1), (empty, consumers)], stages)
 
-    tid = outer.b.insert(kernel.ThreadIdOp("x")).result
+    tid = issuer.tid
     producer = Block()
     p = IndexBuilder(Builder(InsertPoint.at_end(producer)))
     p.b.insert(kernel.SetMaxRegistersOp("dec", PRODUCER_REGISTERS))
@@ -355,7 +360,7 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     w = IndexBuilder(Builder(InsertPoint.at_end(walk)))
     k, stage, phase = walk.args
     # a fresh barrier counts as having completed the phase before its first: parity 1 passes
-    w.b.insert(mbarrier.WaitParityOp(w.add(empty, w.mul(stage, w.const(8))), w.b.insert(arith.XOrIOp(phase, w.const(1))).result))
+    w.b.insert(mbarrier.WaitParityOp(barrier_slot(w, empty, stage), w.b.insert(arith.XOrIOp(phase, w.const(1))).result))
     issuer.load(w, k, stage)
     following = next_stage(w, stage, stages)
     w.b.insert(scf.YieldOp(following, _flip_on_wrap(w, phase, following)))
@@ -376,7 +381,7 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
         """Release the previous tile's stage (none before the first tile)."""
         block = Block()
         rel = IndexBuilder(Builder(InsertPoint.at_end(block)))
-        rel.b.insert(mbarrier.ArriveOp(rel.add(empty, rel.mul(previous, rel.const(8)))))
+        rel.b.insert(mbarrier.ArriveOp(barrier_slot(rel, empty, previous)))
         block.add_op(scf.YieldOp())
         later = ix.b.insert(arith.CmpiOp(body.args[0], loop.lb, "ne")).result
         ix.b.insert(scf.IfOp(later, [], [block])).attributes[REFILL_BARRIER] = UnitAttr()
