@@ -121,6 +121,7 @@ DUMPS: dict[str, Callable[[], str]] = {
     "hopper-matmul/ptx": lambda: short_registers(excerpt(hopper_matmul_stages()["ptx"], "wgmma.fence.sync.aligned", 15)),
     "hopper-matmul/pipeline-tma": lambda: excerpt(hopper_matmul_stages()["pipeline-tma"], "= scf.for", 48),
     "hopper-matmul/tma/ptx": lambda: excerpt(hopper_matmul_stages()["ptx"], "mbarrier.arrive.expect_tx", 6),
+    "hopper-matmul/store-tma": lambda: excerpt(hopper_matmul_stages()["store-tma"], '"tma_store"', 18),
     "attention/lower-to-mma-sync": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "mma.split", 14),
     "attention/pack-a": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "= mma.pack_a", 8),
 }

@@ -105,10 +105,13 @@ def tile_pipeline(arch: str, stages: int = 3, layout: str | None = None, maxnreg
     clean up, PTX (with a ``.maxnreg`` cap when ``maxnreg`` > 0). On sm_90a the dots wgmma can
     take get its warp grid and shared layout and run on warpgroup tensor cores
     (``lower-to-wgmma``); the others keep mma.sync; and the K loops whose operands a tensor map
-    can describe fill their ring by TMA (``pipeline-tma``), the others by cp.async."""
+    can describe fill their ring by TMA (``pipeline-tma``), the others by cp.async; a dot's
+    output tile a tensor map can describe leaves through shared memory by TMA (``store-tma``)."""
     hopper = has_wgmma(arch)
     layout = layout or ("wgmma" if hopper else "swizzle")
-    spec = ["fuse-tile-maps", "tile-layout{wgmma=true}" if hopper else "tile-layout", f"promote-to-shared{{layout={layout}}}"]
+    spec = ["fuse-tile-maps", "tile-layout{wgmma=true}" if hopper else "tile-layout"]
+    spec += ["store-tma"] if hopper else []
+    spec.append(f"promote-to-shared{{layout={layout}}}")
     if stages >= 2:  # on Hopper TMA takes the loops it can describe, cp.async the others
         spec += [f"pipeline-tma{{stages={stages}}}"] if hopper else []
         spec.append(f"pipeline-cp-async{{stages={stages}}}")

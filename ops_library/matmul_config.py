@@ -24,7 +24,8 @@ class MatmulConfig:
     """Registers per thread at most (``.maxnreg``; 0: as many as ptxas wants, up to 255)."""
     tma: bool = True
     """sm_90a wgmma configs: fill the K loop's ring by TMA where a tensor map can describe the
-    operands (``pipeline-tma``); False (or an operand it cannot describe): cp.async."""
+    operands (``pipeline-tma``), and store C through shared memory by TMA where one can
+    describe C (``store-tma``); False (or an operand it cannot describe): cp.async, st.global."""
     warp_specialize: bool = False
     """With TMA: a producer warpgroup (added to the block) issues the loads and the config's
     warps only compute, trading registers with ``setmaxnreg``."""
@@ -52,10 +53,13 @@ class MatmulConfig:
         spec = [
             "fuse-tile-maps",
             f"tile-layout{{mma={mma} warps={wm},{wn}}}",
-            f"promote-to-shared{{layout={self.layout}}}",
         ]
+        tma = self.tma and self.wgmma and has_wgmma(arch)
+        if tma:
+            spec.append("store-tma")
+        spec.append(f"promote-to-shared{{layout={self.layout}}}")
         if self.stages >= 2:
-            if self.tma and self.wgmma and has_wgmma(arch):
+            if tma:
                 ws = "true" if self.warp_specialize else "false"
                 spec.append(f"pipeline-tma{{stages={self.stages} warp_specialize={ws}}}")
             spec.append(f"pipeline-cp-async{{stages={self.stages}}}")

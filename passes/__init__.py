@@ -35,6 +35,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return PipelineTmaPass
 
+    def store_tma() -> type[ModulePass]:
+        from kaio.passes.store_tma import StoreTmaPass
+
+        return StoreTmaPass
+
     def lower_to_mma_sync() -> type[ModulePass]:
         from kaio.passes.lower_to_mma_sync import LowerToMmaSyncPass
 
@@ -61,6 +66,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "promote-to-shared": promote_to_shared,
         "pipeline-cp-async": pipeline_cp_async,
         "pipeline-tma": pipeline_tma,
+        "store-tma": store_tma,
         "lower-to-mma-sync": lower_to_mma_sync,
         "lower-to-wgmma": lower_to_wgmma,
         "vectorize-loads": vectorize_loads,

@@ -23,17 +23,11 @@ phase parity flips each time the read stage wraps. The barrier before the refill
 (:data:`REFILL_BARRIER`): ``lower-to-wgmma`` keeps one group of wgmmas in flight across
 iterations and would otherwise add one of its own for the same reason.
 
-A tensor map describes the whole tensor, so the pass must be able to say what it is at launch:
-the view's array is a kernel parameter, its extents and row stride are integer expressions of
-scalar parameters (constants, ``+ - *``), its last stride is 1, and its alignment (``align`` x
-element size >= 16 bytes) proves the address and row stride are multiples of 16 bytes. A view
-of one group of S rows in a stack of them (row offset ``g * S + r``, row bound ``g * S + S``:
-attention's heads) gets a rank-3 map instead (columns, S rows, groups), so the group's bounds
-are the box's (:func:`split_batch`). Each
-operand gets a ``!kernel.tensor_map`` parameter with that recipe; the runtime builds the map
-at every launch (``kaio.runtime.tensor_maps``). A loop with any copy that does not qualify
-(another layout, a computed extent, an unproven alignment, a 2-D block, a loop nested in
-another: its barriers would need initialising again) is left to
+Each operand gets a ``!kernel.tensor_map`` parameter whose recipe the runtime builds the map
+from at every launch (``kaio.runtime.tensor_maps``); which views a map can describe is
+``tensor_map_views``'s to say. A loop with any copy that does not qualify (another layout, a
+computed extent, an unproven alignment, a 2-D block, a loop nested in another: its barriers
+would need initialising again) is left to
 ``pipeline-cp-async``, with a debug note on the ``kaio.passes`` logger saying why.
 """
 
@@ -41,71 +35,42 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i32, i64
-from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from kaio.compiled import TensorMapParam
-from kaio.dialects import kernel, mbarrier, smem, tile, tma
+from kaio.dialects import kernel, mbarrier, smem, tma
 from kaio.errors import KaioCompileError
 from kaio.passes.int_builder import IndexBuilder
 from kaio.passes.pipeline_cp_async import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 from kaio.passes.promote_to_shared import enclosing_kernel
+from kaio.passes.tensor_map_views import MappedView, add_map_param, map_view
 
 REFILL_BARRIER = "kaio.refill_barrier"  # every thread is done with the stage about to be refilled
 TMA_RING = "kaio.tma_ring"  # on a ring's smem.alloc: filled by TMA (the async proxy) only
-MAX_BOX = 256  # elements per box dimension
 log = logging.getLogger("kaio.passes")
-
-_HOST_OPS = {arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*"}
-
-
-def host_expression(value: SSAValue, func: kernel.KernelFuncOp) -> str | None:
-    """``value`` as an expression of the kernel's scalar parameters the runtime can evaluate at
-    launch (see ``kaio.runtime.tensor_maps``), or None if it depends on anything else."""
-    if isinstance(value, BlockArgument):
-        if value.owner is func.body.block and not isinstance(value.type, kernel.ArrayType | kernel.TensorMapType):
-            return func.param_names.data[value.index].data
-        return None
-    op = value.owner
-    if isinstance(op, arith.ConstantOp):
-        return str(op.value.value.data) if isinstance(op.value, IntegerAttr) else None
-    if isinstance(op, tile.MultipleOfOp | arith.ExtSIOp | arith.ExtUIOp | arith.TruncIOp | arith.IndexCastOp):
-        return host_expression(op.operands[0], func)
-    symbol = _HOST_OPS.get(type(op))
-    if symbol is None:
-        return None
-    left, right = (host_expression(x, func) for x in op.operands)
-    return None if left is None or right is None else f"({left} {symbol} {right})"
 
 
 @dataclass
 class TmaCopy:
-    """How one tile copy becomes TMA boxes."""
+    """How one tile copy becomes TMA boxes: one per ``span``-byte column panel."""
 
     copy: smem.CopyOp
-    view: tile.ViewOp
-    tensor_map: TensorMapParam  # name filled in when the parameter is added
+    mapped: MappedView
     rows: int
     span: int  # panel width in bytes (the box's inner extent and the swizzle span)
     panels: int
     elem_bytes: int
-    batch: Batch | None = None  # a rank-3 map: where the group and the row within it come from
 
     @property
     def coords(self) -> tuple[SSAValue, ...]:
-        """The box's first element, innermost (the column) first, read off the ops as they are
-        now (a pass may have replaced their operands since the plan was made)."""
-        row, col = self.view.offsets
-        if self.batch is None:
-            return (col, row)
-        return (col, self.batch.within, self.batch.group)
+        return self.mapped.coords
 
     @property
     def panel_elems(self) -> int:
@@ -119,91 +84,16 @@ class TmaCopy:
 def plan_copy(copy: smem.CopyOp, func: kernel.KernelFuncOp) -> TmaCopy | str:
     """The TMA plan of a copy, or why it cannot have one."""
     dst = copy.dst.type
-    view = copy.src.owner
     assert isinstance(dst, smem.BufferType)
     if dst.layout.kind.data != "wgmma":
         return f"a buffer is in the {dst.layout.kind.data} layout (TMA fills the wgmma layout's panels)"
-    if not isinstance(view, tile.ViewOp) or view.rank != 2:
-        return "a copy's source is not a 2-D tile.view"
-    array = view.array
-    if not isinstance(array, BlockArgument) or array.owner is not func.body.block:
-        return "a copy's array is not a kernel parameter"
     eb = dst.elem_bytes
-    if view.align.value.data * eb < 16:
-        return f"a view's alignment ({view.align.value.data} elements) does not prove 16-byte rows"
     rows, cols = dst.tile
     span = dst.layout.panel_span(cols, eb)
-    if rows > MAX_BOX or span // eb > MAX_BOX:
-        return f"a {rows} x {span // eb} box is larger than TMA's {MAX_BOX}"
-    if host_expression(view.strides[1], func) != "1":
-        return "a view's last stride is not 1"
-    row, col = view.offsets
-    cols_bound, rows_bound, ld = (host_expression(v, func) for v in (view.bounds[1], view.bounds[0], view.strides[0]))
-    if cols_bound is None or ld is None:
-        return "a view's column bound or row stride is not an expression of the kernel's scalar parameters"
-    name = func.param_names.data[array.index].data
-    box = (span // eb, rows)
-    batch = None
-    if rows_bound is not None:
-        tmap = TensorMapParam("", name, (cols_bound, rows_bound), (ld,), box, span)
-    elif (batch := split_batch(row, view.bounds[0], func)) is not None:
-        size = batch.size
-        tmap = TensorMapParam("", name, (cols_bound, size, str(MAX_GROUPS)), (ld, f"({size} * {ld})"), (*box, 1), span)
-    else:
-        return "a view's row bound is not an expression of the kernel's scalar parameters"
-    return TmaCopy(copy, view, tmap, rows, span, cols * eb // span, eb, batch)
-
-
-MAX_GROUPS = (1 << 31) - 1  # a batched map's outer extent: any group index the kernel computes
-
-
-@dataclass(frozen=True)
-class Batch:
-    """Row offset ``g * S + r`` (``offset``'s operand ``within_index`` is r; ``scale``'s operand
-    ``group_index`` is g), row bound ``g * S + S``: the view is one group of S rows."""
-
-    offset: arith.AddiOp
-    within_index: int
-    scale: arith.MuliOp
-    group_index: int
-    size: str  # S, as a host expression
-
-    @property
-    def within(self) -> SSAValue:
-        return self.offset.operands[self.within_index]
-
-    @property
-    def group(self) -> SSAValue:
-        return self.scale.operands[self.group_index]
-
-
-def split_batch(row: SSAValue, bound: SSAValue, func: kernel.KernelFuncOp) -> Batch | None:
-    """A view of one group of S rows of a stack of groups (a batch, a head): row offset
-    ``g * S + r`` and row bound ``g * S + S``, with S an expression of the scalar parameters and
-    g, r anything. Its map has rank 3 (columns, S rows, groups), so the group's bounds are the
-    box's, and the box's coordinates are (column, r, g)."""
-    offset, bound_op = row.owner, bound.owner
-    if not isinstance(offset, arith.AddiOp) or not isinstance(bound_op, arith.AddiOp):
-        return None
-    for base_index in (0, 1):
-        base = offset.operands[base_index]
-        scale = base.owner
-        if base not in bound_op.operands or not isinstance(scale, arith.MuliOp):
-            continue
-        extent = bound_op.rhs if bound_op.lhs is base else bound_op.lhs
-        size = host_expression(extent, func)
-        for group_index in (0, 1):
-            if size is not None and host_expression(scale.operands[1 - group_index], func) == size:
-                return Batch(offset, 1 - base_index, scale, group_index, size)
-    return None
-
-
-def _param_name(func: kernel.KernelFuncOp, array: str) -> str:
-    taken = {n.data for n in func.param_names.data}
-    name, i = f"{array}_tmap", 1
-    while name in taken:
-        name, i = f"{array}_tmap{i}", i + 1
-    return name
+    mapped = map_view(copy.src.owner, func, rows, span, eb)
+    if isinstance(mapped, str):
+        return mapped
+    return TmaCopy(copy, mapped, rows, span, cols * eb // span, eb)
 
 
 def barrier_slot(ix: IndexBuilder, barriers: SSAValue, stage: SSAValue) -> SSAValue:
@@ -257,11 +147,7 @@ def _prepare(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.Ke
     rings = make_rings([p.copy for p in plans], stages, "pipeline-tma")
     for ring in rings.values():
         ring.owner.attributes[TMA_RING] = UnitAttr()  # type: ignore[union-attr]
-    maps = []
-    for plan in plans:
-        name = _param_name(func, plan.tensor_map.array)
-        plan.tensor_map = replace(plan.tensor_map, name=name)
-        maps.append(kernel.add_tensor_map_param(func, name, plan.tensor_map.recipe()))
+    maps = [add_map_param(func, plan.mapped) for plan in plans]
     barriers = outer.b.insert(mbarrier.AllocOp(stages)).result
     tid = outer.b.insert(kernel.ThreadIdOp("x")).result
     leader = outer.b.insert(arith.CmpiOp(tid, outer.const(0), "eq")).result

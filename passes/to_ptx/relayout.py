@@ -19,8 +19,6 @@ its words are written, as a store would, so the tile of results is never live at
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from xdsl.dialects.builtin import bf16, f16, i32
 from xdsl.ir import SSAValue
 
@@ -32,14 +30,13 @@ from kaio.passes.to_ptx.half_pairs import Lanes
 from kaio.passes.to_ptx.shared_reuse import in_loop, reuse_or_declare, wait_for_async_accesses
 from kaio.passes.to_ptx.tile_values import (
     STREAMING_USERS,
-    MapElements,
     bind_relabelled,
     distribution,
     owner_predicate,
-    pair_of,
     relabel,
     thread_base,
     through_shared,
+    tile_elements,
 )
 
 VECTOR_TYPES = (f16, bf16)
@@ -97,14 +94,7 @@ def _convert_by_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp, src: Distribut
     scratch, reused = reuse_or_declare(em, op, "relayout", buffer.total_bytes, buffer.layout.alignment())
 
     value = op.input
-    if value in em.deferred:  # the epilogue's map, computed a pair at a time as it is written
-        elements = MapElements(em, value.owner)  # type: ignore[arg-type]
-        element: Callable[[int], SSAValue] = elements.value
-        pair: Callable[[int], Lanes] = elements.pair
-    else:
-        parts = em.parts(value)
-        element = parts.__getitem__
-        pair = lambda r: pair_of(em, value, r)  # noqa: E731
+    element, pair = tile_elements(em, value)  # the epilogue's map: computed a pair at a time as it is written
 
     row_bytes = buffer.layout.row_bytes(src.shape[1], eb)
 

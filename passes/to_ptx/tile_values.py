@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, TensorType, bf16, f16, f32, f64, i1, i16, i32, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
-from kaio.dialects import ptx, tile
+from kaio.dialects import ptx, smem, tile
 from kaio.dialects.tile_layout import Bit, Distribution, layout_of
 from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering, register_parts
@@ -271,6 +271,10 @@ def pair_of(em: PtxEmitter, value: SSAValue, r: int) -> Lanes:
     return Lanes(value.type.element_type, parts[r], parts[r + 1], em.packed.get((value, r)))  # type: ignore[attr-defined]
 
 
+WORD_USERS: tuple[type[Operation], ...] = (tile.StoreOp, tile.MapOp, tile.ConvertLayoutOp, smem.StoreOp)
+"""Users that take a 16-bit tile's registers two at a time, as packed words."""
+
+
 class MapElements:
     """A map's region, one register at a time, or two (``pair``: packed 16-bit arithmetic, see
     ``half_pairs``). A load only this map uses is streamed: each group of its registers is
@@ -283,7 +287,7 @@ class MapElements:
         self.yielded = op.block.last_op.operands[0]  # type: ignore[union-attr]
         # pairs pay when their words flow on: into stores and maps (an mma operand, a reduction
         # takes registers one by one, and pairing its producer only reorders the code)
-        takes_words = all(isinstance(use.operation, tile.StoreOp | tile.MapOp | tile.ConvertLayoutOp) for use in op.result.uses)
+        takes_words = all(isinstance(use.operation, WORD_USERS) for use in op.result.uses)
         self.paired = takes_words and distribution(em, op.result.type).registers % 2 == 0 and worth_pairing(em, op.block)
 
     def value(self, r: int) -> SSAValue:
@@ -298,6 +302,17 @@ class MapElements:
             return Lanes(self.yielded.type, self.value(r), self.value(r + 1))
         args = [self.streamed[i].pair(r) if i in self.streamed else pair_of(self.em, x, r) for i, x in enumerate(self.op.inputs)]
         return lower_pair(self.em, self.op.block, args)
+
+
+def tile_elements(em: PtxEmitter, value: SSAValue) -> tuple[Callable[[int], SSAValue], Callable[[int], Lanes]]:
+    """(register r, registers r and r+1) of a tile value for a streaming user: a deferred map's
+    are computed as they are asked for (the elementwise code that makes the value, streamed),
+    another value's are read off its lowered registers."""
+    if value in em.deferred:
+        elements = MapElements(em, value.owner)  # type: ignore[arg-type]
+        return elements.value, elements.pair
+    parts = em.parts(value)
+    return parts.__getitem__, lambda r: pair_of(em, value, r)
 
 
 STREAMING_USERS: dict[type[Operation], Callable[[PtxEmitter, Operation], bool]] = {tile.StoreOp: lambda em, op: True}
@@ -662,14 +677,7 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     _require_alignment(em, view.array, vec * access.eb)
     spec, _, _ = _word_spec(t, vec)
     words = access.eb == 2 and vec >= 2  # 16-bit pairs go as packed words
-    if op.value in em.deferred:  # the elementwise code that makes the value, streamed
-        elements = MapElements(em, op.value.owner)  # type: ignore[arg-type]
-        element: Callable[[int], SSAValue] = elements.value
-        pair: Callable[[int], Lanes] = elements.pair
-    else:
-        parts = em.parts(op.value)
-        element = parts.__getitem__
-        pair = lambda r: pair_of(em, op.value, r)  # noqa: E731
+    element, pair = tile_elements(em, op.value)
     owner = owner_predicate(em, dist)
     runs = _store_runs(view, dist, t)
     if runs:

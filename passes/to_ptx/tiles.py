@@ -9,26 +9,47 @@ the view's bounds (hardware zero-fill), ``smem.copy`` loads and stores synchrono
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from xdsl.dialects.builtin import bf16, f32, i1, i16, i32, i64
 from xdsl.ir import SSAValue
 
 from kaio.dialects import cpasync, ptx, smem, tile
+from kaio.dialects.tile_layout import Distribution
 from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, float_spec, mem_spec
 from kaio.passes.to_ptx.kernel_ops import linear_thread_id
 from kaio.passes.tile_layout import divisibility
-from kaio.passes.to_ptx.tile_values import add32
-from kaio.passes.to_ptx.tile_values import distribution, owner_predicate, thread_base, view_of
+from kaio.passes.to_ptx.relayout import FENCE_BYTES
+from kaio.passes.to_ptx.shared_reuse import REUSE_DEAD, reuse_or_declare, wait_for_async_accesses
+from kaio.passes.to_ptx.tile_values import (
+    STREAMING_USERS,
+    add32,
+    distribution,
+    owner_predicate,
+    thread_base,
+    tile_elements,
+    view_of,
+)
 
 # --------------------------------------------------------------------------- shared buffers
 
 
 @lowering(smem.AllocOp)
 def lower_alloc(em: PtxEmitter, op: smem.AllocOp) -> None:
+    """A ``.shared`` buffer; one marked ``kaio.reuse_dead`` (an epilogue's scratch, allocated
+    where it is first needed) takes the bytes of buffers dead by then, once their asynchronous
+    accesses are done (``shared_reuse``)."""
     buffer = op.result.type
-    em.bind(op.result, em.shared(op.sym_name.data, buffer.total_bytes, buffer.layout.alignment()))
+    nbytes, align = buffer.total_bytes, buffer.layout.alignment()
+    if REUSE_DEAD not in op.attributes:
+        em.bind(op.result, em.shared(op.sym_name.data, nbytes, align))
+        return
+    address, reused = reuse_or_declare(em, op, op.sym_name.data, nbytes, align)
+    if reused:
+        wait_for_async_accesses(em)
+    em.bind(op.result, address)
 
 
 @lowering(smem.AddressOp)
@@ -191,19 +212,86 @@ def lower_wait(em: PtxEmitter, op: cpasync.WaitOp) -> None:
 # --------------------------------------------------------------------------- registers -> shared
 
 
+def _bit_linear(buffer: smem.BufferType) -> bool:
+    """Whether the layout's offset is linear over the bits of (row, col): an XOR swizzle of
+    bit fields (power-of-two tiles)."""
+    rows, cols = buffer.tile
+    return buffer.layout.kind.data in ("swizzle", "wgmma") and not (rows & (rows - 1) or cols & (cols - 1))
+
+
+def register_addresses(em: PtxEmitter, buffer: smem.BufferType, dist: Distribution, dst: SSAValue) -> Callable[[int], tuple[SSAValue, int]]:
+    """(address, immediate) of each register's element of a ``dist`` tile in ``buffer`` at ``dst``.
+
+    The thread's part of the offset is computed once and each register's constant part folded
+    in where the layout allows. Pad and plain layouts add: the register's offset is an
+    immediate. The XOR swizzles of power-of-two tiles are linear over bits, and a thread's
+    coordinate bits and a register's are disjoint (each bit has one owner), so offset(thread
+    | reg) = offset(thread) ^ offset(reg): the register's bits no thread offset can have are an
+    immediate, the others one xor per distinct value (the few swizzled chunk indices)."""
+    rows, cols = buffer.tile
+    eb, layout = buffer.elem_bytes, buffer.layout
+    base = thread_base(em, dist)
+
+    def constant(coord: tuple[int, ...]) -> int:
+        return layout.offset(coord[0], coord[1], cols, eb, rows)
+
+    if layout.kind.data in ("none", "pad"):
+        start = em.instr(ptx.AddOp, "s32", [dst, shared_offset(em, buffer, base[0], base[1])], i32)
+        return lambda r: (start, constant(dist.offsets[r]))
+    if not _bit_linear(buffer):
+
+        def element_address(r: int) -> tuple[SSAValue, int]:
+            row, col = (add32(em, base[d], dist.offsets[r][d]) for d in range(2))
+            return em.instr(ptx.AddOp, "s32", [dst, shared_offset(em, buffer, row, col)], i32), 0
+
+        return element_address
+    thread = shared_offset(em, buffer, base[0], base[1])
+    reachable = 0  # every bit some thread's offset can have
+    for bit in dist.thread_bits():
+        if bit is not None:
+            reachable |= constant(tuple(1 << bit[1] if d == bit[0] else 0 for d in range(2)))
+    starts: dict[int, SSAValue] = {}
+
+    def swizzled_address(r: int) -> tuple[SSAValue, int]:
+        c = constant(dist.offsets[r])
+        mixed = c & reachable
+        if mixed not in starts:
+            offset = em.instr(ptx.XorOp, "b32", [thread, em.const(mixed, i32)], i32) if mixed else thread
+            starts[mixed] = em.instr(ptx.AddOp, "s32", [dst, offset], i32)
+        return starts[mixed], c & ~reachable
+
+    return swizzled_address
+
+
 @lowering(smem.StoreOp)
 def lower_smem_store(em: PtxEmitter, op: smem.StoreOp) -> None:
-    """Each thread writes the elements it holds (one copy of each) at the layout's offsets."""
+    """Each thread writes the elements it holds (one copy of each) at the layout's offsets, two
+    at a time where it holds a row's consecutive pairs (16-bit pairs as packed words, 32-bit
+    ones as ``v2``). A map only this store uses is computed as it is written (an epilogue:
+    the whole tile of results is never live), fenced as ``relayout``'s writes are."""
     buffer = op.dst.type
     assert isinstance(buffer, smem.BufferType)
     dist = distribution(em, op.value.type)
     t = buffer.element_type
-    base, owner, parts = thread_base(em, dist), owner_predicate(em, dist), em.parts(op.value)
-    dst = em.value(op.dst)
-    for r, off in enumerate(dist.offsets):
-        row, col = (add32(em, base[d], off[d]) for d in range(2))
-        addr = em.instr(ptx.AddOp, "s32", [dst, shared_offset(em, buffer, row, col)], i32)
-        em.emit(ptx.StOp(f"shared.{mem_spec(t)}", [addr, parts[r]], guard=owner))
+    eb = element_bytes(t)
+    vec = 2 if dist.contiguous(1) >= 2 and eb in (2, 4) else 1
+    owner, address = owner_predicate(em, dist), register_addresses(em, buffer, dist, em.value(op.dst))
+    element, pair = tile_elements(em, op.value)
+    fence_every = FENCE_BYTES // eb if op.value in em.deferred else 0
+    for r in range(0, dist.registers, vec):
+        if fence_every and r % fence_every == 0:
+            em.emit(ptx.MembarOp("cta"))
+        if vec == 1:
+            spec, data = mem_spec(t), [element(r)]
+        elif eb == 2:
+            spec, data = "b32", [pair(r).packed(em)]
+        else:
+            spec, data = f"v2.{mem_spec(t)}", [element(r), element(r + 1)]
+        addr, imm = address(r)
+        em.emit(ptx.StOp(f"shared.{spec}", [addr, *data], guard=owner, offset=imm))
+
+
+STREAMING_USERS[smem.StoreOp] = lambda em, op: True
 
 
 # --------------------------------------------------------------------------- SIMT dot

@@ -49,12 +49,15 @@ def test_keys_and_values_come_by_rank_3_tensor_maps():
     kernel = configured_kernel(dtypes.f16, config)
     meta = {"BM": config.block_m, "BN": config.block_n, "BD": 64, "CAUSAL": False, "HAS_LENS": False}
     compiled = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16),), **meta)
-    assert [(t.array, t.dims, t.strides, t.box) for t in compiled.tensor_maps] == [
-        (name, ("D", "SK", "2147483647"), ("D", "(SK * D)"), (64, config.block_n, 1)) for name in ("k", "v")
-    ]
-    assert compiled.ptx.count("cp.async.bulk.tensor.3d") == 2 * 2  # prologue + loop, K and V
+    maps = {t.array: (t.dims, t.strides, t.box) for t in compiled.tensor_maps}
+    assert maps == {
+        **{name: (("D", "SK", "2147483647"), ("D", "(SK * D)"), (64, config.block_n, 1)) for name in ("k", "v")},
+        "o": (("D", "SQ", "2147483647"), ("D", "(SQ * D)"), (64, config.block_m, 1)),  # store-tma's, by head too
+    }
+    assert compiled.ptx.count("cp.async.bulk.tensor.3d.shared::cluster") == 2 * 2  # prologue + loop, K and V
+    assert compiled.ptx.count("cp.async.bulk.tensor.3d.global.shared::cta") == 1  # O
     lens = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16),), **{**meta, "HAS_LENS": True})
-    assert not lens.tensor_maps, "a per-batch key count read from memory: no map describes it"
+    assert [t.array for t in lens.tensor_maps] == ["o"], "a per-batch key count read from memory: no map describes K, V"
 
 
 @pytest.mark.parametrize("h, hkv, sq, sk, causal, lens", [
@@ -74,7 +77,9 @@ def test_attention_with_tma_matches_the_reference(rng, h, hkv, sq, sk, causal, l
         attention(dev.alloc_from(q), dev.alloc_from(k), dev.alloc_from(v), causal=causal, out=out, **kw)
     mix = dev.last_launch_report.by_class  # the main kernel's (decoding: the combine step's)
     if sq > 1:
-        assert (mix["cp.async.bulk.tensor.3d"] > 0) == (lens is None) and (mix["cp.async"] > 0) == (lens is not None)
+        # K and V by TMA, or by cp.async where key counts come from memory; O by TMA either way
+        assert mix["cp.async.bulk.tensor.3d"] > 0 and mix["cp.async.bulk.commit_group"] > 0
+        assert (mix["cp.async"] > 0) == (lens is not None)
     want, _ = reference(q, k, v, causal, lens=lens)
     got = out.to_host().astype(np.float64)
     assert not np.isnan(got).any() and np.abs(got - want).max() <= BOUND

@@ -571,9 +571,9 @@ def test_without_a_driver_loading_says_why() -> None:
 
 
 def test_a_tma_kernel_gets_its_tensor_maps_from_the_driver(gpu: kaio.Device, fake: FakeDriver) -> None:
-    """On a Hopper GPU the sm_90a matmul's K loop runs on TMA: each launch passes the
-    CUtensorMaps cuTensorMapEncodeTiled built from the arguments, after the user's parameters
-    (remembered: the same arguments encode nothing new)."""
+    """On a Hopper GPU the sm_90a matmul's K loop runs on TMA and C leaves by TMA: each launch
+    passes the CUtensorMaps cuTensorMapEncodeTiled built from the arguments (C's, then A's and
+    B's), after the user's parameters (remembered: the same arguments encode nothing new)."""
     from kaio.ops_library import matmul
 
     m, n, k = 128, 96, 64
@@ -582,10 +582,10 @@ def test_a_tma_kernel_gets_its_tensor_maps_from_the_driver(gpu: kaio.Device, fak
     for _ in range(2):
         matmul(a, b, c)
     encodes = [args for name, args in fake.calls if name == "cuTensorMapEncodeTiled"]
-    assert len(encodes) == 2 and len(fake.launches) == 2
+    assert len(encodes) == 3 and len(fake.launches) == 2
     raw = fake.launches[-1]["raw"]
-    assert raw[:3] == [struct.pack("<Q", x.ptr) for x in (a, b, c)] and len(raw) == 9 + 2
-    assert [len(blob) for blob in raw[9:]] == [128, 128] and raw[9] != raw[10]
+    assert raw[:3] == [struct.pack("<Q", x.ptr) for x in (a, b, c)] and len(raw) == 9 + 3
+    assert [len(blob) for blob in raw[9:]] == [128] * 3 and len(set(raw[9:])) == 3
     for blob, (tmap,) in zip(raw[9:], encodes):  # each the opaque words the driver returned
         assert list(struct.unpack("<16Q", blob)) == [int(w) for w in tmap.opaque]
 
