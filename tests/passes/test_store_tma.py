@@ -16,8 +16,10 @@ import kaio.tile as kt
 from kaio import dtypes
 from kaio.compiled import TensorMapParam
 from kaio.ops_library import matmul
-from kaio.ops_library.matmul_config import WGMMA_CONFIGS
+from kaio.errors import KaioTargetError
+from kaio.ops_library.matmul_config import TENSOR_CORE_CONFIGS, WGMMA_CONFIGS
 from kaio.ops_library.matmul_kernel import MatmulKernel
+from kaio.passes.store_tma import StoreTmaPass
 from kaio.prelude import Array, MutArray, f16, f32, i32
 from kaio.targets.ptx import toolchain
 
@@ -163,3 +165,10 @@ def test_every_wgmma_config_assembles_with_utmastg_and_no_spills(config):
     sass = toolchain.disassemble(report.cubin)
     assert "UTMASTG.2D" in sass and not re.search(r"\bSTG\b", sass)
 
+
+
+def test_store_tma_on_a_target_without_tma_names_the_feature_and_the_minimum_sm():
+    kernel = MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), TENSOR_CORE_CONFIGS[0])
+    pipeline = kernel.default_pipeline("sm_80").insert(StoreTmaPass(), after="tile-layout")
+    with pytest.raises(KaioTargetError, match=r"fence.proxy.async needs sm_90 or newer; the target is sm_80"):
+        kaio.compile(kernel, "sm_80", pipeline=pipeline)
