@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import sys
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -149,6 +150,7 @@ class Matmul:
         if m == 0 or n == 0:
             return ops.result(oc, out)
         kernel = self.kernel(oa, ob, oc, m, n, k, config, dev, obias, activation)
+        kernel = replace(kernel, alpha_beta=(alpha != 1.0, beta != 0.0))  # the terms this call has
         launch(kernel, oa.value, ob.value, oc.value, obias.value if obias else None, m, n, k, alpha, beta, dev)
         return ops.result(oc, out)
 

@@ -33,6 +33,7 @@ from kaio.ops_library.matmul_config import MatmulConfig
 from kaio.pipeline import Pipeline
 from kaio.prelude import Array, MutArray, exp, f32, i32, tanh
 
+SCALED, HAS_C, HAS_BIAS = 1, 2, 4  # the epilogue's terms (bits of TERMS)
 INPUT_TYPES = (dtypes.f16, dtypes.bf16, dtypes.f32)
 OUTPUT_TYPES = (dtypes.f32, dtypes.f16, dtypes.bf16)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
@@ -53,9 +54,19 @@ def activate(x: f32, ACT: i32) -> f32:  # noqa: N803
 
 
 @kaio.device
-def epilogue(acc: f32, c: f32, bias: f32, alpha: f32, beta: f32, ACT: i32) -> f32:  # noqa: N803
-    """``act(alpha * acc + beta * c + bias)``, elementwise (lifted over tiles)."""
-    return activate(alpha * acc + beta * c + bias, ACT)
+def epilogue(acc: f32, c: f32, bias: f32, alpha: f32, beta: f32, ACT: i32, TERMS: i32) -> f32:  # noqa: N803
+    """``act(alpha * acc + beta * c + bias)``, elementwise (lifted over tiles). TERMS says which
+    terms a launch has (bits: SCALED alpha != 1, HAS_C beta != 0, HAS_BIAS); like ACT it is a
+    compile-time constant at every call, so ``act(acc)`` is all a plain product computes (no
+    multiply by 1, no C read to multiply by 0, no add of a zero bias)."""
+    x = acc
+    if TERMS & SCALED != 0:
+        x = alpha * x
+    if TERMS & HAS_C != 0:
+        x = x + beta * c
+    if TERMS & HAS_BIAS != 0:
+        x = x + bias
+    return activate(x, ACT)
 
 
 @cache
@@ -67,7 +78,7 @@ def matmul_tile_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, BIAS: dtyp
                m: i32, n: i32, k: i32, alpha: f32, beta: f32,
                BM: kaio.constexpr = 128, BN: kaio.constexpr = 128, BK: kaio.constexpr = 32,
                GROUP: kaio.constexpr = 8, BASE_A: kaio.constexpr = 16, BASE_B: kaio.constexpr = 16,
-               BASE_C: kaio.constexpr = 16, HAS_BIAS: kaio.constexpr = False, ACT: kaio.constexpr = 0,
+               BASE_C: kaio.constexpr = 16, TERMS: kaio.constexpr = SCALED | HAS_C, ACT: kaio.constexpr = 0,
                SPLIT_K: kaio.constexpr = 1):  # fmt: skip
         a, b, c = kt.multiple_of(a, BASE_A), kt.multiple_of(b, BASE_B), kt.multiple_of(c, BASE_C)
         # which tile of C this program owns, in grouped order
@@ -89,12 +100,12 @@ def matmul_tile_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, BIAS: dtyp
         for k0 in range(k_lo, k_hi, BK):
             acc = kt.dot(kt.load(a, (m0, k0), (BM, BK), (m, k)), kt.load(b, (k0, n0), (BK, BN), (k, n)), acc)
 
-        c_rows = m if beta != 0.0 else 0  # C is read only where beta != 0 (no branch: one fused epilogue)
-        c_old = f32(kt.load(c, (m0, n0), (BM, BN), (c_rows, n)))
-        bias_row = kt.zeros((BN,), f32)
-        if HAS_BIAS:
-            bias_row = f32(kt.load(bias, (n0,), (BN,), (n,)))
-        out = epilogue(acc, c_old, kt.expand_dims(bias_row, 0), alpha, beta, ACT)
+        c_old, bias_row = kt.zeros((BM, BN), f32), kt.zeros((1, BN), f32)
+        if TERMS & HAS_C != 0:  # rows: none where beta == 0 (0 * C must not read C: it may hold NaN)
+            c_old = f32(kt.load(c, (m0, n0), (BM, BN), (m if beta != 0.0 else 0, n)))
+        if TERMS & HAS_BIAS != 0:
+            bias_row = kt.expand_dims(f32(kt.load(bias, (n0,), (BN,), (n,))), 0)
+        out = epilogue(acc, c_old, bias_row, alpha, beta, ACT, TERMS)
         kt.store(c, (row0 + m0, n0), OUT(out), (row0 + m, n))
 
     return matmul
@@ -107,18 +118,18 @@ def splitk_reduce_kernel(OUT: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any
     @kaio.tile_kernel(num_warps=4, num_stages=0)
     def splitk_reduce(partial: Array[f32], c: MutArray[OUT], bias: Array[BIAS], m: i32, n: i32,
                       splits: i32, alpha: f32, beta: f32, BM: kaio.constexpr = 32,
-                      BN: kaio.constexpr = 128, HAS_BIAS: kaio.constexpr = False,
+                      BN: kaio.constexpr = 128, TERMS: kaio.constexpr = SCALED | HAS_C,
                       ACT: kaio.constexpr = 0):  # fmt: skip
         m0, n0 = i32(kt.program_id(0)) * BM, i32(kt.program_id(1)) * BN
         acc = kt.zeros((BM, BN), f32)
         for s in range(splits):
             acc = acc + kt.load(partial, (s * m + m0, n0), (BM, BN), (s * m + m, n))
-        c_rows = m if beta != 0.0 else 0
-        c_old = f32(kt.load(c, (m0, n0), (BM, BN), (c_rows, n)))
-        bias_row = kt.zeros((BN,), f32)
-        if HAS_BIAS:
-            bias_row = f32(kt.load(bias, (n0,), (BN,), (n,)))
-        kt.store(c, (m0, n0), OUT(epilogue(acc, c_old, kt.expand_dims(bias_row, 0), alpha, beta, ACT)), (m, n))
+        c_old, bias_row = kt.zeros((BM, BN), f32), kt.zeros((1, BN), f32)
+        if TERMS & HAS_C != 0:  # rows: none where beta == 0 (0 * C must not read C: it may hold NaN)
+            c_old = f32(kt.load(c, (m0, n0), (BM, BN), (m if beta != 0.0 else 0, n)))
+        if TERMS & HAS_BIAS != 0:
+            bias_row = kt.expand_dims(f32(kt.load(bias, (n0,), (BN,), (n,))), 0)
+        kt.store(c, (m0, n0), OUT(epilogue(acc, c_old, bias_row, alpha, beta, ACT, TERMS)), (m, n))
 
     return splitk_reduce
 
@@ -159,6 +170,15 @@ class MatmulKernel:
     activation: str | None = None
     divisible: tuple[tuple[str, int], ...] = (("m", 16), ("n", 16), ("k", 16))
     """What a compile without a launch assumes of m, n, k (a launch specializes on the real ones)."""
+    alpha_beta: tuple[bool, bool] = (True, True)
+    """Whether the epilogue multiplies by alpha and reads C: a call with alpha == 1 and beta == 0
+    (a plain product) runs the kernel with neither."""
+
+    @property
+    def terms(self) -> int:
+        """The epilogue's terms (:func:`epilogue`'s TERMS bits)."""
+        scaled, reads_c = self.alpha_beta
+        return SCALED * scaled | HAS_C * reads_c | HAS_BIAS * (self.bias_dtype is not None)
 
     @property
     def name(self) -> str:
@@ -181,7 +201,7 @@ class MatmulKernel:
         return {
             "BM": bm, "BN": bn, "BK": bk, "GROUP": max(self.config.group, 1),
             "BASE_A": self.align[0], "BASE_B": self.align[1], "BASE_C": 16 if self.split else self.align[2],
-            "HAS_BIAS": self.bias_dtype is not None and not self.split,
+            "TERMS": 0 if self.split else self.terms,
             "ACT": 0 if self.split else ACTIVATIONS[self.activation], "SPLIT_K": self.config.split_k,
         }  # fmt: skip
 
@@ -218,5 +238,5 @@ class MatmulKernel:
         reduce = splitk_reduce_kernel(self.out_dtype, self.bias_dtype or self.out_dtype)
         bm, bn = REDUCE_TILE
         reduce.launch(device, partial, c, bias, m, n, splits, alpha, beta, grid=((m + bm - 1) // bm, (n + bn - 1) // bn),
-                      BM=bm, BN=bn, HAS_BIAS=self.bias_dtype is not None, ACT=ACTIVATIONS[self.activation])  # fmt: skip
+                      BM=bm, BN=bn, TERMS=self.terms, ACT=ACTIVATIONS[self.activation])  # fmt: skip
         partial.free()

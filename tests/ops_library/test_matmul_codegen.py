@@ -88,13 +88,13 @@ def test_without_pipelining_there_are_no_async_copies():
 def test_every_candidate_config_and_its_split_k_variant_has_no_spills(arch):
     """The autotune space (small tiles and split-K variants included) and the split-K reduction."""
     from kaio.ops_library.matmul_config import TENSOR_CORE_CONFIGS
-    from kaio.ops_library.matmul_kernel import splitk_reduce_kernel
+    from kaio.ops_library.matmul_kernel import HAS_BIAS, HAS_C, SCALED, splitk_reduce_kernel
 
     for config in (*TENSOR_CORE_CONFIGS, TENSOR_CORE_CONFIGS[-1].with_split_k(4)):
         kernel = MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), config)
         report = assemble(kernel, arch)
         print(f"{config.key()} {arch}: {report.registers['matmul']} registers")
         assert report.spill_stores["matmul"] == 0 and report.spill_loads["matmul"] == 0
-    reduce = kaio.compile(splitk_reduce_kernel(dtypes.f16, dtypes.f16), arch, BM=32, BN=128, HAS_BIAS=True, ACT=2)
+    reduce = kaio.compile(splitk_reduce_kernel(dtypes.f16, dtypes.f16), arch, BM=32, BN=128, TERMS=SCALED | HAS_C | HAS_BIAS, ACT=2)
     report = toolchain.assemble(reduce.ptx, arch)
     assert report.spill_stores["splitk_reduce"] == 0
