@@ -47,6 +47,9 @@ from kaio.passes.to_ptx.shared_reuse import REUSE_DEAD
 
 log = logging.getLogger("kaio.passes")
 STORE_LAYOUT = smem.LayoutAttr("wgmma")  # TMA's swizzled boxes, one per column panel
+MAX_STAGING_BYTES = 128 * 1024
+"""The largest tile staged (the sm_90a default's 128 x 256 f32 C): it mostly takes a dead ring's
+bytes, but a kernel without one must find them beside its other buffers (227 KiB a block)."""
 
 
 @dataclass
@@ -96,6 +99,8 @@ def plan_store(store: tile.StoreOp, func: kernel.KernelFuncOp) -> TmaStore | str
     span = STORE_LAYOUT.panel_span(shape[1], eb)
     if eb not in (2, 4) or not span or shape[0] % 8:
         return f"a {shape[0]} x {shape[1]} tile of {eb}-byte elements is not whole swizzled panels"
+    if buffer.total_bytes > MAX_STAGING_BYTES:
+        return f"its {buffer.total_bytes // 1024} KiB would not fit in shared memory beside a K loop's ring"
     if func.block_shape[1:] != (1, 1):
         return "the block is not 1-D (thread 0 issues the stores)"
     if _under_branch(store, func):

@@ -172,3 +172,18 @@ def test_store_tma_on_a_target_without_tma_names_the_feature_and_the_minimum_sm(
     pipeline = kernel.default_pipeline("sm_80").insert(StoreTmaPass(), after="tile-layout")
     with pytest.raises(KaioTargetError, match=r"fence.proxy.async needs sm_90 or newer; the target is sm_80"):
         kaio.compile(kernel, "sm_80", pipeline=pipeline)
+
+
+@kaio.tile_kernel(num_warps=16, num_stages=1)
+def wide_tile(a: Array[f16], b: Array[f16], c: MutArray[f32], n: i32):
+    """A 256 x 256 f32 accumulator: 256 KiB staged would exceed a block's shared memory."""
+    a, b, c = kt.multiple_of(a, 16), kt.multiple_of(b, 16), kt.multiple_of(c, 16)
+    acc = kt.dot(kt.load(a, (0, 0), (256, 16), (n, 16)), kt.load(b, (0, 0), (16, 256), (16, n)), kt.zeros((256, 256), f32))
+    kt.store(c, (0, 0), acc, (n, n))
+
+
+def test_a_tile_too_large_to_stage_keeps_st_global_with_a_debug_note(caplog):
+    with caplog.at_level(logging.DEBUG, logger="kaio.passes"):
+        ptx = kaio.compile(wide_tile, "sm_90a", __divisible__=(("n", 16),)).ptx
+    assert TMA_STORE not in ptx and "st.global" in ptx
+    assert any("store-tma" in r.message and "256 KiB would not fit" in r.message for r in caplog.records)
