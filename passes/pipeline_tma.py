@@ -25,9 +25,10 @@ iterations and would otherwise add one of its own for the same reason.
 
 Each operand gets a ``!kernel.tensor_map`` parameter whose recipe the runtime builds the map
 from at every launch (``kaio.runtime.tensor_maps``); which views a map can describe is
-``tensor_map_views``'s to say. A loop with any copy that does not qualify (another layout, a
-computed extent, an unproven alignment, a 2-D block, a loop nested in another: its barriers
-would need initialising again) is left to
+``tensor_map_views``'s to say. A K loop nested in other loops (a tile loop, a persistent
+program) initialises its barriers once, before them, and carries its ring's state through them
+(:func:`pipeline_loop`). A loop with any copy that does not qualify (another layout, a computed
+extent, an unproven alignment, a 2-D block, a loop under a branch) is left to
 ``pipeline-cp-async``, with a debug note on the ``kaio.passes`` logger saying why.
 """
 
@@ -141,7 +142,8 @@ class _Issuer:
 
 def _prepare(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp,
              outer: IndexBuilder) -> _Issuer:  # fmt: skip
-    """Rings filled by TMA, one tensor-map parameter per operand, the stages' (full) barriers."""
+    """Rings filled by TMA, one tensor-map parameter per operand, the stages' (full) barriers
+    (``outer``: where the kernel's top level reaches the loop, before its outermost loop)."""
     body = loop.body.block
     slice_ops = load_slice(body, [v for p in plans for v in p.coords])
     rings = make_rings([p.copy for p in plans], stages, "pipeline-tma")
@@ -170,9 +172,10 @@ def _init_barriers(outer: IndexBuilder, leader: SSAValue, rings: list[tuple[SSAV
 Tail = Callable[[IndexBuilder, Block, SSAValue], None]  # (builder, new body, write stage)
 
 
-def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail) -> None:
-    """The loop, carrying the read and write stages and the read stage's phase parity: it
-    waits for its tile, computes on the read stage, then ``tail`` refills or releases."""
+def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail, start: list[SSAValue] | None = None) -> scf.ForOp:
+    """The loop, carrying the read and write stages and the read stage's phase parity (from
+    ``start``; default: a fresh ring) : it waits for its tile, computes on the read stage, then
+    ``tail`` refills or releases."""
     body = loop.body.block
     n = len(body.args)
     new_body = Block(arg_types=[*body.arg_types, i32, i32, i32])
@@ -190,8 +193,9 @@ def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail) -> 
     next_read = next_stage(ix, read, stages)
     ix.b.insert(scf.YieldOp(*carried, next_read, next_stage(ix, write, stages), _flip_on_wrap(ix, phase, next_read)))
 
-    outer = IndexBuilder(Builder(InsertPoint.before(loop)))
-    start = [outer.const(0), outer.const(stages - 1), outer.const(0)]
+    if start is None:
+        outer = IndexBuilder(Builder(InsertPoint.before(loop)))
+        start = [outer.const(0), outer.const(stages - 1), outer.const(0)]
     new_loop = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, *start], new_body)
     Rewriter.insert_op(new_loop, InsertPoint.before(loop))
     for old, new in zip(loop.results, new_loop.results):
@@ -199,6 +203,7 @@ def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail) -> 
     loop.detach()
     loop.erase()
     erase_single_buffers(issuer.rings)
+    return new_loop
 
 
 def _flip_on_wrap(ix: IndexBuilder, phase: SSAValue, stage: SSAValue) -> SSAValue:
@@ -207,19 +212,79 @@ def _flip_on_wrap(ix: IndexBuilder, phase: SSAValue, stage: SSAValue) -> SSAValu
     return ix.b.insert(arith.XOrIOp(phase, ix.b.insert(arith.ExtUIOp(wrapped, i32)).result)).result
 
 
-def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp) -> None:
-    """Every warp computes; thread 0 also issues the loads, S - 1 tiles ahead."""
+def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp,
+                  enclosing: list[scf.ForOp]) -> None:  # fmt: skip
+    """Every warp computes; thread 0 also issues the loads, S - 1 tiles ahead.
+
+    A K loop inside ``enclosing`` loops (outermost first: a tile loop, a persistent program)
+    initialises its barriers once, before them, and continues the ring where its previous run
+    left it: the read stage and its phase parity are carried through every enclosing loop, so
+    each barrier's phases keep counting. A run loads only its own tiles, so nothing is in flight
+    when it ends; a block barrier before the next run's prologue makes sure every warp is done
+    reading the stages it refills."""
+    top = IndexBuilder(Builder(InsertPoint.before(enclosing[0] if enclosing else loop)))
+    issuer = _prepare(loop, plans, stages, func, top)
+    _init_barriers(top, issuer.leader, [(issuer.barriers, 1)], stages)
+    ring = carry_ring_state(enclosing, top) if enclosing else None
     outer = IndexBuilder(Builder(InsertPoint.before(loop)))
-    issuer = _prepare(loop, plans, stages, func, outer)
-    _init_barriers(outer, issuer.leader, [(issuer.barriers, 1)], stages)
-    for s in range(stages - 1):  # prologue: tiles 0 .. S-2
-        issuer.issue(outer, outer.add(loop.lb, outer.mul(loop.step, outer.const(s))), outer.const(s))
+    if ring is None:
+        first, phase = outer.const(0), outer.const(0)
+    else:
+        first, phase = ring.inside
+        outer.b.insert(kernel.BarrierOp())  # the previous run's readers are done with its stages
+    stage = first
+    for s in range(stages - 1):  # prologue: tiles 0 .. S-2, into the stages from the first on
+        issuer.issue(outer, outer.add(loop.lb, outer.mul(loop.step, outer.const(s))), stage)
+        stage = next_stage(outer, stage, stages)
 
     def refill(ix: IndexBuilder, body: Block, write: SSAValue) -> None:
         ix.b.insert(kernel.BarrierOp()).attributes[REFILL_BARRIER] = UnitAttr()
         issuer.issue(ix, ix.add(body.args[0], ix.mul(loop.step, ix.const(stages - 1))), write)
 
-    _rebuild_loop(loop, issuer, stages, refill)
+    new_loop = _rebuild_loop(loop, issuer, stages, refill, [first, stage, phase])
+    if ring is not None:
+        read, _, next_phase = new_loop.results[-3:]
+        ring.close([read, next_phase])
+
+
+@dataclass
+class CarriedRing:
+    """A ring's (read stage, phase parity) carried through a nest of loops: ``inside`` is its
+    value where the innermost body starts; :meth:`close` yields the value its run leaves."""
+
+    loops: list[scf.ForOp]  # outermost first, rebuilt with the two values carried
+    inside: list[SSAValue]
+
+    def close(self, values: list[SSAValue]) -> None:
+        for loop in reversed(self.loops):
+            old_yield = loop.body.block.last_op
+            assert isinstance(old_yield, scf.YieldOp)
+            Rewriter.replace_op(old_yield, scf.YieldOp(*old_yield.arguments, *values))
+            values = list(loop.results[-2:])
+
+
+def carry_ring_state(enclosing: list[scf.ForOp], top: IndexBuilder) -> CarriedRing:
+    """Rebuild each enclosing loop with two more loop-carried values, a fresh ring's (0, 0)."""
+    values: list[SSAValue] = [top.const(0), top.const(0)]
+    rebuilt = []
+    for loop in enclosing:
+        body = loop.body.block
+        new_body = Block(arg_types=[*body.arg_types, i32, i32])
+        for old, new in zip(body.args, new_body.args):
+            old.replace_all_uses_with(new)
+        for op in list(body.ops):
+            op.detach()
+            new_body.add_op(op)
+        new_loop = scf.ForOp(loop.lb, loop.ub, loop.step, [*loop.iter_args, *values], new_body)
+        Rewriter.insert_op(new_loop, InsertPoint.before(loop))
+        for old, new in zip(loop.results, new_loop.results):
+            old.replace_all_uses_with(new)
+        loop.detach()
+        loop.erase()
+        rebuilt.append(new_loop)
+        values = list(new_body.args[-2:])
+    return CarriedRing(rebuilt, values)
+
 
 
 def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp) -> None:
@@ -307,12 +372,28 @@ class PipelineTmaPass(ModulePass):
             why = next((p for p in plans if isinstance(p, str)), None)
             if func.block_shape[1:] != (1, 1):
                 why = "the block is not 1-D (thread 0 issues the copies)"
-            if loop.parent_block() is not func.body.block:  # re-initialising live mbarriers is not allowed
-                why = "the loop is nested (its mbarriers are initialised once, before a top-level loop)"
+            enclosing = enclosing_loops(loop, func)
+            if enclosing is None:
+                why = "the loop is under a branch (its ring state could not be carried past it)"
             if why is not None:
                 log.debug("pipeline-tma: a K loop of kernel %s keeps cp.async: %s", func.sym_name.data, why)
                 continue
-            if self.warp_specialize and func.block_shape[0] % 128 == 0 and kernel.PRODUCER_THREADS_ATTR not in func.attributes:
+            specialize = self.warp_specialize and func.block_shape[0] % 128 == 0
+            if specialize and enclosing:
+                log.debug("pipeline-tma: kernel %s is not warp-specialised: its K loop is nested", func.sym_name.data)
+            if specialize and not enclosing and kernel.PRODUCER_THREADS_ATTR not in func.attributes:
                 specialize_loop(loop, plans, self.stages, func)  # type: ignore[arg-type]
             else:
-                pipeline_loop(loop, plans, self.stages, func)  # type: ignore[arg-type]
+                pipeline_loop(loop, plans, self.stages, func, enclosing)  # type: ignore[arg-type,arg-type]
+
+
+def enclosing_loops(loop: scf.ForOp, func: kernel.KernelFuncOp) -> list[scf.ForOp] | None:
+    """The ``scf.for`` loops around ``loop``, outermost first; None if anything else is."""
+    chain = []
+    op = loop.parent_op()
+    while op is not func:
+        if not isinstance(op, scf.ForOp):
+            return None
+        chain.append(op)
+        op = op.parent_op()
+    return chain[::-1]

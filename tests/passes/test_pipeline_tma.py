@@ -170,15 +170,65 @@ def two_column_blocks(a: Array[f16], b: Array[f16], c: MutArray[f32], m: i32, n:
         kt.store(c, (m0, n0), acc, (m, n))
 
 
-def test_a_nested_k_loop_keeps_cp_async(hopper, rng):
-    m, n, k = 70, 128, 136
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("m, n, k", [(70, 128, 136), (64, 320, 200), (20, 64, 8)])
+def test_a_nested_k_loop_continues_its_ring_across_runs(hopper, rng, stages, m, n, k):
+    """The K loop runs once per column block, its trip count (1 to 4) rarely a multiple of the
+    stages: the read stage and phase parity carried through the outer loop keep every
+    mbarrier's phases counting (a wrong parity would hang the simulator's wait)."""
+    kernel = two_column_blocks.with_options(num_stages=stages)
     a = rng.standard_normal((m, k)).astype(np.float16)
     b = rng.standard_normal((k, n)).astype(np.float16)
     out = hopper.alloc_from(np.full((m, n), np.nan, np.float32))
     with hopper.profiling():
-        two_column_blocks[kaio.cdiv(m, 64)](hopper.alloc_from(a), hopper.alloc_from(b), out, m, n, k)
-    assert hopper.last_launch_report.by_class["cp.async"] > 0
+        kernel[kaio.cdiv(m, 64)](hopper.alloc_from(a), hopper.alloc_from(b), out, m, n, k)
+    mix = hopper.last_launch_report.by_class
+    assert mix["cp.async.bulk.tensor.2d"] > 0 and mix["cp.async"] == 0
     np.testing.assert_allclose(out.to_host(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_a_nested_k_loop_carries_the_ring_state_through_the_outer_loop():
+    facts = (("k", 16), ("n", 16))
+    text = kaio.compile(two_column_blocks, "sm_90a", __divisible__=facts, dump_ir=lambda s, t: None).stages["pipeline-tma"]
+    outer = text.index("scf.for")
+    assert text.index("mbarrier.init") < outer, "initialised once, before the outer loop"
+    inner = text.index("scf.for", outer + 1)
+    assert "kernel.barrier" in text[outer:inner], "the previous run's readers are done before the prologue"
+    assert re.search(r"iter_args\(.*\) -> \(i32, i32\)", text[outer : text.index("\n", outer)])  # read stage, parity
+
+
+@kaio.tile_kernel(num_warps=4, num_stages=2)
+def blocks_if_positive(a: Array[f16], b: Array[f16], c: MutArray[f32], m: i32, n: i32, k: i32):
+    """two_column_blocks with its K loop under a branch."""
+    a, b = kt.multiple_of(a, 16), kt.multiple_of(b, 16)
+    m0 = i32(kt.program_id(0)) * 64
+    for n0 in range(0, n, 64):
+        acc = kt.zeros((64, 64), f32)
+        if k > 0:
+            for k0 in range(0, k, 64):
+                acc = kt.dot(kt.load(a, (m0, k0), (64, 64), (m, k)), kt.load(b, (k0, n0), (64, 64), (k, n)), acc)
+        kt.store(c, (m0, n0), acc, (m, n))
+
+
+def test_a_k_loop_under_a_branch_keeps_cp_async_with_a_debug_note(hopper, rng, caplog):
+    with caplog.at_level(logging.DEBUG, logger="kaio.passes"):
+        ptx = kaio.compile(blocks_if_positive, "sm_90a", __divisible__=(("k", 16), ("n", 16)), dump_ir=lambda s, t: None).ptx
+    assert TMA_LOAD not in ptx and re.search(r"cp\.async\.c[ag]\.shared", ptx)
+    assert any("keeps cp.async" in r.message and "under a branch" in r.message for r in caplog.records)
+    m, n, k = 40, 128, 72
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    out = hopper.alloc_from(np.full((m, n), np.nan, np.float32))
+    blocks_if_positive[1](hopper.alloc_from(a), hopper.alloc_from(b), out, m, n, k)
+    np.testing.assert_allclose(out.to_host(), a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_a_nested_k_loop_is_not_warp_specialised(caplog):
+    spec = "fuse-tile-maps,tile-layout{wgmma=true},promote-to-shared{layout=wgmma},pipeline-tma{stages=2 warp_specialize=true},lower-to-wgmma,canonicalize,cse,lower-to-ptx{arch=sm_90a}"
+    with caplog.at_level(logging.DEBUG, logger="kaio.passes"):
+        compiled = kaio.compile(two_column_blocks, "sm_90a", pipeline=spec, __divisible__=(("k", 16), ("n", 16)), dump_ir=lambda s, t: None)
+    assert compiled.block_size == (128, 1, 1) and TMA_LOAD in compiled.ptx
+    assert any("not warp-specialised" in r.message for r in caplog.records)
 
 
 def test_too_few_stages_is_an_error():
