@@ -235,7 +235,7 @@ def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kern
     stage = first
     for s in range(stages - 1):  # prologue: tiles 0 .. S-2, into the stages from the first on
         issuer.issue(outer, outer.add(loop.lb, outer.mul(loop.step, outer.const(s))), stage)
-        stage = next_stage(outer, stage, stages)
+        stage = next_stage(outer, stage, stages) if ring is not None else outer.const(s + 1)
 
     def refill(ix: IndexBuilder, body: Block, write: SSAValue) -> None:
         ix.b.insert(kernel.BarrierOp()).attributes[REFILL_BARRIER] = UnitAttr()
