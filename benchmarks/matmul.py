@@ -10,7 +10,8 @@ in one run with the same method (CUDA events, median).
 kaio runs its default config (on an H100, which kaio compiles for sm_90a: wgmma with TMA
 loads), the mma.sync default (``DEFAULT_CONFIG``, the same on older GPUs) and ``config="auto"``
 (timed candidates of both kinds, winner cached); on sm_90a also the default wgmma config warp
-specialised (a TMA producer warpgroup) and on cp.async instead of TMA.
+specialised (a TMA producer warpgroup), on cp.async instead of TMA, and the persistent config
+(``persist``: a program per SM walking the C tiles).
 """
 
 from __future__ import annotations
@@ -106,7 +107,9 @@ def main() -> None:
           "output in the input type; TFLOP/s (median)")  # fmt: skip
     variants: dict[str, object] = {"kaio": None, "mma.sync": DEFAULT_CONFIG, "kaio auto": "auto"}
     if dev.compile_arch == "sm_90a":
-        variants |= {"ws": replace(WGMMA_CONFIGS[0], warp_specialize=True), "cp.async": replace(WGMMA_CONFIGS[0], tma=False)}
+        persistent = next(c for c in WGMMA_CONFIGS if c.persistent)
+        variants |= {"ws": replace(WGMMA_CONFIGS[0], warp_specialize=True), "cp.async": replace(WGMMA_CONFIGS[0], tma=False),
+                     "persist": persistent}  # fmt: skip
     header = (f"{'dtype':>5} {'m':>6} {'n':>6} {'k':>6} " + " ".join(f"{v:>9}" for v in variants)
               + f" {'cuBLAS':>8} {'Triton':>8} {'kaio/cuBLAS':>12} {'kaio/Triton':>12}")  # fmt: skip
     print(header)

@@ -29,16 +29,25 @@ class MatmulConfig:
     warp_specialize: bool = False
     """With TMA: a producer warpgroup (added to the block) issues the loads and the config's
     warps only compute, trading registers with ``setmaxnreg``."""
+    persistent: bool = False
+    """One program per SM (or as many as fit) walking the C tiles (the persistent matmul);
+    not with split-K."""
 
     @property
     def threads(self) -> int:
         return 32 * self.warps[0] * self.warps[1]
 
     def shared_bytes(self, elem_bytes: int) -> int:
+        """The ring's bytes; a persistent program's C staging beside it (in a loop it cannot
+        take the ring's bytes), counted for an f32 C."""
         bm, bn, bk = self.block
         pad = 16 if self.layout == "pad" else 0
         per_stage = bm * (bk * elem_bytes + pad) + bk * (bn * elem_bytes + pad)
-        return max(self.stages, 1) * per_stage
+        return max(self.stages, 1) * per_stage + (bm * bn * 4 if self.persistent else 0)
+
+    def __post_init__(self) -> None:
+        if self.persistent and self.split_k > 1:
+            raise ValueError("a persistent matmul config cannot split K (each program walks whole C tiles)")
 
     @property
     def wgmma(self) -> bool:
@@ -85,7 +94,7 @@ class MatmulConfig:
         tc = "mma" if self.tensor_cores else "simt"
         split = f"-k{self.split_k}" if self.split_k > 1 else ""
         cap = f"-r{self.maxnreg}" if self.maxnreg else ""
-        loads = ("-ws" if self.warp_specialize else "") + ("" if self.tma else "-cpasync")
+        loads = ("-ws" if self.warp_specialize else "") + ("" if self.tma else "-cpasync") + ("-p" if self.persistent else "")
         return f"{bm}x{bn}x{bk}-w{self.warps[0]}x{self.warps[1]}-s{self.stages}-{self.layout}-g{self.group}-{tc}{split}{cap}{loads}"
 
     def with_split_k(self, split_k: int) -> MatmulConfig:
@@ -119,6 +128,8 @@ WGMMA_CONFIGS: tuple[MatmulConfig, ...] = (
     # a TMA producer warpgroup beside the 8 computing warps (autotuned: not timed on hardware yet)
     MatmulConfig((128, 256, 64), (8, 1), 3, "wgmma", warp_specialize=True),
     MatmulConfig((128, 128, 64), (8, 1), 4, "wgmma", warp_specialize=True),
+    # persistent programs over the C tiles (a 128 x 256 tile's ring and C staging would not fit)
+    MatmulConfig((128, 128, 64), (8, 1), 4, "wgmma", persistent=True),
 )
 
 SIMT_CONFIGS: tuple[MatmulConfig, ...] = (
@@ -173,7 +184,7 @@ def split_k_for(config: MatmulConfig, m: int, n: int, k: int, sms: int) -> int:
     least 8 BK steps, so the cp.async ring still has work), and at most 16 ways."""
     bm, bn, bk = config.block
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
-    if 2 * tiles > sms:
+    if 2 * tiles > sms or config.persistent:
         return 1
     by_k = math.ceil(k / bk) // 8
     return max(1, min(sms // tiles, by_k, 16))

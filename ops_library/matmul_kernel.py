@@ -83,11 +83,7 @@ def matmul_tile_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, BIAS: dtyp
         a, b, c = kt.multiple_of(a, BASE_A), kt.multiple_of(b, BASE_B), kt.multiple_of(c, BASE_C)
         # which tile of C this program owns, in grouped order
         pid = i32(kt.program_id(0))
-        tiles_n = (n + BN - 1) // BN
-        first_m = pid // (GROUP * tiles_n) * GROUP
-        group_rows = min((m + BM - 1) // BM - first_m, GROUP)
-        m0 = (first_m + pid % (GROUP * tiles_n) % group_rows) * BM
-        n0 = pid % (GROUP * tiles_n) // group_rows * BN
+        m0, n0 = tile_rows(pid, m, n, BM, BN, GROUP), tile_cols(pid, m, n, BM, BN, GROUP)
         k_lo, k_hi, row0 = 0, k, 0
         if SPLIT_K > 1:  # this program's chunk of K; its partial sums go to rows split * m ..
             split = i32(kt.program_id(1))
@@ -109,6 +105,59 @@ def matmul_tile_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, BIAS: dtyp
         kt.store(c, (row0 + m0, n0), OUT(out), (row0 + m, n))
 
     return matmul
+
+
+@kaio.device
+def tile_rows(tile: i32, m: i32, n: i32, BM: i32, BN: i32, GROUP: i32) -> i32:  # noqa: N803
+    """The first row of C tile ``tile`` in grouped order: tiles go down GROUP tile-rows before
+    moving right, so programs running together share A and B tiles in L2."""
+    tiles_n = (n + BN - 1) // BN
+    first_m = tile // (GROUP * tiles_n) * GROUP
+    group_rows = min((m + BM - 1) // BM - first_m, GROUP)
+    return (first_m + tile % (GROUP * tiles_n) % group_rows) * BM
+
+
+@kaio.device
+def tile_cols(tile: i32, m: i32, n: i32, BM: i32, BN: i32, GROUP: i32) -> i32:  # noqa: N803
+    """The first column of C tile ``tile`` in grouped order (see :func:`tile_rows`)."""
+    tiles_n = (n + BN - 1) // BN
+    first_m = tile // (GROUP * tiles_n) * GROUP
+    group_rows = min((m + BM - 1) // BM - first_m, GROUP)
+    return tile % (GROUP * tiles_n) // group_rows * BN
+
+
+@cache
+def persistent_matmul_tile_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any:  # noqa: N803
+    """The persistent matmul: as many programs as the GPU runs at once, each walking the C tiles
+    ``pid, pid + programs, ..`` in grouped order (the tile scheduler), so the launch, the
+    barriers' set-up and the ring's fill are paid once per program instead of once per tile,
+    and one tile's epilogue overlaps the next one's first loads. The K loop nests in the tile
+    loop: ``pipeline-tma`` carries its ring through it."""
+
+    @kaio.tile_kernel(num_warps=8, num_stages=4)
+    def persistent_matmul(a: Array[IN], b: Array[IN], c: MutArray[OUT], bias: Array[BIAS],
+                          m: i32, n: i32, k: i32, alpha: f32, beta: f32,
+                          BM: kaio.constexpr = 128, BN: kaio.constexpr = 128, BK: kaio.constexpr = 64,
+                          GROUP: kaio.constexpr = 8, BASE_A: kaio.constexpr = 16, BASE_B: kaio.constexpr = 16,
+                          BASE_C: kaio.constexpr = 16, TERMS: kaio.constexpr = SCALED | HAS_C,
+                          ACT: kaio.constexpr = 0):  # fmt: skip
+        a, b, c = kt.multiple_of(a, BASE_A), kt.multiple_of(b, BASE_B), kt.multiple_of(c, BASE_C)
+        tiles = (m + BM - 1) // BM * ((n + BN - 1) // BN)
+        pid, programs = i32(kt.program_id(0)), i32(kt.num_programs(0))
+        for i in range(0, (tiles - pid + programs - 1) // programs):  # a count: an scf.for
+            tile = pid + i * programs
+            m0, n0 = tile_rows(tile, m, n, BM, BN, GROUP), tile_cols(tile, m, n, BM, BN, GROUP)
+            acc = kt.zeros((BM, BN), f32)
+            for k0 in range(0, k, BK):
+                acc = kt.dot(kt.load(a, (m0, k0), (BM, BK), (m, k)), kt.load(b, (k0, n0), (BK, BN), (k, n)), acc)
+            c_old, bias_row = kt.zeros((BM, BN), f32), kt.zeros((1, BN), f32)
+            if TERMS & HAS_C != 0:
+                c_old = f32(kt.load(c, (m0, n0), (BM, BN), (m if beta != 0.0 else 0, n)))
+            if TERMS & HAS_BIAS != 0:
+                bias_row = kt.expand_dims(f32(kt.load(bias, (n0,), (BN,), (n,))), 0)
+            kt.store(c, (m0, n0), OUT(epilogue(acc, c_old, bias_row, alpha, beta, ACT, TERMS)), (m, n))
+
+    return persistent_matmul
 
 
 @cache
@@ -137,7 +186,7 @@ def splitk_reduce_kernel(OUT: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any
 @cache
 def configured_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, BIAS: dtypes.ScalarType, config: MatmulConfig) -> Any:
     """The tile kernel with a config's warps, stages and pipeline (made once per config)."""
-    kernel = matmul_tile_kernel(IN, OUT, BIAS)
+    kernel = (persistent_matmul_tile_kernel if config.persistent else matmul_tile_kernel)(IN, OUT, BIAS)
     kernel = kernel.with_options(num_warps=config.warps[0] * config.warps[1], num_stages=config.stages)
     return kernel.with_pipeline(config.pipeline)
 
@@ -202,7 +251,8 @@ class MatmulKernel:
             "BM": bm, "BN": bn, "BK": bk, "GROUP": max(self.config.group, 1),
             "BASE_A": self.align[0], "BASE_B": self.align[1], "BASE_C": 16 if self.split else self.align[2],
             "TERMS": 0 if self.split else self.terms,
-            "ACT": 0 if self.split else ACTIVATIONS[self.activation], "SPLIT_K": self.config.split_k,
+            "ACT": 0 if self.split else ACTIVATIONS[self.activation],
+            **({} if self.config.persistent else {"SPLIT_K": self.config.split_k}),
         }  # fmt: skip
 
     # -- the compiler's protocol (kaio.compile(MatmulKernel(...)) shows every stage)
@@ -224,11 +274,19 @@ class MatmulKernel:
     def source_key(self) -> str:
         return f"{self.tile_kernel.source_key()}|{sorted(self.constexprs.items())}|{self.divisible}"
 
+    def programs(self, device: Any) -> int:
+        """A persistent kernel's programs: as many as the device runs at once (by shared
+        memory and threads per SM)."""
+        shared = self.config.shared_bytes(self.in_dtype.nbytes)
+        per_sm = min(device.shared_memory_per_block_optin // max(shared, 1), 2048 // self.config.threads)
+        return device.sm_count * max(per_sm, 1)
+
     def launch(self, tiles: int, args: tuple[Any, ...], device: Any) -> None:
         """One program per C tile (``args``: a, b, c, bias, m, n, k, alpha, beta); with split-K,
         SPLIT_K programs per tile into an f32 workspace, then the ordered reduction."""
         if not self.split:
-            self.tile_kernel.launch(device, *args, grid=(tiles,), **self.constexprs)
+            grid = min(tiles, self.programs(device)) if self.config.persistent else tiles
+            self.tile_kernel.launch(device, *args, grid=(grid,), **self.constexprs)
             return
         a, b, c, bias, m, n, k, alpha, beta = args
         splits = self.config.split_k

@@ -4,7 +4,9 @@ The shared buffers become rings of N stages. Before the loop, the copies of the 
 tiles are started (one ``cp.async`` group each). Iteration i then waits until tile i has
 landed (at most N-2 groups still in flight), synchronizes the block, computes on stage i % N,
 and starts the copy of tile i + N - 1 into the stage iteration i - 1 just finished with. Copies
-past the end of K read nothing (they zero-fill), so no tail loop is needed. The barriers
+past the end of K read nothing (they zero-fill), so no tail loop is needed. A K loop inside
+another loop runs again: a barrier before its prologue keeps the new copies from overwriting
+stages slower warps still read from the previous run. The barriers
 ``promote-to-shared`` placed around the loop's copies give way to the one after the wait;
 barriers that order other shared writes (``smem.store``) stay.
 """
@@ -111,6 +113,16 @@ def erase_single_buffers(rings: dict[SSAValue, SSAValue]) -> None:
             owner.erase()
 
 
+def _runs_again(loop: scf.ForOp) -> bool:
+    """Whether the K loop sits inside another loop (its prologue follows its previous run)."""
+    parent = loop.parent_op()
+    while parent is not None and not isinstance(parent, kernel.KernelFuncOp):
+        if isinstance(parent, scf.ForOp | scf.WhileOp):
+            return True
+        parent = parent.parent_op()
+    return False
+
+
 def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
     body = loop.body.block
     copies = [op for op in body.ops if isinstance(op, smem.CopyOp)]
@@ -123,6 +135,8 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
 
     # prologue: tiles 0 .. stages-2
     outer = IndexBuilder(Builder(InsertPoint.before(loop)))
+    if _runs_again(loop):  # the previous run's last stages may still be read by slower warps
+        outer.b.insert(kernel.BarrierOp())
     for s in range(stages - 1):
         k = outer.add(loop.lb, outer.mul(loop.step, outer.const(s)))
         _issue_copies(outer, slice_ops, copies, rings, iv, k, outer.const(s))

@@ -141,3 +141,4 @@ def test_every_stage_round_trips_through_text():
         run(m, spec)
         text = str(m)
         assert str(Parser(kaio_context(), text).parse_module()) == text
+
