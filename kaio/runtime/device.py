@@ -5,6 +5,11 @@ simulator (announced once on stderr). ``KAIO_DEVICE`` overrides the choice (``si
 ``sim:sm_90``, ``0``, ``cuda:1``). ``Device(0)`` / ``Device("cuda:0")`` is a CUDA device (a
 KaioDriverError without a driver); ``Device("sim")`` (optionally ``arch="sm_90"``) is a simulated
 one. The same identity always gives the same object, so devices compare with ``is``.
+
+The architecture kaio compiles for (``compile_arch``) is the GPU's own, or the newest portable
+one kaio knows below it, except on Hopper: an sm_90 GPU compiles for :data:`HOPPER_DEFAULT`.
+``Device(0, arch="sm_90a")`` or ``KAIO_ARCH=sm_90a`` (read when a GPU device is first created)
+chooses another target the GPU can run; one it cannot run is a KaioTargetError.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kaio.errors import KaioDriverError, KaioTypeError
+from kaio.errors import KaioDriverError, KaioTargetError, KaioTypeError
 from kaio.runtime import driver
 from kaio.runtime.backend import Backend, DeviceInfo
 from kaio.runtime.buffer import Buffer
@@ -29,7 +34,15 @@ if TYPE_CHECKING:
     from kaio.runtime.graphs import Graph
     from kaio.runtime.streams import Event, Stream
 
-Identity = tuple[str, Any]  # ("cuda", ordinal) or ("sim", arch)
+# What an sm_90 GPU (H100, H200) compiles for unless asked otherwise. "sm_90" is the portable
+# mma.sync + cp.async path, which passed 180/180 matmuls on an H100; the sm_90a paths (wgmma,
+# TMA, warp specialisation, setmaxnreg) have only run on the simulator. Set it to "sm_90a" in
+# the commit that adds to docs/benchmarks.md a `python -m kaio.hwcheck` report from an H100
+# whose `tests` section passes with the sm_90a cases of tests/ops_library/test_ops_gpu.py.
+HOPPER_DEFAULT = "sm_90"
+
+# ("cuda", ordinal, the compile target asked for or None) or ("sim", arch, None)
+Identity = tuple[str, Any, str | None]
 
 _lock = threading.RLock()
 _devices: dict[Identity, Device] = {}
@@ -44,7 +57,7 @@ def _identity(which: Any, arch: str | None) -> Identity:
         text = which.strip().lower()
         if text == "sim" or text.startswith("sim:"):
             wanted = arch or (text[4:] if text.startswith("sim:") else None) or DEFAULT_ARCH
-            return ("sim", get_arch(wanted).name)
+            return ("sim", get_arch(wanted).name, None)
         if text == "cuda":
             text = "0"
         elif text.startswith("cuda:"):
@@ -52,9 +65,7 @@ def _identity(which: Any, arch: str | None) -> Identity:
         if text.isdigit():
             which = int(text)
     if isinstance(which, (int, np.integer)) and not isinstance(which, bool) and which >= 0:
-        if arch is not None:
-            raise KaioTypeError("arch= is for the simulator; a GPU reports its own architecture")
-        return ("cuda", int(which))
+        return ("cuda", int(which), None if arch is None else get_arch(arch).name)
     raise KaioTypeError(
         f"unknown device {which!r}: use Device() (default), Device(0) / Device('cuda:0') for a "
         "GPU, "
@@ -81,10 +92,10 @@ def default_device() -> Device:
                 _default = Device(chosen)
             else:
                 try:
-                    _default = _get(("cuda", 0))
+                    _default = _get(("cuda", 0, None))
                 except driver.DriverUnavailable as exc:
                     _announce(str(exc))
-                    _default = _get(("sim", _identity("sim", None)[1]))
+                    _default = _get(_identity("sim", None))
     return _default
 
 
@@ -128,15 +139,17 @@ class Device:
             ) from None
 
     def _setup(self, identity: Identity) -> None:
-        kind, value = identity
+        kind, value, asked = identity
         if kind == "sim":
             from kaio.runtime.sim_backend import SimBackend
 
             self._backend = SimBackend(value)
+            self._compile_arch = _simulator_compile_arch(self._backend.info)
         else:
             from kaio.runtime.cuda_backend import CudaBackend
 
             self._backend = CudaBackend(value)
+            self._compile_arch = _gpu_compile_arch(self._backend.info, asked)
         self._identity = identity
         self._activate = self._backend.activate
         self._modules = ModuleCache(self._backend)
@@ -163,23 +176,15 @@ class Device:
     @property
     def compile_arch(self) -> str:
         """The architecture kaio compiles for: the device's own, or the newest kaio knows below
-        it (PTX for an older target runs on newer GPUs: the driver JIT-compiles it). A Hopper
-        GPU (sm_90) gets sm_90a, its own arch-specific target, so tile dots run on wgmma (the
-        code is for this GPU alone; a simulator of sm_90 stays sm_90)."""
-        from kaio.targets.ptx.arch import ARCHES
+        it (PTX for an older target runs on newer GPUs: the driver JIT-compiles it); an sm_90 GPU
+        gets :data:`HOPPER_DEFAULT` unless ``arch=`` or ``KAIO_ARCH`` chose another target (a
+        simulator compiles for the arch it emulates, ``sm_90a`` included)."""
+        return self._compile_arch
 
-        if self.arch == "sm_90" and not self.is_simulator:
-            return "sm_90a"
-        if self.arch in ARCHES:  # its own, "a" targets included (a simulator of sm_90a)
-            return str(self.arch)
-        fitting = [a for a in ARCHES.values() if a.sm <= self.sm]
-        if not fitting:
-            raise KaioDriverError(
-                "compile",
-                "unsupported architecture",
-                f"{self.arch} is older than every arch kaio targets",
-            )
-        return str(max(fitting, key=lambda a: a.sm).name)
+    @property
+    def compile_targets(self) -> list[str]:
+        """Every architecture whose code this device runs (the choices of ``arch=``)."""
+        return _runnable_targets(self._backend.info)
 
     @property
     def sm_count(self) -> int:
@@ -320,15 +325,70 @@ class Device:
             self._backend.wait_stream(stream, None)
 
     def __repr__(self) -> str:
-        kind, value = self._identity
+        kind, value, asked = self._identity
         if kind == "cuda":
-            return f"Device({value})"
+            return f"Device({value})" if asked is None else f'Device({value}, arch="{asked}")'
         from kaio.targets.ptx.arch import DEFAULT_ARCH
 
         return 'Device("sim")' if value == DEFAULT_ARCH else f'Device("sim", arch="{value}")'
 
     def __reduce__(self) -> Any:  # pickles as its identity: the same device on unpickling
         return (_get, (self._identity,))
+
+
+def _runnable_targets(info: DeviceInfo) -> list[str]:
+    """The portable targets up to the device's sm, and the arch-specific ones of exactly its sm
+    ("a" features exist on that one generation: sm_90a code does not run on later GPUs)."""
+    from kaio.targets.ptx.arch import ARCHES
+
+    return [
+        a.name
+        for a in ARCHES.values()
+        if a.sm == info.sm or (a.sm < info.sm and not a.arch_specific)
+    ]
+
+
+def _newest_portable(info: DeviceInfo) -> str:
+    from kaio.targets.ptx.arch import ARCHES
+
+    fitting = [a for a in ARCHES.values() if a.sm <= info.sm and not a.arch_specific]
+    if not fitting:
+        raise KaioDriverError(
+            "compile", "unsupported architecture", f"{info.arch} is older than every arch kaio targets"
+        )
+    return max(fitting, key=lambda a: a.sm).name
+
+
+def _simulator_compile_arch(info: DeviceInfo) -> str:
+    """A simulator compiles for the arch it emulates ("a" targets included)."""
+    from kaio.targets.ptx.arch import ARCHES
+
+    return info.arch if info.arch in ARCHES else _newest_portable(info)
+
+
+def _gpu_compile_arch(info: DeviceInfo, asked: str | None) -> str:
+    """``arch=``, else ``KAIO_ARCH``, else the default: HOPPER_DEFAULT on sm_90, the GPU's own
+    arch or the newest portable one below it elsewhere. A choice the GPU cannot run is refused."""
+    from kaio.targets.ptx.arch import get_arch
+
+    source = "arch="
+    if asked is None and os.environ.get("KAIO_ARCH", "").strip():
+        asked, source = os.environ["KAIO_ARCH"].strip(), "KAIO_ARCH"
+    if asked is not None:
+        name = get_arch(asked).name
+        runnable = _runnable_targets(info)
+        if name not in runnable:
+            raise KaioTargetError(
+                "target",
+                get_arch(name).sm,
+                name,
+                f"{source} {name}: {info.name} ({info.arch}) cannot run code for {name}; "
+                f"it runs {', '.join(runnable)}",
+            )
+        return name
+    if info.arch == "sm_90":
+        return HOPPER_DEFAULT
+    return _newest_portable(info)
 
 
 def _host_view(data: Any) -> np.ndarray | None:
