@@ -1,7 +1,11 @@
 """The library's tensor-core ops on a real GPU (``pytest -m gpu``): every kind of matmul the
 device compiles (mma.sync; on sm_90a wgmma with TMA loads, warp-specialised, and on cp.async,
 every wgmma config) and attention, against float64 numpy on ragged shapes. Skipped without a
-CUDA device; the simulator tests run the same kernels on every machine."""
+CUDA device; the simulator tests run the same kernels on every machine.
+
+Each test runs twice: on ``Device(0)`` (the default target: sm_90 on an H100, see
+``HOPPER_DEFAULT``) and on ``Device(0, arch="sm_90a")`` (wgmma, TMA; skipped on other GPUs), so
+the ``python -m kaio.hwcheck`` report says whether the sm_90a paths pass on the hardware."""
 
 from __future__ import annotations
 
@@ -27,11 +31,15 @@ TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 SHAPES = [(1, 17, 104), (130, 72, 200), (257, 264, 136), (1024, 1024, 1024), (64, 4096, 4096)]
 
 
-@pytest.fixture(scope="module")
-def gpu() -> kaio.Device:
+@pytest.fixture(scope="module", params=["default", "sm_90a"])
+def gpu(request: pytest.FixtureRequest) -> kaio.Device:
     if kaio.runtime.cuda_device_count() == 0:
         pytest.skip("no CUDA device")
-    return kaio.Device(0)
+    if request.param == "default":
+        return kaio.Device(0)
+    if "sm_90a" not in kaio.Device(0).compile_targets:
+        pytest.skip(f"sm_90a needs a Hopper GPU; this one is {kaio.Device(0).arch}")
+    return kaio.Device(0, arch="sm_90a")
 
 
 def matmul_configs(dev: kaio.Device) -> dict[str, MatmulConfig | None]:
