@@ -546,6 +546,10 @@ PRODUCER_THREADS_ATTR = "kaio.producer_threads"
 ``pipeline-tma{warp_specialize}`` adds; ``block_size`` stays the threads the tile code is laid
 out for, which are the consumers)."""
 
+ENTRY_REGISTERS_ATTR = "kaio.entry_registers"
+"""On a kernel.func: the registers per thread its ``setmaxnreg`` counts were budgeted from (the
+count at entry); ``lower-to-ptx`` pins ptxas to it with ``.maxnreg``."""
+
 
 @irdl_op_definition
 class BarrierThreadsOp(IRDLOperation):

@@ -70,7 +70,8 @@ class MatmulConfig:
         if self.stages >= 2:
             if tma:
                 ws = "true" if self.warp_specialize else "false"
-                spec.append(f"pipeline-tma{{stages={self.stages} warp_specialize={ws}}}")
+                budget = f" maxnreg={self.maxnreg}" if self.warp_specialize and self.maxnreg else ""  # setmaxnreg counts
+                spec.append(f"pipeline-tma{{stages={self.stages} warp_specialize={ws}{budget}}}")
             spec.append(f"pipeline-cp-async{{stages={self.stages}}}")
         if self.wgmma and has_wgmma(arch):
             spec.append("lower-to-wgmma")

@@ -46,9 +46,18 @@ class LowerToPtxPass(ModulePass):
         if self.maxnreg is not None and not ptx.MIN_MAXNREG <= self.maxnreg <= ptx.MAX_MAXNREG:
             raise KaioCompileError(f"lower-to-ptx: maxnreg is {ptx.MIN_MAXNREG}..{ptx.MAX_MAXNREG} (or unset: no cap), not {self.maxnreg}")
         for func in kernel.kernel_funcs(op):
+            budget = func.attributes.get(kernel.ENTRY_REGISTERS_ATTR)
             entry = PtxEmitter(func, target).run()
             if self.maxnreg:
                 entry.maxnreg = IntegerAttr(self.maxnreg, i64)
+            if budget is not None:  # setmaxnreg counts assume exactly this many at entry: pin ptxas to it
+                registers = budget.value.data  # type: ignore[attr-defined]
+                if self.maxnreg and self.maxnreg < registers:
+                    raise KaioCompileError(
+                        f"lower-to-ptx: kernel {func.sym_name.data}'s setmaxnreg counts were budgeted for {registers} "
+                        f"registers per thread at entry, but maxnreg={self.maxnreg}: give pipeline-tma the same maxnreg"
+                    )
+                entry.maxnreg = IntegerAttr(registers, i64)
             for attr in (ALIGN_ATTR, kernel.TENSOR_MAPS_ATTR):  # what the runtime checks and builds
                 if attr in func.attributes:
                     entry.attributes[attr] = func.attributes[attr]

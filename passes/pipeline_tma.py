@@ -30,11 +30,17 @@ program) initialises its barriers once, before them, and carries its ring's stat
 (:func:`pipeline_loop`). A loop with any copy that does not qualify (another layout, a computed
 extent, an unproven alignment, a 2-D block, a loop under a branch) is left to
 ``pipeline-cp-async``, with a debug note on the ``kaio.passes`` logger saying why.
+
+A warp-specialised loop (``warp_specialize=true``) trades registers between its warpgroups with
+``setmaxnreg`` counts derived from the registers the CTA holds at entry, which the kernel pins
+with ``.maxnreg`` (``maxnreg``, ``producer_registers``, ``consumer_registers``;
+:mod:`kaio.passes.register_trade` says how and why).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,11 +52,12 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from kaio.dialects import kernel, mbarrier, smem, tma
+from kaio.dialects import kernel, mbarrier, smem, tile, tma
 from kaio.errors import KaioCompileError
 from kaio.passes.int_builder import IndexBuilder
 from kaio.passes.pipeline_cp_async import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 from kaio.passes.promote_to_shared import enclosing_kernel
+from kaio.passes.register_trade import PRODUCER_REGISTERS, PRODUCER_THREADS, RegisterTrade, plan_trade
 from kaio.passes.tensor_map_views import MappedView, add_map_param, map_view
 
 REFILL_BARRIER = "kaio.refill_barrier"  # every thread is done with the stage about to be refilled
@@ -287,7 +294,18 @@ def carry_ring_state(enclosing: list[scf.ForOp], top: IndexBuilder) -> CarriedRi
 
 
 
-def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp) -> None:
+def accumulator_registers(loop: scf.ForOp, consumers: int) -> int:
+    """Registers per consumer thread the loop's dot accumulators take (32-bit words)."""
+    words = 0
+    for dot in loop.body.block.ops:
+        if isinstance(dot, tile.DotOp):
+            elements = math.prod(tile.shape_of(dot.acc.type))
+            words += elements * max(tile.element_of(dot.acc.type).bitwidth, 32) // 32  # type: ignore[attr-defined]
+    return -(-words // consumers)
+
+
+def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp,
+                    budget: Callable[[int, int], RegisterTrade]) -> None:  # fmt: skip
     """A producer warpgroup (launched after the block's warps) loads; the block's warps compute.
 
     The producer's first thread walks the K tiles: it waits until the consumers released the
@@ -296,8 +314,11 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     *full*, compute, and release the stage of the previous tile (every consumer thread
     arrives: by then ``lower-to-wgmma``'s ``wait_group 1`` has retired the wgmmas reading it).
     After the split, block barriers count only the consumers (``kernel.barrier_threads``), and
-    the warpgroups trade registers (``kernel.setmaxnreg``)."""
+    the warpgroups trade registers (``kernel.setmaxnreg``) by the counts ``budget`` gives for the
+    consumers and their accumulators (:mod:`kaio.passes.register_trade`; none where nothing is
+    left to trade)."""
     consumers = func.block_shape[0]
+    trade = budget(consumers, accumulator_registers(loop, consumers))
     outer = IndexBuilder(Builder(InsertPoint.before(loop)))
     issuer = _prepare(loop, plans, stages, func, outer)
     empty = outer.b.insert(mbarrier.AllocOp(stages)).result
@@ -306,7 +327,8 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     tid = issuer.tid
     producer = Block()
     p = IndexBuilder(Builder(InsertPoint.at_end(producer)))
-    p.b.insert(kernel.SetMaxRegistersOp("dec", PRODUCER_REGISTERS))
+    if trade.trade:
+        p.b.insert(kernel.SetMaxRegistersOp("dec", trade.producer))
     walk = Block(arg_types=[i32, i32, i32])  # k, stage, phase
     w = IndexBuilder(Builder(InsertPoint.at_end(walk)))
     k, stage, phase = walk.args
@@ -324,7 +346,12 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     p.b.insert(scf.YieldOp())
     is_producer = outer.b.insert(arith.CmpiOp(tid, outer.const(consumers), "uge")).result
     outer.b.insert(scf.IfOp(is_producer, [], [producer]))
-    outer.b.insert(kernel.SetMaxRegistersOp("inc", consumer_registers(consumers)))
+    if trade.trade:
+        outer.b.insert(kernel.SetMaxRegistersOp("inc", trade.consumer))
+        func.attributes[kernel.ENTRY_REGISTERS_ATTR] = IntegerAttr(trade.entry, i64)
+    else:
+        log.debug("pipeline-tma: kernel %s trades no registers: its %d at entry leave the producer nothing to give",
+                  func.sym_name.data, trade.entry)  # fmt: skip
     outer.b.insert(kernel.BarrierThreadsOp(consumers))
     func.attributes[kernel.PRODUCER_THREADS_ATTR] = IntegerAttr(PRODUCER_THREADS, i64)
 
@@ -340,16 +367,6 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     _rebuild_loop(loop, issuer, stages, release)
 
 
-PRODUCER_THREADS = 128  # one warpgroup
-PRODUCER_REGISTERS = 40  # what the issuing thread needs; the rest goes to the consumers
-REGISTER_FILE = 64 * 1024
-
-
-def consumer_registers(consumers: int) -> int:
-    """The most registers per consumer thread the register file leaves (by 8, at most 240)."""
-    return min(240, (REGISTER_FILE - PRODUCER_REGISTERS * PRODUCER_THREADS) // consumers // 8 * 8)
-
-
 @dataclass(frozen=True)
 class PipelineTmaPass(ModulePass):
     name = "pipeline-tma"
@@ -360,6 +377,20 @@ class PipelineTmaPass(ModulePass):
     warp_specialize: bool = False
     """A producer warpgroup issues the loads and the block's warps only compute
     (:func:`specialize_loop`): the kernel's first such K loop, for blocks of whole warpgroups."""
+
+    maxnreg: int = 0
+    """The cap ``lower-to-ptx`` will set (0: none): the warp-specialised register budget starts
+    from it (:mod:`kaio.passes.register_trade`)."""
+
+    producer_registers: int = PRODUCER_REGISTERS
+    """The producer warpgroup's ``setmaxnreg.dec`` count."""
+
+    consumer_registers: int = 0
+    """The consumers' ``setmaxnreg.inc`` count (0: as many as the CTA's pool covers); a count the
+    pool cannot cover is a compile error."""
+
+    def budget(self, consumers: int, accumulators: int) -> RegisterTrade:
+        return plan_trade(consumers, self.maxnreg, self.producer_registers, self.consumer_registers, accumulators)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.stages < 2:
@@ -382,7 +413,7 @@ class PipelineTmaPass(ModulePass):
             if specialize and enclosing:
                 log.debug("pipeline-tma: kernel %s is not warp-specialised: its K loop is nested", func.sym_name.data)
             if specialize and not enclosing and kernel.PRODUCER_THREADS_ATTR not in func.attributes:
-                specialize_loop(loop, plans, self.stages, func)  # type: ignore[arg-type]
+                specialize_loop(loop, plans, self.stages, func, self.budget)  # type: ignore[arg-type]
             else:
                 pipeline_loop(loop, plans, self.stages, func, enclosing)  # type: ignore[arg-type,arg-type]
 
