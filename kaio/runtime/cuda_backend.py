@@ -266,7 +266,12 @@ class CudaBackend(Backend):
     def encode_tensor_map(self, dtype: ScalarType, base: int, dims: tuple[int, ...], strides: tuple[int, ...],
                           box: tuple[int, ...], swizzle: int) -> bytes:  # fmt: skip
         """``cuTensorMapEncodeTiled``: boxes outside the tensor read as zero (no NaN fill), L2
-        lines fetched 128 bytes at a time, the opaque 128-byte CUtensorMap as bytes."""
+        lines fetched 128 bytes at a time, the opaque 128-byte CUtensorMap as bytes.
+
+        The binding takes the arrays as lists of its own ``cuuint64_t`` (extents, byte strides)
+        and ``cuuint32_t`` (box, element steps): a list of Python ints is a TypeError before the
+        driver is even looked up."""
+        self.activate()  # the driver documents CUDA_ERROR_INVALID_CONTEXT for this call
         drv = self._drv
         kinds = drv.CUtensorMapDataType
         try:
@@ -278,7 +283,9 @@ class CudaBackend(Backend):
         tmap = check(
             "cuTensorMapEncodeTiled",
             drv.cuTensorMapEncodeTiled(
-                kind, len(dims), base, list(dims), list(strides), list(box), [1] * len(dims),
+                kind, len(dims), base,
+                [drv.cuuint64_t(d) for d in dims], [drv.cuuint64_t(s) for s in strides],
+                [drv.cuuint32_t(b) for b in box], [drv.cuuint32_t(1)] * len(dims),
                 drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, mode,
                 drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                 drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,

@@ -35,6 +35,22 @@ class DriverUnavailable(Exception):
         self.detail = detail or summary
 
 
+def binding() -> Any:
+    """cuda-python's driver module, imported but not initialized (no libcuda needed):
+    ``cuda.bindings.driver`` (cuda-python >= 12.6.1), ``cuda.cuda`` before that. Same functions,
+    same argument types; ImportError when neither imports."""
+    try:
+        from cuda.bindings import driver as module
+    except ImportError:
+        try:
+            from cuda import cuda as module  # type: ignore[attr-defined,no-redef]
+        except ImportError:
+            raise ImportError(
+                "neither cuda.bindings.driver nor cuda.cuda imports: pip install cuda-python"
+            ) from None
+    return module
+
+
 def load() -> Any:
     """The ``cuda.bindings.driver`` module with ``cuInit`` done; DriverUnavailable otherwise."""
     global _driver, _failure
@@ -46,7 +62,7 @@ def load() -> Any:
         if _failure is not None:
             raise DriverUnavailable(_failure.summary, _failure.detail)
         try:
-            from cuda.bindings import driver as module
+            module = binding()
         except ImportError as exc:  # cuda-python missing or broken
             _failure = DriverUnavailable("cuda-python is not importable", str(exc))
             raise _failure from None

@@ -1,13 +1,12 @@
-"""The GPU side of the torch integration and of ``dev.capture()``, on a CPU box: the fake CUDA
-driver of ``test_cuda_backend.py`` (extended with stream capture) and torch tensors that say
-they live on a GPU (a Tensor subclass over the fake driver's host memory)."""
+"""The GPU side of the torch integration and of ``dev.capture()``, on a CPU box: the validating
+fake CUDA driver (``validating_driver.py``: every call through cuda-python's real argument
+conversion; stream capture and graphs included) and torch tensors that say they live on a GPU
+(a Tensor subclass over the fake driver's host memory)."""
 
 from __future__ import annotations
 
 import importlib.util
 import struct
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +16,9 @@ from acceptance_kernels import saxpy, vector_add
 
 import kaio
 from kaio import KaioTypeError
-from kaio.runtime import cuda_backend, driver, tensors
-from kaio.runtime import device as device_module
+from kaio.runtime import tensors
 
 torch = pytest.importorskip("torch")
-_real = pytest.importorskip("cuda.bindings.driver")
 
 
 def _sibling(name: str) -> Any:
@@ -34,65 +31,16 @@ def _sibling(name: str) -> Any:
     return module
 
 
-FakeDriver = _sibling("test_cuda_backend").FakeDriver
+_vd = _sibling("validating_driver")
+ValidatingDriver = _vd.ValidatingDriver
+fake, gpu = _vd.fake, _vd.gpu  # the fixtures
 
 
-class CaptureDriver(FakeDriver):  # type: ignore[misc,valid-type]
-    """Stream capture: launches on a capturing stream go into a graph, not to the GPU."""
-
-    CUstreamCaptureMode = _real.CUstreamCaptureMode
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.capturing: dict[int, list[dict[str, Any]]] = {}
-        self.stream_flags: list[str] = []
-
-    def cuLaunchKernel(self, f: Any, *args: Any) -> tuple[Any, ...]:
-        result = super().cuLaunchKernel(f, *args)
-        launch = self.launches[-1]
-        if launch["stream"] in self.capturing:
-            self.capturing[launch["stream"]].append(self.launches.pop())
-        return result
-
-    def cuStreamCreate(self, flags: Any) -> tuple[Any, ...]:
-        self.stream_flags.append(flags.name)
-        return super().cuStreamCreate(flags)
-
-    def cuStreamBeginCapture(self, stream: Any, mode: Any) -> tuple[Any, ...]:
-        self.capturing[int(stream)] = []
-        return self._result("cuStreamBeginCapture", int(stream), mode.name)
-
-    def cuStreamEndCapture(self, stream: Any) -> tuple[Any, ...]:
-        return self._result("cuStreamEndCapture", {"nodes": self.capturing.pop(int(stream))})
-
-    def cuGraphInstantiate(self, graph: Any, flags: int) -> tuple[Any, ...]:
-        return self._result("cuGraphInstantiate", {"graph": graph})
-
-    def cuGraphLaunch(self, graph_exec: Any, stream: Any) -> tuple[Any, ...]:
-        for node in graph_exec["graph"]["nodes"]:
-            self.launches.append({**node, "stream": int(stream), "replayed": True})
-        return self._result("cuGraphLaunch", int(stream))
-
-    def cuGraphExecDestroy(self, graph_exec: Any) -> tuple[Any, ...]:
-        return self._result("cuGraphExecDestroy")
-
-    def cuGraphDestroy(self, graph: Any) -> tuple[Any, ...]:
-        return self._result("cuGraphDestroy")
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[CaptureDriver]:
-    fake = CaptureDriver()
-    monkeypatch.setattr(device_module, "_devices", {})
-    monkeypatch.setattr(cuda_backend, "_current", threading.local())
-    monkeypatch.setattr(tensors, "_cuda_devices", {})
-    with driver.use_driver(fake):
-        yield fake
-
-
-@pytest.fixture
-def gpu(fake: CaptureDriver) -> kaio.Device:
-    return kaio.Device(0)
+def _torch_streams(fake: ValidatingDriver, monkeypatch: pytest.MonkeyPatch, *handles: int) -> None:
+    """torch's current stream of cuda:i is ``handles[0] + i``; all are streams the driver knows."""
+    for handle in handles:
+        fake.adopt_stream(handle)
+    monkeypatch.setattr(tensors, "_raw_stream", lambda index: handles[0] + index)
 
 
 class FakeCudaTensor(torch.Tensor):
@@ -116,9 +64,9 @@ class FakeCudaTensor(torch.Tensor):
 
 
 def test_cuda_tensors_run_on_their_gpu_and_torch_current_stream(
-    gpu: kaio.Device, fake: CaptureDriver, monkeypatch: pytest.MonkeyPatch
+    gpu: kaio.Device, fake: ValidatingDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tensors, "_raw_stream", lambda index: 0x5000 + index)
+    _torch_streams(fake, monkeypatch, 0x5000, 0x6000, 0x7000)
     x, y = gpu.zeros(8, np.float32), gpu.zeros(8, np.float32)
     tx, ty = FakeCudaTensor.over(x), FakeCudaTensor.over(y)
     saxpy[1](tx, ty, 2.0, 8)  # no Buffer, no device: the tensors' GPU
@@ -139,13 +87,13 @@ def test_cuda_tensors_run_on_their_gpu_and_torch_current_stream(
     assert fake.launches[-1]["stream"] == 0x7000
     calls = len(fake.calls)
     saxpy[1](tx, ty, 2.0, 8)
-    assert len(fake.calls) == calls, "the tensor hot path makes no driver call but the launch"
+    assert fake.names()[calls:] == ["cuLaunchKernel"], "the tensor hot path: the launch alone"
 
 
 def test_cuda_tensor_refusals(
-    gpu: kaio.Device, fake: CaptureDriver, monkeypatch: pytest.MonkeyPatch
+    gpu: kaio.Device, fake: ValidatingDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tensors, "_raw_stream", lambda index: 0x5000)  # a CPU-only torch has none
+    _torch_streams(fake, monkeypatch, 0x5000)  # a CPU-only torch has none
     x = gpu.zeros(8, np.float32)
     with pytest.raises(KaioTypeError, match=r"`x: Array\[f32\]`: the tensor is on the CPU, but the "
                        r"launch runs on Device\(0\) \(a GPU\); move it with .cuda\(\)"):  # fmt: skip
@@ -157,7 +105,7 @@ def test_cuda_tensor_refusals(
 
 
 def test_gpu_capture_records_100_launches_and_replays_them(
-    gpu: kaio.Device, fake: CaptureDriver, monkeypatch: pytest.MonkeyPatch
+    gpu: kaio.Device, fake: ValidatingDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, c = (gpu.zeros(256, np.float32) for _ in range(3))
     vector_add[1](a, b, c, 256)  # compile and load before capturing
@@ -174,11 +122,12 @@ def test_gpu_capture_records_100_launches_and_replays_them(
     names = fake.names()[calls:]
     assert graph.launches == 100 and fake.launches == [], "captured, not run"
     assert names[0] == "cuStreamCreate" and names[1] == "cuStreamBeginCapture"
-    assert names[2:] == ["cuStreamEndCapture", "cuGraphInstantiate", "cuStreamDestroy"], (
-        "no allocation, synchronisation or other driver call on the launch path"
-    )
-    assert fake.stream_flags[-1] == "CU_STREAM_NON_BLOCKING", "no implicit legacy-stream sync"
-    assert fake.calls[calls + 1][1][1] == "CU_STREAM_CAPTURE_MODE_THREAD_LOCAL"
+    assert names[2:-3] == ["cuLaunchKernel"] * 100 and names[-3:] == [
+        "cuStreamEndCapture", "cuGraphInstantiate", "cuStreamDestroy"
+    ], "no allocation, synchronisation or other driver call on the launch path"  # fmt: skip
+    (flags,) = fake.args_of("cuStreamCreate")[-1]
+    assert flags.name == "CU_STREAM_NON_BLOCKING", "no implicit legacy-stream sync"
+    assert fake.args_of("cuStreamBeginCapture")[-1][1].name == "CU_STREAM_CAPTURE_MODE_THREAD_LOCAL"
     graph.replay()
     graph.replay(gpu.stream())
     assert len(fake.launches) == 200 and all(launch["replayed"] for launch in fake.launches)
@@ -191,9 +140,9 @@ def test_gpu_capture_records_100_launches_and_replays_them(
 
 
 def test_gpu_capture_wins_over_torch_stream_and_ends_on_error(
-    gpu: kaio.Device, fake: CaptureDriver, monkeypatch: pytest.MonkeyPatch
+    gpu: kaio.Device, fake: ValidatingDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tensors, "_raw_stream", lambda index: 0x5000)
+    _torch_streams(fake, monkeypatch, 0x5000)
     x = gpu.zeros(8, np.float32)
     tx = FakeCudaTensor.over(x)
     saxpy[1](tx, tx, 1.0, 8)
