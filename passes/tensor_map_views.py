@@ -20,8 +20,10 @@ from xdsl.ir import BlockArgument, SSAValue
 
 from kaio.compiled import TensorMapParam
 from kaio.dialects import kernel, tile
+from kaio.passes.vectorize_loads import require_alignment
 
 MAX_BOX = 256  # elements per box dimension
+TMA_ALIGN = 16  # bytes a tensor map's base address and row strides must be multiples of
 MAX_GROUPS = (1 << 31) - 1  # a batched map's outer extent: any group index the kernel computes
 
 _HOST_OPS = {arith.AddiOp: "+", arith.SubiOp: "-", arith.MuliOp: "*"}
@@ -114,8 +116,9 @@ def map_view(view: object, func: kernel.KernelFuncOp, rows: int, span: int, elem
     array = view.array
     if not isinstance(array, BlockArgument) or array.owner is not func.body.block:
         return "a view's array is not a kernel parameter"
-    if view.align.value.data * elem_bytes < 16:
-        return f"a view's alignment ({view.align.value.data} elements) does not prove 16-byte rows"
+    if view.align.value.data * elem_bytes < TMA_ALIGN:
+        return (f"a view's alignment ({view.align.value.data * elem_bytes} bytes: the array's base address "
+                "and row stride as far as the launch proved them) does not prove 16-byte rows")
     box = (span // elem_bytes, rows)
     if max(box) > MAX_BOX:
         return f"a {rows} x {box[0]} box is larger than TMA's {MAX_BOX}"
@@ -137,7 +140,10 @@ def map_view(view: object, func: kernel.KernelFuncOp, rows: int, span: int, elem
 
 def add_map_param(func: kernel.KernelFuncOp, mapped: MappedView) -> SSAValue:
     """A ``!kernel.tensor_map`` parameter built at launch from the view's recipe (named after
-    its array: ``a_tmap``, ``a_tmap1``, ..)."""
+    its array: ``a_tmap``, ``a_tmap1``, ..). The launch checks the array's 16-byte alignment
+    that :func:`map_view` took from the view, so a call that breaks it is refused naming the
+    argument, before a map is encoded."""
+    require_alignment(func, mapped.tensor_map.array, TMA_ALIGN)
     taken = {n.data for n in func.param_names.data}
     array = mapped.tensor_map.array
     name, i = f"{array}_tmap", 1

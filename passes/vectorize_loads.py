@@ -26,6 +26,17 @@ from kaio.dialects import kernel
 ALIGN_ATTR = "kaio.align"
 
 
+def require_alignment(func: kernel.KernelFuncOp, name: str, nbytes: int) -> None:
+    """Record on the kernel that the launch must check that array parameter ``name`` starts at a
+    multiple of ``nbytes`` (``kaio.align``; the largest requirement of all accesses wins)."""
+    if nbytes <= 1:
+        return
+    old = func.attributes.get(ALIGN_ATTR)
+    merged = {k: v.value.data for k, v in old.data.items()} if isinstance(old, DictionaryAttr) else {}  # type: ignore[union-attr]
+    merged[name] = max(merged.get(name, 1), nbytes)
+    func.attributes[ALIGN_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in merged.items()})
+
+
 def constant_int(v: SSAValue) -> int | None:
     """The value of an integer ``arith.constant``, else None."""
     owner = v.owner
@@ -114,9 +125,5 @@ class VectorizeLoadsPass(ModulePass):
             blocks = [b for o in func.walk() for r in o.regions for b in r.blocks]
             for block in blocks:
                 _vectorize_block(block, func, aligns)
-            if aligns:
-                old = func.attributes.get(ALIGN_ATTR)
-                merged = {k: v.value.data for k, v in old.data.items()} if isinstance(old, DictionaryAttr) else {}  # type: ignore[union-attr]
-                for k, v in aligns.items():
-                    merged[k] = max(merged.get(k, 1), v)
-                func.attributes[ALIGN_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in merged.items()})
+            for name, nbytes in aligns.items():
+                require_alignment(func, name, nbytes)

@@ -12,6 +12,7 @@ on an SM, at the risk of spills when the cap is below what the kernel needs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kaio.compiled import ARG_FACTS
@@ -21,7 +22,7 @@ from kaio.frontend.context import BuildState
 from kaio.frontend.kernel import GpuKernel, KernelIR
 from kaio.frontend.scope import Scope
 from kaio.frontend.tiles import TileCompiler
-from kaio.frontend.values import Scalar
+from kaio.frontend.values import ArrayRef, Scalar
 
 MAX_WARPS = 32
 MAX_DIVISOR = 16  # a launch's facts: (name, the power of two up to this dividing the argument)
@@ -54,7 +55,9 @@ class TileKernel(GpuKernel):
 
     def arg_specialization(self, runtime: Any) -> tuple[tuple[str, int], ...]:
         """What a launch specializes on besides constexprs (as Triton does): the largest power
-        of two up to 16 dividing each 32-bit integer argument, so views on them vectorise."""
+        of two up to 16 dividing each 32-bit integer argument, so views on them vectorise. (The
+        launch adds the base alignment of each array argument below 16 bytes: see
+        :meth:`_bind_facts`.)"""
         facts = []
         for i, name in self._int_args:
             v = runtime[i]
@@ -65,12 +68,18 @@ class TileKernel(GpuKernel):
         return tuple(facts)
 
     def _bind_facts(self, scope: Scope, state: BuildState, facts: Any) -> None:
+        """``(name, n)``: n divides the integer argument, or the array argument's base address
+        (bytes; an array without a fact is 16-byte aligned). Every tile view of an array takes
+        its base alignment from here, so vector copies, cp.async sizes and tensor maps are only
+        as wide as the launch proved."""
         from kaio.dialects.tile import MultipleOfOp
 
         for name, divisor in facts or ():
             v = scope.get(name)
             if isinstance(v, Scalar) and v.type.is_int and v.type.bits == 32:
                 scope.bind(name, Scalar(state.emitter.value(MultipleOfOp(v.ssa, divisor)), v.type))
+            elif isinstance(v, ArrayRef):
+                scope.bind(name, replace(v, align=min(v.align, divisor)))
 
     def default_pipeline(self, arch: str = "sm_80") -> Any:
         if self._pipeline is not None:

@@ -444,8 +444,8 @@ def _multiple_of(fc: TileCompiler, node: ast.Call, args: Args, kwargs: Kwargs) -
         raise SemanticError("kt.multiple_of takes a compile-time power of two", None, node)
     if isinstance(value, Const):
         return value
-    if isinstance(value, ArrayRef):  # the base address, in bytes
-        return ArrayRef(value.ssa, value.kaio_type, value.name, min(int(c.value), 16))
+    if isinstance(value, ArrayRef):  # the base address, in bytes: never more than a launch proved
+        return ArrayRef(value.ssa, value.kaio_type, value.name, min(int(c.value), value.align))
     if not isinstance(value, Scalar) or not value.type.is_int or value.type.bits != 32:
         raise SemanticError(f"kt.multiple_of takes a 32-bit integer, got {type_name(value)}", None, node)
     return Scalar(fc.em.value(tile.MultipleOfOp(value.ssa, int(c.value))), value.type)

@@ -107,6 +107,36 @@ class BoundLaunch:
         return f"<launch of {self._launcher.name} grid={self.grid!r} block={self.block!r}>"
 
 
+def misaligned_arrays(runtime: Sequence[Any], arrays: Sequence[tuple[int, str]]) -> tuple[tuple[str, int], ...]:
+    """``(name, bytes)`` of each array argument whose base address is not 16-byte aligned (a view
+    at an odd offset), with the largest power of two dividing it: a kernel that specializes on
+    its arguments compiles a variant that moves no more than that many bytes per access where it
+    starts, instead of faulting. Aligned arrays add nothing (the common key stays the same)."""
+    facts: tuple[tuple[str, int], ...] = ()
+    for i, name in arrays:
+        address = _address_bits(runtime[i])
+        if address & 15:
+            facts += ((name, address & -address),)
+    return facts
+
+
+def _address_bits(value: Any) -> int:
+    """Bits of the address an array argument will have at launch (only its low four matter),
+    found without checking it; 0 where it cannot be told (the argument check then refuses an
+    address less aligned than the kernel needs, naming the parameter)."""
+    if value.__class__ is Buffer:
+        return int(value._ptr)
+    if tensors.is_tensor(value):
+        # A CPU tensor is staged on the simulator (its storage copied to an aligned allocation):
+        # there its offset in the storage counts, on a GPU its address; either has both.
+        return int(value.data_ptr()) | int(value.storage_offset()) * int(value.element_size())
+    try:
+        interface = getattr(value, "__cuda_array_interface__", None)
+        return int(interface["data"][0]) if isinstance(interface, dict) else 0
+    except (TypeError, KeyError, IndexError, ValueError):
+        return 0
+
+
 class Launcher:
     """The launch machinery of one kernel: its signature and its specializations."""
 
@@ -131,6 +161,7 @@ class Launcher:
         # Kernels that specialize on argument values (tile kernels: integer divisibility), and
         # the key and constexprs of each (key, facts) seen: the same objects every launch.
         self._arg_specialization = getattr(kernel, "arg_specialization", None)
+        self._array_names = tuple((i, runtime[i].name) for i in self.array_positions)
         self._fact_keys: dict[Any, tuple[Any, Mapping[str, Any]]] = {}
 
     def __getitem__(self, key: Any) -> BoundLaunch:
@@ -162,6 +193,9 @@ class Launcher:
             runtime, constexprs, key = sig.bind(args, kwargs)
         if self._arg_specialization is not None:
             facts = self._arg_specialization(runtime)
+            misaligned = misaligned_arrays(runtime, self._array_names)
+            if misaligned:
+                facts += misaligned
             keyed = self._fact_keys.get((key, facts))
             if keyed is None:
                 keyed = self._fact_keys[(key, facts)] = ((key, facts), {**constexprs, ARG_FACTS: facts})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, TensorType, bf16, f16, f32, f64, i1, i16, i32, i64
+from xdsl.dialects.builtin import TensorType, bf16, f16, f32, f64, i1, i16, i32, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from kaio.dialects import ptx, smem, tile
@@ -28,7 +28,7 @@ from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_
 from kaio.passes.to_ptx.half_pairs import Lanes, lower_pair, worth_pairing
 from kaio.passes.to_ptx.kernel_ops import combine, linear_thread_id, shuffle
 from kaio.passes.tile_layout import divisibility
-from kaio.passes.vectorize_loads import ALIGN_ATTR, constant_int
+from kaio.passes.vectorize_loads import constant_int, require_alignment as record_alignment
 
 # --------------------------------------------------------------------------- distributions
 
@@ -352,19 +352,13 @@ def _streamable(op: tile.LoadOp) -> bool:
 # --------------------------------------------------------------------------- global memory
 
 
-def _require_alignment(em: PtxEmitter, array: SSAValue, nbytes: int) -> None:
-    """Record that the launch must check the array's base address alignment."""
-    if nbytes <= 1:
-        return
+def require_alignment(em: PtxEmitter, array: SSAValue, nbytes: int) -> None:
+    """Record that the launch must check that the array parameter's base address is a multiple
+    of ``nbytes``: an access wider than the base alignment the compile was told would fault."""
     func = em.func
     args = list(func.body.block.args)
-    if array not in args:
-        return
-    name = func.param_names.data[args.index(array)].data
-    old = func.attributes.get(ALIGN_ATTR)
-    merged = {k: v.value.data for k, v in old.data.items()} if isinstance(old, DictionaryAttr) else {}  # type: ignore[union-attr]
-    merged[name] = max(merged.get(name, 1), nbytes)
-    func.attributes[ALIGN_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in merged.items()})
+    if array in args:
+        record_alignment(func, func.param_names.data[args.index(array)].data, nbytes)
 
 
 def _vector(view: tile.ViewOp, dist: Distribution, t: Attribute) -> tuple[int, bool]:
@@ -522,7 +516,7 @@ class _LoadGroups:
         self.t, self.other = self.access.t, em.value(op.other)
         self.vec, self.ragged = _vector(view, self.dist, self.t)
         self.proven = self.vec * self.access.eb  # bytes the address is proven a multiple of
-        _require_alignment(em, view.array, self.proven)
+        require_alignment(em, view.array, self.proven)
         self.realign = _realigned(view, self.dist, self.t)
         if self.realign:
             self.vec = self.realign
@@ -674,7 +668,7 @@ def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     access = _Access(em, view, dist)
     t = access.t
     vec, ragged = _vector(view, dist, t)
-    _require_alignment(em, view.array, vec * access.eb)
+    require_alignment(em, view.array, vec * access.eb)
     spec, _, _ = _word_spec(t, vec)
     words = access.eb == 2 and vec >= 2  # 16-bit pairs go as packed words
     element, pair = tile_elements(em, op.value)

@@ -28,6 +28,7 @@ from kaio.passes.to_ptx.tile_values import (
     add32,
     distribution,
     owner_predicate,
+    require_alignment,
     thread_base,
     tile_elements,
     view_of,
@@ -131,6 +132,7 @@ def _lower_tile_copy(em: PtxEmitter, op: smem.TileCopy, asynchronous: bool) -> N
     rows, cols = buffer.tile
     vec = op.vec.value.data
     nbytes = vec * buffer.elem_bytes
+    require_alignment(em, view.array, nbytes)  # promote-to-shared sized vec by the proven alignment
     if nbytes < 4:  # cp.async moves 4, 8 or 16 bytes; narrower copies go synchronously
         asynchronous = False
     threads = math.prod(em.block_shape)
