@@ -15,6 +15,7 @@ import numpy as np
 
 from .memory import GlobalMemory
 from .program import EntryInfo
+from .async_proxy import AsyncProxy, uses_async_proxy
 from .race import RaceChecker
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class ExecContext:
         self.local = np.zeros(self.n * self.local_stride if entry.local_bytes else 16, dtype=np.uint8)
         self.param = param
         self.clock = 0  # instructions issued so far: what %clock reads
+        self.pc = 0  # the op running now (its index in entry.ops), set by the executor
         self.async_copies: AsyncCopies | None = None  # cp.async queues, made by the first cp.async
         self.mbarriers: Mbarriers | None = None  # made by the first mbarrier instruction
         self.wgmma: WgmmaQueue | None = None  # wgmma.mma_async results in flight
@@ -87,6 +89,8 @@ class ExecContext:
         self._views: dict[tuple[str, int], np.ndarray] = {}
         # race_check=True, for kernels that have shared memory
         self.race: RaceChecker | None = RaceChecker(self) if race_check and shared_bytes else None
+        # bulk copies, wgmma and TMA stores: late landing, late reads, proxy fences (async_proxy.py)
+        self.async_proxy: AsyncProxy | None = AsyncProxy(self) if shared_bytes and uses_async_proxy(entry) else None
 
     # --- memory views ---------------------------------------------------------------------------
 

@@ -128,6 +128,7 @@ class BatchRunner:
             op = ops[at]
             self.current = op
             ctx.clock = steps
+            ctx.pc = at
 
             on, off = sel, _EMPTY
             if op.guard is not None:
@@ -222,6 +223,8 @@ class BatchRunner:
             self.sched[off] = at + 1
             if count:
                 self._arrive(at, np.arange(n) if on is None else on, op)
+        if ctx.async_proxy is not None:  # bulk copies still in flight land, stores complete
+            ctx.async_proxy.drain(ctx)
         stats.steps = steps
         if self.n_waiting:
             self._deadlock()

@@ -34,6 +34,8 @@ def _load_in(ctx: ExecContext, space: str, idx: Idx, addr: Any, itemsize: int, c
     if space == "shared":
         if ctx.race is not None:
             ctx.race.read(idx, off, itemsize * count)
+        if ctx.async_proxy is not None:  # in-flight bulk copies; proxy order (async_proxy.py)
+            ctx.async_proxy.generic_read(ctx, idx, off, itemsize * count)
         for k in range(count):
             element = np.asarray(addr, dtype=np.uint64) + np.uint64(k * itemsize)
             check_shared_written(ctx, idx, np.asarray(off) + k * itemsize, itemsize, element)
@@ -68,6 +70,8 @@ def _store_in(ctx: ExecContext, space: str, idx: Idx, addr: Any, itemsize: int, 
             return np.stack(parts, axis=1).view(np.uint8).reshape(off.size, -1)
 
         ctx.race.write(idx, off, itemsize * count, stored_bytes)
+    if space == "shared" and ctx.async_proxy is not None:
+        ctx.async_proxy.generic_write(ctx, idx, off, itemsize * count)
     view = ctx.view(space, itemsize)
     ix = off // itemsize
     for k, v in enumerate(values):

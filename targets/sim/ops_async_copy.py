@@ -49,7 +49,7 @@ class _Pending:
     group: np.ndarray  # int64: the group each copy belongs to (its thread's commit count at issue)
     offsets: np.ndarray  # int64 byte offsets into ctx.shared
     data: np.ndarray  # uint8 (threads, cp-size): the bytes to land, zero-filled past src-size
-    pc: int = 0  # the cp.async instruction (race_check names it)
+    pc: int = 0  # the cp.async instruction (race_check and the async proxy name it)
 
 
 class AsyncCopies:
@@ -87,6 +87,8 @@ class AsyncCopies:
                 offsets, data = p.offsets[due], p.data[due]
                 if ctx.race is not None:
                     ctx.race.land_copy(p.threads[due], offsets, data.shape[1], p.pc)
+                if ctx.async_proxy is not None:  # cp.async writes through the generic proxy, at landing
+                    ctx.async_proxy.generic_write(ctx, p.threads[due], offsets, data.shape[1], p.pc)
                 ctx.shared[offsets[:, None] + np.arange(data.shape[1])] = data
                 for start in range(0, data.shape[1], 4):
                     mark_shared_written(ctx, offsets + start, 4)
@@ -149,11 +151,9 @@ def _copy(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
         if ctx.profiler is not None:
             ctx.profiler.global_access(ctx, idx, s_addr, n_read)
             ctx.profiler.shared_access(ctx, idx, d_addr, size)
-        pc = 0
         if ctx.race is not None:
             ctx.race.issue_copy(threads, offsets, size)
-            pc = ctx.race.pc
-        async_copies(ctx).issue(np.array(threads), np.array(offsets), data, pc)
+        async_copies(ctx).issue(np.array(threads), np.array(offsets), data, ctx.pc)
 
     return Behaviour(run=run, klass="cp.async", shared_access=size)
 

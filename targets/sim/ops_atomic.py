@@ -162,6 +162,9 @@ def make_atomic(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavio
         if sp == "shared":
             if ctx.race is not None:
                 ctx.race.atomic(sub_idx, off, itemsize)
+            if ctx.async_proxy is not None:  # a generic read and write
+                ctx.async_proxy.generic_read(ctx, sub_idx, off, itemsize)
+                ctx.async_proxy.generic_write(ctx, sub_idx, off, itemsize)
             check_shared_written(ctx, sub_idx, off, itemsize, a)
         mem = ctx.view(sp, itemsize).view(dtype)
         flush = op == "add" and t.name == "f32" and sp == "global"

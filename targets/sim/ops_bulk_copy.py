@@ -9,12 +9,15 @@ Forms:
   [tmap, {c0, ..}], [mbar]`` (N = 1..5)
 * ``cp.async.bulk.tensor.Nd.global.shared::cta[.tile].bulk_group [tmap, {c0, ..}], [src]``
 
-Each executing thread issues its own copy (kernels elect one). The copy happens when it is
-issued, and a load then performs complete_tx of its byte count on the mbarrier: the data is in
-shared memory before the phase completes, as on hardware, only earlier (a kernel that reads
-before waiting is not caught). Stores write global memory at once, so the bulk-group waits
-have nothing left to do. Tensor maps are kaio's simulator format (``tensor_map.py``); box
-elements outside the tensor load as zero and are not stored.
+Each executing thread issues its own copy (kernels elect one). Both directions run in the async
+proxy, as late as the ISA allows (``async_proxy.py``): a load reads global memory when issued (a
+bad source is reported at its line) and writes shared memory, then performs complete_tx of its
+byte count on its mbarrier, only when a wait on that barrier would otherwise fail, or at the end
+of the batch; until then its bytes are in flight and any access to them is an error. A store
+reads shared memory and writes global memory at the ``cp.async.bulk.wait_group[.read]`` that
+covers its bulk group, or at the end of the batch; a write to its source before then is an
+error. Tensor maps are kaio's simulator format (``tensor_map.py``); box elements outside the
+tensor load as zero and are not stored.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .memory import GLOBAL_BASE, SHARED_WINDOW
 from .modifiers import Modifiers
 from .operands import DecodeContext
 from .ops_common import operands
+from .async_proxy import AsyncProxy
 from .ops_mbarrier import barrier_keys, mbarriers, threads_of
 from .program import Behaviour, Idx
 from .ptx_types import PTX_TYPES
@@ -71,15 +75,26 @@ def _check_shared(ctx: ExecContext, thread: int, start: int, nbytes: int, align:
     locate(ctx, "shared", np.array([thread], dtype=np.int64), np.uint64(start), nbytes, align, what)
 
 
-def _land(ctx: ExecContext, cta_base: int, shared_addr: np.ndarray, data: np.ndarray) -> None:
-    offsets = cta_base + shared_addr
-    ctx.shared[offsets] = data
-    if ctx.shared_written is not None:
-        ctx.shared_written[offsets] = 1
+def _async_proxy(ctx: ExecContext) -> AsyncProxy:
+    assert ctx.async_proxy is not None  # made for every kernel with a bulk copy (and shared memory)
+    return ctx.async_proxy
 
 
-def _complete(ctx: ExecContext, mbar: int, thread: int, nbytes: int) -> None:
-    mbarriers(ctx).complete_tx(mbar, thread, nbytes)
+def _issue_load(ctx: ExecContext, thread: int, mbar: int, offsets: np.ndarray, data: np.ndarray) -> None:
+    """A load of ``data`` to the batch-wide shared ``offsets``, completing on barrier ``mbar``:
+    in flight until a wait on the barrier lands it."""
+    proxy = _async_proxy(ctx)
+    proxy.check_barrier_init(mbarriers(ctx).get(mbar, thread, "a bulk copy's complete_tx"), thread)
+    proxy.load(ctx, thread, mbar, offsets, data)
+
+
+def _issue_store(ctx: ExecContext, thread: int, source: np.ndarray, shared_offsets: np.ndarray, arena_offsets: np.ndarray) -> None:
+    """A store of the shared bytes ``source`` (all of the box, clipped ones included: the unit
+    reads the box) whose ``shared_offsets`` go to global ``arena_offsets`` once its group
+    completes."""
+    if ctx.race is not None:  # the issuing thread reads the source: a writer it is not ordered after races
+        ctx.race.async_read(thread, thread, source.reshape(-1), "TMA store source read")
+    _async_proxy(ctx).store(ctx, thread, source.reshape(-1), shared_offsets, arena_offsets)
 
 
 # --------------------------------------------------------------------------- plain bulk copies
@@ -109,12 +124,12 @@ def _bulk(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
             if load:
                 _check_shared(ctx, t, da, n, 16, "bulk copy write")
                 g = _global_offsets(ctx, t, np.array([sa]), n, f"{name} read")[0]
-                _land(ctx, cta_base, da + span, ctx.memory.view(1)[g + span])
-                _complete(ctx, key, t, n)
+                _issue_load(ctx, t, key, cta_base + da + span, ctx.memory.view(1)[g + span])
             else:
                 _check_shared(ctx, t, sa, n, 16, "bulk copy read")
                 g = _global_offsets(ctx, t, np.array([da]), n, f"{name} write")[0]
-                ctx.memory.view(1)[g + span] = ctx.shared[cta_base + sa + span]
+                source = cta_base + sa + span
+                _issue_store(ctx, t, source, source, g + span)
 
     return Behaviour(run=run, klass="cp.async.bulk", shared_access=16)
 
@@ -182,13 +197,11 @@ def _tensor(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
                 if inside.any():
                     g = _global_offsets(ctx, t, addresses[inside], e, f"{name} read")
                     data[inside] = arena[g[:, None] + byte]
-                _land(ctx, cta_base, shared_addr, data.reshape(-1))
-                _complete(ctx, keys[k], t, nbytes)
+                _issue_load(ctx, t, keys[k], cta_base + shared_addr, data.reshape(-1))
             else:
-                values = ctx.shared[cta_base + shared_addr].reshape(-1, e)
-                if inside.any():
-                    g = _global_offsets(ctx, t, addresses[inside], e, f"{name} write")
-                    arena[g[:, None] + byte] = values[inside]
+                source = (cta_base + shared_addr).reshape(-1, e)
+                g = _global_offsets(ctx, t, addresses[inside], e, f"{name} write") if inside.any() else np.zeros(0, dtype=np.int64)
+                _issue_store(ctx, t, source, source[inside].reshape(-1), (g[:, None] + byte).reshape(-1))
 
     return Behaviour(run=run, klass=f"cp.async.bulk.tensor.{dims}d", shared_access=16)
 
@@ -198,15 +211,30 @@ def _tensor(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
 
 def _commit(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
     operands(ins, 0)
-    return Behaviour(run=lambda ctx, idx: None, klass="cp.async.bulk.commit_group")
+
+    def run(ctx: ExecContext, idx: Idx) -> None:
+        if ctx.async_proxy is not None:  # None: a kernel without shared memory has no store
+            ctx.async_proxy.commit_bulk(idx)
+
+    return Behaviour(run=run, klass="cp.async.bulk.commit_group")
 
 
 def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
+    """``wait_group[.read] N``: the stores of all but the thread's N newest bulk groups read
+    their source (and write global memory) now. ``.read`` promises only the reads; the
+    simulator completes the writes with them, which a program cannot tell apart."""
     mods.flag("read")
     (n_op,) = operands(ins, 1)
     if not isinstance(n_op, ImmOperand) or n_op.kind != "int" or int(n_op.value) < 0:
         raise DecodeError(f"{ins.opcode} needs a non-negative integer constant")
-    return Behaviour(run=lambda ctx, idx: None, klass="cp.async.bulk.wait_group")
+    keep = int(n_op.value)
+
+    def run(ctx: ExecContext, idx: Idx) -> None:
+        proxy = ctx.async_proxy
+        if proxy is not None:
+            proxy.retire(ctx, idx, "store", proxy.bulk_committed, keep)
+
+    return Behaviour(run=run, klass="cp.async.bulk.wait_group")
 
 
 def make_bulk(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:

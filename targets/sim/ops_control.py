@@ -1,6 +1,6 @@
 """Control flow and synchronization: bra, ret, exit, trap, bar/barrier (sync, arrive, red),
 bar.warp.sync, and the instructions that are no-ops in a sequentially consistent simulator
-(membar, fence, nanosleep, pmevent).
+(membar, fence, nanosleep, pmevent), but for the fences between the generic and the async proxy.
 
 Branches, exits and CTA barriers change PCs, which the executor owns, so their factories return
 a ``Behaviour`` describing the op instead of a closure.
@@ -83,8 +83,22 @@ def make_barrier(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavi
 
 
 def make_fence(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
+    """Memory fences order nothing in this sequentially consistent simulator, except between
+    the generic and the async proxy on shared memory (``async_proxy.py``): ``fence.proxy.async``
+    with no state space, ``.shared::cta`` or ``.shared::cluster`` (``.global`` covers global
+    memory only), and ``fence.mbarrier_init`` (it makes barrier inits visible to bulk copies)."""
+    words = set(mods.items)
+    proxy = ins.opcode.startswith("fence") and {"proxy", "async"} <= words and "global" not in words
+    barrier_init = "mbarrier_init" in words
     mods.items = [m for m in mods.items if m not in _FENCE_WORDS]
-    return Behaviour(run=lambda ctx, idx: None, klass=mods.mnemonic)
+    if not (proxy or barrier_init):
+        return Behaviour(run=lambda ctx, idx: None, klass=mods.mnemonic)
+
+    def run(ctx: Any, idx: Idx) -> None:
+        if ctx.async_proxy is not None:
+            ctx.async_proxy.fence(ctx, idx, proxy)
+
+    return Behaviour(run=run, klass=mods.mnemonic)
 
 
 def make_nanosleep(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:

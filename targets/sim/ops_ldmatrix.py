@@ -72,6 +72,8 @@ def make_ldmatrix(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behav
         offsets = np.asarray(locate(ctx, "shared", row_threads, flat, ROW_BYTES, ROW_BYTES, "ldmatrix read"))
         if ctx.race is not None:  # each row is read on behalf of the lane that gave its address
             ctx.race.read(row_threads, offsets, ROW_BYTES)
+        if ctx.async_proxy is not None:
+            ctx.async_proxy.generic_read(ctx, row_threads, offsets, ROW_BYTES)
         for half in (0, 8):
             check_shared_written(ctx, row_threads, offsets + half, 8, flat + np.uint64(half))
         if ctx.profiler is not None:

@@ -15,6 +15,9 @@ both counts reach zero: the phase number advances, the pending count is reset to
 phase has the other parity; ``try_wait state`` is true once the phase the arrive token names
 is over. The token an arrive returns is the number of the phase it arrived in.
 
+Bulk copies completing on a barrier land only when a wait on it would otherwise fail
+(``async_proxy.py``): the wait lands them, which may complete the phase, and polls again.
+
 State lives beside shared memory (keyed by the CTA and the barrier's 8-byte slot), so a
 barrier used before ``init`` or arriving more often than its count is reported. A wait that
 finds its phase incomplete returns false and backs its threads off (``ctx.spinning``): the
@@ -52,6 +55,10 @@ class Barrier:
     pending: int
     tx: int = 0
     phase: int = 0
+    # who initialised it, when and where: a bulk copy needs a fence by that thread after it
+    init_thread: int = -1
+    init_clock: int = -1
+    init_pc: int = 0
 
 
 class Mbarriers:
@@ -128,7 +135,7 @@ def _init(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
         for key, c, t in zip(keys.tolist(), counts.tolist(), threads_of(ctx, idx).tolist()):
             if not 1 <= int(c) < (1 << 20):
                 raise SimFault("sim", f"mbarrier.init count {int(c)} is outside 1..2^20-1", t)
-            state.barriers[key] = Barrier(int(c), int(c))
+            state.barriers[key] = Barrier(int(c), int(c), init_thread=t, init_clock=ctx.clock, init_pc=ctx.pc)
 
     return Behaviour(run=run, klass="mbarrier.init", shared_access=8)
 
@@ -182,11 +189,21 @@ def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext, parity: bool) ->
         keys = barrier_keys(ctx, idx, address, name)
         want = np.broadcast_to(np.asarray(token(ctx, idx)), keys.shape).tolist()
         state = mbarriers(ctx)
-        result = []
-        for key, w, t in zip(keys.tolist(), want, threads_of(ctx, idx).tolist()):
-            phase = state.get(key, t, name).phase
-            result.append((phase & 1) != (int(w) & 1) if parity else phase != int(w))
-        ready = np.array(result, dtype=np.bool_)
+        threads = threads_of(ctx, idx).tolist()
+        key_list = keys.tolist()
+
+        def poll() -> np.ndarray:
+            result = []
+            for key, w, t in zip(key_list, want, threads):
+                phase = state.get(key, t, name).phase
+                result.append((phase & 1) != (int(w) & 1) if parity else phase != int(w))
+            return np.array(result, dtype=np.bool_)
+
+        ready = poll()
+        proxy = ctx.async_proxy
+        # bulk copies land at the latest moment: when a wait on their barrier would fail
+        if proxy is not None and not ready.all() and proxy.land_for(ctx, [k for k, r in zip(key_list, ready) if not r]):
+            ready = poll()
         done(ctx, idx, ready)
         if not ready.all():  # a poll that failed: let the threads that could complete it run
             ctx.spinning = threads_of(ctx, idx)[~ready]

@@ -26,11 +26,15 @@ Register fragments: A register j of warp w's lane holds the m16n8k16 A fragment 
 16w+15; accumulator register i of that lane holds row 16w + g + 8 ((i % 4) / 2), column
 8 (i / 4) + 2t + i % 2 (g = lane / 4, t = lane % 4).
 
-Asynchrony: the product is computed when the instruction issues (shared memory is read then)
-and lands in the accumulator registers at the ``wgmma.wait_group`` that retires its group;
-until then any other instruction that reads or writes one of those registers is reported
-(a later wgmma on the same accumulators is fine: it chains on the in-flight value). Products
-and sums are exact in float64 and rounded once to f32.
+Asynchrony: the product is computed when the instruction issues and lands in the accumulator
+registers at the ``wgmma.wait_group`` that retires its group; until then any other
+instruction that reads or writes one of those registers is reported (a later wgmma on the
+same accumulators is fine: it chains on the in-flight value). The hardware reads the
+descriptor operands from shared memory any time until then: the async proxy
+(``async_proxy.py``) holds them read until the retiring wait, so a write to them in between
+is reported (and computing at issue is then exact); they must not be in flight (a bulk copy
+not yet waited for), and generic writes to them need a ``fence.proxy.async`` before the
+wgmma. Products and sums are exact in float64 and rounded once to f32.
 """
 
 from __future__ import annotations
@@ -205,6 +209,19 @@ def warpgroups(ctx: ExecContext, idx: Idx, name: str) -> np.ndarray:
 # --------------------------------------------------------------------------- wgmma.mma_async
 
 
+def _read_late(ctx: ExecContext, warpgroup: np.ndarray, where: np.ndarray, what: str) -> None:
+    """The async proxy reads a descriptor operand from issue until the wait_group that retires
+    the wgmma (``async_proxy.py``): it must not be in flight, generic writes to it need a
+    fence.proxy.async, and writes before the retiring wait are errors. The race check sees it
+    as a read by the warpgroup (a writer outside it, not ordered by a barrier, races)."""
+    if ctx.race is not None:
+        ctx.race.async_read(int(warpgroup[0]), int(warpgroup[-1]), where.reshape(-1), f"wgmma.mma_async {what} operand read")
+    if ctx.async_proxy is not None:
+        group = int(queue(ctx).committed[warpgroup[0]])
+        ctx.async_proxy.async_read(ctx, warpgroup, where.reshape(-1), "wgmma", group)
+
+
+
 def _registers(op: Operand, count: int, what: str, ins: Instruction) -> list[Operand]:
     if not isinstance(op, VecOperand) or len(op.items) != count:
         raise DecodeError(f"{ins.opcode}: {what} is a vector of {count} registers")
@@ -265,6 +282,7 @@ def _mma_async(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
                 raise SimFault("memory", f"{name}: the {what} operand reaches past shared memory ({ctx.shared_bytes} bytes)", int(groups[g, 0]), int(addr.max()))
             base = int(ctx.shared_base[groups[g, 0]])
             where = base + addr[..., None] + np.arange(elem.itemsize)
+            _read_late(ctx, groups[g], where, what)
             if ctx.shared_written is not None and not ctx.shared_written[where].all():
                 raise SimFault("memory", f"{name}: the {what} operand reads shared memory nothing stored in this launch (check the descriptor)", int(groups[g, 0]))
             data = ctx.shared[where]
@@ -328,6 +346,8 @@ def make_wgmma(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
         warpgroups(ctx, idx, name)
         if ctx.wgmma is not None:
             ctx.wgmma.land(ctx, idx, keep)
+            if ctx.async_proxy is not None:  # the operand reads of the retired groups are done
+                ctx.async_proxy.retire(ctx, idx, "wgmma", ctx.wgmma.committed, keep)
 
     return Behaviour(run=wait, klass="wgmma.wait_group")
 

@@ -19,7 +19,10 @@ Atomics (``atom``/``red``) count as writes, but do not race with each other.
 there, with the ``cp.async`` line as the writer), and is also checked when it is issued: between
 issue and landing its bytes are *in flight*, and any access to them by another thread races
 with it (the hardware may land the copy at any moment in between). ``ldmatrix`` reads each
-16-byte row on behalf of the lane that supplied the row's address.
+16-byte row on behalf of the lane that supplied the row's address. The async proxy's reads (wgmma
+descriptor operands, TMA store sources) are checked at issue against writers outside the issuing
+warpgroup or thread (``async_read``); a bulk copy's landing starts its bytes afresh (``forget``):
+its mbarrier orders it, and its in-flight window is checked, always, by ``async_proxy.py``.
 
 Per CTA batch the checker keeps a record of 13 int32 fields per shared byte (``state``): the
 writers of the byte in its epoch (one plain writer, or up to two atomic writers: two distinct
@@ -222,6 +225,38 @@ class RaceChecker:
         self._check_write(a, f"landing:{issue_pc}")
         a.c[F] = np.where(a.c[F] == a.hi, NONE, a.c[F])
         self._record_write(a, issue_pc, COPY)
+
+    def async_read(self, lo: int, hi: int, offsets: np.ndarray, what: str) -> None:
+        """An async-proxy read of the shared bytes ``offsets`` (batch-wide) on behalf of the threads
+        ``lo..hi`` (a warpgroup for a wgmma operand, one thread for a TMA store source): a write or
+        a cp.async in flight of a thread outside them, not ordered before by a barrier, races.
+        Not recorded as a read: the async proxy (``async_proxy.py``) holds the bytes read until
+        the wait that retires it, and reports any write before that."""
+        granules = np.unique(np.asarray(offsets, dtype=np.int64) // self.granule)
+        c = self.state[granules].T
+        writer, flight = c[W1], c[F]
+        outside = lambda t: (t >= 0) & ((t < lo) | (t > hi))  # noqa: E731
+        now = self.epoch[np.where(writer >= 0, writer, 0)]
+        raw = outside(writer) & ((now == c[WEPOCH]) | (now != self.epoch[lo]))
+        hit = raw | outside(flight)
+        if not hit.any():
+            return
+        k = int(np.flatnonzero(hit)[0])
+        if raw[k]:
+            other, other_pc = int(writer[k]), int(c[W1PC][k])
+            other_text = f"{_WRITE_KINDS[int(c[WHOW][k])]} by thread {self.geometry.thread_coords(other % self.cta_threads)} at PTX line {self.ops[other_pc].line}, no barrier in between"
+        else:
+            other, other_pc = int(flight[k]), int(c[FPC][k])
+            other_text = f"cp.async by thread {self.geometry.thread_coords(other % self.cta_threads)} at PTX line {self.ops[other_pc].line}, still in flight"
+        message = f"shared memory race (read-after-write; this access: {what}; other access: {other_text})"
+        extra = {"hazard": "read-after-write", "other_thread": self.geometry.thread_coords(other % self.cta_threads), "other_ptx_line": self.ops[other_pc].line}
+        raise SimFault("memory", message, lo, int(granules[k]) % self.stride * self.granule, extra=extra)
+
+    def forget(self, offsets: np.ndarray) -> None:
+        """A bulk copy landed on the shared bytes ``offsets``: what happened to them before is
+        ordered before it (the async proxy checked its issue) and what follows its mbarrier
+        wait after it, so the bytes start afresh."""
+        self.state[np.unique(np.asarray(offsets, dtype=np.int64) // self.granule)] = NONE
 
     # --- helpers --------------------------------------------------------------------------------
 

@@ -101,6 +101,7 @@ WGMMA_KERNEL = HEADER + """
 	mov.u32 %r4, bar;
 	setp.eq.u32 %p1, %r1, 0;
 	@%p1 mbarrier.init.shared::cta.b64 [%r4], 1;
+	@%p1 fence.mbarrier_init.release.cluster;  // the inits, visible to bulk copies
 	bar.sync 0;
 	@%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r4], {tx};
 {loads}
@@ -250,6 +251,7 @@ MBARRIER_KERNEL = HEADER + """
 	setp.eq.u32 %p1, %r1, 0;
 	setp.eq.u32 %p2, %r1, 32;
 	@%p1 mbarrier.init.shared::cta.b64 [%r3], 2;
+	@%p1 fence.mbarrier_init.release.cluster;  // the inits, visible to bulk copies
 	bar.sync 0;
 	// phase 0: thread 0 expects 256 bytes and copies them; thread 32 arrives too
 	@%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd4, [%r3], 256;
@@ -329,6 +331,7 @@ def test_mbarrier_misuse_is_reported(sim, body, message):
 	mov.u32 %r1, %tid.x;
 	setp.eq.u32 %p1, %r1, 0;
 	@%p1 mbarrier.init.shared::cta.b64 [%r3], 1;
+	@%p1 fence.mbarrier_init.release.cluster;  // the inits, visible to bulk copies
 	bar.sync 0;
 	{body}
 	ret;
@@ -363,6 +366,7 @@ WARP_SPECIALISED = HEADER + """
 	@%p1 mbarrier.init.shared::cta.b64 [%r3+8], 1;
 	@%p1 mbarrier.init.shared::cta.b64 [%r4], 32;
 	@%p1 mbarrier.init.shared::cta.b64 [%r4+8], 32;
+	@%p1 fence.mbarrier_init.release.cluster;  // the inits, visible to bulk copies
 	bar.sync 0;
 	setp.ge.u32 %p2, %r1, 32;
 	@%p2 bra CONSUMER;
@@ -404,6 +408,7 @@ CWAIT:
 	mul.wide.u32 %rd5, %r16, 8;
 	add.s64 %rd6, %rd2, %rd5;
 	st.global.v2.u32 [%rd6], {%r14, %r15};
+	fence.proxy.async.shared::cta;  // the generic reads, before the stage's bulk refill
 	mad.lo.s32 %r9, %r6, 8, %r4;
 	mbarrier.arrive.shared::cta.b64 _, [%r9];
 	add.s32 %r5, %r5, 1;
@@ -447,6 +452,7 @@ TMA_EDGES = HEADER + """
 	mov.u32 %r3, bar;
 	setp.eq.u32 %p1, %r1, 0;
 	@%p1 mbarrier.init.shared::cta.b64 [%r3], 1;
+	@%p1 fence.mbarrier_init.release.cluster;  // the inits, visible to bulk copies
 	bar.sync 0;
 	@%p1 mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r3], 1024;
 	@%p1 cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r2], [%rd1, {%r8, %r9}], [%r3];
