@@ -135,6 +135,7 @@ class ValidatingDriver:
         "MAX_GRID_DIM_Z": 65535,
     }
     DEVICES = 1
+    DRIVER_VERSION = 12080  # CUDA 12.8
     CONTEXT = 0xC0DE00
 
     def __init__(self) -> None:
@@ -216,6 +217,9 @@ class ValidatingDriver:
 
     def cuGetErrorString(self, err: Any) -> tuple[Any, bytes]:
         return (R.CUDA_SUCCESS, f"description of {err.name.lower()}".encode())
+
+    def cuDriverGetVersion(self) -> tuple[Any, ...]:
+        return (R.CUDA_SUCCESS, self.DRIVER_VERSION)
 
     def cuDeviceGetCount(self) -> tuple[Any, ...]:
         return (R.CUDA_SUCCESS, self.DEVICES)
