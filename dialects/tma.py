@@ -9,8 +9,11 @@ Accelerator, sm_90).
   written); stores complete in bulk groups: ``tma.commit``, ``tma.wait {pending = 0}``.
 - ``tma.bulk_load %src, %bytes -> %dst barrier %bar`` / ``tma.bulk_store``: plain contiguous
   copies (sizes and addresses multiples of 16 bytes).
-- ``tma.fence``: ``fence.proxy.async``: makes ordinary shared-memory writes visible to the
-  async proxy (TMA stores, wgmma) that follows.
+- ``tma.fence``: ``fence.proxy.async.shared::cta``: orders the generic-proxy shared-memory
+  accesses before it (the thread's own, and through a block barrier or an mbarrier phase the
+  block's) with the async-proxy ones after it, both ways: ordinary writes become visible to the
+  TMA stores and wgmmas that follow, an ``mbarrier.init`` to the complete_tx of TMA loads, and
+  ordinary reads (``ldmatrix``) are done before a TMA load overwrites those bytes.
 - ``tma.alloc {bytes, align}``: a shared buffer aligned for swizzled boxes (1024 bytes for the
   128-byte swizzle).
 

@@ -32,6 +32,10 @@ The accumulators stay in flight across the loop's back edge (they live in the lo
 which nothing else touches) and a ``wait_group 0`` after the loop makes them final.
 
 Dots that do not qualify are left as they are (``lower-to-mma-sync`` takes them next).
+
+**Proxy fences.** ``pipeline-tma`` fences each refill of a TMA ring (a generic-proxy read of the
+stage, ``ldmatrix``, must be ordered before the TMA write). Once the dots are lowered, a ring
+whose every reader is a wgmma descriptor is async-proxy only, and this pass drops those fences.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from dataclasses import dataclass
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32
-from xdsl.dialects import scf
+from xdsl.dialects import arith, scf
 from xdsl.ir import Attribute, BlockArgument, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -50,7 +54,7 @@ from xdsl.utils.exceptions import VerifyException
 from kaio.dialects import kernel, mma, smem, tile, tma, wgmma
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.pipeline_tma import REFILL_BARRIER, TMA_RING
+from kaio.passes.pipeline_tma import REFILL_BARRIER, REFILL_FENCE, TMA_RING
 from kaio.passes.promote_to_shared import enclosing_kernel
 
 SWIZZLE_NAMES = {128: "128B", 64: "64B", 32: "32B"}
@@ -215,6 +219,48 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
     result.replace_uses_with_if(join.result, lambda use: use.operation is not split)
 
 
+def async_proxy_only(address: SSAValue) -> bool:
+    """Whether a shared address only reaches the async proxy: wgmma descriptors, TMA copies
+    (through address arithmetic)."""
+    for use in address.uses:
+        op = use.operation
+        if isinstance(op, arith.AddiOp | arith.MuliOp):
+            if not async_proxy_only(op.result):
+                return False
+        elif not isinstance(op, wgmma.DescriptorOp | tma.LoadOp | tma.StoreOp):
+            return False
+    return True
+
+
+def read_by_async_proxy_only(ring: SSAValue) -> bool:
+    """Whether every access to a ring's stages goes through the async proxy (TMA fills, wgmma
+    reads): no generic-proxy access, so no proxy fence before a refill."""
+    for use in ring.uses:
+        if not isinstance(use.operation, smem.StageOp):
+            return False
+        for stage_use in use.operation.result.uses:
+            reader = stage_use.operation
+            if not (isinstance(reader, smem.AddressOp) and async_proxy_only(reader.result)):
+                return False
+    return True
+
+
+def drop_async_only_refill_fences(module: ModuleOp) -> None:
+    """``pipeline-tma`` fences every refill (its stage may be read by ``ldmatrix``); once the
+    dots are wgmmas, a refill whose rings only the async proxy reads needs none: TMA's write
+    after wgmma's read is one proxy, ordered by the wait_group and the barrier (or mbarrier)."""
+    for fence in [o for o in module.walk() if isinstance(o, tma.FenceOp) and REFILL_FENCE in o.attributes]:
+        rings = []
+        op = fence.next_op
+        while op is not None:
+            if isinstance(op, smem.StageOp):
+                rings.append(op.ring)
+            op = op.next_op
+        if rings and all(read_by_async_proxy_only(r) for r in rings):
+            fence.detach()
+            fence.erase()
+
+
 @dataclass(frozen=True)
 class LowerToWgmmaPass(ModulePass):
     name = "lower-to-wgmma"
@@ -231,3 +277,4 @@ class LowerToWgmmaPass(ModulePass):
             plan = dot_plan(dot, num_warps)
             if not isinstance(plan, str):
                 lower_dot(dot, num_warps, *plan, overlap=self.overlap)
+        drop_async_only_refill_fences(op)

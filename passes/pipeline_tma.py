@@ -62,6 +62,7 @@ from kaio.passes.tensor_map_views import MappedView, add_map_param, map_view
 
 REFILL_BARRIER = "kaio.refill_barrier"  # every thread is done with the stage about to be refilled
 TMA_RING = "kaio.tma_ring"  # on a ring's smem.alloc: filled by TMA (the async proxy) only
+REFILL_FENCE = "kaio.refill_fence"  # a tma.fence before a refill: dropped where only the async proxy read the stage
 log = logging.getLogger("kaio.passes")
 
 
@@ -121,17 +122,29 @@ class _Issuer:
     def barrier(self, ix: IndexBuilder, stage: SSAValue) -> SSAValue:
         return barrier_slot(ix, self.barriers, stage)
 
-    def issue(self, ix: IndexBuilder, k: SSAValue, stage: SSAValue) -> None:
-        """Thread 0, if tile ``k`` is inside the loop: arm the stage's barrier, load the boxes."""
+    def issue(self, ix: IndexBuilder, k: SSAValue, stage: SSAValue, refill: bool) -> None:
+        """Thread 0, if tile ``k`` is inside the loop: arm the stage's barrier, load the boxes
+        (``refill``: into a stage the block has read before: see :meth:`load`)."""
         inside = ix.b.insert(arith.CmpiOp(k, self.ub, "slt")).result
         go = ix.b.insert(arith.AndIOp(self.leader, inside)).result
         block = Block()
-        self.load(IndexBuilder(Builder(InsertPoint.at_end(block))), k, stage)
+        self.load(IndexBuilder(Builder(InsertPoint.at_end(block))), k, stage, refill)
         block.add_op(scf.YieldOp())
         ix.b.insert(scf.IfOp(go, [], [block]))
 
-    def load(self, body: IndexBuilder, k: SSAValue, stage: SSAValue) -> None:
-        """Arm the stage's barrier with the tile's bytes and load the tile at ``k`` into it."""
+    def load(self, body: IndexBuilder, k: SSAValue, stage: SSAValue, refill: bool) -> None:
+        """Arm the stage's barrier with the tile's bytes and load the tile at ``k`` into it.
+
+        A refill overwrites, through the async proxy, bytes the block read before: if those
+        reads were generic-proxy ones (``ldmatrix``, ``ld.shared`` of an mma.sync dot), the
+        barrier (or the released mbarrier phase) orders them before this thread, but only a
+        ``fence.proxy.async`` orders them before the TMA write (PTX ISA, memory consistency
+        model, "proxies": accesses through different proxies need a proxy fence between them;
+        Triton's ProxyFenceInsertion and CUTLASS put it in the issuing thread, after the
+        synchronisation, before the copy). ``lower-to-wgmma`` drops the fence where every reader
+        of the stage is a wgmma (the async proxy already)."""
+        if refill:
+            body.b.insert(tma.FenceOp()).attributes[REFILL_FENCE] = UnitAttr()
         mapping: dict[SSAValue, SSAValue] = {self.iv: k}
         for op in self.slice_ops:
             body.b.insert(op.clone(value_mapper=mapping))
@@ -164,13 +177,21 @@ def _prepare(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.Ke
 
 
 def _init_barriers(outer: IndexBuilder, leader: SSAValue, rings: list[tuple[SSAValue, int]], stages: int) -> None:
-    """Thread 0 initialises each ring of barriers (with its arrival count); then every thread
-    waits for it."""
+    """Thread 0 initialises each ring of barriers (with its arrival count) and fences them for
+    the async proxy; then every thread waits for it.
+
+    ``mbarrier.init`` is a generic-proxy write, and the TMA loads that complete on the barriers
+    (complete_tx) act through the async proxy: without a proxy fence, the first copy's
+    transaction may reach a barrier before its initialisation does. The CUDA programming
+    guide's TMA example fences with ``fence.proxy.async.shared::cta`` right after the init, in
+    the initialising thread, before the block barrier (CUTLASS's ``fence_barrier_init`` is the
+    cluster-wide ``fence.mbarrier_init.release.cluster``; kaio launches no clusters)."""
     block = Block()
     ix = IndexBuilder(Builder(InsertPoint.at_end(block)))
     for barriers, arrivals in rings:
         for s in range(stages):
             ix.b.insert(mbarrier.InitOp(barrier_slot(ix, barriers, ix.const(s)), arrivals))
+    ix.b.insert(tma.FenceOp())
     block.add_op(scf.YieldOp())
     outer.b.insert(scf.IfOp(leader, [], [block]))
     outer.b.insert(kernel.BarrierOp())
@@ -241,12 +262,12 @@ def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kern
         outer.b.insert(kernel.BarrierOp())  # the previous run's readers are done with its stages
     stage = first
     for s in range(stages - 1):  # prologue: tiles 0 .. S-2, into the stages from the first on
-        issuer.issue(outer, outer.add(loop.lb, outer.mul(loop.step, outer.const(s))), stage)
+        issuer.issue(outer, outer.add(loop.lb, outer.mul(loop.step, outer.const(s))), stage, refill=ring is not None)
         stage = next_stage(outer, stage, stages) if ring is not None else outer.const(s + 1)
 
     def refill(ix: IndexBuilder, body: Block, write: SSAValue) -> None:
         ix.b.insert(kernel.BarrierOp()).attributes[REFILL_BARRIER] = UnitAttr()
-        issuer.issue(ix, ix.add(body.args[0], ix.mul(loop.step, ix.const(stages - 1))), write)
+        issuer.issue(ix, ix.add(body.args[0], ix.mul(loop.step, ix.const(stages - 1))), write, refill=True)
 
     new_loop = _rebuild_loop(loop, issuer, stages, refill, [first, stage, phase])
     if ring is not None:
@@ -334,7 +355,7 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     k, stage, phase = walk.args
     # a fresh barrier counts as having completed the phase before its first: parity 1 passes
     w.b.insert(mbarrier.WaitParityOp(barrier_slot(w, empty, stage), w.b.insert(arith.XOrIOp(phase, w.const(1))).result))
-    issuer.load(w, k, stage)
+    issuer.load(w, k, stage, refill=True)  # after the consumers released the stage (the first S: a no-op wait)
     following = next_stage(w, stage, stages)
     w.b.insert(scf.YieldOp(following, _flip_on_wrap(w, phase, following)))
     issuing = Block()

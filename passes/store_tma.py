@@ -19,6 +19,19 @@ lines, and it clips boxes at the tensor's edges, so ragged tiles need no bounds 
 The wait (for the buffer's reads only) keeps the buffer alive until the unit has read it, and,
 with the barrier before the next write, makes the buffer safe to refill in a loop.
 
+Proxies (PTX ISA, memory consistency model: shared memory accessed through the generic and the
+async proxy needs a ``fence.proxy.async`` between the two): the threads' ``st.shared`` are
+generic and the TMA store reads through the async proxy, so *every* writing thread fences its
+own writes, then the barrier hands them to thread 0 (CUTLASS's ``fence_view_async_shared`` then
+a named barrier; a fence after the barrier in thread 0 alone would not cover the other threads'
+writes). The other transitions need no fence: the dead ring's last async accesses are TMA
+loads, whose completion (observed on their mbarrier) "is followed by an implicit generic-async
+proxy fence", and wgmma reads retired by ``wgmma.wait_group 0`` before the first barrier here;
+in a loop, the previous tile's TMA store has finished reading (``cp.async.bulk.wait_group.read
+0``) before the barrier that precedes the next writes, and a generic write after an async read
+whose completion was waited for is ordered by that wait (as Triton's ProxyFenceInsertion and
+ConSan treat it).
+
 It takes a ``tile.store`` (looking through the layout conversion staged stores put before it)
 of a 2-D tile in an mma layout, 16- or 32-bit, whose view a tensor map can describe
 (``tensor_map_views``), in a kernel with a 1-D block, not under an ``scf.if`` (its barriers

@@ -47,8 +47,9 @@ def test_the_matmul_k_loop_runs_on_tma():
     assert ".param .align 64 .b8 matmul_a_tmap[128]" in ptx and "cvta.param.u64" in ptx
     assert ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes") == 3 * 5
     assert "mbarrier.try_wait.parity" in ptx and "cp.async.cg" not in ptx and "cp.async.ca" not in ptx
-    # the operands come through the async proxy already: the one fence is the C store's
-    assert ptx.count("fence.proxy.async") == 1 and ptx.index("fence.proxy.async") > ptx.rindex("wgmma.mma_async")
+    # the operands come through the async proxy already: the fences are the barriers' init's and the C store's
+    assert ptx.count("fence.proxy.async") == 2 and ptx.index("fence.proxy.async") < ptx.index("cp.async.bulk.tensor")
+    assert ptx.rindex("fence.proxy.async") > ptx.rindex("wgmma.mma_async")
     stages = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), WGMMA_CONFIGS[0]), "sm_90a").stages
     loop = stages["pipeline-tma"]
     assert "mbarrier.alloc count 3" in loop and "mbarrier.arrive_expect_tx" in loop and "kaio.refill_barrier" in loop
