@@ -1,7 +1,7 @@
 """Which architecture a GPU compiles for: an H100 (sm_90) gets ``HOPPER_DEFAULT`` (sm_90, the
 mma.sync path) until a hardware report proves the sm_90a paths; ``Device(0, arch=...)`` and
 ``KAIO_ARCH`` choose another target the GPU runs, and refuse one it cannot run. Run through the
-fake CUDA driver of test_cuda_backend.py, so the GPU code path runs on a CPU box."""
+validating fake CUDA driver (validating_driver.py), so the GPU code path runs on a CPU box."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from kaio.ops_library import matmul
 from kaio.runtime import cuda_backend, driver
 from kaio.runtime import device as device_module
 
-from .test_cuda_backend import FakeDriver
+from .validating_driver import ValidatingDriver as FakeDriver
 
 
 @pytest.fixture
