@@ -7,12 +7,10 @@ in for device memory (copies are real; a launch is decoded byte by byte from the
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import struct
 import threading
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -25,19 +23,9 @@ from kaio.runtime import bench as bench_module
 from kaio.runtime import device as device_module
 from kaio.runtime import dlpack, driver
 
+from . import validating_driver as vd
+from .validating_driver import ValidatingDriver
 
-def _load_validating_driver() -> ModuleType:
-    """The sibling module (tests are imported by path: no package to import it from)."""
-    path = Path(__file__).with_name("validating_driver.py")
-    spec = importlib.util.spec_from_file_location("kaio_tests_validating_driver", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-vd = _load_validating_driver()
-ValidatingDriver = vd.ValidatingDriver
 fake, gpu = vd.fake, vd.gpu  # the fixtures
 real, R = vd.real, vd.R
 

@@ -5,9 +5,7 @@ conversion; stream capture and graphs included) and torch tensors that say they 
 
 from __future__ import annotations
 
-import importlib.util
 import struct
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,21 +16,10 @@ import kaio
 from kaio import KaioTypeError
 from kaio.runtime import tensors
 
+from . import validating_driver as _vd
+from .validating_driver import ValidatingDriver
+
 torch = pytest.importorskip("torch")
-
-
-def _sibling(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(
-        f"kaio_torch_cuda_{name}", Path(__file__).with_name(f"{name}.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_vd = _sibling("validating_driver")
-ValidatingDriver = _vd.ValidatingDriver
 fake, gpu = _vd.fake, _vd.gpu  # the fixtures
 
 
