@@ -8,6 +8,11 @@ must fit the register file). ``setmaxnreg`` later moves registers between the CT
 
 Both the compiler (choosing ``setmaxnreg`` counts) and the simulator (modelling the pool) need the
 count at entry; this module is the one place that computes it.
+
+ptxas honours ``setmaxnreg`` only when it knows the count at entry: under ``.maxnreg``, or a block
+bound (``.maxntid``/``.reqntid``) together with ``.minnctapersm``. Otherwise it prints C7508
+"'setmaxnreg' ignored; unable to determine register count at entry" and drops the instruction
+(:func:`setmaxnreg_honoured`).
 """
 
 from __future__ import annotations
@@ -50,7 +55,27 @@ def entry_registers(ptx: str, entry: str, arch: str, threads: int, maxnreg: int 
     return min(bound, -(-used // GRANULE) * GRANULE)
 
 
+IGNORED_WARNING = "C7508"  # ptxas: "'setmaxnreg' ignored; unable to determine register count at entry"
+
+
+def setmaxnreg_honoured(ptx: str, arch: str, directives: set[str]) -> bool:
+    """Whether ptxas keeps an entry's ``setmaxnreg`` (``directives``: the entry's performance
+    directives, without the dot). The rule ptxas follows, and its C7508 warning where the wheel's
+    ptxas is installed (a module-wide message, so it only ever turns the answer to False)."""
+    from kaio.targets.ptx.toolchain import PtxasError, find_ptxas
+
+    bounded = "maxnreg" in directives or ({"maxntid", "reqntid"} & directives and "minnctapersm" in directives)
+    if not bounded or find_ptxas() is None:
+        return bool(bounded)
+    try:
+        _assembled_registers(ptx, arch)
+    except PtxasError:
+        return True
+    return IGNORED_WARNING not in _logs.get((hash(ptx), arch), "")
+
+
 _cache: dict[tuple[int, str], dict[str, int]] = {}
+_logs: dict[tuple[int, str], str] = {}
 
 
 def _assembled_registers(ptx: str, arch: str) -> dict[str, int]:
@@ -61,5 +86,8 @@ def _assembled_registers(ptx: str, arch: str) -> dict[str, int]:
     if key not in _cache:
         if len(_cache) > 64:
             _cache.clear()
-        _cache[key] = dict(assemble(ptx, arch).registers)
+            _logs.clear()
+        report = assemble(ptx, arch)
+        _cache[key] = dict(report.registers)
+        _logs[key] = report.log
     return _cache[key]

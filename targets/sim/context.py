@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .ops_async_copy import AsyncCopies
     from .ops_mbarrier import Mbarriers
     from .ops_wgmma import WgmmaQueue
+    from .register_pool import RegisterPool
 
 WARP = 32
 
@@ -85,6 +86,16 @@ class ExecContext:
         self.mbarriers: Mbarriers | None = None  # made by the first mbarrier instruction
         self.wgmma: WgmmaQueue | None = None  # wgmma.mma_async results in flight
         self.spinning: np.ndarray | None = None  # threads whose spin-wait just failed (executor backs them off)
+        # setmaxnreg: the registers per thread at entry (set by the launch when the kernel has a
+        # setmaxnreg), its CTA register pools (made by that launch), and the threads an .inc
+        # parks (held) or lets go (resumed) in this step, for the executor
+        self.entry_registers = 0
+        self.register_pool: RegisterPool | None = None
+        self.held: np.ndarray | None = None
+        self.resumed: np.ndarray | None = None
+        # the seeded adversarial schedule's generator (None: lockstep, lowest PC first); other
+        # modules may draw from it to reorder what the ISA leaves unordered (async completions)
+        self.rng: np.random.Generator | None = None
         self.profiler = profiler  # memory metrics (profile=True), else None
         self._views: dict[tuple[str, int], np.ndarray] = {}
         # race_check=True, for kernels that have shared memory

@@ -16,6 +16,11 @@ simulator's ``synccheck`` option every thread of the CTA must arrive: a CTA whos
 exited can never release. Either way, a CTA whose threads wait at a different barrier can never
 release, and when nothing can run any more the runner raises KaioSimError naming the barrier's
 PTX line.
+
+``setmaxnreg.inc`` parks its threads (HELD) until the CTA's register pool can give them their
+registers (``register_pool``); the op says which threads to park and which to let go through
+``ctx.held`` / ``ctx.resumed``. Under a schedule seed (``ctx.rng``) the runner never runs in
+converged mode: ``schedule.AdversarialSchedule`` picks the warps of each step.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 from .context import ExecContext
 from .faults import SimFault
 from .program import Op, OpKind
+from .schedule import AdversarialSchedule
 
 PARKED = np.iinfo(np.int64).max
 # Threads whose spin-wait just failed (mbarrier.try_wait false) are scheduled at
@@ -36,7 +42,7 @@ PARKED = np.iinfo(np.int64).max
 # a lower PC does not starve consumers whose wait would now succeed either.
 BACKOFF = 1 << 40
 BACKOFF_RANKS = (1 << 22) - 2  # steps told apart (beyond, spinners go by PC): keeps keys in int64
-RUNNABLE, WAITING, EXITED = 0, 1, 2
+RUNNABLE, WAITING, EXITED, HELD = 0, 1, 2, 3
 NUM_BARRIERS = 16
 _EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -83,6 +89,9 @@ class BatchRunner:
         self.n_exited = 0
         self._status: np.ndarray | None = None
         self._bar: _BarrierState | None = None
+        self.n_held = 0  # threads parked at a setmaxnreg.inc
+        self._resume_at: np.ndarray | None = None
+        self.adversary = AdversarialSchedule(ctx, ops, ctx.rng, BACKOFF) if ctx.rng is not None else None
 
     # --- per-thread state, allocated the first time something diverges ------------------------
 
@@ -106,6 +115,10 @@ class BatchRunner:
         pc = 0
         active: np.ndarray | None = None  # converged mode: the runnable threads (None: all)
         converged = True
+        adversary = self.adversary
+        if adversary is not None:
+            self._diverge(0, None)
+            converged = False
         steps = 0
         while True:
             if converged:
@@ -113,14 +126,18 @@ class BatchRunner:
                 if sel is not None and sel.size == 0:
                     break
             else:
-                lowest = int(self.sched.min())
-                if lowest == PARKED:
-                    break
-                at = lowest & (BACKOFF - 1)
-                sel = np.flatnonzero(self.sched == lowest)
-                if sel.size == self.n_runnable:
-                    converged, pc, active = True, at, (None if sel.size == n else sel)
-                    sel = active
+                picked = adversary.pick(self.sched) if adversary is not None else None
+                if picked is not None:
+                    at, sel = picked
+                else:
+                    lowest = int(self.sched.min())
+                    if lowest == PARKED:
+                        break
+                    at = lowest & (BACKOFF - 1)
+                    sel = np.flatnonzero(self.sched == lowest)
+                    if sel.size == self.n_runnable and adversary is None:
+                        converged, pc, active = True, at, (None if sel.size == n else sel)
+                        sel = active
             steps += 1
             if steps > self.max_steps:
                 self.current = ops[at]
@@ -155,9 +172,11 @@ class BatchRunner:
                     pc = at + 1
                 else:
                     self.sched[sel] = at + 1
-                if ctx.spinning is not None:
-                    self._back_off(at + 1, active if converged else None, converged)
-                    converged = False
+                if ctx.spinning is not None or ctx.held is not None or ctx.resumed is not None:
+                    if converged:
+                        self._diverge(at + 1, active)
+                        converged = False
+                    self._park_and_resume(at + 1)
                 continue
 
             if kind == OpKind.BRANCH:
@@ -226,6 +245,8 @@ class BatchRunner:
         if ctx.async_proxy is not None:  # bulk copies still in flight land, stores complete
             ctx.async_proxy.drain(ctx)
         stats.steps = steps
+        if self.n_held and ctx.register_pool is not None:
+            ctx.register_pool.finish()
         if self.n_waiting:
             self._deadlock()
         return stats
@@ -255,11 +276,29 @@ class BatchRunner:
         else:
             self.sched[active] = pc
 
-    def _back_off(self, next_pc: int, active: np.ndarray | None, converged: bool) -> None:
-        threads, self.ctx.spinning = self.ctx.spinning, None
-        if converged:
-            self._diverge(next_pc, active)
-        self.sched[threads] = next_pc + BACKOFF * (1 + min(self.ctx.clock, BACKOFF_RANKS))
+    def _park_and_resume(self, next_pc: int) -> None:
+        """Apply what the op just run asked for: back off spinners, park the threads a
+        setmaxnreg.inc holds, and let go the ones it granted (at the op after theirs)."""
+        ctx = self.ctx
+        if ctx.spinning is not None:
+            threads, ctx.spinning = ctx.spinning, None
+            self.sched[threads] = next_pc + BACKOFF * (1 + min(ctx.clock, BACKOFF_RANKS))
+        if ctx.held is not None:
+            threads, ctx.held = ctx.held, None
+            if self._resume_at is None:
+                self._resume_at = np.zeros(self.n, dtype=np.int64)
+            self._resume_at[threads] = next_pc
+            self.status[threads] = HELD
+            self.sched[threads] = PARKED
+            self.n_runnable -= threads.size
+            self.n_held += threads.size
+        if ctx.resumed is not None:
+            threads, ctx.resumed = ctx.resumed, None
+            assert self._resume_at is not None
+            self.status[threads] = RUNNABLE
+            self.sched[threads] = self._resume_at[threads]
+            self.n_runnable += threads.size
+            self.n_held -= threads.size
 
     def _exit(self, threads: np.ndarray) -> None:
         self.status[threads] = EXITED
@@ -268,6 +307,8 @@ class BatchRunner:
         self.n_runnable -= threads.size
         self.n_exited += threads.size
         self.bar.exited += np.bincount(self.ctx.cta[threads], minlength=self.ctx.n_ctas)
+        if self.ctx.register_pool is not None:
+            self.ctx.register_pool.exited(threads)
 
     def _arrive(self, at: int, threads: np.ndarray, op: Op) -> None:
         spec = op.barrier

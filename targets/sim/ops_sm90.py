@@ -2,9 +2,11 @@
 
 ``elect.sync d|p, membermask`` picks the lowest lane of the member mask: p is true in that lane
 only and d is its lane number in every lane (the mask's lanes must all execute it, as for any
-.sync instruction). ``setmaxnreg.{inc,dec}.sync.aligned.u32 N`` moves registers between
-warpgroups on hardware; the simulator has no register budget, so it only checks the count.
-(``fence.proxy.async`` is among the fences of ops_control: ordering is a no-op here.)
+.sync instruction). ``setmaxnreg.{inc,dec}.sync.aligned.u32 N`` moves registers between a
+warpgroup and the CTA's register pool (``register_pool``): ``.dec`` frees them, ``.inc`` blocks
+until the pool can give them, and one that never can is reported as a deadlock. In a kernel
+without the bounds ptxas needs to honour it (``kaio.targets.ptx.registers``) it is a no-op, as
+ptxas drops it there.
 """
 
 from __future__ import annotations
@@ -60,7 +62,15 @@ def make_setmaxnreg(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Beh
     (count,) = operands(ins, 1)
     if not isinstance(count, ImmOperand) or not (24 <= int(count.value) <= 256 and int(count.value) % 8 == 0):
         raise DecodeError(f"{ins.opcode}: the register count is an immediate in 24..256, a multiple of 8")
-    return Behaviour(run=lambda ctx, idx: None, klass="setmaxnreg")
+    action = "inc" if "inc" in ins.modifiers else "dec"
+    wanted, name, line, text = int(count.value), ins.opcode, ins.line, ins.text
+
+    def run(ctx: ExecContext, idx: Idx) -> None:
+        check_converged(ctx, idx, 0xFFFFFFFF, name)
+        if ctx.register_pool is not None:  # None: ptxas drops setmaxnreg in this kernel
+            ctx.register_pool.execute(ctx.thread_index if idx is None else idx, action, wanted, line, text)
+
+    return Behaviour(run=run, klass="setmaxnreg")
 
 
 TABLE = {("elect", "*"): make_elect, ("setmaxnreg", "*"): make_setmaxnreg}

@@ -10,6 +10,7 @@ other on a GPU either, so batching changes nothing observable.
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Sequence
 
@@ -29,13 +30,17 @@ from .parser import parse_module
 from .program import EntryInfo, Op, Symbol
 from .ptx_types import PTX_TYPES
 from .race import BYTES_PER_SHARED_BYTE as RACE_BYTES_PER_SHARED_BYTE
+from .register_pool import RegisterPool
 from .report import GlobalMemoryRow, LaunchReport, SharedMemoryRow
+from .schedule import launch_rng
 from .syntax import FunctionDecl, ImmOperand, SymOperand, VarDecl
 
 MAX_SHARED_BYTES = 227 * 1024  # per CTA, as on sm_90
 MAX_BLOCK = (1024, 1024, 64)
 MAX_GRID = (2**31 - 1, 65535, 65535)
 SCHEDULER_BYTES_PER_THREAD = 96  # pc, status, barrier bookkeeping, coordinate arrays
+SCHEDULE_SEED_ENV = "KAIO_SIM_SCHEDULE_SEED"
+_FROM_ENV = object()  # schedule_seed not given: read KAIO_SIM_SCHEDULE_SEED at each launch
 
 
 class Simulator:
@@ -59,6 +64,12 @@ class Simulator:
         one byte in the same barrier interval, at least one writing) as KaioMemoryError("shared
         memory race ..."). Off by default; costs nothing when off. Every option is read at each
         launch, so ``sim.race_check = True`` on an existing simulator applies to later launches.
+      schedule_seed: None: the default schedule (the warps of a CTA in lockstep, lowest PC
+        first). An int: the seeded adversarial schedule (``schedule``), where warps advance in a
+        random order, so a kernel that counts on lockstep without a barrier fails; the same
+        seed replays the same schedule. Not given: the environment variable
+        ``KAIO_SIM_SCHEDULE_SEED`` (an int, or empty for none), read at each launch, so a test
+        suite can run under several seeds without touching its simulators.
     """
 
     def __init__(
@@ -71,6 +82,7 @@ class Simulator:
         batch_state_bytes: int = 64 << 20,
         max_batch_threads: int = 1 << 17,
         race_check: bool = False,
+        schedule_seed: int | None | object = _FROM_ENV,
     ):
         self.memory = GlobalMemory()
         self.check_uninitialized_shared = check_uninitialized_shared
@@ -81,6 +93,24 @@ class Simulator:
         self.batch_state_bytes = batch_state_bytes
         self.max_batch_threads = max_batch_threads
         self.race_check = race_check
+        self._schedule_seed = schedule_seed
+
+    @property
+    def schedule_seed(self) -> int | None:
+        """The adversarial schedule's seed for the next launch (None: the default schedule)."""
+        if self._schedule_seed is not _FROM_ENV:
+            return self._schedule_seed  # type: ignore[return-value]
+        text = os.environ.get(SCHEDULE_SEED_ENV, "").strip()
+        if not text:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise KaioLaunchError(f"{SCHEDULE_SEED_ENV} must be an integer seed (or empty), not {text!r}") from None
+
+    @schedule_seed.setter
+    def schedule_seed(self, value: int | None) -> None:
+        self._schedule_seed = value
 
     @property
     def exited_threads_release_barriers(self) -> bool:
@@ -114,7 +144,9 @@ class Simulator:
             }
         except LoadError as exc:
             raise KaioLaunchError(f"cannot load PTX: line {exc.line}: {exc.message}", log=f"line {exc.line}: {exc.text}\n{exc.message}") from None
-        return SimModule(self, entries, globals_)
+        arch = syntax.target[0] if syntax.target else "sm_90a"
+        directives = {fn.name: fn.directives for fn in syntax.functions if fn.is_entry}
+        return SimModule(self, entries, globals_, ptx, arch, directives)
 
     def reset(self) -> None:
         """Free all device memory, module variables included; loaded modules become unusable."""
@@ -148,11 +180,40 @@ class Simulator:
 class SimModule:
     """A loaded PTX module: ``entries`` by kernel name, ``variables`` (global/const addresses)."""
 
-    def __init__(self, sim: Simulator, entries: dict[str, EntryInfo], variables: dict[str, Symbol]):
+    def __init__(
+        self,
+        sim: Simulator,
+        entries: dict[str, EntryInfo],
+        variables: dict[str, Symbol],
+        ptx: str = "",
+        arch: str = "sm_90a",
+        directives: dict[str, dict[str, tuple[int, ...]]] | None = None,
+    ):
         self.sim = sim
         self.entries = entries
         self.variables = {name: sym.address for name, sym in variables.items()}
         self._generation = sim.memory.generation
+        self._ptx = ptx
+        self._arch = arch
+        self._directives = directives or {}
+        self._entry_registers: dict[tuple[str, int], int] = {}
+
+    def entry_registers(self, name: str, threads: int) -> int:
+        """Registers per thread a CTA of ``threads`` threads of kernel ``name`` is launched with
+        (``kaio.targets.ptx.registers``: ptxas's count where the wheel is installed, else the
+        bound of the block size and ``.maxnreg``), or 0 where ptxas drops the kernel's
+        ``setmaxnreg`` (no bound tells it the count at entry); remembered per kernel and block size."""
+        key = (name, threads)
+        if key not in self._entry_registers:
+            from kaio.targets.ptx.registers import entry_registers, setmaxnreg_honoured
+
+            directives = self._directives.get(name, {})
+            if not setmaxnreg_honoured(self._ptx, self._arch, set(directives)):
+                self._entry_registers[key] = 0
+            else:
+                maxnreg = directives.get("maxnreg", (0,))[0] or None
+                self._entry_registers[key] = entry_registers(self._ptx, name, self._arch, threads, maxnreg)
+        return self._entry_registers[key]
 
     def launch(
         self,
@@ -162,8 +223,13 @@ class SimModule:
         params: Sequence[bytes] = (),
         shared_bytes: int = 0,
         profile: bool = False,
+        registers_per_thread: int | None = None,
     ) -> LaunchReport:
-        """Run kernel ``name`` to completion; raises KaioMemoryError / KaioSimError on faults."""
+        """Run kernel ``name`` to completion; raises KaioMemoryError / KaioSimError on faults.
+
+        ``registers_per_thread``: what the CTA holds at entry, for ``setmaxnreg``'s register
+        pool (default: :meth:`entry_registers`, worked out only for kernels with setmaxnreg;
+        where that is 0, ptxas would drop the setmaxnreg, and the simulator ignores it too)."""
         sim = self.sim
         if self._generation != sim.memory.generation:
             raise KaioLaunchError("this module was loaded before memory.reset(); load it again")
@@ -190,11 +256,20 @@ class SimModule:
         profiler = Profiler(entry.ops) if profile else None
         by_pc = np.zeros(len(entry.ops), dtype=np.int64)
         warp_requests = np.zeros(len(entry.ops), dtype=np.int64)
+        registers = 0
+        if any(op.klass == "setmaxnreg" for op in entry.ops):
+            registers = registers_per_thread or self.entry_registers(name, cta_threads)
+        seed = sim.schedule_seed
         start = time.perf_counter()
         with np.errstate(all="ignore"):
             for first in range(0, geometry.n_ctas, batch):
                 n_ctas = min(batch, geometry.n_ctas - first)
                 ctx = ExecContext(entry, geometry, first, n_ctas, sim.memory, param, total_shared, sim.check_uninitialized_shared, profiler, race_check)
+                if registers:
+                    ctx.entry_registers = registers
+                    ctx.register_pool = RegisterPool(ctx, registers)  # before any warp exits
+                if seed is not None:
+                    ctx.rng = launch_rng(seed, name, first)
                 runner = BatchRunner(
                     ctx,
                     entry.ops,
