@@ -262,7 +262,9 @@ class ValidatingDriver:
     def _inside(self, ptr: Any, nbytes: int) -> bool:
         """Whether [ptr, ptr + nbytes) lies in one allocation."""
         address = int(ptr)
-        return any(base <= address and address + nbytes <= base + n for base, (_, n) in self.memory.items())
+        return any(
+            base <= address and address + nbytes <= base + n for base, (_, n) in self.memory.items()
+        )
 
     def cuMemAlloc(self, nbytes: int) -> tuple[Any, ...]:
         with self._lock:
@@ -285,8 +287,9 @@ class ValidatingDriver:
         used = sum(n for _, n in self.memory.values())
         return (R.CUDA_SUCCESS, self.limit - used, self.limit)
 
-    def _copy(self, dst: Any, src: Any, nbytes: int, device_dst: bool, device_src: bool) -> tuple[Any, ...]:
-        if (device_dst and not self._inside(dst, nbytes)) or (device_src and not self._inside(src, nbytes)):
+    def _copy(self, dst: Any, src: Any, nbytes: int, on_dst: bool, on_src: bool) -> tuple[Any, ...]:
+        """``on_dst``/``on_src``: that side is device memory, which must lie in an allocation."""
+        if (on_dst and not self._inside(dst, nbytes)) or (on_src and not self._inside(src, nbytes)):
             return (R.CUDA_ERROR_INVALID_VALUE,)
         ctypes.memmove(int(dst), int(src), nbytes)
         return (R.CUDA_SUCCESS,)
@@ -308,12 +311,15 @@ class ValidatingDriver:
 
     # --- modules and launches --------------------------------------------------------------------
 
-    def cuModuleLoadDataEx(self, image: bytes, count: int, options: list[Any], values: list[Any]) -> tuple[Any, ...]:
+    def cuModuleLoadDataEx(
+        self, image: bytes, count: int, options: list[Any], values: list[Any]
+    ) -> tuple[Any, ...]:
         self.loads.append((options, values))
         assert image.endswith(b"\0") and count == len(options) == len(values)
         logs = {o.name: v for o, v in zip(options, values)}
         if b"frobnicate" in image:
-            logs["CU_JIT_ERROR_LOG_BUFFER"][:56] = b"ptxas application ptx input, line 7; error: frobnicate\0"
+            error = b"ptxas application ptx input, line 7; error: frobnicate\0"
+            logs["CU_JIT_ERROR_LOG_BUFFER"][: len(error)] = error
             logs["CU_JIT_INFO_LOG_BUFFER"][:20] = b"info: 0 bytes stack\0"
             return (R.CUDA_ERROR_INVALID_PTX, None)
         logs["CU_JIT_INFO_LOG_BUFFER"][:24] = b"info: used 12 registers\0"
@@ -334,10 +340,14 @@ class ValidatingDriver:
         if start < 0:
             return (R.CUDA_ERROR_NOT_FOUND, None)
         entry = text[start:]
-        decls = re.findall(r"\.param (?:\.align \d+ )?\.(\w+) \w+(\[128\])?", entry[: entry.index(")")])
+        signature = entry[: entry.index(")")]
+        decls = re.findall(r"\.param (?:\.align \d+ )?\.(\w+) \w+(\[128\])?", signature)
         handle = next(self._ids)
-        self.functions[handle] = {"name": name.decode(), "params": ["tmap" if array else t for t, array in decls],
-                                  "max_shared": cuda_backend.DEFAULT_SHARED_LIMIT}  # fmt: skip
+        self.functions[handle] = {
+            "name": name.decode(),
+            "params": ["tmap" if array else t for t, array in decls],
+            "max_shared": cuda_backend.DEFAULT_SHARED_LIMIT,
+        }
         return (R.CUDA_SUCCESS, real.CUfunction(handle))
 
     def cuFuncSetAttribute(self, function: Any, attr: Any, value: int) -> tuple[Any, ...]:
@@ -400,9 +410,10 @@ class ValidatingDriver:
         if not ok:
             return (R.CUDA_ERROR_INVALID_VALUE, None)
         number = len(self.tensor_maps) + 1
-        self.tensor_maps[number] = {"kind": kind.name, "address": address, "dims": dims, "strides": strides,
-                                    "box": box, "steps": steps, "swizzle": swizzle.name,
-                                    "l2": l2.name, "oob": oob.name}  # fmt: skip
+        self.tensor_maps[number] = {
+            "kind": kind.name, "address": address, "dims": dims, "strides": strides, "box": box,
+            "steps": steps, "swizzle": swizzle.name, "l2": l2.name, "oob": oob.name,
+        }  # fmt: skip
         tmap = real.CUtensorMap()
         tmap.opaque = [number] * 16
         return (R.CUDA_SUCCESS, tmap)
@@ -470,7 +481,7 @@ class ValidatingDriver:
     def cuEventElapsedTime(self, start: Any, end: Any) -> tuple[Any, ...]:
         a, b = self.events.get(int(start)), self.events.get(int(end))
         # The driver: either event unknown, unrecorded or without timing -> INVALID_HANDLE.
-        if a is None or b is None or None in (a["time"], b["time"]) or not (a["timing"] and b["timing"]):
+        if any(e is None or e["time"] is None or not e["timing"] for e in (a, b)):
             return (R.CUDA_ERROR_INVALID_HANDLE, None)
         return (R.CUDA_SUCCESS, b["time"] - a["time"])
 
@@ -478,8 +489,10 @@ class ValidatingDriver:
 
     def cuStreamBeginCapture(self, stream: Any, mode: Any) -> tuple[Any, ...]:
         handle = int(stream)
-        if handle in _LEGACY_STREAMS or handle not in self.streams:
-            return (R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if self._stream(stream) else R.CUDA_ERROR_INVALID_HANDLE,)
+        if not self._stream(stream):
+            return (R.CUDA_ERROR_INVALID_HANDLE,)
+        if handle not in self.streams:  # the legacy or per-thread stream cannot be captured
+            return (R.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
         if handle in self.capturing:
             return (R.CUDA_ERROR_ILLEGAL_STATE,)
         self.capturing[handle] = []
@@ -512,10 +525,15 @@ class ValidatingDriver:
         return (R.CUDA_SUCCESS,)
 
     def cuGraphExecDestroy(self, graph_exec: Any) -> tuple[Any, ...]:
-        return (R.CUDA_SUCCESS if self.graph_execs.pop(int(graph_exec), None) is not None else R.CUDA_ERROR_INVALID_HANDLE,)
+        return (_status(self.graph_execs.pop(int(graph_exec), None) is not None),)
 
     def cuGraphDestroy(self, graph: Any) -> tuple[Any, ...]:
-        return (R.CUDA_SUCCESS if self.graphs.pop(int(graph), None) is not None else R.CUDA_ERROR_INVALID_HANDLE,)
+        return (_status(self.graphs.pop(int(graph), None) is not None),)
+
+
+def _status(known: bool) -> Any:
+    """Destroying a handle: success when it was live, else what the driver says."""
+    return R.CUDA_SUCCESS if known else R.CUDA_ERROR_INVALID_HANDLE
 
 
 @pytest.fixture
