@@ -32,7 +32,7 @@ from typing import Any
 from kaio.compiled import CompiledKernel, KernelParam, TensorMapParam
 from kaio.dtypes import BY_NAME
 
-FORMAT = 1
+FORMAT = 2  # 2: parameters carry their base alignment
 _OFF = {"0", "false", "no", "off"}
 
 
@@ -147,6 +147,7 @@ _MAX_ENTRY_BYTES = 64 << 20
 _MAX_DIM = 2**31 - 1
 _MAX_SHARED = 1 << 32
 _MAX_CONSTEXPR_DEPTH = 8
+_MAX_ALIGN = 256  # bytes: the most any access asks of a base address
 
 
 def _field(data: dict[str, Any], name: str, kind: type) -> Any:
@@ -163,14 +164,17 @@ def _bounded_int(name: str, value: Any, low: int, high: int) -> int:
 
 
 def _param(row: Any) -> KernelParam:
-    if not isinstance(row, list) or len(row) != 4:
+    if not isinstance(row, list) or len(row) != 5:
         raise _Corrupt("params")
-    name, dtype, is_array, mutable = row
+    name, dtype, is_array, mutable, align = row
     if not (isinstance(name, str) and name.isidentifier() and dtype in BY_NAME):
         raise _Corrupt("params")
     if not (isinstance(is_array, bool) and isinstance(mutable, bool)):
         raise _Corrupt("params")
-    return KernelParam(name, BY_NAME[dtype], is_array, mutable)
+    align = _bounded_int("params", align, 1, _MAX_ALIGN)
+    if align & (align - 1):
+        raise _Corrupt("params")
+    return KernelParam(name, BY_NAME[dtype], is_array, mutable, align)
 
 
 def _tensor_map(row: Any) -> TensorMapParam:
@@ -262,7 +266,8 @@ def store(key: str, compiled: CompiledKernel) -> bool:
         "arch": compiled.arch,
         "ptx": compiled.ptx,
         "ptx_sha256": _sha(compiled.ptx),
-        "params": [[p.name, p.dtype.name, p.is_array, p.mutable] for p in compiled.params],
+        # align: the base alignment the launch checks (a hit without it would skip the check)
+        "params": [[p.name, p.dtype.name, p.is_array, p.mutable, p.align] for p in compiled.params],
         "block_size": list(compiled.block_size),
         "shared_bytes": compiled.shared_bytes,
         "dynamic_shared_bytes": compiled.dynamic_shared_bytes,
