@@ -114,7 +114,8 @@ def misaligned_arrays(runtime: Sequence[Any], arrays: Sequence[tuple[int, str]])
     starts, instead of faulting. Aligned arrays add nothing (the common key stays the same)."""
     facts: tuple[tuple[str, int], ...] = ()
     for i, name in arrays:
-        address = _address_bits(runtime[i])
+        value = runtime[i]
+        address = value._ptr if value.__class__ is Buffer else _address_bits(value)
         if address & 15:
             facts += ((name, address & -address),)
     return facts
@@ -124,12 +125,10 @@ def _address_bits(value: Any) -> int:
     """Bits of the address an array argument will have at launch (only its low four matter),
     found without checking it; 0 where it cannot be told (the argument check then refuses an
     address less aligned than the kernel needs, naming the parameter)."""
-    if value.__class__ is Buffer:
-        return int(value._ptr)
     if tensors.is_tensor(value):
-        # A CPU tensor is staged on the simulator (its storage copied to an aligned allocation):
-        # there its offset in the storage counts, on a GPU its address; either has both.
-        return int(value.data_ptr()) | int(value.storage_offset()) * int(value.element_size())
+        if value.is_cpu:  # staged on the simulator: its storage copied to an aligned allocation
+            return value.storage_offset() * value.itemsize  # type: ignore[no-any-return]
+        return value.data_ptr()  # type: ignore[no-any-return]
     try:
         interface = getattr(value, "__cuda_array_interface__", None)
         return int(interface["data"][0]) if isinstance(interface, dict) else 0
