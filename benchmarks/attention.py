@@ -19,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 import kaio
+from kaio.hwcheck.markers import running
 from kaio.ops_library import attention
 
 PREFILL = [(4, 32, 4096, 128), (8, 16, 2048, 64), (16, 32, 512, 128)]
@@ -55,17 +56,19 @@ def sdpa(torch, backend: str, q, k, v, causal: bool) -> Callable[[], object] | N
 def gpu(dev: kaio.Device) -> None:
     import torch
 
-    print(f"attention, bf16, {dev!r}: TFLOP/s (prefill) and GB/s (decode), medians; kaio autotuned")
+    print(f"attention, bf16, {dev!r} ({dev.name}, kaio compiles for {dev.compile_arch}): TFLOP/s (prefill) and GB/s (decode), medians; kaio autotuned")
     print(f"{'shape':34} {'causal':>6} {'kaio':>8} {'FLASH':>8} {'cuDNN':>8} {'kaio/FLASH':>10} {'max err':>8}")
     for b, h, s, d in PREFILL:
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         for causal in (False, True):
+            running(f"attention kaio {(b, h, s, d)} causal={causal}")  # named if it hangs (kaio.hwcheck)
             o = attention(q, k, v, causal=causal, config="auto")  # tunes once, then reads the stored winner
             want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
             err = float((o.float() - want.float()).abs().max())
             kaio_ms = time_ms(lambda: attention(q, k, v, causal=causal, config="auto"), dev)
             row = [tflops(b, h, s, s, d, causal, kaio_ms)]
             for backend in ("flash", "cudnn"):
+                running(f"attention SDPA {backend} {(b, h, s, d)} causal={causal}")
                 fn = sdpa(torch, backend, q, k, v, causal)
                 row.append(tflops(b, h, s, s, d, causal, time_ms(fn, dev)) if fn else float("nan"))
             print(f"{str((b, h, s, d)):34} {causal!s:>6} {row[0]:8.1f} {row[1]:8.1f} {row[2]:8.1f} "
@@ -74,10 +77,12 @@ def gpu(dev: kaio.Device) -> None:
     q = torch.randn(b, h, sq, d, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(b, hkv, sk, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
     kv_bytes = 2 * k.numel() * k.element_size()
+    running(f"attention kaio decode {DECODE}")
     attention(q, k, v, config="auto")
     kaio_ms = time_ms(lambda: attention(q, k, v, config="auto"), dev)
     row = [kv_bytes / (kaio_ms * 1e-3) / 1e9]
     for backend in ("flash", "cudnn"):
+        running(f"attention SDPA {backend} decode {DECODE}")
         fn = sdpa(torch, backend, q, k, v, False)
         row.append(kv_bytes / (time_ms(fn, dev) * 1e-3) / 1e9 if fn else float("nan"))
     print(f"decode {str(DECODE):27} {'':>6} {row[0]:8.0f} {row[1]:8.0f} {row[2]:8.0f} {row[0] / row[1]:10.2f}   (GB/s)")
@@ -88,6 +93,7 @@ def sim_smoke() -> None:
     dev = kaio.Device("sim")
     rng = np.random.default_rng(0)
     q = rng.standard_normal((1, 2, 32, 64)).astype(np.float16)
+    running("attention kaio (1, 2, 32, 64) causal=True on the simulator")
     o = attention(dev.alloc_from(q), dev.alloc_from(q), dev.alloc_from(q), causal=True).to_host()
     assert o.shape == q.shape and not np.isnan(o.astype(np.float32)).any()
     print("attention benchmark: simulator smoke run ok (no timings on the simulator)")

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 import kaio
+from kaio.hwcheck.markers import running
 from kaio.prelude import Array, MutArray, block_dim_x, block_idx_x, f32, thread_idx_x, u32
 
 
@@ -87,6 +88,7 @@ def header(title: str) -> list[str]:
 def bench_simulator(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
     from kaio.targets.sim.simulator import SimModule
 
+    running("add4 on the simulator")
     n = 1024
     a, b = dev.alloc_from(np.ones(n, np.float32)), dev.alloc_from(np.ones(n, np.float32))
     c = dev.zeros(n, np.float32)
@@ -226,6 +228,7 @@ def torch_rows_simulator(launches: int, repeats: int) -> list[str]:
 
 
 def bench_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
+    running("add4 with kaio Buffers")  # names the kernel if it hangs (python -m kaio.hwcheck)
     n = 1024
     a, b = dev.alloc_from(np.ones(n, np.float32)), dev.alloc_from(np.ones(n, np.float32))
     c = dev.zeros(n, np.float32)
@@ -300,6 +303,7 @@ def other_rows_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
     n, rows = 1024, []
     torch = optional("torch")
     if torch is not None and torch.cuda.is_available():
+        running("add4 with torch tensors, torch.add, Triton")
         ta, tb = torch.ones(n, device="cuda"), torch.ones(n, device="cuda")
         tc = torch.zeros(n, device="cuda")
         rows.append(
@@ -331,6 +335,7 @@ def other_rows_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
         rows.append(f"| {'torch with CUDA: not installed':<58} | {'-':>10} | {'-':>10} |      |")
     cupy = optional("cupy")
     if cupy is not None:
+        running("add4 with CuPy arrays")
         ca, cb, cc = (
             cupy.ones(n, cupy.float32),
             cupy.ones(n, cupy.float32),

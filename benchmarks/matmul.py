@@ -7,11 +7,12 @@ in one run with the same method (CUDA events, median).
     python benchmarks/matmul.py --sim-smoke     # checks the script itself on the simulator
     python benchmarks/matmul.py --sim-smoke --sim-arch sm_90a
 
-kaio runs its default config (on an H100, which kaio compiles for sm_90a: wgmma with TMA
-loads), the mma.sync default (``DEFAULT_CONFIG``, the same on older GPUs) and ``config="auto"``
-(timed candidates of both kinds, winner cached); on sm_90a also the default wgmma config warp
-specialised (a TMA producer warpgroup), on cp.async instead of TMA, and the persistent config
-(``persist``: a program per SM walking the C tiles).
+kaio runs its default config, the mma.sync default (``DEFAULT_CONFIG``, the default on every
+GPU before Hopper and on an H100 unless asked otherwise) and ``config="auto"`` (timed candidates,
+winner cached). With ``KAIO_ARCH=sm_90a`` on an H100 (as ``python -m kaio.hwcheck`` runs it) the
+default is wgmma with TMA loads, and the table adds it warp specialised (a TMA producer
+warpgroup), on cp.async instead of TMA, and the persistent config (``persist``: a program per SM
+walking the C tiles).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import ml_dtypes
 import numpy as np
 
 import kaio
+from kaio.hwcheck.markers import running
 from kaio.ops_library import matmul
 from kaio.ops_library.matmul_config import DEFAULT_CONFIG, WGMMA_CONFIGS
 
@@ -125,16 +127,21 @@ def main() -> None:
             else:
                 a, b, cublas = dev.alloc_from(a_host), dev.alloc_from(b_host), None
                 c = dev.empty((m, n), HOST_TYPES[dtype])
+            where = f"{dtype} {m}x{n}x{k}"
+            running(f"matmul kaio {where}")  # names the kernel if it hangs (python -m kaio.hwcheck)
             kaio_ms = time_ms(lambda: matmul(a, b, c), dev)
             got = c.float().cpu().numpy() if torch_side is not None else c.to_host()
             error = rel_error(got, a_host.astype(np.float32) @ b_host.astype(np.float32))
             results = {"kaio": tflops(m, n, k, kaio_ms)}
             for name, config in list(variants.items())[1:]:
+                running(f"matmul {name} {where}")
                 results[name] = tflops(m, n, k, time_ms(lambda: matmul(a, b, c, config=config), dev))
             if cublas is not None:
+                running(f"cuBLAS {where}")
                 results["cublas"] = tflops(m, n, k, time_ms(cublas, dev))
                 triton_side = triton_runner(a, b)
                 if triton_side is not None:
+                    running(f"Triton {where}")
                     results["triton"] = tflops(m, n, k, time_ms(triton_side[1], dev))
             best = max(results[v] for v in variants)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import kaio
 from kaio import ops_library as ops
+from kaio.hwcheck.markers import running
 
 
 @dataclass
@@ -101,10 +102,11 @@ def main() -> int:
     print(f"{'op':<14}{'dtype':>6}{'kaio ms':>10}{'GB/s':>9}{'torch ms':>10}{'vs torch':>10}{'copy ms':>10}{'of copy':>9}")
     for dtype in (torch.float16, torch.float32):
         for case in cases(torch, rows, cols, dtype, device):
+            name = str(dtype).removeprefix("torch.").replace("float", "f")
+            running(f"{case.name} {name}")  # names the kernel if it hangs (python -m kaio.hwcheck)
             src = torch.empty(case.nbytes // 2, dtype=torch.uint8, device=device)
             dst = torch.empty_like(src)
             k, t, c = ms(case.kaio), ms(case.torch), ms(lambda: dst.copy_(src))  # noqa: B023
-            name = str(dtype).removeprefix("torch.").replace("float", "f")
             print(f"{case.name:<14}{name:>6}{k:10.4f}{case.nbytes / k / 1e6:9.0f}{t:10.4f}{t / k:9.2f}x"
                   f"{c:10.4f}{c / k:8.0%}")  # fmt: skip
     return 0
