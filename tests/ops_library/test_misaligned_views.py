@@ -29,8 +29,8 @@ ARCHS = ["sm_80", "sm_90a"]
 
 def offset_view(x: np.ndarray) -> "torch.Tensor":
     """``x`` as a torch tensor one element past the start of its storage (2 bytes for halves:
-    never 4-, 8- or 16-byte aligned)."""
-    storage = torch.empty(x.size + 1, dtype=torch.from_numpy(x[:0]).dtype)
+    never 4-, 8- or 16-byte aligned), whose first element is NaN."""
+    storage = torch.full((x.size + 1,), math.nan, dtype=torch.from_numpy(x[:0]).dtype)
     view = storage[1:].view(*x.shape)
     view.copy_(torch.from_numpy(x))
     assert view.data_ptr() % 16 and view.storage_offset() * view.element_size() % 4
@@ -42,13 +42,16 @@ def device(arch: str) -> kaio.Device:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("misaligned, causal", [("q", False), ("k", True), ("v", False), ("qkv", False), ("qkv", True)])
+@pytest.mark.parametrize("misaligned, causal", [("q", False), ("k", True), ("v", False), ("qkv", False), ("qkvo", True)])
 def test_attention_on_views_off_a_16_byte_boundary(poison, rng, arch, misaligned, causal):
     b, h, sq, sk, d = 1, 2, 33, 40, 64
     arrays = {name: rng.standard_normal((b, h, s, d)).astype(np.float16) for name, s in (("q", sq), ("k", sk), ("v", sk))}
     args = [offset_view(x) if name in misaligned else torch.from_numpy(x) for name, x in arrays.items()]
-    got = attention(*args, causal=causal, device=device(arch))
+    out = offset_view(np.full((b, h, sq, d), np.nan, np.float16)) if "o" in misaligned else None
+    got = attention(*args, causal=causal, out=out, device=device(arch))
     want, _ = reference(*arrays.values(), causal)
+    if out is not None:  # written in place, and not one byte before it
+        assert got is out and torch.isnan(out._base[0])  # the storage's first element, poisoned
     got = got.double().numpy()
     assert not np.isnan(got).any()
     assert np.abs(got - want).max() <= BOUND
