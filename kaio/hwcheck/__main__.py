@@ -46,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
             "results": {},
         }
     facts = state["facts"]
+    if not args.sim and "arch" not in facts:  # a "GPU" run on the simulator would prove nothing
+        print(
+            f"hwcheck: no GPU: {facts.get('device')}; --sim runs the simulator smoke check",
+            file=sys.stderr,
+        )
+        return 2
     sections = plan(root, sim=args.sim, hopper="sm_90a" in facts.get("compile_targets", ""))
     names = [s.name for s in sections]
     unknown = sorted(set(args.only or []) - set(names))
@@ -66,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             continue
         print(f"hwcheck: {section.name}: {section.command}", file=sys.stderr, flush=True)
-        results[section.name] = result = run_section(section, root, logs, extra_env)
+        try:
+            results[section.name] = result = run_section(section, root, logs, extra_env)
+        except KeyboardInterrupt:
+            print(f"hwcheck: interrupted in {section.name}; run again to resume", file=sys.stderr)
+            return 130
         print(
             f"hwcheck: {section.name}: {outcome(result)} ({result.seconds:.1f} s)",
             file=sys.stderr,
