@@ -19,7 +19,7 @@ import pytest
 from kaio.hwcheck import __main__ as cli
 from kaio.hwcheck.report import render
 from kaio.hwcheck.runner import run_section
-from kaio.hwcheck.sections import CheckoutMissing, Section, find_checkout
+from kaio.hwcheck.sections import CheckoutMissing, Section, find_checkout, plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_SECTIONS = ["tests", "matmul", "attention", "memory_bound", "launch"]
@@ -188,3 +188,18 @@ def test_a_gpu_run_without_a_gpu_stops_and_points_to_sim(
     assert cli.main(["--repo", str(ROOT), "--out", str(tmp_path / "r.md")]) == 2
     assert "no GPU: unavailable: no CUDA driver found; --sim runs" in capsys.readouterr().err
     assert not (tmp_path / "r.state.json").exists() and not (tmp_path / "r.md").exists()
+
+
+def test_the_gpu_plan_fits_in_25_minutes_and_runs_sm_90a_on_hopper() -> None:
+    hopper = plan(ROOT, sim=False, hopper=True)
+    assert [s.name for s in hopper] == [
+        "tests", "matmul", "attention", "attention_sm_90a", "memory_bound", "launch"
+    ]  # fmt: skip
+    assert sum(s.timeout_s for s in hopper) + cli.PROBE_TIMEOUT_S <= 25 * 60
+    assert all(s.marker_timeout_s <= s.timeout_s for s in hopper)
+    by_name = {s.name: s for s in hopper}
+    assert by_name["matmul"].command.startswith("KAIO_ARCH=sm_90a python benchmarks/matmul.py")
+    assert "tests/ops_library/test_ops_gpu.py" in by_name["tests"].argv
+    other = plan(ROOT, sim=False, hopper=False)
+    assert "attention_sm_90a" not in [s.name for s in other]
+    assert not any(s.env for s in other)
