@@ -3,6 +3,13 @@
 ``kaio.compile`` writes its disk cache under ``~/.cache/kaio`` by default; the suite must never
 touch the user's home, so every run gets a fresh temporary cache directory, set before any test
 module is imported (some compile at import time) and removed at the end.
+
+The Hopper tests (``HOPPER_FILES``) run on the simulator's seeded adversarial schedule, where
+warps leave lockstep (``KAIO_SIM_SCHEDULE_SEED``, set per test): every one of them under the first
+of ``KAIO_TEST_SCHEDULE_SEEDS`` (default "0,1,2"), and a representative subset
+(``SEEDED_EVERYWHERE``, or any test marked ``schedule_seeds``) under each seed.
+``KAIO_TEST_ALL_SEEDS=1`` runs every Hopper test under every seed; ``KAIO_TEST_SCHEDULE_SEEDS=``
+(empty) turns the hook off (the default lockstep schedule).
 """
 
 from __future__ import annotations
@@ -18,11 +25,62 @@ import kaio
 
 _cache_dir: str | None = None
 
+HOPPER_FILES = frozenset({
+    "tests/targets/sim/test_hopper.py",
+    "tests/passes/test_pipeline_tma.py",
+    "tests/passes/test_store_tma.py",
+    "tests/passes/test_lower_hopper.py",
+    "tests/ops_library/test_matmul_wgmma.py",
+    "tests/ops_library/test_attention_wgmma.py",
+    "tests/ops_library/test_matmul_persistent.py",
+})  # fmt: skip
+# what runs under every seed by default: warp specialisation, the TMA rings, TMA stores, attention
+SEEDED_EVERYWHERE = frozenset({
+    "test_warp_specialised_ring_with_a_producer_at_lower_pcs",
+    "test_warp_specialised_matmul_matches_numpy",
+    "test_a_nested_k_loop_continues_its_ring_across_runs",
+    "test_tma_stores_match_numpy_on_ragged_shapes",
+    "test_attention_with_tma_matches_the_reference",
+    "test_each_program_computes_several_tiles",
+})  # fmt: skip
+
 
 def pytest_configure(config: pytest.Config) -> None:
     global _cache_dir
     _cache_dir = tempfile.mkdtemp(prefix="kaio-test-cache-")
     os.environ["KAIO_CACHE_DIR"] = _cache_dir
+    config.addinivalue_line("markers", "schedule_seeds: run under the simulator's adversarial schedule for every seed")
+
+
+def _schedule_seeds(definition: pytest.Function) -> list[int]:
+    """The adversarial-schedule seeds a test runs under (none: the default schedule)."""
+    seeds = [int(s) for s in os.environ.get("KAIO_TEST_SCHEDULE_SEEDS", "0,1,2").split(",") if s.strip()]
+    if not seeds:
+        return []
+    if definition.get_closest_marker("schedule_seeds") is not None:
+        return seeds
+    path = definition.path.as_posix()
+    if not any(path.endswith(f) for f in HOPPER_FILES):
+        return []
+    if os.environ.get("KAIO_TEST_ALL_SEEDS") == "1" or definition.originalname in SEEDED_EVERYWHERE:
+        return seeds
+    return seeds[:1]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    seeds = _schedule_seeds(metafunc.definition)
+    if seeds:
+        metafunc.parametrize("schedule_seed", seeds, indirect=True, ids=[f"seed{s}" for s in seeds])
+
+
+@pytest.fixture(autouse=True)
+def schedule_seed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int | None:
+    """The seed a test's simulators schedule under; applies to every simulator not given one
+    (kaio.Device("sim") ones included), through KAIO_SIM_SCHEDULE_SEED."""
+    seed = getattr(request, "param", None)
+    if seed is not None:
+        monkeypatch.setenv("KAIO_SIM_SCHEDULE_SEED", str(seed))
+    return seed
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

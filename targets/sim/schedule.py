@@ -15,9 +15,10 @@ asks :meth:`AdversarialSchedule.pick` which threads run each step instead:
 * threads backed off from a failed spin-wait run only when no other thread can, as in the
   default schedule (a consumer polling its producer must not starve it).
 
-When no warp is a candidate (every runnable thread is backing off, or waits for the rest of its
-warpgroup) the executor falls back to the default rule, so errors such as "wgmma executed by
-part of a warpgroup" are still reported rather than hanging. The generator is seeded from the
+When no warp is a candidate, the spinner that backed off longest ago runs; when there is none
+either (every runnable warp waits for the rest of its warpgroup) the executor falls back to the
+default rule, so errors such as "wgmma executed by part of a warpgroup" are still reported
+rather than hanging. The generator is seeded from the
 simulator's seed, the kernel's name and the batch, so a launch replays identically.
 """
 
@@ -63,7 +64,7 @@ class AdversarialSchedule:
                 ready &= ~at_gather | np.repeat(lo == hi, WARPGROUP_WARPS)
         candidates = np.flatnonzero(ready)
         if candidates.size == 0:
-            return None
+            return self._spinners(sched)
         pc = int(first_pc[candidates[self.rng.integers(candidates.size)]])
         here = candidates[first_pc[candidates] == pc]
         if gathered is not None and gathered[pc]:
@@ -75,6 +76,15 @@ class AdversarialSchedule:
         chosen = np.zeros(self.n_warps, dtype=bool)
         chosen[here] = True
         return pc, np.flatnonzero((sched == pc) & chosen[self.warp])
+
+    def _spinners(self, sched: np.ndarray) -> tuple[int, np.ndarray] | None:
+        """No warp is ready: the threads that backed off longest ago try their wait again (as
+        in the default schedule), rather than warps still gathering their warpgroup."""
+        spinning = sched[(sched >= self.backoff) & (sched != np.iinfo(np.int64).max)]
+        if spinning.size == 0:
+            return None
+        key = int(spinning.min())
+        return key & (self.backoff - 1), np.flatnonzero(sched == key)
 
     def _subset(self, n: int) -> np.ndarray:
         """A random non-empty subset of n items, as a mask (each kept with probability 1/2)."""
