@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kaio.errors import KaioLaunchError, KaioMemoryError
 from kaio.targets.sim import Simulator
+
+from kaio.errors import KaioLaunchError, KaioMemoryError
 
 from .conftest import Device, check_ptx
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kaio.errors import KaioSimError
 from kaio.targets.ptx.registers import entry_registers
 from kaio.targets.sim import Simulator
+
+from kaio.errors import KaioSimError
 
 from .conftest import Device, check_ptx
 
