@@ -48,7 +48,8 @@ def build_gemm_tile(n: int = 64) -> ModuleOp:
     tid = b.insert(k.ThreadIdOp("x")).result
     zero = c32(b, 0)
     leader = b.insert(arith.CmpiOp(tid, zero, "eq")).result
-    b.insert(scf.IfOp(leader, [], [mbarrier.InitOp(bar, 1), scf.YieldOp()]))
+    # the init is made visible to the async proxy (TMA completes on the barrier) before the barrier
+    b.insert(scf.IfOp(leader, [], [mbarrier.InitOp(bar, 1), tma.FenceOp(), scf.YieldOp()]))
     b.insert(k.BarrierOp())
     nbytes = c32(b, (64 + n) * 128)
     loads = [
