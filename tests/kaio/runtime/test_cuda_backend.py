@@ -414,7 +414,9 @@ def test_every_driver_call_kaio_makes_goes_through_the_binding(
     """Each backend operation once, on the validating driver (cuInit through driver.load());
     together they make every driver call kaio's runtime contains, so a new call with arguments
     the binding refuses fails here."""
-    monkeypatch.setattr(driver, "_driver", None)
+    # not monkeypatch: its undo runs after the fake fixture restored the state, and would put the
+    # fake back as the loaded driver for every later test; the fixture restores this itself
+    driver._driver = None
     monkeypatch.setattr(driver, "binding", lambda: fake)
     assert driver.load() is fake
     gpu = kaio.Device(0, arch="sm_90a")
