@@ -102,7 +102,8 @@ def test_without_the_tma_switch_c_keeps_st_global():
     assert TMA_STORE not in ptx and "st.global" in ptx
 
 
-def test_an_unaligned_c_keeps_st_global_with_a_debug_note(caplog):
+def test_an_unaligned_c_keeps_st_global_with_a_debug_note(caplog, monkeypatch):
+    monkeypatch.setenv("KAIO_CACHE", "0")  # the note comes from the passes: no disk-cache hit
     kernel = MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 2), WGMMA_CONFIGS[0])
     with caplog.at_level(logging.DEBUG, logger="kaio.passes"):
         ptx = kaio.compile(kernel, "sm_90a").ptx
@@ -139,7 +140,8 @@ def test_a_store_in_a_loop_reuses_its_buffer_safely(hopper, rng):
     np.testing.assert_allclose(c.to_host().astype(np.float64), want, rtol=8e-3, atol=8e-2)
 
 
-def test_a_store_under_a_branch_keeps_st_global_with_a_debug_note(caplog):
+def test_a_store_under_a_branch_keeps_st_global_with_a_debug_note(caplog, monkeypatch):
+    monkeypatch.setenv("KAIO_CACHE", "0")  # the note comes from the passes: no disk-cache hit
     with caplog.at_level(logging.DEBUG, logger="kaio.passes"):
         ptx = kaio.compile(column_blocks, "sm_90a", __divisible__=(("n", 16),), ONLY_IF_POSITIVE=True).ptx
     assert TMA_STORE not in ptx and "st.global" in ptx
@@ -182,7 +184,8 @@ def wide_tile(a: Array[f16], b: Array[f16], c: MutArray[f32], n: i32):
     kt.store(c, (0, 0), acc, (n, n))
 
 
-def test_a_tile_too_large_to_stage_keeps_st_global_with_a_debug_note(caplog):
+def test_a_tile_too_large_to_stage_keeps_st_global_with_a_debug_note(caplog, monkeypatch):
+    monkeypatch.setenv("KAIO_CACHE", "0")  # the note comes from the passes: no disk-cache hit
     with caplog.at_level(logging.DEBUG, logger="kaio.passes"):
         ptx = kaio.compile(wide_tile, "sm_90a", __divisible__=(("n", 16),)).ptx
     assert TMA_STORE not in ptx and "st.global" in ptx

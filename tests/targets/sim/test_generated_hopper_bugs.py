@@ -1,0 +1,130 @@
+"""Planted bugs in kaio's *own* sm_90a code: a tile matmul compiled by the default pipeline, with
+one kind of fence or wait deleted from its PTX, must be rejected by the simulator, while the
+unmodified kernel matches numpy. Before the simulator modelled the async proxy, deleting every
+``fence.proxy.async`` from such a kernel still gave the right answer on it (and a wrong one, or
+a hang, on an H100)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import kaio
+import kaio.compiler
+import kaio.tile as kt
+from kaio import KaioMemoryError, KaioSimError
+from kaio.pipeline import Pipeline, tile_pipeline
+from kaio.prelude import Array, MutArray, f16, f32, i32
+
+M, N, K = 64, 64, 192  # three K tiles through a two-stage ring: every stage is refilled
+
+
+def fresh_matmul():
+    """A new kernel object per test, so no launch reuses another test's compiled variant."""
+
+    @kaio.tile_kernel(num_warps=4, num_stages=2)
+    def matmul(a: Array[f16], b: Array[f16], c: MutArray[f32], m: i32, n: i32, k: i32):
+        a, b = kt.multiple_of(a, 16), kt.multiple_of(b, 16)
+        m0 = i32(kt.program_id(0)) * 64
+        acc = kt.zeros((64, 64), f32)
+        for k0 in range(0, k, 64):
+            acc = kt.dot(kt.load(a, (m0, k0), (64, 64), (m, k)), kt.load(b, (k0, 0), (64, 64), (k, n)), acc)
+        kt.store(c, (m0, 0), acc, (m, n))
+
+    return matmul
+
+
+def without(pattern: str) -> Callable[[str], str]:
+    regex = re.compile(pattern)
+    return lambda ptx: "\n".join(line for line in ptx.splitlines() if not regex.search(line))
+
+
+def without_fence_after(anchor: str) -> Callable[[str], str]:
+    """The PTX without the first ``fence.proxy.async`` that follows a line matching ``anchor``."""
+    regex = re.compile(anchor)
+
+    def edit(ptx: str) -> str:
+        lines = ptx.splitlines()
+        start = next(i for i, line in enumerate(lines) if regex.search(line))
+        fence = next(i for i in range(start, len(lines)) if "fence.proxy.async" in lines[i])
+        return "\n".join(lines[:fence] + lines[fence + 1 :])
+
+    return edit
+
+
+def wait_passes_at_once(ptx: str) -> str:
+    """Every mbarrier wait succeeds at its first try: the math reads a stage TMA may not have
+    filled yet."""
+    return re.sub(r"mbarrier\.try_wait\S* (%p\d+), [^;]*;", r"mov.pred \1, 1;", ptx)
+
+
+def mma_sync_on_tma(arch: str) -> Pipeline:
+    """The dot on mma.sync while TMA fills the ring: ldmatrix (generic proxy) reads each stage
+    before TMA (async proxy) refills it."""
+    return Pipeline.parse(re.sub(r"lower-to-wgmma(\{[^}]*\})?,", "", str(tile_pipeline(arch, 2))))
+
+
+def cp_async_wgmma(arch: str) -> Pipeline:
+    """wgmma on a ring that cp.async (generic proxy) fills."""
+    return tile_pipeline(arch, 2).without("pipeline-tma").without("store-tma")
+
+
+def run(kernel, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    dev = kaio.Device("sim", arch="sm_90a")
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    out = dev.alloc_from(np.full((M, N), np.nan, np.float32))
+    kernel[1](dev.alloc_from(a), dev.alloc_from(b), out, M, N, K)
+    return out.to_host(), a.astype(np.float64) @ b.astype(np.float64)
+
+
+@pytest.fixture
+def edit_ptx(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[str], str]], None]:
+    """Compile with the printed PTX edited (and no disk cache, so no edited kernel outlives the
+    test)."""
+    monkeypatch.setenv("KAIO_CACHE", "0")
+
+    def install(edit: Callable[[str], str]) -> None:
+        printer = kaio.compiler.print_ptx
+        monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch: edit(printer(module, arch)))
+
+    return install
+
+
+PATHS = {
+    "tma-wgmma": None,  # the default: TMA ring, wgmma, TMA store
+    "tma-mma-sync": mma_sync_on_tma,
+    "cp-async-wgmma": cp_async_wgmma,
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_generated_kernel_passes_every_rule(path, edit_ptx, rng):
+    pipeline = PATHS[path]
+    kernel = fresh_matmul() if pipeline is None else fresh_matmul().with_pipeline(pipeline)
+    got, want = run(kernel, rng)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+CASES = {
+    # fence deleted (the first fence.proxy.async after the anchor), path, what the simulator says
+    "mbarrier-init-fence": ("tma-wgmma", without_fence_after(r"mbarrier\.init"), r"initialised .* with no fence\.mbarrier_init"),
+    "refill-fence": ("tma-mma-sync", without_fence_after(r"ldmatrix"), r"missing fence\.proxy\.async: a generic-proxy read .* async-proxy write"),
+    "c-store-fence": ("tma-wgmma", without_fence_after(r"st\.shared"), r"missing fence\.proxy\.async: a generic-proxy write"),
+    "cp-async-operand-fence": ("cp-async-wgmma", without(r"fence\.proxy\.async"), r"missing fence\.proxy\.async: a generic-proxy write"),
+    "mbarrier-wait": ("tma-wgmma", wait_passes_at_once, r"still writing: wait on its mbarrier"),
+    "wgmma-wait": ("tma-wgmma", without(r"wgmma\.wait_group"), r"still being read asynchronously"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_kernel_missing_a_fence_or_wait_is_rejected(case, edit_ptx, rng):
+    path, edit, rule = CASES[case]
+    edit_ptx(edit)
+    pipeline = PATHS[path]
+    kernel = fresh_matmul() if pipeline is None else fresh_matmul().with_pipeline(pipeline)
+    with pytest.raises((KaioSimError, KaioMemoryError), match=rule):
+        run(kernel, rng)
