@@ -16,6 +16,7 @@ from kaio.errors import (
     KaioSimError,
     KaioTargetError,
     KaioTypeError,
+    KaioValueError,
 )
 
 __version__ = "0.1.0"
@@ -81,6 +82,7 @@ __all__ = [
     "KaioError",
     "KaioCompileError",
     "KaioTypeError",
+    "KaioValueError",
     "KaioTargetError",
     "KaioLaunchError",
     "KaioDriverError",

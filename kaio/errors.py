@@ -65,6 +65,13 @@ class KaioTypeError(KaioError, TypeError):
     """
 
 
+class KaioValueError(KaioError, ValueError):
+    """An argument of the right type whose value kaio cannot use: a zero or non-power-of-two
+    tile in a config, a combination of options that cannot run together, a ragged nested list
+    for an array, an allocation larger than the device. The message names the argument and the
+    rule; a ``ValueError`` too, as Python raises for such values."""
+
+
 class KaioTargetError(KaioError):
     """A feature the chosen GPU architecture does not have (names the feature and the minimum
     sm), or an architecture kaio does not know."""
