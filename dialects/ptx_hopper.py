@@ -1,8 +1,8 @@
 """The Hopper (sm_90 / sm_90a) instructions of the ``ptx`` dialect.
 
-They live in their own file because ``ptx.py`` is already long; the ops belong to the one
-``ptx`` dialect all the same (``ptx.Ptx`` lists :data:`HOPPER_OPS`), so the printer, the
-target checks and the textual form treat them like every other instruction.
+They are one instruction family of the ``ptx`` dialect like the others beside this file
+(``ptx.Ptx`` lists :data:`HOPPER_OPS`), so the printer, the target checks and the textual form
+treat them like every other instruction.
 
 * ``wgmma.*``: warpgroup matrix multiply-accumulate, asynchronous (fence, mma_async,
   commit_group, wait_group). Only sm_90a has them.
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
-from kaio.dialects.ptx import (
+from kaio.dialects.ptx_base import (
     ConstOp,
     InstrInfo,
     PtxInstr,

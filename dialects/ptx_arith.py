@@ -1,0 +1,211 @@
+"""``ptx`` arithmetic: integer and float add/sub/mul/mad/fma/div/rem/min/max, the unary ops and
+the special-function unit (ex2, lg2, sin, cos, tanh)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from kaio.dialects.ptx_base import (
+    _ROUND,
+    FLOAT_TYPES,
+    INT_TYPES,
+    TYPE_BITS,
+    InstrInfo,
+    PtxInstr,
+    Requirement,
+    _check_width,
+    _gate,
+    _half_requirements,
+)
+from xdsl.irdl import (
+    irdl_op_definition,
+)
+
+# --------------------------------------------------------------------------- arithmetic
+
+_FLOAT_MODS = _ROUND | {"ftz", "sat"}
+_ARITH_TYPES = frozenset(TYPE_BITS) - {"pred", "b8", "u8", "s8", "b16", "b32", "b64", "tf32"}
+
+
+class _Arith(PtxInstr):
+    INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(
+        types=_ARITH_TYPES, mods=_FLOAT_MODS, imm_args=frozenset({1})
+    )
+
+    def requirements(self) -> Iterable[Requirement]:
+        # add/sub/mul on bf16 arrived with sm_90; fma.rn.bf16 with sm_80
+        yield from _half_requirements(self, 90, (7, 8))
+
+
+@irdl_op_definition
+class AddOp(_Arith):
+    name = "ptx.add"
+    INFO: ClassVar[InstrInfo] = _Arith.INFO.but(mods=_FLOAT_MODS | {"cc"})
+
+
+@irdl_op_definition
+class SubOp(_Arith):
+    name = "ptx.sub"
+
+
+@irdl_op_definition
+class MulOp(_Arith):
+    """``mul.lo/.hi/.wide`` for integers (``.wide`` doubles the result width), rounding for floats."""
+
+    name = "ptx.mul"
+    INFO: ClassVar[InstrInfo] = _Arith.INFO.but(mods=_FLOAT_MODS | {"lo", "hi", "wide"})
+
+    def check(self, mods: list[str], types: list[str]) -> None:
+        bits = TYPE_BITS[types[0]]
+        _check_width(self.results[0], bits * 2 if "wide" in mods else bits, "mul")
+        for v in self.srcs:
+            _check_width(v, bits, "mul")
+
+
+@irdl_op_definition
+class MadOp(_Arith):
+    """``mad.lo/.hi/.wide`` integer multiply-add (``.wide``: the addend and result are 2x wide)."""
+
+    name = "ptx.mad"
+    INFO: ClassVar[InstrInfo] = _Arith.INFO.but(
+        n_args=(3, 3), mods=_FLOAT_MODS | {"lo", "hi", "wide"}, imm_args=frozenset({1, 2})
+    )
+
+    def check(self, mods: list[str], types: list[str]) -> None:
+        bits = TYPE_BITS[types[0]]
+        wide = 2 if "wide" in mods else 1
+        _check_width(self.results[0], bits * wide, "mad")
+        _check_width(self.srcs[0], bits, "mad")
+        _check_width(self.srcs[1], bits, "mad")
+        _check_width(self.srcs[2], bits * wide, "mad")
+
+
+@irdl_op_definition
+class FmaOp(_Arith):
+    name = "ptx.fma"
+    INFO: ClassVar[InstrInfo] = _Arith.INFO.but(
+        n_args=(3, 3), types=FLOAT_TYPES, imm_args=frozenset({1, 2})
+    )
+
+    def requirements(self) -> Iterable[Requirement]:
+        yield from _half_requirements(self)
+
+
+@irdl_op_definition
+class DivOp(_Arith):
+    name = "ptx.div"
+    INFO: ClassVar[InstrInfo] = _Arith.INFO.but(mods=_FLOAT_MODS | {"approx", "full"})
+
+
+@irdl_op_definition
+class RemOp(_Arith):
+    name = "ptx.rem"
+    INFO: ClassVar[InstrInfo] = _Arith.INFO.but(
+        types=INT_TYPES - {"b16", "b32", "b64"}, mods=frozenset()
+    )
+
+
+class _MinMax(_Arith):
+    INFO: ClassVar[InstrInfo] = _Arith.INFO.but(mods=frozenset({"ftz", "NaN"}))
+
+    def requirements(self) -> Iterable[Requirement]:
+        if any(t in ("f16", "f16x2", "bf16", "bf16x2") for t in self.ptx_types):
+            yield _gate(self.opcode(), 80, (7, 0))
+
+
+@irdl_op_definition
+class MinOp(_MinMax):
+    name = "ptx.min"
+
+
+@irdl_op_definition
+class MaxOp(_MinMax):
+    name = "ptx.max"
+
+
+class _Unary(PtxInstr):
+    INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(
+        n_args=(1, 1), types=_ARITH_TYPES, mods=_FLOAT_MODS | {"approx", "full"}
+    )
+
+    def requirements(self) -> Iterable[Requirement]:
+        yield from _half_requirements(self)
+
+
+@irdl_op_definition
+class AbsOp(_Unary):
+    name = "ptx.abs"
+
+
+@irdl_op_definition
+class NegOp(_Unary):
+    name = "ptx.neg"
+
+
+@irdl_op_definition
+class CopysignOp(_Arith):
+    name = "ptx.copysign"
+    INFO: ClassVar[InstrInfo] = _Arith.INFO.but(types=frozenset(("f32", "f64")), mods=frozenset())
+
+
+class _FloatUnary(_Unary):
+    """Float-only math; ``.approx`` forms are the fast hardware (SFU) versions."""
+
+    INFO: ClassVar[InstrInfo] = _Unary.INFO.but(types=frozenset(("f32", "f64")))
+
+
+@irdl_op_definition
+class RcpOp(_FloatUnary):
+    name = "ptx.rcp"
+
+
+@irdl_op_definition
+class SqrtOp(_FloatUnary):
+    name = "ptx.sqrt"
+
+
+@irdl_op_definition
+class RsqrtOp(_FloatUnary):
+    name = "ptx.rsqrt"
+
+
+class _Sfu(_FloatUnary):
+    """ex2/lg2/sin/cos: f32 only, .approx; ex2 also has f16 forms (sm_75)."""
+
+    INFO: ClassVar[InstrInfo] = _FloatUnary.INFO.but(types=frozenset(("f32", "f16", "f16x2")))
+
+    def requirements(self) -> Iterable[Requirement]:
+        if any(t in ("f16", "f16x2") for t in self.ptx_types):
+            yield _gate(self.opcode(), 75, (7, 0))
+
+
+@irdl_op_definition
+class Ex2Op(_Sfu):
+    name = "ptx.ex2"
+
+
+@irdl_op_definition
+class Lg2Op(_Sfu):
+    name = "ptx.lg2"
+    INFO: ClassVar[InstrInfo] = _Sfu.INFO.but(types=frozenset(("f32",)))
+
+
+@irdl_op_definition
+class SinOp(_Sfu):
+    name = "ptx.sin"
+    INFO: ClassVar[InstrInfo] = _Sfu.INFO.but(types=frozenset(("f32",)))
+
+
+@irdl_op_definition
+class CosOp(_Sfu):
+    name = "ptx.cos"
+    INFO: ClassVar[InstrInfo] = _Sfu.INFO.but(types=frozenset(("f32",)))
+
+
+@irdl_op_definition
+class TanhOp(_Sfu):
+    name = "ptx.tanh"
+
+    def requirements(self) -> Iterable[Requirement]:
+        yield _gate(self.opcode(), 75, (7, 0))

@@ -1,0 +1,540 @@
+"""The ``ptx`` dialect's foundation: PTX types and register classes, feature requirements,
+:class:`PtxInstr` (spec, verification, PTX and MLIR text) that every instruction op derives
+from, and the two value ops (``ptx.reg``, ``ptx.const``).
+
+The instruction families live beside it (``ptx_arith``, ``ptx_logic``, ``ptx_move``,
+``ptx_memory``, ``ptx_control``, ``ptx_tensor``, ``ptx_structure``, ``ptx_hopper``); users import
+them all through :mod:`kaio.dialects.ptx`.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import ClassVar
+
+from xdsl.dialects.builtin import (
+    FloatAttr,
+    IntegerAttr,
+    StringAttr,
+    bf16,
+    f16,
+    f32,
+    f64,
+    i1,
+    i16,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_op_definition,
+    opt_prop_def,
+    prop_def,
+    result_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.parser import Parser, UnresolvedOperand
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import VerifyException
+
+# --------------------------------------------------------------------------- types and registers
+
+TYPE_BITS: dict[str, int] = {
+    "pred": 1,
+    **dict.fromkeys(("b8", "u8", "s8"), 8),
+    **dict.fromkeys(("b16", "u16", "s16", "f16", "bf16"), 16),
+    **dict.fromkeys(("b32", "u32", "s32", "f32", "f16x2", "bf16x2", "tf32"), 32),
+    **dict.fromkeys(("b64", "u64", "s64", "f64"), 64),
+}
+INT_TYPES = frozenset(t for t in TYPE_BITS if t[0] in "bsu" and t != "bf16" and t != "bf16x2")
+FLOAT_TYPES = frozenset(("f16", "bf16", "f32", "f64", "f16x2", "bf16x2"))
+
+# xDSL type of a virtual register -> (register name prefix, .reg declaration type)
+REGISTER_CLASSES: dict[Attribute, tuple[str, str]] = {
+    i1: ("p", "pred"),
+    i16: ("rs", "b16"),
+    f16: ("rs", "b16"),
+    bf16: ("rs", "b16"),
+    i32: ("r", "b32"),
+    f32: ("f", "f32"),
+    i64: ("rd", "b64"),
+    f64: ("fd", "f64"),
+}
+
+
+def register_bits(t: Attribute) -> int:
+    if t == i1:
+        return 1
+    width = getattr(t, "bitwidth", None)
+    if width is None or t not in REGISTER_CLASSES:
+        raise VerifyException(f"{t} is not a PTX register type")
+    return int(width)
+
+
+def register_type(ptx_type: str) -> Attribute:
+    """The register type holding values of a PTX type (``u32`` -> i32, ``f32`` -> f32)."""
+    if ptx_type == "pred":
+        return i1
+    if ptx_type in ("f32", "f64", "f16", "bf16"):
+        return {"f32": f32, "f64": f64, "f16": f16, "bf16": bf16}[ptx_type]
+    return {8: i16, 16: i16, 32: i32, 64: i64}[TYPE_BITS[ptx_type]]
+
+
+def _check_width(v: SSAValue, bits: int, what: str) -> None:
+    have = register_bits(v.type)
+    if bits == 8:  # 8-bit values live in 16-bit registers, as nvcc does it
+        bits = 16
+    if have != bits:
+        raise VerifyException(f"{what} needs a {bits}-bit register, got {v.type}")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A feature an instruction needs: the oldest sm that has it and the PTX ISA that spells it."""
+
+    feature: str
+    min_sm: int
+    min_ptx: tuple[int, int]
+    # only the "a" target of min_sm has it (wgmma on sm_90a): neither sm_90 nor a later sm
+    arch_specific: bool = False
+
+    @property
+    def min_target(self) -> str:
+        return f"sm_{self.min_sm}{'a' if self.arch_specific else ''}"
+
+    def met_by(self, sm: int, arch_specific: bool) -> bool:
+        if self.arch_specific:
+            return arch_specific and sm == self.min_sm
+        return sm >= self.min_sm
+
+    def error(self, arch_name: str) -> Exception:
+        """The KaioTargetError for a target that lacks this feature."""
+        from kaio.errors import KaioTargetError
+
+        if not self.arch_specific:
+            return KaioTargetError(self.feature, self.min_sm, arch_name)
+        return KaioTargetError(
+            self.feature,
+            self.min_sm,
+            arch_name,
+            f"{self.feature} needs {self.min_target} (arch-specific); the target is {arch_name}",
+        )
+
+
+# --------------------------------------------------------------------------- the instruction base
+
+
+@lru_cache(maxsize=4096)
+def _string(text: str) -> StringAttr:
+    """Specs and symbols repeat: build each StringAttr once (attributes are immutable)."""
+    return StringAttr(text)
+
+
+RegName = Callable[[SSAValue], str]
+_BARE_SPEC = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
+
+
+@dataclass(frozen=True)
+class InstrInfo:
+    """What an instruction accepts; families share one and members tweak it with :meth:`but`."""
+
+    mnemonic: str = ""  # default: the op name without "ptx."
+    n_outs: tuple[int, int] = (1, 1)
+    n_args: tuple[int, int] = (2, 2)  # sources, without the guard predicate
+    n_types: int = 1  # type tokens at the end of the spec (cvt: 2, mma: 4)
+    types: frozenset[str] = frozenset(TYPE_BITS)
+    mods: frozenset[str] = frozenset()
+    imm_args: frozenset[int] = frozenset()  # source positions that may be immediates
+    imm_required: frozenset[int] = frozenset()  # ... that must be (ptx.const)
+    min_sm: int = 0
+    min_ptx: tuple[int, int] = (1, 0)
+    has_address: bool = False  # args[0] is a memory address: printed [%a + offset]
+    group_outs: bool = False  # several outs print as one vector {%a, %b}
+    pair_outs: bool = False  # two outs print as d|p (setp's second predicate, shfl's valid bit)
+
+    def but(self, **changes: object) -> "InstrInfo":
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+class PtxInstr(IRDLOperation):
+    """Base of every PTX instruction op; concrete ops mostly only name themselves."""
+
+    INFO: ClassVar[InstrInfo] = InstrInfo()
+
+    spec = prop_def(StringAttr)
+    guard = opt_prop_def(StringAttr)  # "@" or "@!": the last arg is the predicate
+    offset = opt_prop_def(IntegerAttr)  # address displacement in bytes
+    symbol = opt_prop_def(StringAttr)  # address by name: [symbol + offset]
+    args = var_operand_def()
+    outs = var_result_def()
+
+    def __init__(
+        self,
+        spec: str,
+        args: Sequence[SSAValue] = (),
+        out_types: Sequence[Attribute] = (),
+        *,
+        guard: SSAValue | None = None,
+        negate: bool = False,
+        offset: int = 0,
+        symbol: str | None = None,
+    ):
+        props: dict[str, Attribute] = {"spec": _string(spec)}
+        operands = list(args)
+        if guard is not None:
+            props["guard"] = _string("@!" if negate else "@")
+            operands.append(guard)
+        if offset:
+            props["offset"] = IntegerAttr(offset, i64)
+        if symbol is not None:
+            props["symbol"] = _string(symbol)
+        # Operation's own constructor: the IRDL one re-checks every argument (3x slower), and
+        # the verifier checks the same things once the module is complete.
+        Operation.__init__(self, operands=operands, result_types=out_types, properties=props)
+
+    # -- structure --------------------------------------------------------------------------
+
+    @property
+    def spec_text(self) -> str:
+        # properties[...] instead of the IRDL accessor: printing reads this for every op
+        return self.properties["spec"].data  # type: ignore[attr-defined]
+
+    @property
+    def mnemonic(self) -> str:
+        return self.INFO.mnemonic or self.name[4:]
+
+    @property
+    def srcs(self) -> tuple[SSAValue, ...]:
+        """Source operands, without the guard predicate."""
+        operands = self.operands
+        return tuple(operands[:-1]) if "guard" in self.properties else tuple(operands)
+
+    @property
+    def guard_value(self) -> SSAValue | None:
+        return self.operands[-1] if self.guard is not None else None
+
+    def split_spec(self) -> tuple[list[str], list[str]]:
+        tokens = self.spec_text.split(".") if self.spec_text else []
+        n = self.INFO.n_types
+        mods, types = (tokens[:-n], tokens[-n:]) if n else (tokens, [])
+        return mods, types
+
+    @property
+    def ptx_types(self) -> list[str]:
+        return self.split_spec()[1]
+
+    @property
+    def mods(self) -> list[str]:
+        return self.split_spec()[0]
+
+    # -- verification -----------------------------------------------------------------------
+
+    def verify_(self) -> None:
+        mods, types = self.split_spec()
+        name = self.mnemonic
+        if len(types) != self.INFO.n_types or any(t not in self.INFO.types for t in types):
+            raise VerifyException(
+                f"{name}.{self.spec_text}: expected {self.INFO.n_types} type(s) among {sorted(self.INFO.types)}"
+            )
+        bad = [m for m in mods if m not in self.INFO.mods]
+        if bad:
+            raise VerifyException(f"{name}.{self.spec_text}: unknown modifier(s) {bad}")
+        lo, hi = self.INFO.n_outs
+        if not lo <= len(self.results) <= hi:
+            raise VerifyException(f"{name} has {lo}..{hi} results, got {len(self.results)}")
+        lo, hi = self.INFO.n_args
+        if not lo <= len(self.srcs) <= hi:
+            raise VerifyException(f"{name} takes {lo}..{hi} operands, got {len(self.srcs)}")
+        if self.guard is not None:
+            if self.guard.data not in ("@", "@!") or self.operands[-1].type != i1:
+                raise VerifyException(f"{name}: the guard must be an i1 predicate")
+        for pos in self.INFO.imm_required:
+            if not isinstance(self.srcs[pos].owner, ConstOp):
+                raise VerifyException(f"{name}: operand {pos} must be a ptx.const immediate")
+        if self.INFO.has_address and self.symbol is None and not self.srcs:
+            raise VerifyException(f"{name} needs an address operand or a symbol")
+        self.check(mods, types)
+
+    def check(self, mods: list[str], types: list[str]) -> None:
+        """Register widths; the default: all outs and value sources have the type's width."""
+        bits = TYPE_BITS[types[0]] if types else 32
+        for v in self.results:
+            _check_width(v, bits, self.mnemonic)
+        for v in self.value_srcs():
+            _check_width(v, bits, self.mnemonic)
+
+    def value_srcs(self) -> tuple[SSAValue, ...]:
+        srcs = self.srcs
+        return srcs[1:] if self.INFO.has_address and self.symbol is None else srcs
+
+    # -- targets ------------------------------------------------------------------------------
+
+    def requirements(self) -> Iterable[Requirement]:
+        if self.INFO.min_sm or self.INFO.min_ptx > (1, 0):
+            yield Requirement(f"{self.mnemonic}", self.INFO.min_sm, self.INFO.min_ptx)
+
+    # -- PTX text -------------------------------------------------------------------------------
+
+    def opcode(self) -> str:
+        return f"{self.mnemonic}.{self.spec_text}" if self.spec_text else self.mnemonic
+
+    def address_text(self, reg: RegName) -> str:
+        base = self.symbol.data if self.symbol is not None else reg(self.srcs[0])
+        off = self.offset.value.data if self.offset is not None else 0
+        return f"[{base}+{off}]" if off > 0 else f"[{base}{off}]" if off < 0 else f"[{base}]"
+
+    def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
+        """Operands in PTX order after the opcode (destinations first)."""
+        outs = [reg(v) for v in self.results]
+        if self.INFO.group_outs and len(outs) > 1:
+            outs = ["{" + ", ".join(outs) + "}"]
+        elif self.INFO.pair_outs and len(outs) == 2:
+            outs = [f"{outs[0]}|{outs[1]}"]
+        srcs = self.value_srcs()
+        first = 1 if self.INFO.has_address and self.symbol is None else 0
+        texts = [
+            imm(v) if (i + first) in self.INFO.imm_args | self.INFO.imm_required else reg(v)
+            for i, v in enumerate(srcs)
+        ]
+        if self.INFO.has_address:
+            texts.insert(0, self.address_text(reg))
+        return outs + texts
+
+    def ptx(self, reg: RegName, imm: RegName) -> str:
+        guard = f"{self.guard.data}{reg(self.operands[-1])} " if self.guard is not None else ""
+        operands = ", ".join(self.operand_texts(reg, imm))
+        return f"{guard}{self.opcode()}{' ' + operands if operands else ''};"
+
+    # -- MLIR text: %d = ptx.add s32 %a, %b if %p : (i32, i32, i1) -> (i32) ------------------
+
+    def print(self, printer: Printer) -> None:
+        if self.spec_text:
+            # specs with "::" (``shared::cta``) or a leading digit (``2d``) are no identifier
+            if _BARE_SPEC.fullmatch(self.spec_text):
+                printer.print_string(f" {self.spec_text}")
+            else:
+                printer.print_string(" ")
+                printer.print_string_literal(self.spec_text)
+        srcs = list(self.srcs)
+        items: list[Callable[[], None]] = []
+        if self.INFO.has_address:
+            off = self.offset.value.data if self.offset is not None else 0
+            suffix = f" + {off}]" if off else "]"
+            if self.symbol is not None:
+                items.append(
+                    lambda: (
+                        printer.print_string("["),
+                        printer.print_symbol_name(self.symbol.data),
+                        printer.print_string(suffix),
+                    )
+                )
+            else:
+                base = srcs.pop(0)
+                items.append(
+                    lambda: (
+                        printer.print_string("["),
+                        printer.print_ssa_value(base),
+                        printer.print_string(suffix),
+                    )
+                )
+        elif self.symbol is not None:
+            items.append(lambda: printer.print_symbol_name(self.symbol.data))
+        items += [lambda v=v: printer.print_ssa_value(v) for v in srcs]
+        for i, item in enumerate(items):
+            printer.print_string(", " if i else " ")
+            item()
+        if self.guard is not None:
+            printer.print_string(" ifnot " if self.guard.data == "@!" else " if ")
+            printer.print_ssa_value(self.operands[-1])
+        self.print_extra_props(printer)
+        if self.attributes:
+            printer.print_op_attributes(self.attributes)
+        printer.print_string(" : (")
+        printer.print_list([a.type for a in self.operands], printer.print_attribute)
+        printer.print_string(") -> (")
+        printer.print_list([r.type for r in self.results], printer.print_attribute)
+        printer.print_string(")")
+
+    def print_extra_props(self, printer: Printer) -> None:
+        """Subclasses with properties of their own print them here (``label``, ...)."""
+
+    @classmethod
+    def parse_extra_props(cls, parser: Parser) -> dict[str, Attribute]:
+        return {}
+
+    @classmethod
+    def parse(cls, parser: Parser) -> PtxInstr:
+        spec = parser.parse_optional_identifier() or parser.parse_optional_str_literal() or ""
+        props: dict[str, Attribute] = {"spec": StringAttr(spec)}
+        operands: list[UnresolvedOperand] = []
+
+        def parse_item() -> bool:
+            if parser.parse_optional_punctuation("[") is not None:
+                sym = parser.parse_optional_symbol_name()
+                if sym is not None:
+                    props["symbol"] = sym
+                else:
+                    operands.append(parser.parse_unresolved_operand())
+                if parser.parse_optional_punctuation("+") is not None:
+                    props["offset"] = IntegerAttr(parser.parse_integer(allow_negative=True), i64)
+                parser.parse_punctuation("]")
+                return True
+            sym = parser.parse_optional_symbol_name()
+            if sym is not None:
+                props["symbol"] = sym
+                return True
+            operand = parser.parse_optional_unresolved_operand()
+            if operand is None:
+                return False
+            operands.append(operand)
+            return True
+
+        if parse_item():
+            while parser.parse_optional_punctuation(",") is not None:
+                if not parse_item():
+                    parser.raise_error("expected an operand")
+        if parser.parse_optional_keyword("ifnot") is not None:
+            props["guard"] = StringAttr("@!")
+            operands.append(parser.parse_unresolved_operand())
+        elif parser.parse_optional_keyword("if") is not None:
+            props["guard"] = StringAttr("@")
+            operands.append(parser.parse_unresolved_operand())
+        props |= cls.parse_extra_props(parser)
+        attrs = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        ftype = parser.parse_function_type()
+        if len(ftype.inputs.data) != len(operands):
+            parser.raise_error(f"{len(operands)} operands but {len(ftype.inputs.data)} types")
+        values = [parser.resolve_operand(u, t) for u, t in zip(operands, ftype.inputs.data)]
+        return cls.create(
+            operands=values,
+            result_types=list(ftype.outputs.data),
+            properties=props,
+            attributes=attrs,
+        )
+
+
+def _gate(feature: str, min_sm: int, min_ptx: tuple[int, int]) -> Requirement:
+    return Requirement(feature, min_sm, min_ptx)
+
+
+def _half_requirements(
+    op: PtxInstr, bf16_sm: int = 80, bf16_ptx: tuple[int, int] = (7, 0)
+) -> Iterable[Requirement]:
+    types = op.ptx_types
+    name = op.opcode()
+    if any(t in ("bf16", "bf16x2") for t in types):
+        yield _gate(name, bf16_sm, bf16_ptx)
+    elif any(t in ("f16", "f16x2") for t in types):
+        yield _gate(name, 53, (4, 2))
+
+
+# --------------------------------------------------------------------------- shared by families
+
+_ROUND = frozenset(("rn", "rz", "rm", "rp"))
+
+
+class _NoTypes(PtxInstr):
+    INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(n_outs=(0, 0), n_args=(0, 0), n_types=0)
+
+
+def _check_address(op: PtxInstr, mods: list[str]) -> None:
+    if op.symbol is not None:
+        return
+    addr = op.srcs[0]
+    bits = register_bits(addr.type)
+    if bits == 64 or (bits == 32 and ("shared" in mods or "local" in mods or "param" in mods)):
+        return
+    raise VerifyException(
+        f"{op.MNEMONIC}: address must be 64-bit (32-bit allowed for shared), got {addr.type}"
+    )
+
+
+# --------------------------------------------------------------------------- registers and immediates
+
+
+@irdl_op_definition
+class RegOp(IRDLOperation):
+    """Declares a register that ``ptx.assign`` writes (a loop-carried value, a branch result).
+    Prints nothing: PTX registers are declared per function by the printer."""
+
+    name = "ptx.reg"
+    result = result_def()
+    assembly_format = "attr-dict `:` type($result)"
+
+    def __init__(self, type: Attribute):
+        super().__init__(result_types=[type])
+
+    def verify_(self) -> None:
+        if self.result.type not in REGISTER_CLASSES:
+            raise VerifyException(f"{self.result.type} is not a PTX register type")
+
+
+@irdl_op_definition
+class ConstOp(IRDLOperation):
+    """An immediate. Printed inline where the using instruction accepts an immediate, otherwise
+    as ``mov`` into a register."""
+
+    name = "ptx.const"
+    value = prop_def(Attribute)
+    result = result_def()
+
+    def __init__(self, value: int | float, type: Attribute):
+        attr: Attribute = (
+            FloatAttr(float(value), type)
+            if type in (f16, bf16, f32, f64)
+            else IntegerAttr(int(value), type)
+        )
+        super().__init__(properties={"value": attr}, result_types=[type])
+
+    def verify_(self) -> None:
+        if self.result.type not in REGISTER_CLASSES:
+            raise VerifyException(f"{self.result.type} is not a PTX register type")
+
+    def immediate(self) -> str | None:
+        """PTX text of the value, or None where PTX has no immediate of this type (f16/bf16)."""
+        t = self.result.type
+        if isinstance(self.value, FloatAttr):
+            v = self.value.value.data
+            if t == f32:
+                return "0f%08X" % struct.unpack("<I", struct.pack("<f", v))[0]
+            if t == f64:
+                return "0d%016X" % struct.unpack("<Q", struct.pack("<d", v))[0]
+            return None
+        assert isinstance(self.value, IntegerAttr)
+        return str(self.value.value.data)
+
+    def ptx(self, reg: RegName, imm: RegName) -> str:
+        t = self.result.type
+        text = self.immediate()
+        if text is None:  # f16/bf16: move the bit pattern
+            assert isinstance(self.value, FloatAttr)
+            text = "0x%04X" % _half_bits(self.value.value.data, t)
+        kind = REGISTER_CLASSES[t][1]
+        return f"mov.{kind} {reg(self.result)}, {text};"
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_attribute(self.value)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> ConstOp:
+        attr = parser.parse_attribute()
+        assert isinstance(attr, IntegerAttr | FloatAttr)
+        return cls.create(properties={"value": attr}, result_types=[attr.type])
+
+
+def _half_bits(value: float, t: Attribute) -> int:
+    import numpy as np
+
+    if t == f16:
+        return int(np.float16(value).view(np.uint16))
+    import ml_dtypes
+
+    return int(np.array(value, dtype=ml_dtypes.bfloat16).view(np.uint16))
