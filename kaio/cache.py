@@ -8,10 +8,13 @@ values (type-exact), the pipeline (or "the kernel's default"), the target arch, 
 xDSL's version, and a fingerprint of the compiler's own source files (so an edited pass in a
 development checkout never serves stale PTX under an unchanged version number).
 
-Each entry is one JSON file written atomically (a temporary file, then ``os.replace``). An entry
-that is truncated, not JSON, for another key, or whose PTX does not match its recorded hash is
-ignored and rebuilt, never an error: ``load`` checks every field it reads. Writing is best effort: an unwritable directory only means
-no caching.
+Each entry is one JSON file written atomically (a temporary file, then ``os.replace``), so
+concurrent compiles never see or leave half an entry. An entry that is not a regular file (a
+FIFO, a symlink to a device), larger than any entry ``store`` writes, truncated, not JSON, for
+another key, whose PTX does not match its recorded hash, or whose parameters are not the PTX
+entry's is ignored and rebuilt, never an error or a hang: ``load`` reads through
+:mod:`kaio.cache_files` and checks every field it reads. Writing is best effort: an unwritable
+directory only means no caching.
 
 Environment: ``KAIO_CACHE_DIR`` (default ``$XDG_CACHE_HOME/kaio``, else ``~/.cache/kaio``);
 ``KAIO_CACHE=0`` disables the cache.
@@ -24,11 +27,13 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from kaio.cache_files import UnusableFile, parse_json, read_text, write_atomic
 from kaio.compiled import CompiledKernel, KernelParam, TensorMapParam
 from kaio.dtypes import BY_NAME
 
@@ -143,7 +148,9 @@ class _Corrupt(Exception):
 
 
 # The largest values a sound entry can hold; anything else was not written by ``store``.
-_MAX_ENTRY_BYTES = 64 << 20
+# Entries of kaio's largest kernels (sm_90a matmuls) are ~150 KB: 16 MiB leaves room for
+# deep software pipelines and line info, and bounds what a hostile file costs to read.
+MAX_ENTRY_BYTES = 16 << 20
 _MAX_DIM = 2**31 - 1
 _MAX_SHARED = 1 << 32
 _MAX_CONSTEXPR_DEPTH = 8
@@ -200,11 +207,30 @@ def _check_constexpr(value: Any, depth: int = 0) -> None:
         raise _Corrupt("constexprs")
 
 
+def _entry_param_names(ptx: str, name: str) -> list[str]:
+    """The names the PTX ``.entry`` of ``name`` declares its parameters under, in order."""
+    header = re.search(rf"^\.visible \.entry {re.escape(name)}\(([^)]*)\)", ptx, re.MULTILINE)
+    if header is None:
+        raise _Corrupt("ptx has no .entry")
+    decls = [d.strip() for d in header.group(1).split(",") if d.strip()]
+    return [d.split()[-1].split("[")[0] for d in decls]
+
+
+def _check_params_match_ptx(
+    ptx: str, name: str, params: tuple[KernelParam, ...], tensor_maps: tuple[TensorMapParam, ...]
+) -> None:
+    """The recorded parameters are the ones the PTX entry takes (an entry with ``"params": []``
+    for a kernel with parameters would launch with none, on every later run)."""
+    expected = [f"{name}_{p.name}" for p in params] + [f"{name}_{t.name}" for t in tensor_maps]
+    if _entry_param_names(ptx, name) != expected:
+        raise _Corrupt("params")
+
+
 def _parse(key: str, text: str) -> CompiledKernel:
     """The entry in ``text``, every field checked; _Corrupt names the first bad one."""
     from kaio.targets.ptx.arch import ARCHES
 
-    data = json.loads(text)  # RecursionError for absurdly nested input: caught by ``load``
+    data = parse_json(text)
     if not isinstance(data, dict):
         raise _Corrupt("entry")
     if _field(data, "format", int) != FORMAT or _field(data, "key", str) != key:
@@ -224,6 +250,7 @@ def _parse(key: str, text: str) -> CompiledKernel:
     shared = _bounded_int("shared_bytes", data.get("shared_bytes"), 0, _MAX_SHARED)
     dynamic = _bounded_int("dynamic_shared_bytes", data.get("dynamic_shared_bytes", 0), 0, _MAX_SHARED)
     tensor_maps = tuple(_tensor_map(row) for row in data.get("tensor_maps", []))
+    _check_params_match_ptx(ptx, name, params, tensor_maps)
     constexprs = _field(data, "constexprs", dict)
     for value in constexprs.values():
         _check_constexpr(value)
@@ -247,13 +274,11 @@ def load(key: str) -> CompiledKernel | None:
 
     Every field is checked against what ``store`` writes, so a damaged or hand-edited entry
     (a NaN or an infinity where a size belongs, nesting deep enough to exhaust the parser's
-    recursion) is a miss, never an exception."""
+    recursion, parameters the PTX does not take) is a miss, never an exception; a FIFO or a
+    device in its place is a miss without blocking or reading it."""
     try:
-        path = entry_path(key)
-        if path.stat().st_size > _MAX_ENTRY_BYTES:
-            return None
-        return _parse(key, path.read_text(encoding="utf-8"))
-    except (_Corrupt, OSError, ValueError, RecursionError, MemoryError):
+        return _parse(key, read_text(entry_path(key), MAX_ENTRY_BYTES))
+    except (_Corrupt, UnusableFile):
         return None
 
 
@@ -279,24 +304,9 @@ def store(key: str, compiled: CompiledKernel) -> bool:
         text = json.dumps(data)
     except (TypeError, ValueError):  # a constexpr value JSON cannot hold: do not cache it
         return False
-    return write_atomic(entry_path(key), text)
-
-
-def write_atomic(path: Path, text: str) -> bool:
-    """Readers see the old file or the whole new one, never a partial write."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
+    if len(text.encode()) > MAX_ENTRY_BYTES:  # ``load`` would refuse it: do not write it
         return False
-    return True
+    return write_atomic(entry_path(key), text)
 
 
 def write_failed_ptx(ptx: str, name: str) -> str:

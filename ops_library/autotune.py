@@ -4,10 +4,13 @@ winner.
 Each op keeps one JSON file in the kaio cache directory (``autotune/<op>.json``): a map from a
 key (the GPU's name and sm, then what the op says decides its best config: dtypes, a shape
 class) to the winning config and the median time of every candidate. A later call with the
-same key reuses the winner without timing anything. A missing, unreadable or corrupt file, an
+same key reuses the winner without timing anything. A missing, unreadable or corrupt file (not
+JSON, nested too deep, larger than :data:`MAX_FILE_BYTES`, a FIFO or a device in its place), an
 entry that does not decode, or a stored config that is not among today's candidates (another
-kaio version) is measured again and overwritten, never a crash. ``KAIO_CACHE=0`` measures every
-time and stores nothing.
+kaio version) is measured again and overwritten, never a crash, a hang or an unbounded read
+(:mod:`kaio.cache_files`). A new winner is merged into the file under a lock on
+``<op>.json.lock`` and the file replaced atomically, so processes tuning at once keep each
+other's keys. ``KAIO_CACHE=0`` measures every time and stores nothing.
 
 Configs are frozen dataclasses of ints, bools, strings and tuples of ints; they are stored as
 their fields and rebuilt field by field, each value checked against the type of its default.
@@ -21,9 +24,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kaio import cache
+from kaio import cache, cache_files
 
 C = TypeVar("C")
+
+# An entry (a config and the median time of each of a few dozen candidates) is a few KB, and a
+# file holds one per GPU, dtype and shape class: 16 MiB is thousands of entries.
+MAX_FILE_BYTES = 16 << 20
 
 
 def device_key(dev: Any) -> str:
@@ -36,18 +43,29 @@ def path(op: str) -> Path:
 
 
 def load(op: str) -> dict[str, Any]:
-    """The op's stored entries; {} when the file is missing or not a JSON object."""
+    """The op's stored entries; {} when the file is missing, unusable or not a JSON object."""
     try:
-        data = json.loads(path(op).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # missing or corrupt: measure again
+        data = cache_files.read_json(path(op), MAX_FILE_BYTES)
+    except cache_files.UnusableFile:
+        return {}  # measure again
     return data if isinstance(data, dict) else {}
 
 
-def store(op: str, entries: dict[str, Any]) -> bool:
+def record(op: str, key: str, entry: dict[str, Any]) -> bool:
+    """Store ``entry`` under ``key``, keeping every other key in the file, even those another
+    process wrote since this one read it; False when nothing was written (cache off, folder
+    unwritable, lock not taken in time)."""
     if not cache.enabled():
         return False
-    return cache.write_atomic(path(op), json.dumps(entries, indent=1, sort_keys=True))
+    with cache_files.exclusive(path(op)) as held:
+        if not held:
+            return False
+        entries = load(op)
+        entries[key] = entry
+        text = json.dumps(entries, indent=1, sort_keys=True)
+        if len(text.encode()) > MAX_FILE_BYTES:  # ``load`` would refuse it, losing every key
+            return False
+        return cache_files.write_atomic(path(op), text)
 
 
 def encode(config: Any) -> dict[str, Any]:
@@ -91,7 +109,5 @@ def tuned(op: str, key: str, candidates: Sequence[C], time_ms: Callable[[C], flo
             return best
     timings = [(float(time_ms(c)), c) for c in candidates]
     best = min(timings, key=lambda t: t[0])[1]
-    entries = load(op)  # another process may have tuned another key meanwhile
-    entries[key] = {"config": encode(best), "median_ms": {label(c): t for t, c in timings}}
-    store(op, entries)
+    record(op, key, {"config": encode(best), "median_ms": {label(c): t for t, c in timings}})
     return best
