@@ -11,6 +11,9 @@ Scalars are ordinary ``i32``/``f32``... values, the same in every thread.
 - Elementwise code: ``tile.map`` applies its region (ordinary scalar ``arith``/``math`` ops on
   block arguments, one per tile operand, and any scalar from outside) to every element.
 - Shapes: ``tile.broadcast`` (size-1 dims grow), ``tile.expand_dims``, ``tile.trans``.
+- Atomics: ``tile.atomic_rmw``/``tile.atomic_cas`` on an index tile (one atomic per element,
+  done once however many threads hold copies of it; the result holds the old values) or on
+  scalars (one atomic per program).
 - ``tile.reduce`` along one axis (sum/max/min); ``tile.dot`` ``acc + a @ b``; and
   ``tile.convert_layout``, which only ``tile-layout`` inserts, where a value must move between
   threads.
@@ -22,6 +25,7 @@ Scalars are ordinary ``i32``/``f32``... values, the same in every thread.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from xdsl.dialects.builtin import (
     I64,
@@ -37,6 +41,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Block, Dialect, ParametrizedAttribute, Region, SSAValue, TypeAttribute
 from xdsl.irdl import (
+    AnyAttr,
     AttrSizedOperandSegments,
     IRDLOperation,
     ParsePropInAttrDict,
@@ -49,13 +54,14 @@ from xdsl.irdl import (
     result_def,
     traits_def,
     var_operand_def,
+    VarConstraint,
 )
 from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsTerminator, MemoryReadEffect, MemoryWriteEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from kaio.dialects.kernel import ArrayType, CombineAttr
+from kaio.dialects.kernel import _ATOMIC_COMBINES, ArrayType, Combine, CombineAttr, _check_combine
 from kaio.dialects.tile_layout import BlockedLayout, MmaLayout, SliceLayout, layout_of
 
 
@@ -277,6 +283,85 @@ class ScatterOp(IRDLOperation):
         if not self.array.type.mutable:
             raise VerifyException("tile.scatter writes a mutable array")
         _check_gather(self.array.type, self.index.type, self.mask.type, self.value.type)
+
+
+def _check_atomic(op: IRDLOperation, array: Attribute, index: Attribute, mask: Attribute,
+                  values: Sequence[Attribute], result: Attribute) -> None:  # fmt: skip
+    """Tiles of the index's shape (or scalars, for one atomic per program) of the array's type."""
+    assert isinstance(array, ArrayType)
+    if not array.mutable:
+        raise VerifyException(f"{op.name} updates a mutable array")
+    elem = array.element_type
+    if isinstance(index, TensorType):
+        _check_gather(array, index, mask, result)
+        for v in values:
+            if shape_of(v) != shape_of(index) or element_of(v) != elem:
+                raise VerifyException("the values have the index's shape and the array's element type")
+    elif index != i32 or mask != i1 or any(v != elem for v in (*values, result)):
+        raise VerifyException("a scalar atomic takes an i32 index, an i1 mask and values of the array's type")
+
+
+@irdl_op_definition
+class AtomicRMWOp(IRDLOperation):
+    """``old = array[index]; array[index] = combine(old, value)`` atomically, where ``mask``:
+    per element of an index tile (by one thread each), or once per program for scalars. The
+    result holds the old values (the zero of the type where the mask is false)."""
+
+    name = "tile.atomic_rmw"
+    T: ClassVar = VarConstraint("T", AnyAttr())
+    combine = prop_def(CombineAttr)
+    array = operand_def(ArrayType)
+    index = operand_def()
+    value = operand_def(T)
+    mask = operand_def()
+    result = result_def(T)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = (
+        "$combine $value `,` $array `[` $index `]` `mask` $mask attr-dict `:` type($value) `,` "
+        "type($array) `,` type($index) `,` type($mask)"
+    )
+
+    def __init__(self, combine: Combine, array: SSAValue, index: SSAValue, value: SSAValue, mask: SSAValue):
+        super().__init__(
+            operands=[array, index, value, mask], result_types=[value.type],
+            properties={"combine": CombineAttr(combine)},
+        )  # fmt: skip
+
+    def verify_(self) -> None:
+        _check_atomic(self, self.array.type, self.index.type, self.mask.type, [self.value.type], self.result.type)
+        elem = self.array.type.element_type  # type: ignore[attr-defined]
+        _check_combine(self.combine.data, elem, _ATOMIC_COMBINES)
+
+
+@irdl_op_definition
+class AtomicCasOp(IRDLOperation):
+    """``old = array[index]; if old == compare: array[index] = value`` atomically, where
+    ``mask`` (per element of an index tile, or once per program); the result holds the olds."""
+
+    name = "tile.atomic_cas"
+    T: ClassVar = VarConstraint("T", AnyAttr())
+    array = operand_def(ArrayType)
+    index = operand_def()
+    compare = operand_def(T)
+    value = operand_def(T)
+    mask = operand_def()
+    result = result_def(T)
+    traits = traits_def(MemoryReadEffect(), MemoryWriteEffect())
+    assembly_format = (
+        "$compare `,` $value `,` $array `[` $index `]` `mask` $mask attr-dict `:` type($value) `,` "
+        "type($array) `,` type($index) `,` type($mask)"
+    )
+
+    def __init__(self, array: SSAValue, index: SSAValue, compare: SSAValue, value: SSAValue, mask: SSAValue):
+        super().__init__(operands=[array, index, compare, value, mask], result_types=[value.type])
+
+    def verify_(self) -> None:
+        _check_atomic(self, self.array.type, self.index.type, self.mask.type, [self.compare.type, self.value.type], self.result.type)
+        if not isinstance(self.array.type.element_type, IntegerType):  # type: ignore[attr-defined]
+            raise VerifyException("tile.atomic_cas compares and stores integers")
+
+
+TileAtomic = AtomicRMWOp | AtomicCasOp
 
 
 @irdl_op_definition
@@ -582,7 +667,7 @@ class DotOp(IRDLOperation):
 Tile = Dialect(
     "tile",
     [
-        ViewOp, LoadOp, StoreOp, GatherOp, ScatterOp, MultipleOfOp,
+        ViewOp, LoadOp, StoreOp, GatherOp, ScatterOp, AtomicRMWOp, AtomicCasOp, MultipleOfOp,
         RangeOp, SplatOp, MapOp, YieldOp,
         BroadcastOp, ExpandDimsOp, TransOp, ConvertLayoutOp,
         ReduceOp, DotOp,

@@ -34,6 +34,16 @@ load = _marker("load(array, offsets, shape, bounds, strides=None, other=0) | loa
 store = _marker("store(array, offsets, tile, bounds, strides=None) | store(array, index, tile, mask=None)")
 multiple_of = _marker("multiple_of(value, n)")  # an int: n divides it; an array: its base is n-byte aligned
 
+# atomics: one per element of the offsets tile (one per program for scalars); the old values come back
+atomic_add = _marker("atomic_add(array, offsets, values, mask=None)")
+atomic_max = _marker("atomic_max(array, offsets, values, mask=None)")
+atomic_min = _marker("atomic_min(array, offsets, values, mask=None)")
+atomic_xchg = _marker("atomic_xchg(array, offsets, values, mask=None)")
+atomic_and = _marker("atomic_and(array, offsets, values, mask=None)")
+atomic_or = _marker("atomic_or(array, offsets, values, mask=None)")
+atomic_xor = _marker("atomic_xor(array, offsets, values, mask=None)")
+atomic_cas = _marker("atomic_cas(array, offsets, compare, values, mask=None)")
+
 # shapes
 trans = _marker("trans(t)")
 expand_dims = _marker("expand_dims(t, axis)")
@@ -50,6 +60,7 @@ min = _marker("min(t, axis)")  # noqa: A001
 
 __all__ = [
     "program_id", "num_programs", "arange", "zeros", "full", "load", "store", "multiple_of",
+    "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_cas",
     "trans", "expand_dims", "broadcast_to", "dot", "where", "maximum", "minimum", "sum", "max",
     "min", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sin", "cos", "abs", "fma",
 ]  # fmt: skip

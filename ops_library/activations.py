@@ -84,7 +84,7 @@ def silu_and_mul(x: Any, *, device: Any = None) -> Any:
 def gelu_and_mul(x: Any, approximate: str = "none", *, device: Any = None) -> Any:
     """``gelu(x[..., :d]) * x[..., d:]`` for x of shape ``(..., 2d)``; ``approximate``: ``"none"``
     (erf) or ``"tanh"``, as ``torch.nn.functional.gelu``."""
-    if approximate not in GELUS:
+    if not isinstance(approximate, str) or approximate not in GELUS:  # a list is unhashable
         raise KaioTypeError(f"gelu_and_mul: `approximate` is 'none' or 'tanh', got {approximate!r}")
     if (ops := rowops.torch_op(x, device=device)) is not None:
         return ops.gated_activation(x, GELUS[approximate])

@@ -34,7 +34,9 @@ from typing import Any
 import numpy as np
 
 from kaio import dtypes
-from kaio.errors import KaioTypeError
+from kaio.errors import KaioTypeError, KaioValueError
+from kaio.ops_library.config_fields import bool_field, int_field, settle
+from kaio.ops_library.matmul_config import MAX_STAGES, MAX_THREADS
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.rows import next_pow2 as padded
 from kaio.pipeline import Pipeline, tile_pipeline
@@ -54,6 +56,17 @@ class AttentionConfig:
     warps_m: int = 4
     warps_n: int = 1
     stages: int = 2
+
+    def __post_init__(self) -> None:
+        owner = "AttentionConfig"
+        settle(
+            self,
+            **{name: int_field(owner, name, getattr(self, name), 1, power_of_two=True)
+               for name in ("block_m", "block_n", "warps_m", "warps_n")},  # fmt: skip
+            stages=int_field(owner, "stages", self.stages, 0, MAX_STAGES, rule=f"0 or 1 (no cp.async ring) up to {MAX_STAGES}"),
+        )
+        if 32 * self.warps > MAX_THREADS:
+            raise KaioValueError(f"{owner}: {self.warps} warps make {32 * self.warps} threads; a block has at most {MAX_THREADS}")
 
     @property
     def warps(self) -> int:
@@ -137,6 +150,9 @@ class Attention:
         kv_lens: Any = None, out: Any = None, return_lse: bool = False, device: Any = None,
         config: AttentionConfig | str | None = None,
     ) -> Any:  # fmt: skip
+        causal = bool_field("attention", "causal", causal)  # "no" would read as true
+        return_lse = bool_field("attention", "return_lse", return_lse)
+        scale = _scale(scale)  # checked before any operand is taken (copied to the device)
         ops = Operands("attention", q, k, v, out, kv_lens, device=device)
         oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
         oo = ops.take("out", out) if out is not None else None
@@ -144,8 +160,6 @@ class Attention:
         lens = _lengths(ops, kv_lens, b, sk) if kv_lens is not None else None
         if scale is None:
             scale = 1.0 / math.sqrt(d)
-        if not isinstance(scale, int | float) or not math.isfinite(scale):
-            raise KaioTypeError(f"attention: scale must be a finite number, got {scale!r}")
         if oo is None:
             oo = ops.output((b, h, sq, d), oq.dtype)
         lse = ops.output((b, h, sq), dtypes.f32)
@@ -162,15 +176,17 @@ class Attention:
                 causal: bool, run: Any) -> AttentionConfig:  # fmt: skip
         """The config a call runs: the rule's (None; "auto" on the simulator, where timings mean
         nothing), the stored or measured winner ("auto" on a GPU), or the caller's."""
-        if config is None or (config == "auto" and dev.is_simulator):
+        auto = isinstance(config, str) and config == "auto"
+        if not (config is None or auto or isinstance(config, AttentionConfig)):
+            raise KaioTypeError(f"attention: config is None, 'auto' or an AttentionConfig, not {config!r}")
+        if config is None or (auto and dev.is_simulator):
             return choose_config(sq, d)
-        if config == "auto":
+        if auto:
             from kaio.runtime.bench import bench
 
             time_ms = lambda c: bench(lambda: run(c), warmup=10, rep=50, device=dev).median  # noqa: E731
             return autotuned_config(dev, t, sq, d, causal, time_ms)
-        if not isinstance(config, AttentionConfig):
-            raise KaioTypeError(f"attention: config is None, 'auto' or an AttentionConfig, not {config!r}")
+        assert isinstance(config, AttentionConfig)
         if config.shared_bytes(padded(d)) > dev.shared_memory_per_block_optin:
             raise KaioTypeError(
                 f"attention: {config} needs {config.shared_bytes(padded(d))} bytes of shared memory for head dim {d}; "
@@ -250,6 +266,18 @@ def _check(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tuple[int
     if max(b * h * sq, b * hkv * sk) * d >= 2**31:
         raise KaioTypeError("attention: arrays must have fewer than 2**31 elements")
     return b, h, hkv, sq, sk, d
+
+
+def _scale(scale: Any) -> float | None:
+    """The softmax scale asked for: None (``1 / sqrt(d)``) or a finite real number (a bool is
+    refused: ``scale=True`` is a mistake, not 1.0)."""
+    if scale is None:
+        return None
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise KaioTypeError(f"attention: `scale` is a finite number or None, got {scale!r} ({type(scale).__name__})")
+    if not math.isfinite(float(scale)):
+        raise KaioValueError(f"attention: `scale` is a finite number or None, got {scale!r}")
+    return float(scale)
 
 
 def _lengths(ops: Operands, kv_lens: Any, b: int, sk: int) -> Operand:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from kaio.dialects.ptx import MAX_MAXNREG, MIN_MAXNREG
+from kaio.dialects.smem import LAYOUT_KINDS
+from kaio.errors import KaioValueError
+from kaio.ops_library.config_fields import bool_field, choice_field, int_field, int_tuple_field, settle
 from kaio.pipeline import Pipeline, has_wgmma
+
+MAX_STAGES = 8  # as a tile kernel's num_stages: deeper rings only grow the PTX
+MAX_THREADS = 1024  # a CTA's limit on every arch
 
 
 @dataclass(frozen=True)
@@ -46,8 +53,34 @@ class MatmulConfig:
         return max(self.stages, 1) * per_stage + (bm * bn * 4 if self.persistent else 0)
 
     def __post_init__(self) -> None:
+        """Every field checked where the config is made (a zero tile would otherwise divide by
+        zero deep in the op): KaioTypeError for a wrong type, KaioValueError for a value that
+        cannot run."""
+        owner = "MatmulConfig"
+        warps = int_tuple_field(owner, "warps", self.warps, ("WM", "WN"), power_of_two=True)
+        if 32 * warps[0] * warps[1] > MAX_THREADS:
+            raise KaioValueError(f"{owner}: `warps` {warps} make {32 * warps[0] * warps[1]} threads; a block has at most {MAX_THREADS}")
+        settle(
+            self,
+            block=int_tuple_field(owner, "block", self.block, ("BM", "BN", "BK"), power_of_two=True),
+            warps=warps,
+            stages=int_field(owner, "stages", self.stages, 0, MAX_STAGES, rule=f"0 or 1 (no cp.async ring) up to {MAX_STAGES}"),
+            layout=choice_field(owner, "layout", self.layout, LAYOUT_KINDS),
+            group=int_field(owner, "group", self.group, 1),
+            tensor_cores=bool_field(owner, "tensor_cores", self.tensor_cores),
+            split_k=int_field(owner, "split_k", self.split_k, 1),
+            maxnreg=int_field(owner, "maxnreg", self.maxnreg, 0, MAX_MAXNREG, rule=f"0 (no cap) or {MIN_MAXNREG}..{MAX_MAXNREG}"),
+            tma=bool_field(owner, "tma", self.tma),
+            warp_specialize=bool_field(owner, "warp_specialize", self.warp_specialize),
+            persistent=bool_field(owner, "persistent", self.persistent),
+        )
+        if 0 < self.maxnreg < MIN_MAXNREG:
+            raise KaioValueError(f"{owner}: `maxnreg` is 0 (no cap) or {MIN_MAXNREG}..{MAX_MAXNREG}, got {self.maxnreg}")
         if self.persistent and self.split_k > 1:
-            raise ValueError("a persistent matmul config cannot split K (each program walks whole C tiles)")
+            raise KaioValueError(
+                f"{owner}: `persistent=True` cannot go with `split_k={self.split_k}` (a persistent matmul config "
+                "cannot split K: each program walks whole C tiles)"
+            )
 
     @property
     def wgmma(self) -> bool:

@@ -216,7 +216,7 @@ class LayoutSolver:
         if isinstance(op, tile.ReduceOp):
             c = self.get(op.input)
             return Choice(SliceLayout(op.axis.value.data, c.layout), c.anchored)
-        if isinstance(op, tile.GatherOp):
+        if isinstance(op, tile.GatherOp | tile.AtomicRMWOp | tile.AtomicCasOp):
             return self.get(op.index)
         if isinstance(op, tile.DotOp):
             return Choice(self.dot_layout(op), True)
@@ -396,6 +396,9 @@ class LayoutWriter:
         elif isinstance(op, tile.ScatterOp):
             self.require(op, 2, lay(op.index))  # type: ignore[arg-type]
             self.require(op, 3, lay(op.index))  # type: ignore[arg-type]
+        elif isinstance(op, tile.AtomicRMWOp | tile.AtomicCasOp) and isinstance(op.index.type, TensorType):
+            for i in range(2, len(op.operands)):  # values and mask live where their index does
+                self.require(op, i, lay(op.index))  # type: ignore[arg-type]
         elif isinstance(op, scf.ForOp):
             body = op.body.block
             for i, arg in enumerate(body.args[1:]):

@@ -22,6 +22,7 @@ from kaio.frontend.context import BuildState
 from kaio.frontend.kernel import GpuKernel, KernelIR
 from kaio.frontend.scope import Scope
 from kaio.frontend.tiles import TileCompiler
+from kaio.frontend import tile_atomics  # noqa: F401  (registers kt.atomic_*)
 from kaio.frontend.values import ArrayRef, Scalar
 
 MAX_WARPS = 32

@@ -18,6 +18,7 @@ from typing import Any
 
 from xdsl.dialects import arith
 from xdsl.ir import Block, Region, SSAValue
+from xdsl.traits import MemoryWriteEffect
 
 from kaio import tile as kt
 from kaio.dialects import tile
@@ -74,6 +75,7 @@ class TileCompiler(FunctionCompiler):
         scalar_kwargs = {k: element(v) for k, v in kwargs.items()}
         with self.em.in_block(block):
             r = fn(*scalar_args, **scalar_kwargs)
+            _check_pure(block, what)
             if isinstance(r, Const):
                 t = r.type or default_type(r)
                 r = Scalar(materialize(self.em, r, t), t)
@@ -188,6 +190,16 @@ class TileCompiler(FunctionCompiler):
             return scalar(node, args, kwargs)
 
         return lifted
+
+
+def _check_pure(block: Block, what: str) -> None:
+    """Elementwise code may run once per copy of an element, or not at all: it cannot write."""
+    for op in block.walk():
+        if op.has_trait(MemoryWriteEffect):
+            raise SemanticError(
+                f"{what} on tiles would write memory element by element (`{op.name}`)",
+                "update arrays from tiles with kt.store or kt.atomic_add(array, offsets, values, mask)",
+            )
 
 
 # ---------------------------------------------------------------------------- shapes
@@ -589,3 +601,9 @@ _TILE_BUILTINS: dict[int, Callable[..., Value]] = {
         _expand_dims, _broadcast_to, _where, _maximum, _minimum, _sum, _max, _min, _dot,
     )
 }  # fmt: skip
+
+
+def register_tile_builtins(handlers: dict[object, Callable[..., Value]]) -> None:
+    """Compile calls of these markers (``kt.*`` or prelude builtins) in tile kernels with these
+    handlers ``(compiler, node, args, kwargs) -> Value``."""
+    _TILE_BUILTINS.update({id(marker): h for marker, h in handlers.items()})

@@ -292,7 +292,7 @@ def lower_block_reduce(em: PtxEmitter, op: kernel.BlockReduceOp) -> None:
 # --------------------------------------------------------------------------- atomics
 
 
-def _atomic_spec(kind: Combine, t: Attribute) -> str:
+def atomic_spec(kind: Combine, t: Attribute) -> str:
     bits = width(t)
     if kind == Combine.ADDF:
         return "add.noftz.f16" if t == f16 else f"add.{float_spec(t)}"
@@ -309,11 +309,10 @@ def _atomic_spec(kind: Combine, t: Attribute) -> str:
     }[kind]
 
 
-def _float_min_max_loop(em: PtxEmitter, op: kernel.AtomicRMWOp, addr: SSAValue, offset: int, space: str) -> None:
+def float_min_max_loop(em: PtxEmitter, kind: Combine, value: SSAValue, addr: SSAValue, offset: int, space: str) -> SSAValue:
     """PTX has no f32 atomic min/max: compare-and-swap the bits until no other thread got in
-    between. Yields the value the location held before this thread's update."""
-    cls = ptx.MaxOp if op.combine.data == Combine.MAXF else ptx.MinOp
-    value = em.value(op.value)
+    between. Returns the value the location held before this thread's update."""
+    cls = ptx.MaxOp if kind == Combine.MAXF else ptx.MinOp
     old = em.reg(f32)
     first = ptx.LdOp(f"{space}.f32", [addr], [f32], offset=offset)
     em.emit(first)
@@ -328,7 +327,7 @@ def _float_min_max_loop(em: PtxEmitter, op: kernel.AtomicRMWOp, addr: SSAValue, 
     em.assign(old, em.instr(ptx.MovOp, "b32", [seen], f32))
     lost = em.instr(ptx.SetpOp, "ne.b32", [seen, expected], i1)
     em.branch(retry, lost)
-    em.bind(op.result, old)
+    return old
 
 
 @lowering(kernel.AtomicRMWOp)
@@ -338,9 +337,9 @@ def lower_atomic_rmw(em: PtxEmitter, op: kernel.AtomicRMWOp) -> None:
     if op.combine.data in (Combine.MAXF, Combine.MINF):
         if t != f32:
             raise KaioCompileError(f"atomic float min/max works on f32, not {t}")
-        _float_min_max_loop(em, op, addr, offset, space)
+        em.bind(op.result, float_min_max_loop(em, op.combine.data, em.value(op.value), addr, offset, space))
         return
-    spec = f"{space}.{_atomic_spec(op.combine.data, t)}"
+    spec = f"{space}.{atomic_spec(op.combine.data, t)}"
     atom = ptx.AtomOp(spec, [addr, em.value(op.value)], [reg_type(t)], offset=offset)
     em.emit(atom)
     em.bind(op.result, atom.outs[0])

@@ -1,0 +1,292 @@
+"""Tile atomics (``kt.atomic_*``): one atomic per tile element, exactly once however many
+threads hold copies of it, returning the old values; scalar atomics once per program.
+
+Atomics serialise in an order the test cannot know, so returned old values are checked as a
+valid serialisation: per address, the olds of its updates chain from the initial value to the
+final one. Every kernel runs on the sm_80 and the sm_90a simulators.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kaio
+import kaio.tile as kt
+from kaio.errors import KaioCompileError
+from kaio.prelude import Array, MutArray, atomic_add, f16, f32, i32, u32
+
+from .conftest import poisoned
+
+
+@pytest.fixture(params=["sm_80", "sm_90a"])
+def device(request: pytest.FixtureRequest) -> kaio.Device:
+    return kaio.Device("sim", arch=request.param)
+
+
+def _grid(n: int, block: int) -> int:
+    return (n + block - 1) // block
+
+
+# ---------------------------------------------------------------------------- kernels
+
+B = 64  # a 64-element tile over 4 warps: every element is held by two threads
+
+
+@kaio.tile_kernel(num_warps=4)
+def histogram(idx: Array[i32], w: Array[i32], hist: MutArray[i32], olds: MutArray[i32], n: i32, BLOCK: kaio.constexpr = B):
+    offs = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
+    ok = offs < n
+    i = kt.load(idx, offs, mask=ok)
+    old = kt.atomic_add(hist, i, kt.load(w, offs, mask=ok), mask=ok)
+    kt.store(olds, offs, old)  # all of them: a masked element's old is 0
+
+
+@kaio.tile_kernel(num_warps=4)
+def count_into_bins(idx: Array[i32], hist: MutArray[i32], n: i32, BLOCK: kaio.constexpr = B):
+    offs = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
+    atomic_add(hist, kt.load(idx, offs, mask=offs < n), 1, mask=offs < n)  # the prelude name, tile form
+
+
+@kaio.tile_kernel(num_warps=4)
+def float_max(idx: Array[i32], v: Array[f32], out: MutArray[f32], olds: MutArray[f32], n: i32, BLOCK: kaio.constexpr = B):
+    offs = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
+    ok = offs < n
+    old = kt.atomic_max(out, kt.load(idx, offs, mask=ok), kt.load(v, offs, mask=ok), mask=ok)
+    kt.store(olds, offs, old, mask=ok)
+
+
+@kaio.tile_kernel(num_warps=4)
+def int_min(idx: Array[i32], v: Array[i32], out: MutArray[i32], n: i32, BLOCK: kaio.constexpr = B):
+    offs = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
+    ok = offs < n
+    kt.atomic_min(out, kt.load(idx, offs, mask=ok), kt.load(v, offs, mask=ok), mask=ok)
+
+
+@kaio.tile_kernel(num_warps=4)
+def exchange(perm: Array[i32], v: Array[u32], out: MutArray[u32], olds: MutArray[u32], n: i32, BLOCK: kaio.constexpr = B):
+    offs = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
+    ok = offs < n
+    old = kt.atomic_xchg(out, kt.load(perm, offs, mask=ok), kt.load(v, offs, mask=ok), mask=ok)
+    # twice, through a (2, BLOCK) tile: a thread that held a copy of an element now stores one
+    copies = kt.broadcast_to(kt.expand_dims(old, 0), (2, BLOCK))
+    kt.store(olds, kt.expand_dims(kt.arange(2), 1) * n + kt.expand_dims(offs, 0), copies, mask=kt.expand_dims(ok, 0))
+
+
+@kaio.tile_kernel(num_warps=4)
+def claim(idx: Array[i32], out: MutArray[i32], olds: MutArray[i32], n: i32, BLOCK: kaio.constexpr = B):
+    offs = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
+    ok = offs < n
+    old = kt.atomic_cas(out, kt.load(idx, offs, mask=ok), 0, offs + 1, mask=ok)  # first claimant wins
+    kt.store(olds, offs, old, mask=ok)
+
+
+@kaio.tile_kernel(num_warps=4)
+def column_sums(x: Array[f32], out: MutArray[f32], rows: i32, cols: i32, R: kaio.constexpr = 16, C: kaio.constexpr = 32):
+    """A split reduction: each program sums its rows, then adds its partial sums atomically."""
+    r = i32(kt.program_id(0)) * R + kt.arange(R)
+    c = kt.arange(C)
+    ok = (kt.expand_dims(r, 1) < rows) & (kt.expand_dims(c, 0) < cols)
+    t = kt.load(x, kt.expand_dims(r, 1) * cols + kt.expand_dims(c, 0), mask=ok)
+    kt.atomic_add(out, c, kt.sum(t, 0), mask=c < cols)
+
+
+@kaio.tile_kernel(num_warps=4)
+def total(x: Array[f32], out: MutArray[f32], tickets: MutArray[u32], counter: MutArray[u32], n: i32, BLOCK: kaio.constexpr = B):
+    """Scalar atomics: once per program. The ticket (the counter's old value) is the same in
+    every thread, so the program can use it."""
+    offs = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
+    atomic_add(out, 0, kt.sum(kt.load(x, offs, mask=offs < n), 0))
+    ticket = kt.atomic_add(counter, 0, u32(1))
+    kt.store(tickets, i32(kt.program_id(0)) * 128 + kt.arange(128), kt.full((128,), ticket, u32))  # one per thread
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def check_add_serialisation(idx: np.ndarray, w: np.ndarray, olds: np.ndarray, start: np.ndarray, final: np.ndarray) -> None:
+    """Per address, the olds of its updates (positive weights) sorted are a chain from the
+    initial value: each one is the previous plus the previous update's weight."""
+    for a in np.unique(idx):
+        hits = np.flatnonzero(idx == a)
+        order = hits[np.argsort(olds[hits], kind="stable")]
+        chain = start[a] + np.concatenate(([0], np.cumsum(w[order])[:-1]))
+        np.testing.assert_array_equal(olds[order], chain, err_msg=f"address {a}")
+        assert final[a] == start[a] + w[hits].sum()
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_histogram_with_collisions_counts_every_element_once(device, rng):
+    n, bins = 300, 8  # 300: the last program's tile is masked at the edge
+    idx = rng.integers(0, bins, n).astype(np.int32)
+    w = rng.integers(1, 5, n).astype(np.int32)
+    start = rng.integers(-50, 50, bins).astype(np.int32)
+    hist = device.alloc_from(start)
+    olds = poisoned(device, (_grid(n, B) * B,), np.int32)
+    histogram[_grid(n, B)](device.alloc_from(idx), device.alloc_from(w), hist, olds, n)
+    expected = start.copy()
+    np.add.at(expected, idx, w)
+    got = hist.to_host()
+    np.testing.assert_array_equal(got, expected)
+    check_add_serialisation(idx, w, olds.to_host()[:n], start, got)
+    np.testing.assert_array_equal(olds.to_host()[n:], 0)  # masked off: no update, old 0
+
+
+def test_prelude_atomic_add_with_an_index_tile_is_the_tile_form(device, rng):
+    n = 200
+    idx = rng.integers(0, 5, n).astype(np.int32)
+    hist = device.alloc_from(np.zeros(5, np.int32))
+    count_into_bins[_grid(n, B)](device.alloc_from(idx), hist, n)
+    np.testing.assert_array_equal(hist.to_host(), np.bincount(idx, minlength=5))
+
+
+def test_float_max_with_collisions_and_its_olds(device, rng):
+    n, bins = 150, 6
+    idx = rng.integers(0, bins, n).astype(np.int32)
+    v = rng.standard_normal(n).astype(np.float32)
+    start = np.full(bins, -np.inf, np.float32)
+    out = device.alloc_from(start)
+    olds = poisoned(device, (n,), np.float32)
+    float_max[_grid(n, B)](device.alloc_from(idx), device.alloc_from(v), out, olds, n)
+    expected = start.copy()
+    np.maximum.at(expected, idx, v)
+    np.testing.assert_array_equal(out.to_host(), expected)
+    got = olds.to_host()
+    for a in range(bins):  # each update saw the running max of some of the others, never more
+        hits = idx == a
+        assert np.all(got[hits] <= expected[a]) and np.isneginf(got[hits]).sum() >= 1
+        assert np.all(np.isin(got[hits][~np.isneginf(got[hits])], v[hits]))
+
+
+def test_int_min_with_collisions(device, rng):
+    n, bins = 260, 7
+    idx = rng.integers(0, bins, n).astype(np.int32)
+    v = rng.integers(-1000, 1000, n).astype(np.int32)
+    start = rng.integers(-1000, 1000, bins).astype(np.int32)
+    out = device.alloc_from(start)
+    int_min[_grid(n, B)](device.alloc_from(idx), device.alloc_from(v), out, n)
+    expected = start.copy()
+    np.minimum.at(expected, idx, v)
+    np.testing.assert_array_equal(out.to_host(), expected)
+
+
+def test_exchange_at_unique_offsets_returns_the_exact_olds(device, rng):
+    n = 190
+    perm = rng.permutation(n).astype(np.int32)
+    v = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    start = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    out = device.alloc_from(start)
+    olds = poisoned(device, (2, n), np.uint32)
+    exchange[_grid(n, B)](device.alloc_from(perm), device.alloc_from(v), out, olds, n)
+    expected = start.copy()
+    expected[perm] = v
+    np.testing.assert_array_equal(out.to_host(), expected)
+    np.testing.assert_array_equal(olds.to_host(), np.stack([start[perm]] * 2))  # every copy got the old
+
+
+def test_compare_and_swap_has_one_winner_per_address(device, rng):
+    n, bins = 170, 9
+    idx = rng.integers(0, bins, n).astype(np.int32)
+    out = device.alloc_from(np.zeros(bins, np.int32))
+    olds = poisoned(device, (n,), np.int32)
+    claim[_grid(n, B)](device.alloc_from(idx), out, olds, n)
+    final, got = out.to_host(), olds.to_host()
+    for a in range(bins):
+        hits = np.flatnonzero(idx == a)
+        if hits.size == 0:
+            assert final[a] == 0
+            continue
+        winners = hits[got[hits] == 0]
+        assert winners.size == 1 and final[a] == winners[0] + 1  # the winner saw 0 and wrote its id
+        assert np.all(got[hits[got[hits] != 0]] == final[a])  # the others saw the winner's id
+
+
+def test_split_reduction_adds_partial_sums_once_per_program(device, rng):
+    rows, cols = 70, 29
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    out = device.alloc_from(np.zeros(32, np.float32))
+    column_sums[_grid(rows, 16)](device.alloc_from(x), out, rows, cols)
+    got = out.to_host()
+    np.testing.assert_allclose(got[:cols], x.sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got[cols:], 0)  # masked columns untouched
+
+
+def test_scalar_atomics_run_once_per_program(device, rng):
+    n = 5 * B - 3
+    x = rng.standard_normal(n).astype(np.float32)
+    out = device.alloc_from(np.zeros(1, np.float32))
+    counter = device.alloc_from(np.zeros(1, np.uint32))
+    tickets = poisoned(device, (5, 128), np.uint32)
+    total[5](device.alloc_from(x), out, tickets, counter, n)
+    np.testing.assert_allclose(out.to_host()[0], x.sum(dtype=np.float64), rtol=1e-5, atol=1e-4)
+    assert counter.to_host()[0] == 5  # one update per program, not one per thread
+    got = tickets.to_host()
+    assert np.all(got == got[:, :1]), "every thread of a program sees its ticket"
+    assert sorted(got[:, 0].tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_unused_olds_become_red_and_need_no_shared_memory():
+    ptx = kaio.compile(count_into_bins, "sm_80").ptx
+    assert "red.global.add.u32" in ptx and "atom." not in ptx and "bar.sync" not in ptx
+    used = kaio.compile(histogram, "sm_80").ptx
+    assert used.count("atom.global.add.u32") >= 1 and "bar.sync" in used  # olds reach the copies
+
+
+def test_atomics_survive_every_stage_as_text():
+    from xdsl.parser import Parser
+
+    from kaio.compiler import kaio_context
+
+    for kernel in (histogram, claim, total):
+        for stage, text in kaio.compile(kernel, "sm_80").stages.items():
+            if "tile.atomic" in text:
+                assert str(Parser(kaio_context(), text).parse_module()) == text, stage
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def _compile_error(fn, num_warps: int = 1) -> str:  # type: ignore[no-untyped-def]
+    """The error a tile kernel of ``fn`` gets (tile kernels compile when they are defined)."""
+    with pytest.raises(KaioCompileError) as e:
+        kaio.compile(kaio.tile_kernel(num_warps=num_warps)(fn), "sm_80")
+    return str(e.value)
+
+
+def test_atomic_errors_point_at_the_call():
+    def half_max(out: MutArray[f16]):
+        kt.atomic_max(out, kt.arange(32), f16(1.0))
+
+    assert "atomic_max works on 32- and 64-bit integer and f32 arrays, not f16" in _compile_error(half_max)
+
+    def read_only(out: Array[i32]):
+        kt.atomic_add(out, kt.arange(32), 1)
+
+    assert "read-only" in _compile_error(read_only)
+
+    def wrong_values(out: MutArray[i32]):
+        kt.atomic_add(out, kt.arange(32), kt.full((32,), 1.0, f32))
+
+    assert "kt.atomic_add of f32 values into an array of i32" in _compile_error(wrong_values)
+
+    def float_cas(out: MutArray[f32]):
+        kt.atomic_cas(out, kt.arange(32), 0.0, 1.0)
+
+    message = _compile_error(float_cas)
+    assert "atomic_cas works on 32- and 64-bit integer arrays, not f32" in message
+    assert "kt.atomic_cas(out, kt.arange(32), 0.0, 1.0)" in message  # the user's line
+
+
+@kaio.device
+def bump(hist: MutArray[i32], i: i32) -> i32:
+    return atomic_add(hist, i, 1)
+
+
+def test_writes_inside_elementwise_code_are_refused():
+    def through_device_function(hist: MutArray[i32]):
+        kt.store(hist, kt.arange(32), bump(hist, kt.arange(32)), mask=kt.arange(32) < 0)
+
+    message = _compile_error(through_device_function)
+    assert "would write memory element by element" in message and "kt.atomic_add" in message
