@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kaio.dtypes import ScalarType, from_numpy
-from kaio.errors import KaioError, KaioTypeError
+from kaio.errors import KaioError, KaioTypeError, KaioValueError
 from kaio.runtime import dlpack
 
 if TYPE_CHECKING:
@@ -44,12 +44,27 @@ def resolve_dtype(dtype: Any) -> tuple[np.dtype, ScalarType]:
 
 
 def resolve_shape(shape: int | tuple[int, ...] | list[int]) -> tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if not all(
-        isinstance(d, (int, np.integer)) and not isinstance(d, bool) and d >= 0 for d in dims
-    ):
-        raise KaioTypeError(f"a shape is non-negative ints, got {shape!r}")
+    """An int or a tuple/list of ints (numpy ints too), each >= 0 -> the tuple of dims."""
+    is_int = lambda d: isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))  # noqa: E731
+    dims = (shape,) if is_int(shape) else tuple(shape) if isinstance(shape, (tuple, list)) else None
+    if dims is None or not all(is_int(d) and d >= 0 for d in dims):
+        raise KaioTypeError(
+            f"`shape` must be a non-negative int or a tuple of non-negative ints, got {shape!r}"
+        )
     return tuple(int(d) for d in dims)
+
+
+def host_array(data: Any, what: str) -> np.ndarray:
+    """``data`` (anything numpy converts) as a host array; a ragged nested list, or an object
+    numpy cannot read, is a kaio error naming ``what`` instead of numpy's."""
+    if isinstance(data, np.ndarray):
+        return data
+    try:
+        return np.asarray(data)
+    except ValueError as exc:  # "inhomogeneous shape": a ragged nested sequence
+        raise KaioValueError(f"{what} is not a rectangular array ({exc})") from None
+    except TypeError as exc:
+        raise KaioTypeError(f"{what} cannot be read as an array ({exc})") from None
 
 
 class _Allocation:
@@ -113,9 +128,14 @@ class Buffer:
     def allocate(cls, device: Device, shape: Any, dtype: Any) -> Buffer:
         dims = resolve_shape(shape)
         dt, kt = resolve_dtype(dtype)
-        return cls(
-            device, _Allocation(device._backend, math.prod(dims) * dt.itemsize), dims, dt, kt
-        )
+        nbytes = math.prod(dims) * dt.itemsize
+        total = device._backend.info.total_memory
+        if nbytes > total:  # never fits (and past 2**64 bytes no driver call can even take it)
+            raise KaioValueError(
+                f"`shape` {dims} of {kt.name} is {nbytes} bytes, more than the {total} bytes of "
+                f"{device!r}"
+            )
+        return cls(device, _Allocation(device._backend, nbytes), dims, dt, kt)
 
     # --- what it is ------------------------------------------------------------------------------
 
@@ -163,7 +183,7 @@ class Buffer:
 
     def __len__(self) -> int:
         if not self._shape:
-            raise TypeError("len() of a 0-d buffer")
+            raise KaioTypeError("len() of a 0-d buffer")
         return self._shape[0]
 
     def __repr__(self) -> str:
@@ -212,7 +232,7 @@ class Buffer:
                 else:
                     self.copy_from(source.to_host())
             return self
-        host = source if isinstance(source, np.ndarray) else np.asarray(source)
+        host = host_array(source, "copy_from: the source")
         self._check_same(host.shape, host.dtype, "array")
         if self._nbytes:
             self._device._activate()
@@ -228,6 +248,15 @@ class Buffer:
 
     def __exit__(self, *exc: object) -> None:
         self.free()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """Refused, as CuPy and torch refuse it for device arrays: ``np.asarray(buf)`` would
+        otherwise make a 0-d object array holding the buffer, and an implicit download hides a
+        device-to-host copy (and a synchronisation) in innocent-looking numpy code."""
+        raise KaioTypeError(
+            f"a kaio Buffer ({self._type.name}{list(self._shape)}) is device memory: numpy cannot "
+            "read it in place; copy it to the host with buf.to_host()"
+        )
 
     # --- interop ---------------------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import numpy as np
 from kaio.errors import KaioDriverError, KaioTargetError, KaioTypeError
 from kaio.runtime import driver
 from kaio.runtime.backend import Backend, DeviceInfo
-from kaio.runtime.buffer import Buffer
+from kaio.runtime.buffer import Buffer, host_array
 from kaio.runtime.modules import ModuleCache
 
 if TYPE_CHECKING:
@@ -280,10 +280,10 @@ class Device:
                         return self._copy_external(ext)
                     finally:
                         ext.done()
-                host = np.asarray(data)
+                host = host_array(data, "alloc_from: `data`")
             data = host
         buf = Buffer.allocate(self, data.shape, data.dtype)
-        return buf.copy_from(np.ascontiguousarray(data))
+        return buf.copy_from(data)  # copies through a contiguous array (a 0-d one stays 0-d)
 
     def _copy_external(self, ext: Any) -> Buffer:
         if self.is_simulator and ext.nbytes and not self._backend.owns(ext.ptr, ext.nbytes):

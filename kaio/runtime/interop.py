@@ -62,6 +62,18 @@ def _c_contiguous_bytes(shape: tuple[int, ...], strides: tuple[int, ...], itemsi
     return True
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _dims(shape: Any) -> tuple[int, ...]:
+    """A producer's shape: a tuple of ints >= 0 (a negative extent would make a negative size
+    that passes every bounds check; 2.5 would silently become 2)."""
+    if not isinstance(shape, (tuple, list)) or not all(_is_int(d) and d >= 0 for d in shape):
+        raise InteropError(f"the shape {shape!r} is not a tuple of non-negative ints")
+    return tuple(int(d) for d in shape)
+
+
 def from_cuda_array_interface(cai: Any) -> ExternalArray:
     """Validate a ``__cuda_array_interface__`` dict (v2 or v3)."""
     if not isinstance(cai, dict):
@@ -72,11 +84,13 @@ def from_cuda_array_interface(cai: Any) -> ExternalArray:
             f"__cuda_array_interface__ version {version!r} is not supported (2 or 3)"
         )
     try:
-        shape = tuple(int(d) for d in cai["shape"])
+        shape = _dims(cai["shape"])
         ptr, readonly = cai["data"]
         dtype = np.dtype(cai["typestr"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InteropError(f"malformed __cuda_array_interface__ ({exc})") from None
+    if ptr is not None and not (_is_int(ptr) and ptr >= 0):
+        raise InteropError(f"__cuda_array_interface__ 'data' pointer {ptr!r} is not an address")
     if dtype.kind == "V":
         raise AmbiguousTypestr(
             f"__cuda_array_interface__ typestr {cai['typestr']!r} is raw bytes (PyTorch and JAX "
@@ -127,6 +141,9 @@ def from_dlpack(obj: Any, stream: int | None) -> ExternalArray:
         view = dlpack.consume(dlpack.request(obj, stream))
     except BufferError as exc:
         raise InteropError(f"__dlpack__() failed: {exc}") from None
+    if any(d < 0 for d in view.shape):
+        view.release()
+        raise InteropError(f"the DLPack shape {view.shape} has a negative extent")
     if view.dtype is None:
         view.release()
         raise InteropError(f"DLPack dtype ({view.type_text}) has no kaio type")
