@@ -16,7 +16,7 @@ import pytest
 import kaio
 import kaio.tile as kt
 from kaio.errors import KaioCompileError
-from kaio.prelude import Array, MutArray, atomic_add, f16, f32, i32, u32
+from kaio.prelude import Array, MutArray, atomic_add, f16, f32, i32, i64, u32
 
 from .conftest import poisoned
 
@@ -103,6 +103,30 @@ def total(x: Array[f32], out: MutArray[f32], tickets: MutArray[u32], counter: Mu
     kt.store(tickets, i32(kt.program_id(0)) * 128 + kt.arange(128), kt.full((128,), ticket, u32))  # one per thread
 
 
+@kaio.tile_kernel(num_warps=2)
+def half_add(idx: Array[i32], v: Array[f16], out: MutArray[f16], n: i32, BLOCK: kaio.constexpr = 128):
+    offs = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
+    ok = offs < n
+    kt.atomic_add(out, kt.load(idx, offs, mask=ok), kt.load(v, offs, mask=ok), mask=ok)
+
+
+@kaio.tile_kernel(num_warps=2)
+def wide_add(idx: Array[i32], v: Array[i64], out: MutArray[i64], olds: MutArray[i64], n: i32, BLOCK: kaio.constexpr = 32):
+    offs = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
+    ok = offs < n
+    kt.store(olds, offs, kt.atomic_add(out, kt.load(idx, offs, mask=ok), kt.load(v, offs, mask=ok), mask=ok), mask=ok)
+
+
+@kaio.tile_kernel(num_warps=4)
+def in_a_loop(top: MutArray[i32], hist: MutArray[i32], seen: MutArray[i32], steps: i32):
+    """Scalar and tile atomics in a loop that carries a tile built from their old values."""
+    acc = kt.zeros((64,), i32)
+    for s in range(steps):
+        t = kt.atomic_max(top, 0, s)
+        acc = acc + kt.atomic_add(hist, kt.arange(64) % 8, 1) * 0 + t
+    kt.store(seen, i32(kt.program_id(0)) * 64 + kt.arange(64), acc)
+
+
 # ---------------------------------------------------------------------------- helpers
 
 
@@ -172,6 +196,46 @@ def test_int_min_with_collisions(device, rng):
     expected = start.copy()
     np.minimum.at(expected, idx, v)
     np.testing.assert_array_equal(out.to_host(), expected)
+
+
+def test_f16_add_with_collisions(device, rng):
+    n, bins = 200, 4
+    idx = rng.integers(0, bins, n).astype(np.int32)
+    v = rng.integers(-3, 4, n).astype(np.float16)  # small integers: every order sums exactly
+    out = device.alloc_from(np.zeros(bins, np.float16))
+    half_add[_grid(n, 128)](device.alloc_from(idx), device.alloc_from(v), out, n)
+    expected = np.zeros(bins, np.float32)
+    np.add.at(expected, idx, v.astype(np.float32))
+    np.testing.assert_array_equal(out.to_host(), expected.astype(np.float16))
+
+
+def test_i64_add_with_collisions_and_its_olds(device, rng):
+    n, bins = 100, 5
+    idx = rng.integers(0, bins, n).astype(np.int32)
+    w = rng.integers(1, 2**40, n).astype(np.int64)  # past 32 bits
+    start = rng.integers(-(2**50), 2**50, bins).astype(np.int64)
+    out = device.alloc_from(start)
+    olds = poisoned(device, (n,), np.int64)
+    wide_add[_grid(n, 32)](device.alloc_from(idx), device.alloc_from(w), out, olds, n)
+    got = out.to_host()
+    expected = start.copy()
+    np.add.at(expected, idx, w)
+    np.testing.assert_array_equal(got, expected)
+    check_add_serialisation(idx, w, olds.to_host(), start, got)
+
+
+def test_atomics_in_a_loop_carrying_a_tile(device):
+    programs, steps = 3, 5
+    top = device.alloc_from(np.zeros(1, np.int32))
+    hist = device.alloc_from(np.zeros(8, np.int32))
+    seen = poisoned(device, (programs, 64), np.int32)
+    in_a_loop[programs](top, hist, seen, steps)
+    assert top.to_host()[0] == steps - 1
+    np.testing.assert_array_equal(hist.to_host(), programs * steps * 8)  # 64 elements, 8 bins, per step
+    got = seen.to_host()
+    assert np.all(got == got[:, :1])  # the scalar olds are the same in every thread
+    # step s of a program sees at least its own s - 1 and at most the last step of any program
+    assert np.all(got[:, 0] >= sum(max(s - 1, 0) for s in range(steps))) and np.all(got[:, 0] <= steps * (steps - 1))
 
 
 def test_exchange_at_unique_offsets_returns_the_exact_olds(device, rng):
