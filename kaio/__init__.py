@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
     from kaio.compiler import compile
     from kaio.frontend import device, gpu_kernel, tile_kernel
+    from kaio.pass_registry import register_pass
     from kaio.pipeline import Pipeline
     from kaio.runtime.bench import BenchResult, bench
     from kaio.runtime.buffer import Buffer
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
 _LAZY = {
     "compile": ("kaio.compiler", "compile"),
     "Pipeline": ("kaio.pipeline", "Pipeline"),
+    "register_pass": ("kaio.pass_registry", "register_pass"),
     "gpu_kernel": ("kaio.frontend", "gpu_kernel"),
     "tile_kernel": ("kaio.frontend", "tile_kernel"),
     "device": ("kaio.frontend", "device"),
@@ -66,6 +68,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "compile",
     "Pipeline",
+    "register_pass",
     "Array",
     "MutArray",
     "constexpr",

@@ -122,6 +122,7 @@ class CompiledKernel:
     cache_key: str = ""
     _stages: dict[str, str] | None = None
     _recompile: Callable[[], "CompiledKernel"] | None = None
+    _pass_times: tuple[Any, ...] | None = None
 
     @property
     def stages(self) -> dict[str, str]:
@@ -130,6 +131,15 @@ class CompiledKernel:
                 return {}
             self._stages = self._recompile().stages
         return self._stages
+
+    @property
+    def pass_times(self) -> tuple[Any, ...]:
+        """Each pass's wall time and op counts (``kaio.pass_manager.PassTiming``), in order;
+        recompiled on first access when the PTX came from the disk cache.
+        ``kaio.pass_manager.timing_table(compiled.pass_times)`` prints them."""
+        if self._pass_times is None:
+            self._pass_times = self._recompile().pass_times if self._recompile is not None else ()
+        return self._pass_times
 
     @property
     def ir(self) -> str:

@@ -8,13 +8,12 @@ file per stage). Watching costs a print per stage, so the plain compile path doe
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import replace
-from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerType, ModuleOp
 from xdsl.ir import Attribute
 from xdsl.passes import ModulePass, PassPipeline
@@ -25,6 +24,9 @@ from kaio.compiled import CompiledKernel, KernelParam, TensorMapParam
 from kaio.dialects import kernel as kernel_dialect
 from kaio.dialects import ptx
 from kaio.errors import KaioCompileError, KaioError, KaioTypeError
+from kaio.pass_manager import chained, run_pipeline, timing_table
+from kaio.pass_manager import kaio_context as kaio_context  # its home until the pass manager took it
+from kaio.pass_manager import print_after_change as ir_after_change
 from kaio.pipeline import Pipeline, as_pipeline, kernel_pipeline
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
 from kaio.targets.ptx.printer import print_ptx
@@ -89,15 +91,6 @@ def _tensor_maps(entry: ptx.EntryOp) -> tuple[TensorMapParam, ...]:
     if recipes is None:
         return ()
     return tuple(TensorMapParam.from_recipe(name, text.data) for name, text in recipes.data.items())  # type: ignore[attr-defined]
-
-
-def _stage_names(passes: tuple[ModulePass, ...]) -> list[str]:
-    seen: dict[str, int] = {}
-    names = []
-    for p in passes:
-        seen[p.name] = seen.get(p.name, 0) + 1
-        names.append(p.name if seen[p.name] == 1 else f"{p.name}.{seen[p.name]}")
-    return names
 
 
 def _dump_directory(
@@ -179,41 +172,13 @@ def _check_lowered(module: ModuleOp, pipeline: PassPipeline) -> None:
             )
 
 
-@cache
-def kaio_context() -> Context:
-    """An xDSL context that knows xDSL's dialects and kaio's (loaded lazily, on first use)."""
-    from xdsl.dialects import get_all_dialects
-
-    from kaio.dialects import get_all_dialects as kaio_dialects
-
-    ctx = Context()
-    for name, factory in {**get_all_dialects(), **kaio_dialects()}.items():
-        ctx.register_dialect(name, factory)
-    return ctx
-
-
-def run_pipeline(
-    module: ModuleOp, pipeline: PassPipeline, watch: DumpCallback | None = None
-) -> None:
-    """Apply the passes in order; ``watch(stage, ir_text)`` sees the module after each one."""
-    ctx = kaio_context()
-    names = _stage_names(pipeline.passes)
-    for name, p in zip(names, pipeline.passes):
-        try:
-            p.apply(ctx, module)
-        except KaioError:
-            raise
-        except Exception as e:  # an xDSL failure inside a pass: name the pass, keep the cause
-            raise KaioCompileError(f"pass '{name}' failed: {e}") from e
-        if watch is not None:
-            watch(name, str(module))
-
-
 def compile(
     kernel: Compilable | ModuleOp,
     arch: str | None = None,
     pipeline: str | PassPipeline | list[ModulePass] | None = None,
     dump_ir: str | os.PathLike[str] | DumpCallback | None = None,
+    timing: bool = False,
+    print_after_change: bool = False,
     **constexprs: Any,
 ) -> CompiledKernel:
     """Compile a ``@kaio.gpu_kernel`` (or a module holding one ``kernel.func``) to PTX.
@@ -224,9 +189,16 @@ def compile(
     variable ``KAIO_DUMP_IR=<dir>`` does the same. ``constexprs``: values of ``kaio.constexpr``
     parameters.
 
+    ``timing``: print each pass's wall time and op counts to stderr (``compiled.pass_times``
+    holds them for every compile). ``print_after_change``: print the IR to stderr after each
+    pass that changed it. The pipeline runs as :mod:`kaio.pass_manager` says: the IR verified
+    after every pass (``Pipeline(..., verify_each=False)`` turns it off), pass contracts
+    checked, the pipeline's ``callback`` called around every pass.
+
     Kernels (not raw modules) go through the disk cache (:mod:`kaio.cache`): a hit returns the
-    stored PTX without building any IR; its ``stages`` are recompiled on first access. Watching
-    the stages (``dump_ir``, ``KAIO_DUMP_IR``) always compiles, and refreshes the entry.
+    stored PTX without building any IR; its ``stages`` and ``pass_times`` are recompiled on
+    first access. Watching the stages (``dump_ir``, ``KAIO_DUMP_IR``), ``timing``,
+    ``print_after_change`` and a pipeline with a callback always compile, and refresh the entry.
     """
     _check_kernel(kernel)
     if dump_ir is not None and not (callable(dump_ir) or isinstance(dump_ir, (str, os.PathLike))):
@@ -237,10 +209,13 @@ def compile(
     arch_name = get_arch(arch or DEFAULT_ARCH).name
     pipeline = _resolve_pipeline(kernel, arch_name, pipeline)
     _check_pipeline_arch(pipeline, arch_name)
+    if print_after_change:
+        pipeline = pipeline.configured(callback=chained(pipeline.callback, ir_after_change()))
+    watched = dump_ir is not None or timing or pipeline.callback is not None
     key = None
     if not isinstance(kernel, ModuleOp) and disk_cache.enabled():
         key = disk_cache.compile_key(kernel, arch_name, pipeline, constexprs)
-    if key is not None and dump_ir is None and not os.environ.get("KAIO_DUMP_IR"):
+    if key is not None and not watched and not os.environ.get("KAIO_DUMP_IR"):
         hit = disk_cache.load(key)
         if hit is not None:
             hit._recompile = lambda: _compile(
@@ -251,6 +226,8 @@ def compile(
     if key is not None:
         compiled.cache_key = key
         disk_cache.store(key, compiled)
+    if timing:
+        print(f"kaio.compile timing: {compiled.name} ({arch_name})\n{timing_table(compiled.pass_times)}", file=sys.stderr)
     return compiled
 
 
@@ -258,13 +235,17 @@ def _resolve_pipeline(kernel: Any, arch_name: str, pipeline: Any) -> Pipeline:
     """The pipeline a compile runs: the given one, else the kernel's default."""
     if pipeline is None:
         default = getattr(kernel, "default_pipeline", None)
-        return as_pipeline(default(arch_name)) if callable(default) else kernel_pipeline(arch_name)
-    try:
-        return as_pipeline(pipeline)
-    except KaioError:
-        raise
-    except Exception as e:  # an unknown pass, a bad option, not a pipeline at all
-        raise KaioCompileError(f"pipeline {pipeline!r}: {e}") from None
+        if not callable(default):
+            return kernel_pipeline(arch_name)
+        what = f"the pipeline of `{getattr(kernel, 'name', kernel)}` for {arch_name} (default_pipeline / with_pipeline)"
+        try:
+            chosen = default(arch_name)
+        except KaioError:
+            raise
+        except Exception as e:  # a with_pipeline callable that fails
+            raise KaioCompileError(f"{what} raised {type(e).__name__}: {e}") from e
+        return as_pipeline(chosen, what)
+    return as_pipeline(pipeline)
 
 
 def _ignore_stage(stage: str, text: str) -> None:
@@ -309,7 +290,7 @@ def _compile(
                 w(stage, text)
 
         watch("frontend", str(module))
-    run_pipeline(module, chosen, watch)
+    times = run_pipeline(module, chosen, watch)
     _check_lowered(module, chosen)
     ptx_text = print_ptx(module, arch_name)
     if watch is not None:
@@ -339,4 +320,5 @@ def _compile(
         pipeline=str(chosen),
         _stages=stages,
         _recompile=recompile,
+        _pass_times=times,
     )

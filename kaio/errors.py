@@ -58,6 +58,17 @@ class KaioCompileError(KaioError):
         return text
 
 
+class KaioPipelineError(KaioCompileError, ValueError):
+    """A pass pipeline kaio cannot run: a malformed pipeline string (the message names the
+    column), an unknown pass, a bad or out-of-range pass option, an edit naming a pass the
+    pipeline lacks or an item that is no pass. A ``ValueError`` too, as xDSL's parser raises."""
+
+
+class KaioPipelineWarning(UserWarning):
+    """A pipeline that runs but probably not as meant: a pass out of the order its contract
+    asks for, or a pass whose work is missing (a ``tile.dot`` left to the FMA fallback)."""
+
+
 class KaioTypeError(KaioError, TypeError):
     """Wrong launch arguments: count, dtype, read-only buffer as output, scalar out of range.
 

@@ -1,62 +1,135 @@
 """Pass pipelines a user can print, edit and hand back to ``kaio.compile``.
 
 A :class:`Pipeline` is an xDSL ``PassPipeline`` whose ``str()`` is its pipeline string, so
-``Pipeline.parse(str(p)) == p``; editing returns a new pipeline (passes are frozen).
+``Pipeline.parse(str(p)) == p``; editing returns a new pipeline (passes are frozen) with the
+same ``callback`` and ``verify_each``. How a pipeline runs (verification after every pass, pass
+contracts, the callback, timing) is :mod:`kaio.pass_manager`'s business.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import cache
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from xdsl.passes import ModulePass, PassPipeline
 
+from kaio.errors import KaioPipelineError
+from kaio.pass_contracts import check_options
+from kaio.pass_registry import available_passes, register_pass
+from kaio.pipeline_text import parse_passes
 
-@cache
-def available_passes() -> dict[str, Callable[[], type[ModulePass]]]:
-    """xDSL's passes plus kaio's, by pipeline name."""
-    from xdsl.transforms import get_all_passes as xdsl_passes
-
-    from kaio.passes import get_all_passes
-
-    return {**xdsl_passes(), **get_all_passes()}
+__all__ = ["Pipeline", "as_pipeline", "available_passes", "kernel_pipeline", "register_pass", "tile_pipeline"]
 
 
 @dataclass(frozen=True)
 class Pipeline(PassPipeline):
+    """An immutable list of passes. ``callback(previous_pass, module, next_pass)`` is called
+    before the first pass, between passes and after the last, as xDSL's ``PassPipeline`` does;
+    ``verify_each`` (on by default, as in MLIR) verifies the IR after every pass, naming the
+    pass that broke it; turn it off for speed with ``Pipeline(p.passes, verify_each=False)``
+    or ``p.configured(verify_each=False)``.
+
+    Every pass is checked when the pipeline is made: it must be a ``ModulePass`` and its options
+    within the bounds its contract declares (``pipeline-cp-async{stages}``: 2..8)."""
+
+    verify_each: bool = field(default=True, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.passes, (str, bytes)) or not hasattr(self.passes, "__iter__"):
+            raise KaioPipelineError(
+                f"Pipeline: `passes` must be a sequence of passes, got {type(self.passes).__name__} "
+                "(a pipeline string goes to Pipeline.parse)"
+            )
+        passes = tuple(self.passes)
+        for i, p in enumerate(passes):
+            _check_pass(p, f"Pipeline: passes[{i}]")
+            check_options(p)
+        object.__setattr__(self, "passes", passes)
+        if self.callback is not None and not callable(self.callback):
+            raise KaioPipelineError(
+                f"Pipeline: `callback` must be callable(previous_pass, module, next_pass), got "
+                f"{type(self.callback).__name__}"
+            )
+
     @staticmethod
     def parse(spec: str) -> Pipeline:  # type: ignore[override]
-        """``"canonicalize,cse,lower-to-ptx{arch=sm_90}"`` -> Pipeline (unknown pass -> ValueError)."""
-        parsed = PassPipeline.parse_spec(available_passes(), spec)
-        return Pipeline(parsed.passes)
+        """``"canonicalize,cse,lower-to-ptx{arch=sm_90}"`` -> Pipeline. Any pass of
+        :func:`available_passes` may be named (xDSL's, kaio's, entry points', registered ones).
+        A malformed string, an unknown pass or a bad option raises :class:`KaioPipelineError`
+        (a ``ValueError``) pointing at the column."""
+        return Pipeline(parse_passes(spec, available_passes()))
 
     @property
     def names(self) -> list[str]:
+        """The pass names, in order."""
         return [p.name for p in self.passes]
 
     def __str__(self) -> str:
         return ",".join(_spec_text(p) for p in self.passes)
 
-    def _index(self, name: str) -> int:
-        if name not in self.names:
-            raise ValueError(f"no pass '{name}' in pipeline {self}")
-        return self.names.index(name)
+    def configured(self, *, callback: Any = ..., verify_each: bool | None = None) -> Pipeline:
+        """The same passes with another ``callback`` (None: no callback) or ``verify_each``."""
+        changes: dict[str, Any] = {}
+        if callback is not ...:
+            changes["callback"] = callback
+        if verify_each is not None:
+            changes["verify_each"] = verify_each
+        return replace(self, **changes)
 
     def without(self, name: str) -> Pipeline:
-        """The pipeline minus every pass called ``name``."""
-        self._index(name)
-        return Pipeline(tuple(p for p in self.passes if p.name != name))
+        """The pipeline minus every pass called ``name`` (one it lacks: KaioPipelineError)."""
+        self._index(name, "without", "name")
+        return self._with_passes(p for p in self.passes if p.name != name)
 
     def replace(self, name: str, new: ModulePass) -> Pipeline:
-        i = self._index(name)
-        return Pipeline((*self.passes[:i], new, *self.passes[i + 1 :]))
+        """The pipeline with its first pass called ``name`` swapped for the pass ``new``."""
+        i = self._index(name, "replace", "name")
+        _check_pass(new, "Pipeline.replace: `new`")
+        return self._with_passes((*self.passes[:i], new, *self.passes[i + 1 :]))
 
     def insert(self, new: ModulePass, *, before: str | None = None, after: str | None = None) -> Pipeline:
+        """The pipeline with the pass ``new`` added just ``before=`` or just ``after=`` the first
+        pass of that name (exactly one of the two)."""
+        _check_pass(new, "Pipeline.insert: `new`")
+        i = self._where("insert", before, after)
+        return self._with_passes((*self.passes[:i], new, *self.passes[i:]))
+
+    def move(self, name: str, *, before: str | None = None, after: str | None = None) -> Pipeline:
+        """The pipeline with its first pass called ``name`` taken out and put back just
+        ``before=`` or just ``after=`` the first pass of another name:
+        ``p.move("tile-layout", after="fuse-tile-maps")``."""
+        i = self._index(name, "move", "name")
+        moved = self.passes[i]
+        rest = Pipeline(self.passes[:i] + self.passes[i + 1 :])
+        if name in (before, after):
+            raise KaioPipelineError(f"Pipeline.move: cannot move '{name}' relative to itself")
+        j = rest._where("move", before, after)
+        return self._with_passes((*rest.passes[:j], moved, *rest.passes[j:]))
+
+    def _with_passes(self, passes: Any) -> Pipeline:
+        return replace(self, passes=tuple(passes))
+
+    def _where(self, method: str, before: str | None, after: str | None) -> int:
         if (before is None) == (after is None):
-            raise ValueError("say where: before= or after= a pass name")
-        i = self._index(before) if before is not None else self._index(after) + 1  # type: ignore[arg-type]
-        return Pipeline((*self.passes[:i], new, *self.passes[i:]))
+            raise KaioPipelineError(f"Pipeline.{method}: say where, with exactly one of before= or after= a pass name")
+        if before is not None:
+            return self._index(before, method, "before")
+        return self._index(after, method, "after") + 1  # type: ignore[arg-type]
+
+    def _index(self, name: Any, method: str, argument: str) -> int:
+        if not isinstance(name, str):
+            raise KaioPipelineError(
+                f"Pipeline.{method}: `{argument}` must be a pass name (str), got {type(name).__name__}"
+            )
+        if name not in self.names:
+            raise KaioPipelineError(f"Pipeline.{method}: `{argument}`: no pass '{name}' in pipeline {self}")
+        return self.names.index(name)
+
+
+def _check_pass(p: Any, what: str) -> None:
+    if not isinstance(p, ModulePass):
+        hint = " (a pass class: make an instance, e.g. MyPass())" if isinstance(p, type) and issubclass(p, ModulePass) else ""
+        raise KaioPipelineError(f"{what} must be a ModulePass, got {p!r}{hint}")
 
 
 def _spec_text(p: ModulePass) -> str:
@@ -66,18 +139,28 @@ def _spec_text(p: ModulePass) -> str:
     return str(replace(spec, parameters=set_options))
 
 
-def as_pipeline(pipeline: str | PassPipeline | list[ModulePass] | tuple[ModulePass, ...]) -> Pipeline:
+def as_pipeline(pipeline: Any, what: str = "pipeline") -> Pipeline:
+    """A :class:`Pipeline` from a pipeline string, an xDSL ``PassPipeline`` (its callback kept)
+    or a sequence of passes; anything else is a KaioPipelineError naming ``what``."""
     if isinstance(pipeline, Pipeline):
         return pipeline
     if isinstance(pipeline, str):
         return Pipeline.parse(pipeline)
     if isinstance(pipeline, PassPipeline):
-        return Pipeline(pipeline.passes)
-    return Pipeline(tuple(pipeline))
+        return Pipeline(pipeline.passes, pipeline.callback)
+    if isinstance(pipeline, (list, tuple)):
+        for i, p in enumerate(pipeline):
+            _check_pass(p, f"{what}[{i}]")
+        return Pipeline(tuple(pipeline))
+    raise KaioPipelineError(
+        f"{what} must be a Pipeline, a pipeline string, an xDSL PassPipeline or a list of passes, "
+        f"got {pipeline!r}"
+    )
 
 
 def kernel_pipeline(arch: str) -> Pipeline:
-    """The default pipeline of a ``@kaio.gpu_kernel``: clean up, vectorize, lower to PTX."""
+    """The default pipeline of a ``@kaio.gpu_kernel``: clean up, vectorize, lower to PTX
+    (an arch kaio does not know: KaioTargetError)."""
     from xdsl.transforms.canonicalize import CanonicalizePass
     from xdsl.transforms.common_subexpression_elimination import (
         CommonSubexpressionElimination,
@@ -85,7 +168,9 @@ def kernel_pipeline(arch: str) -> Pipeline:
 
     from kaio.passes.lower_to_ptx import LowerToPtxPass
     from kaio.passes.vectorize_loads import VectorizeLoadsPass
+    from kaio.targets.ptx.arch import get_arch
 
+    get_arch(arch)
     return Pipeline(
         (CanonicalizePass(), CommonSubexpressionElimination(), VectorizeLoadsPass(), LowerToPtxPass(arch))
     )

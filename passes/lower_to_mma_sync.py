@@ -26,6 +26,7 @@ from xdsl.rewriter import Rewriter
 from kaio.dialects import kernel, mma, smem, tile
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.errors import KaioCompileError
+from kaio.pass_contracts import OpRule, PassContract
 from kaio.passes.int_builder import IndexBuilder
 from kaio.passes.promote_to_shared import enclosing_kernel
 
@@ -94,9 +95,16 @@ def lower_dot(dot: tile.DotOp, num_warps: int) -> None:
     Rewriter.replace_op(dot, join)
 
 
+MMA_DOT = OpRule(
+    "a tile.dot with an mma accumulator layout (left to it, lower-to-ptx makes it FMAs)",
+    lambda op: isinstance(op, tile.DotOp) and isinstance(layout_of(op.acc.type), MmaLayout),
+)
+
+
 @dataclass(frozen=True)
 class LowerToMmaSyncPass(ModulePass):
     name = "lower-to-mma-sync"
+    contract = PassContract(after=("tile-layout", "promote-to-shared", "pipeline-cp-async", "lower-to-wgmma"), removes=(MMA_DOT,))
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for dot in [o for o in op.walk() if isinstance(o, tile.DotOp)]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kaio.dialects import kernel, ptx
 from kaio.errors import KaioCompileError
+from kaio.pass_contracts import OpRule, OptionRange, PassContract
 from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     arith_math,
     control_flow,
@@ -34,6 +35,11 @@ from xdsl.passes import ModulePass
 @dataclass(frozen=True)
 class LowerToPtxPass(ModulePass):
     name = "lower-to-ptx"
+    contract = PassContract(
+        after=("tile-layout", "lower-to-mma-sync", "lower-to-wgmma", "vectorize-loads"),
+        removes=(OpRule("an op that is not PTX", lambda op: not op.name.startswith(("ptx.", "builtin."))),),
+        options=(OptionRange("maxnreg", ptx.MIN_MAXNREG, ptx.MAX_MAXNREG),),
+    )
 
     arch: str = DEFAULT_ARCH
     """Target GPU: some lowerings depend on it (native bf16 math on sm_90, tanh.approx on sm_75)."""

@@ -53,6 +53,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects import kernel, mma, smem, tile, tma, wgmma
 from kaio.dialects.tile_layout import MmaLayout, layout_of
+from kaio.pass_contracts import PassContract
 from kaio.passes.int_builder import IndexBuilder
 from kaio.passes.pipeline_tma import REFILL_BARRIER, REFILL_FENCE, TMA_RING
 from kaio.passes.promote_to_shared import enclosing_kernel
@@ -264,6 +265,7 @@ def drop_async_only_refill_fences(module: ModuleOp) -> None:
 @dataclass(frozen=True)
 class LowerToWgmmaPass(ModulePass):
     name = "lower-to-wgmma"
+    contract = PassContract(after=("tile-layout", "promote-to-shared", "pipeline-tma", "pipeline-cp-async"))
 
     overlap: bool = True
     """Keep one group of wgmmas in flight across the iterations of a cp.async-pipelined K loop."""

@@ -25,6 +25,7 @@ from xdsl.rewriter import Rewriter
 
 from kaio.dialects import cpasync, kernel, smem
 from kaio.errors import KaioCompileError
+from kaio.pass_contracts import OptionRange, PassContract
 from kaio.passes.int_builder import IndexBuilder
 from kaio.passes.promote_to_shared import COPY_BARRIER
 
@@ -39,6 +40,10 @@ def load_slice(body: Block, values: list[SSAValue]) -> list[Operation]:
             needed.add(owner)
             work.extend(owner.operands)
     return [op for op in body.ops if op in needed]
+
+
+MAX_STAGES = 8
+"""The deepest ring (a tile kernel's ``num_stages`` cap): deeper rings only grow the PTX."""
 
 
 def next_stage(ix: IndexBuilder, stage: SSAValue, stages: int) -> SSAValue:
@@ -173,6 +178,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
 @dataclass(frozen=True)
 class PipelineCpAsyncPass(ModulePass):
     name = "pipeline-cp-async"
+    contract = PassContract(after=("promote-to-shared", "pipeline-tma"), options=(OptionRange("stages", 2, MAX_STAGES),))
 
     stages: int = 3
     """Shared buffers per operand in the ring (2 = double buffering)."""

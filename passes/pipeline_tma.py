@@ -54,8 +54,9 @@ from xdsl.rewriter import Rewriter
 
 from kaio.dialects import kernel, mbarrier, smem, tile, tma
 from kaio.errors import KaioCompileError
+from kaio.pass_contracts import OptionRange, PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.pipeline_cp_async import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
+from kaio.passes.pipeline_cp_async import MAX_STAGES, erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 from kaio.passes.promote_to_shared import enclosing_kernel
 from kaio.passes.register_trade import PRODUCER_REGISTERS, PRODUCER_THREADS, RegisterTrade, plan_trade
 from kaio.passes.tensor_map_views import MappedView, add_map_param, map_view
@@ -391,6 +392,7 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
 @dataclass(frozen=True)
 class PipelineTmaPass(ModulePass):
     name = "pipeline-tma"
+    contract = PassContract(after=("promote-to-shared",), options=(OptionRange("stages", 2, MAX_STAGES),))
 
     stages: int = 3
     """Shared buffers per operand in the ring (2 = double buffering)."""

@@ -27,6 +27,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects import kernel, mma, smem, tile
 from kaio.errors import KaioCompileError
+from kaio.pass_contracts import PassContract
 
 COPY_BARRIER = "kaio.copy_barrier"  # a barrier that only orders tile copies
 
@@ -118,6 +119,7 @@ def enclosing_kernel(op: Operation) -> kernel.KernelFuncOp:
 @dataclass(frozen=True)
 class PromoteToSharedPass(ModulePass):
     name = "promote-to-shared"
+    contract = PassContract(after=("tile-layout", "store-tma"))
 
     layout: str = "swizzle"
     """Shared layout: swizzle (XOR, no padding), wgmma (swizzled panels wgmma descriptors

@@ -53,6 +53,7 @@ from xdsl.passes import ModulePass
 
 from kaio.dialects import kernel, smem, tile, tma
 from kaio.dialects.tile_layout import MmaLayout, layout_of
+from kaio.pass_contracts import PassContract
 from kaio.passes.int_builder import IndexBuilder
 from kaio.passes.promote_to_shared import enclosing_kernel
 from kaio.passes.tensor_map_views import MappedView, add_map_param, map_view
@@ -163,6 +164,7 @@ def rewrite_store(plan: TmaStore, func: kernel.KernelFuncOp) -> None:
 @dataclass(frozen=True)
 class StoreTmaPass(ModulePass):
     name = "store-tma"
+    contract = PassContract(after=("tile-layout",))
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for store in [o for o in op.walk() if isinstance(o, tile.StoreOp)]:

@@ -53,6 +53,7 @@ from kaio.dialects.tile_layout import (
     mma_warps,
 )
 from kaio.errors import KaioCompileError
+from kaio.pass_contracts import OpRule, PassContract
 from kaio.passes.to_ptx.emitter import element_bytes
 
 CAP = 1 << 20
@@ -518,9 +519,18 @@ class LayoutWriter:
         return Rewriter.replace_value_with_new_type(v, tile.tile_type(t.element_type, t.get_shape(), layout))  # type: ignore[attr-defined]
 
 
+UNLAID_TILE = OpRule(
+    "a tile without a layout",
+    lambda op: op.name.startswith("tile.") and any(
+        isinstance(r.type, TensorType) and layout_of(r.type) is None for r in op.results
+    ),
+)
+
+
 @dataclass(frozen=True)
 class TileLayoutPass(ModulePass):
     name = "tile-layout"
+    contract = PassContract(after=("fuse-tile-maps",), removes=(UNLAID_TILE,))
 
     mma: bool = True
     """Tensor-core (mma.sync) accumulator layouts for f16/bf16 dots; false: blocked (FMA)."""

@@ -71,5 +71,5 @@ def test_pipeline_prints_and_parses_back():
     p = kaio.Pipeline.parse("canonicalize,cse,lower-to-ptx{arch=sm_90}")
     assert kaio.Pipeline.parse(str(p)) == p
     assert str(p.without("cse")) == 'canonicalize,lower-to-ptx{arch="sm_90"}'
-    with pytest.raises(ValueError, match="Unrecognized"):
+    with pytest.raises(ValueError, match="unknown pass .no-such-pass."):
         kaio.Pipeline.parse("no-such-pass")

@@ -1,0 +1,93 @@
+"""Which passes a pipeline string may name: xDSL's, kaio's, those third-party packages list in
+an ``xdsl.universe`` entry point (as ``kaio-opt`` and ``xdsl-opt`` find them), and those
+registered from Python with :func:`register_pass`.
+
+A name means one pass class for the whole process: registering the same class again is
+harmless, another class under a taken name is an error naming both.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from functools import cache
+from importlib import metadata
+
+from xdsl.passes import ModulePass
+
+from kaio.errors import KaioPipelineError, KaioPipelineWarning, KaioTypeError
+
+PassFactory = Callable[[], type[ModulePass]]
+
+_registered: dict[str, type[ModulePass]] = {}
+
+ENTRY_POINT_GROUP = "xdsl.universe"
+
+
+def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
+    """Make ``cls`` (a ``ModulePass`` subclass with a ``name``) usable in pipeline strings
+    (``Pipeline.parse("my-pass,lower-to-ptx")``, ``kaio.compile(..., pipeline="...")``).
+
+    Returns ``cls``, so it works as a class decorator. Registering the same class twice is
+    fine; a different class under a name already taken raises :class:`KaioPipelineError`."""
+    if not (isinstance(cls, type) and issubclass(cls, ModulePass)):
+        raise KaioTypeError(f"kaio.register_pass: `cls` must be a ModulePass subclass, got {cls!r}")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name:
+        raise KaioTypeError(f"kaio.register_pass: {cls.__qualname__} has no `name` (the name pipeline strings use)")
+    taken = _registered.get(name)
+    if taken is None:
+        factory = _discovered_passes().get(name)
+        taken = factory() if factory is not None else None
+    if taken is not None and taken is not cls:
+        raise KaioPipelineError(
+            f"kaio.register_pass: the pass name '{name}' is taken by {taken.__module__}.{taken.__qualname__}; "
+            f"{cls.__module__}.{cls.__qualname__} needs another name"
+        )
+    _registered[name] = cls
+    return cls
+
+
+def available_passes() -> dict[str, PassFactory]:
+    """Every pass a pipeline string may name, by name (the xDSL registry convention: a factory
+    returning the class, so unused passes are never imported)."""
+    found = dict(_discovered_passes())
+    for name, cls in _registered.items():
+        found[name] = _factory(cls)
+    return found
+
+
+def _factory(cls: type[ModulePass]) -> PassFactory:
+    return lambda: cls
+
+
+@cache
+def _discovered_passes() -> dict[str, PassFactory]:
+    """xDSL's passes, kaio's, then the entry points' (the first of a name wins, as in kaio-opt).
+    A package whose entry point does not load is skipped with a warning naming it."""
+    from xdsl.transforms import get_all_passes as xdsl_passes
+
+    from kaio.passes import get_all_passes
+
+    found: dict[str, PassFactory] = {**xdsl_passes(), **get_all_passes()}
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry.value.startswith("kaio."):
+            continue  # kaio's own universe: already in
+        try:
+            passes = entry.load().all_passes
+        except Exception as e:
+            warnings.warn(
+                f"the {ENTRY_POINT_GROUP} entry point '{entry.name}' ({entry.value}) does not load "
+                f"({type(e).__name__}: {e}); its passes are left out",
+                KaioPipelineWarning,
+                stacklevel=2,
+            )
+            continue
+        for name, factory in passes.items():
+            found.setdefault(name, factory)
+    return found
+
+
+def rediscover_passes() -> None:
+    """Read the entry points again (after installing a package into the running process)."""
+    _discovered_passes.cache_clear()
