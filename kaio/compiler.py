@@ -24,6 +24,7 @@ from kaio.compiled import CompiledKernel, KernelParam, TensorMapParam
 from kaio.dialects import kernel as kernel_dialect
 from kaio.dialects import ptx
 from kaio.errors import KaioCompileError, KaioError, KaioTypeError
+from kaio.locations import print_with_locations
 from kaio.pass_manager import chained, run_pipeline, timing_table
 from kaio.pass_manager import kaio_context as kaio_context  # its home until the pass manager took it
 from kaio.pass_manager import print_after_change as ir_after_change
@@ -289,7 +290,7 @@ def _compile(
             for w in watchers:
                 w(stage, text)
 
-        watch("frontend", str(module))
+        watch("frontend", print_with_locations(module))
     times = run_pipeline(module, chosen, watch)
     _check_lowered(module, chosen)
     ptx_text = print_ptx(module, arch_name)

@@ -128,8 +128,21 @@ class KaioDriverError(KaioError):
         super().__init__(f"{call} failed with {error_name}{detail}")
 
 
+def source_note(file: str | None, line: int | None, text: str | None) -> str:
+    """The line a simulator error adds for the kernel's Python source: ``from k.py:12: y[i] = x[i]``
+    ("" when the PTX carried no line info)."""
+    if file is None or line is None:
+        return ""
+    return f"\n  from {file}:{line}" + (f": {text}" if text else "")
+
+
 class KaioMemoryError(KaioError):
-    """Out-of-bounds or misaligned access caught by the simulator (compute-sanitizer on the CPU)."""
+    """Out-of-bounds or misaligned access caught by the simulator (compute-sanitizer on the CPU).
+
+    Names the kernel, the PTX line (and its text), the thread, the block and the address; when
+    the PTX has line info (kaio's always does), also the Python ``source_file``:``source_line``
+    and its ``source_text``.
+    """
 
     def __init__(
         self,
@@ -140,15 +153,25 @@ class KaioMemoryError(KaioError):
         thread: tuple[int, int, int],
         block: tuple[int, int, int],
         address: int,
+        ptx_text: str | None = None,
+        source_file: str | None = None,
+        source_line: int | None = None,
+        source_text: str | None = None,
     ):
         self.kernel = kernel
         self.ptx_line = ptx_line
         self.thread = thread
         self.block = block
         self.address = address
+        self.ptx_text = ptx_text
+        self.source_file = source_file
+        self.source_line = source_line
+        self.source_text = source_text
+        instruction = f" ({ptx_text})" if ptx_text else ""
         super().__init__(
-            f"{message} in kernel '{kernel}' at PTX line {ptx_line}: "
+            f"{message} in kernel '{kernel}' at PTX line {ptx_line}{instruction}: "
             f"thread {thread}, block {block}, address {address:#x}"
+            + source_note(source_file, source_line, source_text)
         )
 
 
@@ -156,8 +179,9 @@ class KaioSimError(KaioError):
     """The simulator found a bug that is not a memory access: deadlock, a barrier reached by part
     of a block, a warp-synchronous instruction on diverged lanes, an unknown instruction.
 
-    ``kernel``, ``ptx_line``, ``thread`` and ``block`` locate it when known (the message already
-    names them; the attributes are for programs).
+    ``kernel``, ``ptx_line``, ``thread``, ``block`` and the Python ``source_file``,
+    ``source_line`` and ``source_text`` locate it when known (the message already names them;
+    the attributes are for programs).
     """
 
     def __init__(
@@ -168,9 +192,15 @@ class KaioSimError(KaioError):
         ptx_line: int | None = None,
         thread: tuple[int, int, int] | None = None,
         block: tuple[int, int, int] | None = None,
+        source_file: str | None = None,
+        source_line: int | None = None,
+        source_text: str | None = None,
     ):
         self.kernel = kernel
         self.ptx_line = ptx_line
         self.thread = thread
         self.block = block
+        self.source_file = source_file
+        self.source_line = source_line
+        self.source_text = source_text
         super().__init__(message)

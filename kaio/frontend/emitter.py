@@ -3,7 +3,9 @@
 Constants and shared buffers are hoisted to the top of the kernel's entry block, so a value
 materialized inside a branch or a loop dominates every later use and each (type, value) pair
 exists once. Source markers (``kernel.loc``) are emitted lazily: a statement that produces no op
-(``x = 0``, ``pass``) leaves no marker.
+(``x = 0``, ``pass``) leaves no marker. Every op added for a statement carries the statement's
+MLIR location (``loc("file":line:col)``, see :mod:`kaio.locations`); hoisted ops belong to no
+one statement and keep an unknown location.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import FloatAttr, IntegerAttr, IntegerType
+from xdsl.dialects.builtin import FileLineColLoc, FloatAttr, IntegerAttr, IntegerType
 from xdsl.ir import Block, Operation, SSAValue
 
 from kaio.dialects.kernel import SourceLocOp
 from kaio.dtypes import ScalarType
+from kaio.locations import source_location
 
 
 class Emitter:
@@ -26,12 +29,15 @@ class Emitter:
         self._constants: dict[tuple[str, int | str], SSAValue] = {}
         self._hoisted_last: Operation | None = None
         self._pending_loc: tuple[str, int, str] | None = None
+        self._location: FileLineColLoc | None = None  # of the statement being compiled
 
     # ------------------------------------------------------------------ ops
 
     def add(self, op: Operation) -> Operation:
         if self._pending_loc is not None:
             self._flush_loc()
+        if self._location is not None:
+            op.location = self._location
         self.block.add_op(op)
         return op
 
@@ -79,22 +85,27 @@ class Emitter:
         if self._pending_loc is not None:
             # The statement that opens the region owns its marker in the outer block.
             self._flush_loc()
-        outer = self.block
+        outer, location = self.block, self._location
         self.block = block
         try:
             yield block
         finally:
             self.block = outer
             self._pending_loc = None
+            self._location = location  # ops after the region belong to the statement opening it
 
     # ------------------------------------------------------------------ source markers
 
-    def mark(self, file: str, line: int, text: str) -> None:
-        """The next op belongs to statement ``text`` at ``file:line``."""
+    def mark(self, file: str, line: int, column: int, text: str) -> None:
+        """The next ops belong to statement ``text`` at ``file:line``, starting at ``column``
+        (1-based)."""
         self._pending_loc = (file, line, text)
+        self._location = source_location(file, line, column)
 
     def _flush_loc(self) -> None:
         loc = self._pending_loc
         assert loc is not None
         self._pending_loc = None
-        self.block.add_op(SourceLocOp(*loc))
+        marker = SourceLocOp(*loc)
+        marker.location = self._location or source_location(loc[0], loc[1])
+        self.block.add_op(marker)

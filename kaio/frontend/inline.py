@@ -113,7 +113,7 @@ def inline_call(
         if caller_current is not None:
             csrc, cnode = caller_current
             if isinstance(cnode, ast.stmt):  # the rest of the caller's statement is its own
-                caller.em.mark(csrc.filename, cnode.lineno, csrc.statement_text(cnode))
+                caller.em.mark(csrc.filename, cnode.lineno, cnode.col_offset + 1, csrc.statement_text(cnode))
     if not has_value_return(src):
         return NoneValue()
     returned = callee.scope.get(RET)

@@ -35,6 +35,7 @@ from kaio.frontend.inline import DeviceFunction, FunctionCompiler
 from kaio.frontend.scope import RET, Scope
 from kaio.frontend.typerules import adapt
 from kaio.frontend.values import ArrayRef, Const, Scalar, const_of
+from kaio.locations import source_location
 
 NO_DEFAULT: Any = inspect.Parameter.empty
 
@@ -232,6 +233,9 @@ class GpuKernel:
             self.name, types + [t.ir_type for t in stand_in_types], names, self.block_size
         )
         block = func.body.block
+        func.location = source_location(self._src.filename, self._src.tree.lineno, self._src.tree.col_offset + 1)
+        for arg in block.args:
+            arg.location = func.location  # the parameters are declared on the `def` line
         scope = Scope()
         for rp, arg in zip(runtime, block.args, strict=False):
             if rp.is_array:
@@ -368,7 +372,8 @@ def _constexpr_const(kernel: str, p: ParamSpec, obj: Any) -> Const:
 
 
 def _hash_function(h: Any, src: FunctionSource, env: Env, seen: set[int]) -> None:
-    h.update(f"def {src.fn.__module__}.{src.fn.__qualname__}\n".encode())
+    # where it sits too: the PTX's .file/.loc line info names the file and every line number
+    h.update(f"def {src.fn.__module__}.{src.fn.__qualname__} at {src.filename}:{src.first_line}\n".encode())
     h.update(src.text.encode())
     for chain in global_reads(src):
         obj = env.lookup(chain[0])

@@ -84,7 +84,7 @@ class StatementsMixin(ExpressionsMixin):
         if isinstance(stmt, ast.Pass) or is_comment(stmt):
             return
         self.state.current = (self.src, stmt)
-        self.em.mark(self.src.filename, stmt.lineno, self.src.statement_text(stmt))
+        self.em.mark(self.src.filename, stmt.lineno, stmt.col_offset + 1, self.src.statement_text(stmt))
         method = getattr(self, "stmt_" + type(stmt).__name__, None)
         try:
             if method is None:

@@ -15,6 +15,7 @@ from kaio.passes.to_ptx import AGGREGATES, LOWERINGS
 from kaio.targets.ptx.arch import Arch
 from xdsl.dialects.builtin import (
     AnyFloat,
+    FileLineColLoc,
     IntegerAttr,
     IntegerType,
     MemRefType,
@@ -30,6 +31,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from kaio.errors import KaioCompileError, KaioTargetError
+from kaio.locations import marker_location
 
 # --------------------------------------------------------------------------- type helpers
 
@@ -106,6 +108,7 @@ class PtxEmitter:
         self.deferred: set[SSAValue] = set()  # values a later op emits itself (streamed tile loads)
         self.packed: dict[tuple[SSAValue, int], SSAValue] = {}  # (16-bit tile, even r): word of r, r+1
         self.location: kernel.SourceLocOp | None = None  # the Python statement being lowered
+        self.source: FileLineColLoc | None = None  # its location: every emitted op carries it
         params = []
         for pname, ptype in zip(func.param_names.data, func.function_type.inputs.data):
             params.append((f"{self.name}_{pname.data}", self._param_ptx_type(ptype)))
@@ -194,6 +197,8 @@ class PtxEmitter:
 
     def emit(self, op: Operation) -> Operation:
         self._check_target(op)
+        if self.source is not None:
+            op.location = self.source  # the printer's .loc line info
         self.body.append(op)
         return op
 
@@ -342,9 +347,12 @@ class PtxEmitter:
     # -- walking ------------------------------------------------------------------------------
 
     def lower_block(self, block: Block) -> None:
+        # Code emitted after a nested block (a loop's back edge) belongs to the statement that
+        # opened it, not to the block's last statement.
+        outer = self.location, self.source
         for op in block.ops:
             if isinstance(op, kernel.SourceLocOp):
-                self.location = op
+                self.location, self.source = op, marker_location(op)
             rule = LOWERINGS.get(type(op))
             try:
                 if rule is None:
@@ -354,6 +362,7 @@ class PtxEmitter:
                 rule(self, op)
             except (KaioCompileError, KaioTargetError) as e:
                 raise self._located(e) from None
+        self.location, self.source = outer
 
     def _located(self, error: KaioCompileError | KaioTargetError) -> KaioCompileError | KaioTargetError:
         """The same error, pointing at the Python statement being lowered (if known)."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from kaio.dialects import kernel, ptx
 from kaio.dialects.kernel import Combine
 from kaio.passes.to_ptx import lowering
@@ -64,8 +62,8 @@ def lower_warp_id(em: PtxEmitter, op: kernel.WarpIdOp) -> None:
 
 @lowering(kernel.SourceLocOp)
 def lower_source_loc(em: PtxEmitter, op: kernel.SourceLocOp) -> None:
-    where = f"{os.path.basename(op.file.data)}:{op.line.value.data}"
-    em.emit(ptx.CommentOp(f"{where}  {op.text.data.strip()}"))
+    # The location (file:line) becomes the printer's .loc; the comment keeps the text readable.
+    em.emit(ptx.CommentOp(op.text.data.strip()))
 
 
 # --------------------------------------------------------------------------- addresses

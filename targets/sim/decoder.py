@@ -15,7 +15,7 @@ from .inliner import InlineError, Inliner
 from .instruction_table import decode_instruction
 from .operands import DecodeContext
 from .ops_wgmma import guard_in_flight
-from .program import EntryInfo, Op, OpKind, Symbol
+from .program import EntryInfo, Op, OpKind, SourceLine, Symbol
 from .ptx_types import PTX_TYPES
 from .syntax import (
     AddrOperand,
@@ -84,7 +84,14 @@ def _layout(variables: list[VarDecl], start: int = 0) -> tuple[dict[str, Symbol]
     return symbols, offset
 
 
-def decode_entry(fn: FunctionDecl, module_vars: list[VarDecl], globals_: dict[str, Symbol], functions: dict[str, FunctionDecl]) -> EntryInfo:
+def decode_entry(
+    fn: FunctionDecl,
+    module_vars: list[VarDecl],
+    globals_: dict[str, Symbol],
+    functions: dict[str, FunctionDecl],
+    files: dict[int, str] | None = None,
+) -> EntryInfo:
+    """``files``: the module's ``.file`` table, which names the source lines of the ops."""
     assert fn.body is not None
     try:
         body = Inliner(functions).expand(fn)
@@ -125,7 +132,7 @@ def decode_entry(fn: FunctionDecl, module_vars: list[VarDecl], globals_: dict[st
     local_symbols, local_bytes = _layout(local_vars)
     symbols.update(local_symbols)
 
-    ops = _decode_body(fn, body, symbols)
+    ops = _decode_body(fn, body, symbols, files or {})
     dc_types = ops[1]
     return EntryInfo(
         name=fn.name,
@@ -143,7 +150,15 @@ def decode_entry(fn: FunctionDecl, module_vars: list[VarDecl], globals_: dict[st
     )
 
 
-def _decode_body(fn: FunctionDecl, body: list, symbols: dict[str, Symbol]) -> tuple[list[Op], list]:  # type: ignore[type-arg]
+def _source_line(ins: Instruction, files: dict[int, str]) -> SourceLine | None:
+    """The source line the ``.loc`` in force at ``ins`` names (None without line info)."""
+    if ins.loc is None:
+        return None
+    index, line = ins.loc
+    return SourceLine(files.get(index, f"<.file {index}>"), line)
+
+
+def _decode_body(fn: FunctionDecl, body: list, symbols: dict[str, Symbol], files: dict[int, str]) -> tuple[list[Op], list]:  # type: ignore[type-arg]
     # Pass 1: the pc of every label, per scope (labels are visible in their block and inner ones).
     labels: dict[tuple[int, str], int] = {}
     parent: dict[int, int] = {0: -1}
@@ -193,12 +208,15 @@ def _decode_body(fn: FunctionDecl, body: list, symbols: dict[str, Symbol]) -> tu
                     dc.declare(name, t)
             elif isinstance(st, Instruction):
                 dc.touched = set()
-                ops.append(decode_instruction(st, dc))
+                op = decode_instruction(st, dc)
+                op.source = _source_line(st, files)
+                ops.append(op)
                 touched.append(dc.touched)
         except DecodeError as exc:
             line = getattr(st, "line", fn.line)
             raise LoadError(str(exc), line, getattr(st, "text", "")) from None
     guard_in_flight(ops, touched, dc.async_registers)
     # Falling off the end of a kernel ends the thread, as the closing brace does on hardware.
-    ops.append(Op(line=ops[-1].line if ops else fn.line, text="(end of kernel)", klass="exit", kind=OpKind.EXIT, run=None))
+    last = ops[-1] if ops else None
+    ops.append(Op(line=last.line if last else fn.line, text="(end of kernel)", klass="exit", kind=OpKind.EXIT, run=None, source=last.source if last else None))
     return ops, dc.register_types

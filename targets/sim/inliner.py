@@ -147,7 +147,7 @@ class Inliner:
         if ins.guard is None:
             return block
         skip = self._fresh("$skip")
-        branch = Instruction("bra", (SymOperand(skip),), ins.guard, not ins.guard_negated, ins.line, ins.text)
+        branch = Instruction("bra", (SymOperand(skip),), ins.guard, not ins.guard_negated, ins.line, ins.text, ins.loc)
         return [branch, *block, Label(skip, ins.line)]
 
     def _bind(self, formal: ParamDecl, actual: Operand, formals: dict[str, str], ins: Instruction, incoming: bool) -> list[Statement]:
@@ -165,7 +165,7 @@ def _needs_work(st: Instruction | VarDecl) -> bool:
 
 
 def _mov(ptx_type: str, dst: Operand, src: Operand, ins: Instruction) -> Instruction:
-    return Instruction(f"mov.{ptx_type}", (dst, src), None, False, ins.line, ins.text)
+    return Instruction(f"mov.{ptx_type}", (dst, src), None, False, ins.line, ins.text, ins.loc)
 
 
 def _rename(ins: Instruction, renames: dict[str, str]) -> Instruction:

@@ -3,7 +3,8 @@
 A small recursive-descent parser over the lexer's tokens. It accepts what kaio, nvcc and Triton
 emit (debug sections, ``.loc``, pointer-attributed params, scoping blocks, one-element vector
 operands) and rejects anything else with the line it stopped at. It checks grammar only;
-meaning is the decoder's job.
+meaning is the decoder's job. Of the debug directives it keeps the line info: the ``.file``
+table and, on each instruction, the ``.loc`` in force (which source line it implements).
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ class _Parser:
         self.tokens = tokens
         self.lines = lines
         self.pos = 0
+        self.files: dict[int, str] = {}  # .file index -> name
+        self.loc: tuple[int, int] | None = None  # the .loc in force: (.file index, line)
 
     # --- cursor -----------------------------------------------------------------------------
 
@@ -123,6 +126,22 @@ class _Parser:
     def source(self, line: int) -> str:
         return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
 
+    def debug_directive(self, head: Token) -> None:
+        """``.file index "name" [, timestamp, size]`` or ``.loc index line column [, ...]``."""
+        args = [a for a in self.skip_line(head.line) if a.text != ","]
+        if len(args) < 2 or args[0].kind != "num":
+            raise PtxSyntaxError(f"malformed {head.text} directive", head.line)
+        index = int(parse_number(args[0].text, head.line)[0])
+        if head.text == ".file":
+            names = [a.text[1:-1] for a in args[1:] if a.kind == "str"]  # "name" or "dir" "name"
+            if not names:
+                raise PtxSyntaxError(".file needs a quoted file name", head.line)
+            self.files[index] = "/".join(names)
+        elif args[1].kind == "num":
+            self.loc = (index, int(parse_number(args[1].text, head.line)[0]))
+        else:
+            raise PtxSyntaxError(".loc needs a line number", head.line)
+
     # --- module level -----------------------------------------------------------------------
 
     def module(self) -> ModuleSyntax:
@@ -130,7 +149,9 @@ class _Parser:
         extern = False
         while (tok := self.peek()) is not None:
             t = tok.text
-            if t in _LINE_DIRECTIVES:
+            if t in (".file", ".loc"):
+                self.debug_directive(self.next())
+            elif t in _LINE_DIRECTIVES:
                 self.next()
                 args = [a.text for a in self.skip_line(tok.line) if a.text != ","]
                 if t == ".version" and args:
@@ -156,6 +177,7 @@ class _Parser:
             else:
                 raise PtxSyntaxError(f"unexpected {t!r} at module level", tok.line)
             extern = False
+        mod.files = self.files
         return mod
 
     def variables(self, extern: bool) -> list[VarDecl]:
@@ -281,6 +303,7 @@ class _Parser:
 
     def body(self) -> list[Statement]:
         self.expect("{")
+        self.loc = None  # line info does not carry over from another function
         out: list[Statement] = []
         depth = 0
         while True:
@@ -300,7 +323,7 @@ class _Parser:
                 self.pos -= 1
                 out.extend(self.variables(extern=False))
             elif t in (".loc", ".file"):
-                self.skip_line(tok.line)
+                self.debug_directive(tok)
             elif t == ".pragma":
                 self.skip_past(";")
             elif t == "@":
@@ -349,7 +372,7 @@ class _Parser:
                 if self.accept(";"):
                     break
                 self.expect(",")
-        return Instruction(op.text, tuple(operands), guard, negated, op.line, self.source(op.line))
+        return Instruction(op.text, tuple(operands), guard, negated, op.line, self.source(op.line), self.loc)
 
     def operand(self) -> Operand:
         tok = self.next()

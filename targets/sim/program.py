@@ -62,6 +62,18 @@ class Behaviour:
     shared_access: int = 0  # bytes per thread of the shared-memory access it may make (0: none)
 
 
+@dataclass(frozen=True)
+class SourceLine:
+    """The line of the program's own source (a kaio kernel's Python file) an instruction
+    implements, from the PTX's ``.file``/``.loc`` line info."""
+
+    file: str
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
 @dataclass(slots=True)
 class Op:
     line: int
@@ -75,6 +87,7 @@ class Op:
     barrier: BarrierSpec | None = None
     category: str = "control"  # its class in a profile: "int", "fp32", "memory", "tensor core"...
     shared_access: int = 0  # bytes per thread (aligned to as many) it may access in shared memory
+    source: SourceLine | None = None  # the source line its .loc names, if the PTX has line info
 
 
 @dataclass(frozen=True)

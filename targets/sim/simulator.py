@@ -9,14 +9,16 @@ other on a GPU either, so batching changes nothing observable.
 
 from __future__ import annotations
 
+import linecache
 import math
 import os
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from kaio.errors import KaioLaunchError, KaioMemoryError, KaioSimError
+from kaio.errors import KaioLaunchError, KaioMemoryError, KaioSimError, source_note
 
 from .context import ExecContext, LaunchGeometry
 from .decoder import LoadError, decode_entry, var_size
@@ -138,7 +140,7 @@ class Simulator:
                 if fn.body is not None or fn.name not in functions:
                     functions[fn.name] = fn
             entries = {
-                fn.name: decode_entry(fn, syntax.variables, globals_, functions)
+                fn.name: decode_entry(fn, syntax.variables, globals_, functions, syntax.files)
                 for fn in syntax.functions
                 if fn.is_entry and fn.body is not None
             }
@@ -283,7 +285,10 @@ class SimModule:
                     raise _public_error(fault, ctx, runner, name) from None
                 except SimDeadlock as dead:
                     thread, block_xyz = ctx.coordinates(dead.thread)
-                    err = KaioSimError(f"{dead.message} in kernel '{name}' at PTX line {dead.line}: block {block_xyz}")
+                    waiting = next((op for op in entry.ops if op.line == dead.line), None)
+                    source = _source_fields(waiting)
+                    note = source_note(*source.values()) if source else ""
+                    err = KaioSimError(f"{dead.message} in kernel '{name}' at PTX line {dead.line}: block {block_xyz}{note}", **source)
                     _annotate(err, name, dead.line, thread, block_xyz)
                     raise err from None
                 report.batches += 1
@@ -320,17 +325,31 @@ def _annotate(err: Exception, kernel: str, line: int, thread: tuple[int, int, in
     err.block = block  # type: ignore[attr-defined]
 
 
+def _source_fields(op: Op | None) -> dict[str, Any]:
+    """``source_file``/``source_line``/``source_text`` of the Python line an op implements (from
+    the PTX's line info; the text read as tracebacks read it), or nothing without line info."""
+    if op is None or op.source is None:
+        return {}
+    text = linecache.getline(op.source.file, op.source.line).strip()
+    return {"source_file": op.source.file, "source_line": op.source.line, "source_text": text or None}
+
+
 def _public_error(fault: SimFault, ctx: ExecContext, runner: BatchRunner, kernel: str) -> Exception:
     op = runner.current
     line = op.line if op is not None else 0
     thread, block = ctx.coordinates(fault.thread)
+    source = _source_fields(op)
     if fault.kind == "memory":
-        err = KaioMemoryError(fault.message, kernel=kernel, ptx_line=line, thread=thread, block=block, address=fault.address or 0)
+        err = KaioMemoryError(
+            fault.message, kernel=kernel, ptx_line=line, thread=thread, block=block, address=fault.address or 0,
+            ptx_text=op.text if op is not None else None, **source,
+        )  # fmt: skip
         for key, value in fault.extra.items():
             setattr(err, key, value)
         return err
     text = f" ({op.text})" if op is not None else ""
-    err = KaioSimError(f"{fault.message} in kernel '{kernel}' at PTX line {line}{text}: thread {thread}, block {block}")
+    note = source_note(*source.values()) if source else ""
+    err = KaioSimError(f"{fault.message} in kernel '{kernel}' at PTX line {line}{text}: thread {thread}, block {block}{note}", **source)
     _annotate(err, kernel, line, thread, block)
     return err
 

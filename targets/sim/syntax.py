@@ -110,6 +110,7 @@ class Instruction:
     guard_negated: bool
     line: int
     text: str  # the source line, stripped, for error messages
+    loc: tuple[int, int] | None = None  # (.file index, line) of the .loc in force: the program's source line
 
     @property
     def mnemonic(self) -> str:
@@ -195,5 +196,6 @@ class ModuleSyntax:
     version: str | None = None
     target: tuple[str, ...] = ()
     address_size: int = 64
+    files: dict[int, str] = field(default_factory=dict)  # the .file table the .loc lines index
     variables: list[VarDecl] = field(default_factory=list)
     functions: list[FunctionDecl] = field(default_factory=list)
