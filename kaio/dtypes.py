@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from kaio.errors import KaioTypeError
+
 
 @dataclass(frozen=True, eq=False)
 class ScalarType:
@@ -124,6 +126,12 @@ def from_numpy(dtype: Any) -> ScalarType:
     raise TypeError(f"numpy dtype {dt} has no kaio scalar type")
 
 
+def is_int_value(value: Any) -> bool:
+    """A Python or numpy integer, not a bool: what counts as an int in a shape, a size or a
+    config field (``True`` for a dimension is a mistake, not 1)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 @dataclass(frozen=True)
 class ArrayType:
     """A global-memory buffer parameter: ``Array[T]`` (read-only) or ``MutArray[T]`` (writable)."""
@@ -135,13 +143,32 @@ class ArrayType:
         return f"{'MutArray' if self.mutable else 'Array'}[{self.elem.name}]"
 
 
+def _meant(elem: Any) -> str:
+    """What a Python or numpy element type most likely meant, as a hint ("" if unclear)."""
+    if elem is bool or elem is bool_ or elem is np.bool_:
+        return "; arrays of bool are not supported: use u8"
+    if elem is int or elem is float:
+        wide = {int: "i32 (or i64)", float: "f32 (or f64)"}[elem]
+        return f"; Python's {elem.__name__} has no width: use {wide}"
+    if isinstance(elem, type) and issubclass(elem, np.generic):
+        try:
+            return f"; use {from_numpy(np.dtype(elem)).name}"
+        except TypeError:
+            return ""
+    return ""
+
+
 class _ArrayFactory:
     def __init__(self, mutable: bool):
         self.mutable = mutable
 
     def __getitem__(self, elem: ScalarType) -> ArrayType:
         if not isinstance(elem, ScalarType) or elem.is_bool:
-            raise TypeError(f"array element must be a numeric kaio type, not {elem!r}")
+            numeric = ", ".join(t.name for t in ALL_TYPES if not t.is_bool)
+            raise KaioTypeError(
+                f"{self!r}[{getattr(elem, '__name__', repr(elem))}]: the element type must be a "
+                f"numeric kaio type ({numeric}), not {elem!r}{_meant(elem)}"
+            )
         return ArrayType(elem, self.mutable)
 
     def __repr__(self) -> str:

@@ -14,11 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from kaio.dtypes import is_int_value
 from kaio.errors import KaioTypeError, KaioValueError
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _is_power_of_two(n: int) -> bool:
@@ -30,22 +27,28 @@ def int_field(owner: str, name: str, value: Any, low: int, high: int | None = No
     """``value`` as an int in ``low..high`` (a power of two if asked); ``rule`` says what is
     allowed in the message (default: the range)."""
     allowed = rule or _range_text(low, high, power_of_two)
-    if not _is_int(value):
-        raise KaioTypeError(f"{owner}: `{name}` is {allowed}, got {value!r} ({type(value).__name__})")
+    if not is_int_value(value):
+        raise KaioTypeError(
+            f"{owner}: `{name}` is {allowed}, got {value!r} ({type(value).__name__})"
+        )
     n = int(value)
     if n < low or (high is not None and n > high) or (power_of_two and not _is_power_of_two(n)):
         raise KaioValueError(f"{owner}: `{name}` is {allowed}, got {n}")
     return n
 
 
-def int_tuple_field(owner: str, name: str, value: Any, parts: Sequence[str], *, power_of_two: bool = False) -> tuple[int, ...]:
+def int_tuple_field(
+    owner: str, name: str, value: Any, parts: Sequence[str], *, power_of_two: bool = False
+) -> tuple[int, ...]:
     """``value`` as a tuple of positive ints, one per name in ``parts`` (a list is accepted and
     made a tuple, so the frozen config stays hashable)."""
     kind = "positive powers of two" if power_of_two else "positive ints"
     allowed = f"({', '.join(parts)}), {len(parts)} {kind}"
-    if not isinstance(value, (tuple, list)) or not all(_is_int(v) for v in value):
+    if not isinstance(value, (tuple, list)) or not all(is_int_value(v) for v in value):
         raise KaioTypeError(f"{owner}: `{name}` is {allowed}, got {value!r}")
-    if len(value) != len(parts) or not all(v > 0 and (not power_of_two or _is_power_of_two(int(v))) for v in value):
+    if len(value) != len(parts) or not all(
+        v > 0 and (not power_of_two or _is_power_of_two(int(v))) for v in value
+    ):
         raise KaioValueError(f"{owner}: `{name}` is {allowed}, got {tuple(value)!r}")
     return tuple(int(v) for v in value)
 
@@ -53,7 +56,9 @@ def int_tuple_field(owner: str, name: str, value: Any, parts: Sequence[str], *, 
 def bool_field(owner: str, name: str, value: Any) -> bool:
     """``value`` if it is a bool: ``tensor_cores="no"`` or ``causal=1`` would read as true."""
     if not isinstance(value, (bool, np.bool_)):
-        raise KaioTypeError(f"{owner}: `{name}` is True or False, got {value!r} ({type(value).__name__})")
+        raise KaioTypeError(
+            f"{owner}: `{name}` is True or False, got {value!r} ({type(value).__name__})"
+        )
     return bool(value)
 
 
@@ -62,7 +67,9 @@ def choice_field(owner: str, name: str, value: Any, choices: Sequence[str]) -> s
     KaioTypeError, not Python's ``unhashable type``)."""
     allowed = " or ".join(repr(c) for c in choices)
     if not isinstance(value, str):
-        raise KaioTypeError(f"{owner}: `{name}` is {allowed}, got {value!r} ({type(value).__name__})")
+        raise KaioTypeError(
+            f"{owner}: `{name}` is {allowed}, got {value!r} ({type(value).__name__})"
+        )
     if value not in choices:
         raise KaioValueError(f"{owner}: `{name}` is {allowed}, got {value!r}")
     return value

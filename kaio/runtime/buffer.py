@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kaio.dtypes import ScalarType, from_numpy
+from kaio.dtypes import ScalarType, from_numpy, is_int_value
 from kaio.errors import KaioError, KaioTypeError, KaioValueError
 from kaio.runtime import dlpack
 
@@ -45,9 +45,10 @@ def resolve_dtype(dtype: Any) -> tuple[np.dtype, ScalarType]:
 
 def resolve_shape(shape: int | tuple[int, ...] | list[int]) -> tuple[int, ...]:
     """An int or a tuple/list of ints (numpy ints too), each >= 0 -> the tuple of dims."""
-    is_int = lambda d: isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))  # noqa: E731
-    dims = (shape,) if is_int(shape) else tuple(shape) if isinstance(shape, (tuple, list)) else None
-    if dims is None or not all(is_int(d) and d >= 0 for d in dims):
+    dims = (shape,) if is_int_value(shape) else None
+    if isinstance(shape, (tuple, list)):
+        dims = tuple(shape)
+    if dims is None or not all(is_int_value(d) and d >= 0 for d in dims):
         raise KaioTypeError(
             f"`shape` must be a non-negative int or a tuple of non-negative ints, got {shape!r}"
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from kaio.dtypes import is_int_value
 from kaio.runtime import dlpack
 
 CAI_VERSIONS = (2, 3)
@@ -62,14 +63,10 @@ def _c_contiguous_bytes(shape: tuple[int, ...], strides: tuple[int, ...], itemsi
     return True
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
 def _dims(shape: Any) -> tuple[int, ...]:
     """A producer's shape: a tuple of ints >= 0 (a negative extent would make a negative size
     that passes every bounds check; 2.5 would silently become 2)."""
-    if not isinstance(shape, (tuple, list)) or not all(_is_int(d) and d >= 0 for d in shape):
+    if not isinstance(shape, (tuple, list)) or not all(is_int_value(d) and d >= 0 for d in shape):
         raise InteropError(f"the shape {shape!r} is not a tuple of non-negative ints")
     return tuple(int(d) for d in shape)
 
@@ -89,7 +86,7 @@ def from_cuda_array_interface(cai: Any) -> ExternalArray:
         dtype = np.dtype(cai["typestr"])
     except (KeyError, TypeError, ValueError) as exc:
         raise InteropError(f"malformed __cuda_array_interface__ ({exc})") from None
-    if ptr is not None and not (_is_int(ptr) and ptr >= 0):
+    if ptr is not None and not (is_int_value(ptr) and ptr >= 0):
         raise InteropError(f"__cuda_array_interface__ 'data' pointer {ptr!r} is not an address")
     if dtype.kind == "V":
         raise AmbiguousTypestr(
