@@ -114,7 +114,7 @@ _ATOM_OPS = frozenset(("add", "min", "max", "exch", "cas", "and", "or", "xor", "
 
 class _Atomic(PtxInstr):
     INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(
-        types=frozenset(("b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "f16", "bf16")),
+        types=frozenset(("b16", "b32", "b64", "u32", "u64", "s32", "s64", "f32", "f64", "f16", "bf16")),
         mods=frozenset(("global", "shared", "noftz", "relaxed", "acq_rel", "gpu", "cta", "sys"))
         | _ATOM_OPS,
         has_address=True,
@@ -124,6 +124,8 @@ class _Atomic(PtxInstr):
         _check_address(self, mods)
         if sum(m in _ATOM_OPS for m in mods) != 1:
             raise VerifyException(f"{self.mnemonic} needs exactly one operation (add, cas, ...)")
+        if types[0] == "b16" and "cas" not in mods:  # atom.cas.b16 (sm_70) is the one 16-bit integer atomic
+            raise VerifyException(f"{self.mnemonic}.{self.spec_text}: only cas has a .b16 form")
         expected = 2 if "cas" in mods else 1
         if len(self.value_srcs()) != expected:
             raise VerifyException(

@@ -248,6 +248,35 @@ def _reduce(
     return Scalar(fc.em.value(op_cls(_combine(kind, t), materialize(fc.em, s, t))), t)
 
 
+# The element types PTX's ``atom`` has per operation (PTX ISA, "atom"; sm_70 and newer, kaio's
+# oldest target): integers of 32 and 64 bits (``cas`` also 16: ``atom.cas.b16``), and the floats
+# below (f32 min/max as a compare-and-swap loop; bf16 add needs sm_90, checked by the PTX op).
+# Nothing else assembles: ``atom.add.u8`` or ``atom.exch.b16`` would fail only at module load.
+ATOMIC_INT_BITS = {
+    "add": (32, 64), "min": (32, 64), "max": (32, 64), "exch": (32, 64), "cas": (16, 32, 64),
+}  # fmt: skip
+ATOMIC_FLOATS = {
+    "add": ("f16", "bf16", "f32", "f64"), "min": ("f32",), "max": ("f32",), "exch": ("f32", "f64"),
+}  # fmt: skip
+
+
+def atomic_element_problem(kind: str, t: ScalarType) -> tuple[str, str] | None:
+    """(message, hint) when ``atomic_{kind}`` has no PTX atom for ``t`` elements, else None."""
+    bits, floats = ATOMIC_INT_BITS[kind], ATOMIC_FLOATS.get(kind, ())
+    if (t.is_int and t.bits in bits) or (t.is_float and t.name in floats):
+        return None
+    widths = ", ".join(f"{b}-" for b in bits[:-1]) + f" and {bits[-1]}-bit integer"
+    supported = f"{widths} and {', '.join(floats)}" if floats else widths
+    if t.is_int:
+        hint = f"PTX has no {t.bits}-bit atom.{kind}: keep the array in i32/u32"
+    else:
+        hint = (
+            f"PTX has no {t.name} atom.{kind}: keep the array in f32, or atomic_cas its bits "
+            f"through a MutArray[u{t.bits}] parameter on the same buffer"
+        )
+    return f"atomic_{kind} works on {supported} arrays, not {t.name}", hint
+
+
 def _atomic(kind: str, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     names = ["array", "index", "compare", "value"] if kind == "cas" else ["array", "index", "value"]
     spec = getattr(kp, f"atomic_{kind}").signature
@@ -278,6 +307,8 @@ def _atomic(kind: str, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs:
             "keep the array in f32",
             node,
         )
+    if (problem := atomic_element_problem(kind, t)) is not None:
+        raise SemanticError(problem[0], problem[1], node)
     index_node = node.args[1] if len(node.args) > 1 else node
     assert isinstance(index_node, ast.expr) or index_node is node
     indices = fc.indices(ref, bound[1], index_node)

@@ -3,7 +3,10 @@ names, and no Python-internal exception (AttributeError, TypeError, RecursionErr
 
 The tile-kernel row (shapes that do not match in dot/broadcast/store) is covered with the tile
 language. Rows are (case id, kernel source or None, action, expected error type, text the
-message names); ``action(module, device)`` does the bad thing.
+message names); ``action(module, device)`` does the bad thing. Beyond the table's rows: the
+library ops' arguments and configs, buffers and interop arrays, array element types and the
+element types each atomic has in PTX (a wrong type is a KaioTypeError, a value of the right type
+that cannot work a KaioValueError, also a ValueError).
 """
 
 from __future__ import annotations
@@ -26,7 +29,12 @@ from kaio import (
     KaioMemoryError,
     KaioTargetError,
     KaioTypeError,
+    KaioValueError,
 )
+from kaio.ops_library import attention, gelu_and_mul
+from kaio.ops_library.attention import AttentionConfig
+from kaio.ops_library.matmul_config import MatmulConfig
+from kaio.targets.ptx import toolchain
 
 GOOD = """
 @kaio.gpu_kernel(block_size=32)
@@ -128,6 +136,105 @@ LAUNCH = {  # wrong launch args: KaioTypeError naming the parameter, before the 
 }
 
 
+def on_device(action: Callable[[kaio.Device], Any]) -> Callable[[ModuleType | None, kaio.Device], Any]:
+    return lambda m, dev: action(dev)
+
+
+def qkv(dev: kaio.Device) -> np.ndarray:
+    return np.zeros((1, 1, 16, 32), np.float16)
+
+
+def attention_with(**kw: Any) -> Callable[[kaio.Device], Any]:
+    return lambda dev: attention(qkv(dev), qkv(dev), qkv(dev), device=dev, **kw)
+
+
+class ForeignArray:
+    """A producer's ``__cuda_array_interface__`` over simulator memory, with any shape."""
+
+    def __init__(self, dev: kaio.Device, shape: Any, ptr: Any = None) -> None:
+        self.backing = dev.zeros(32)
+        self.__cuda_array_interface__ = {
+            "shape": shape, "typestr": "<f4", "version": 3, "data": (self.backing.ptr if ptr is None else ptr, False),
+        }  # fmt: skip
+
+
+OPS = {  # library ops: configs and arguments checked where given, naming the argument
+    "MatmulConfig zero tile": (lambda d: MatmulConfig(block=(0, 64, 32)), KaioValueError, "`block`"),
+    "MatmulConfig two-number block": (lambda d: MatmulConfig(block=(64, 64)), KaioValueError, "(BM, BN, BK)"),
+    "MatmulConfig non-power-of-two tile": (lambda d: MatmulConfig(block=(96, 64, 32)), KaioValueError, "`block`"),
+    "MatmulConfig float tile": (lambda d: MatmulConfig(block=(64.0, 64, 32)), KaioTypeError, "`block`"),
+    "MatmulConfig persistent split-K": (lambda d: MatmulConfig(persistent=True, split_k=2), KaioValueError, "split_k"),
+    "MatmulConfig zero split-K": (lambda d: MatmulConfig(split_k=0), KaioValueError, "`split_k`"),
+    "MatmulConfig unknown layout": (lambda d: MatmulConfig(layout="swizle"), KaioValueError, "`layout`"),
+    "MatmulConfig list layout": (lambda d: MatmulConfig(layout=["pad"]), KaioTypeError, "`layout`"),  # type: ignore[arg-type]
+    "MatmulConfig string flag": (lambda d: MatmulConfig(tensor_cores="no"), KaioTypeError, "`tensor_cores`"),  # type: ignore[arg-type]
+    "MatmulConfig 2048 threads": (lambda d: MatmulConfig(warps=(8, 8)), KaioValueError, "`warps`"),
+    "MatmulConfig 1000 stages": (lambda d: MatmulConfig(stages=1000), KaioValueError, "`stages`"),
+    "MatmulConfig maxnreg under ptxas's minimum": (lambda d: MatmulConfig(maxnreg=8), KaioValueError, "`maxnreg`"),
+    "AttentionConfig zero rows": (lambda d: AttentionConfig(block_m=0), KaioValueError, "`block_m`"),
+    "AttentionConfig float stages": (lambda d: AttentionConfig(stages=2.0), KaioTypeError, "`stages`"),  # type: ignore[arg-type]
+    "gelu_and_mul approximate list": (
+        lambda d: gelu_and_mul(np.ones((2, 4), np.float32), approximate=["tanh"], device=d), KaioTypeError, "`approximate`"  # type: ignore[arg-type]
+    ),
+    "gelu_and_mul approximate dict": (
+        lambda d: gelu_and_mul(np.ones((2, 4), np.float32), approximate={}, device=d), KaioTypeError, "`approximate`"  # type: ignore[arg-type]
+    ),
+    "attention causal string": (attention_with(causal="no"), KaioTypeError, "`causal`"),
+    "attention causal int": (attention_with(causal=1), KaioTypeError, "`causal`"),
+    "attention scale bool": (attention_with(scale=True), KaioTypeError, "`scale`"),
+    "attention scale string": (attention_with(scale="0.1"), KaioTypeError, "`scale`"),
+    "attention scale inf": (attention_with(scale=float("inf")), KaioValueError, "`scale`"),
+    "attention return_lse string": (attention_with(return_lse="yes"), KaioTypeError, "`return_lse`"),
+    "attention config string": (attention_with(config="fast"), KaioTypeError, "config"),
+}
+
+RUNTIME = {  # buffers, host arrays and interop arrays
+    "zeros of a float": (lambda d: d.zeros(2.5), KaioTypeError, "`shape`"),
+    "zeros of None": (lambda d: d.zeros(None), KaioTypeError, "`shape`"),
+    "zeros larger than the device": (lambda d: d.zeros(2**62), KaioValueError, "`shape`"),
+    "empty larger than the device": (lambda d: d.empty((2**31, 2**31)), KaioValueError, "`shape`"),
+    "reshape to a float": (lambda d: d.zeros(4).reshape(2.5), KaioTypeError, "`shape`"),
+    "alloc_from ragged list": (lambda d: d.alloc_from([[1.0, 2.0], [3.0]]), KaioValueError, "`data`"),
+    "copy_from ragged list": (lambda d: d.zeros(2).copy_from([[1.0], [2.0, 3.0]]), KaioValueError, "source"),
+    "np.asarray of a buffer": (lambda d: np.asarray(d.zeros(4)), KaioTypeError, "to_host()"),
+    "np.array of a buffer with a dtype": (lambda d: np.array(d.zeros(4), dtype=np.float64), KaioTypeError, "to_host()"),
+    "len of a 0-d buffer": (lambda d: len(d.zeros(())), KaioTypeError, "0-d"),
+    "CAI negative shape to alloc_from": (lambda d: d.alloc_from(ForeignArray(d, (-4,))), KaioTypeError, "(-4,)"),
+    "CAI fractional shape to alloc_from": (lambda d: d.alloc_from(ForeignArray(d, (2.5,))), KaioTypeError, "(2.5,)"),
+    "CAI negative pointer": (lambda d: d.alloc_from(ForeignArray(d, (4,), ptr=-16)), KaioTypeError, "pointer"),
+}
+
+
+def element_kernel(elem: str, quoted: bool = False) -> str:
+    """A kernel of one ``MutArray[elem]`` parameter; ``quoted``: the annotation as a string (as
+    ``from __future__ import annotations`` makes it), read by kaio rather than by Python."""
+    note = f'"MutArray[{elem}]"' if quoted else f"MutArray[{elem}]"
+    return f"@kaio.gpu_kernel(block_size=32)\ndef k(x: {note}):\n    x[0] = 1\n"
+
+
+ELEMENTS = {  # array element types that are not kaio types: named, with the type meant
+    "MutArray[int]": (element_kernel("int"), KaioTypeError, "use i32"),
+    "Array[float]": (element_kernel("float").replace("MutArray", "Array"), KaioTypeError, "use f32"),
+    "MutArray[numpy.float32]": ("import numpy\n" + element_kernel("numpy.float32"), KaioTypeError, "use f32"),
+    "MutArray[bool]": (element_kernel("bool"), KaioTypeError, "use u8"),
+    "MutArray[int] as a string": (element_kernel("int", quoted=True), KaioCompileError, "use i32"),
+}
+
+# Atomics PTX has no ``atom`` for: a KaioCompileError at the call naming the type, not a module
+# that compiles and fails to load (``atom.add.u8``, ``atom.exch.b16`` do not assemble).
+ATOMICS = {
+    f"{call.split('(')[0]} on {t}": (kernel(f"v = {call}", sig=f"x: MutArray[{t}]"), f"not {t}")
+    for call, types in (
+        ("atomic_add(x, 0, x[1])", ("i8", "u8", "i16", "u16")),
+        ("atomic_max(x, 0, x[1])", ("i8", "u16")),
+        ("atomic_min(x, 0, x[1])", ("u8", "i16")),
+        ("atomic_exch(x, 0, x[1])", ("i8", "u16", "f16", "bf16")),
+        ("atomic_cas(x, 0, x[1], x[2])", ("i8", "u8")),
+    )
+    for t in types
+}
+
+
 CASES: list[tuple[str, str | None, Callable[..., Any], type[KaioError], str]] = [
     *(
         (f"unsupported: {name}", code, compiles, KaioCompileError, ":")
@@ -167,6 +274,12 @@ CASES: list[tuple[str, str | None, Callable[..., Any], type[KaioError], str]] = 
     ("compile: None", None, lambda m, d: kaio.compile(None), KaioTypeError, "kernel"),
     ("compile: empty module", None, lambda m, d: kaio.compile(ModuleOp([])), KaioCompileError, "kernel.func"),
     ("compile: dump_ir not a path", GOOD, lambda m, d: kaio.compile(m.k, dump_ir=3), KaioTypeError, "dump_ir"),
+    *((f"ops: {name}", None, on_device(act), error, part) for name, (act, error, part) in OPS.items()),
+    *((f"runtime: {name}", None, on_device(act), error, part) for name, (act, error, part) in RUNTIME.items()),
+    ("runtime: CAI negative shape at launch", GOOD, lambda m, d: m.k.launch(d, ForeignArray(d, (-4,)), d.zeros(32), 4, 0, 1.0, grid=1),
+     KaioTypeError, "parameter `x"),  # fmt: skip
+    *((f"element: {name}", code, compiles, error, part) for name, (code, error, part) in ELEMENTS.items()),
+    *((f"atomic: {name}", code, compiles, KaioCompileError, part) for name, (code, part) in ATOMICS.items()),
 ]
 
 
@@ -249,3 +362,71 @@ def test_a_corrupt_cache_entry_is_rebuilt_not_an_error(
     for text in ("[" * 50_000, json.dumps({"block_size": [float("inf")]}), "\x00garbage"):
         path.write_text(text)
         assert kaio.compile(module.k).ptx == good.ptx
+
+
+def test_a_refused_call_leaves_its_output_untouched(sim: kaio.Device, rng: np.random.Generator) -> None:
+    poison = rng.standard_normal((1, 1, 16, 32)).astype(np.float16)
+    out = sim.alloc_from(poison)
+    with pytest.raises(KaioTypeError, match="`causal`"):
+        attention(qkv(sim), qkv(sim), qkv(sim), out=out, causal="no", device=sim)
+    np.testing.assert_array_equal(out.to_host(), poison)
+    kept = rng.standard_normal(2).astype(np.float32)
+    buf = sim.alloc_from(kept)
+    with pytest.raises(KaioValueError, match="source"):
+        buf.copy_from([[1.0], [2.0, 3.0]])
+    np.testing.assert_array_equal(buf.to_host(), kept)
+
+
+def test_zero_d_arrays_upload_as_zero_d_buffers_and_launch(
+    sim: kaio.Device, rng: np.random.Generator, load_kernels: Callable[[str], ModuleType]
+) -> None:
+    value = np.float32(rng.standard_normal())
+    for data in (np.array(value), value):  # a 0-d array and a numpy scalar
+        buf = sim.alloc_from(data)
+        assert buf.shape == () and buf.to_host() == value
+    m = load_kernels(kernel("y[0] = x[0] * 2.0", sig="x: Array[f32], y: MutArray[f32]"))
+    y = sim.alloc_from(np.full(1, np.nan, np.float32))  # poisoned
+    m.k.launch(sim, sim.alloc_from(np.array(value)), y, grid=1)
+    np.testing.assert_array_equal(y.to_host(), [value * np.float32(2)])
+
+
+CAS16 = kernel(
+    "i = thread_idx_x()",
+    "olds[i] = atomic_cas(x, i, want[i], new[i])",  # one element per thread
+    "if atomic_cas(x, 32, x0, new[i]) == x0:",  # every thread on one element: exactly one wins
+    "    atomic_add(wins, 0, 1)",
+    sig="x: MutArray[T], want: Array[T], new: Array[T], olds: MutArray[T], wins: MutArray[i32], x0: T",
+)
+
+
+@pytest.mark.parametrize("t", ["i16", "u16"])
+def test_16_bit_atomic_cas_is_the_one_16_bit_integer_atomic(
+    t: str, sim: kaio.Device, rng: np.random.Generator, load_kernels: Callable[[str], ModuleType]
+) -> None:
+    """``atom.cas.b16`` exists (sm_70+): kept, checked against numpy, with collisions."""
+    m = load_kernels(CAS16.replace("T", t))
+    dt = np.dtype(np.int16 if t == "i16" else np.uint16)
+    info = np.iinfo(dt)
+    start = rng.integers(info.min, info.max, 33, dtype=dt, endpoint=True)
+    want = np.where(rng.random(32) < 0.5, start[:32], rng.integers(info.min, info.max, 32, dtype=dt, endpoint=True))
+    new = rng.integers(info.min, info.max, 32, dtype=dt, endpoint=True)
+    new[new == start[32]] ^= dt.type(1)  # a winner's new value must not let a second one win
+    x, olds, wins = sim.alloc_from(start), sim.alloc_from(np.zeros(32, dt) ^ dt.type(0x5A5A)), sim.zeros(1, np.int32)
+    m.k.launch(sim, x, sim.alloc_from(want), sim.alloc_from(new), olds, wins, int(start[32]), grid=1)
+    got = x.to_host()
+    np.testing.assert_array_equal(olds.to_host(), start[:32])
+    np.testing.assert_array_equal(got[:32], np.where(want == start[:32], new, start[:32]))
+    assert wins.to_host()[0] == 1 and got[32] in new
+    if toolchain.find_ptxas() is not None:
+        toolchain.assemble(kaio.compile(m.k, "sm_80").ptx, "sm_80")  # ptxas takes it
+
+
+def test_configs_normalise_what_they_accept_and_the_autotune_cache_remeasures_what_they_refuse() -> None:
+    from kaio.ops_library import autotune as tuning
+
+    config = MatmulConfig(block=[128, np.int64(128), 32], warps=(np.int32(2), 2))  # type: ignore[arg-type]
+    assert config == MatmulConfig() and hash(config) == hash(MatmulConfig())
+    assert type(config.block[1]) is int
+    stored = {**tuning.encode(MatmulConfig()), "block": [0, 64, 32]}  # a damaged autotune entry
+    with pytest.raises(ValueError, match="`block`"):  # what `tuned` catches to measure again
+        tuning.decode(MatmulConfig, stored)
