@@ -22,8 +22,10 @@ from kaio.errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and IDEs
+    from kaio.compiled import Specialization
     from kaio.compiler import compile
     from kaio.frontend import device, gpu_kernel, tile_kernel
+    from kaio.ir_loader import LoadedKernel, load_ir
     from kaio.pass_registry import register_pass
     from kaio.pipeline import Pipeline
     from kaio.runtime.bench import BenchResult, bench
@@ -36,6 +38,9 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
 # Names that pull in xDSL load on first use, so `import kaio` stays light.
 _LAZY = {
     "compile": ("kaio.compiler", "compile"),
+    "Specialization": ("kaio.compiled", "Specialization"),
+    "load_ir": ("kaio.ir_loader", "load_ir"),
+    "LoadedKernel": ("kaio.ir_loader", "LoadedKernel"),
     "Pipeline": ("kaio.pipeline", "Pipeline"),
     "register_pass": ("kaio.pass_registry", "register_pass"),
     "gpu_kernel": ("kaio.frontend", "gpu_kernel"),
@@ -67,6 +72,9 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "compile",
+    "Specialization",
+    "load_ir",
+    "LoadedKernel",
     "Pipeline",
     "register_pass",
     "Array",

@@ -6,18 +6,25 @@ This is the contract between the compiler (frontend + passes + printer) and the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from kaio.dtypes import ScalarType
+from kaio.errors import KaioTypeError
 
-
-# The constexpr entry through which a launch passes what it found about its arguments to a
-# kernel that specializes on them (tile kernels: integer divisibility); not a user parameter.
+# The constexpr entry through which a compile passes what a launch found about its arguments to
+# a kernel that specializes on them (tile kernels: integer divisibility, array base alignment).
+# Also accepted by ``kaio.compile`` as the older spelling of ``specialization=``.
 ARG_FACTS = "__divisible__"
+
+Fact = tuple[str, int]
+"""``(name, n)``: n divides the integer argument ``name``, or the base address (bytes) of the
+array argument ``name``."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,105 @@ class TensorMapParam:
         return f"{self.name}: TensorMap[{self.array}, box={'x'.join(map(str, self.box))}]"
 
 
+def _canonical(value: Any) -> Any:
+    """A type-exact, hashable stand-in for a constexpr value (``2``, ``2.0`` and ``True`` differ;
+    a list read back from JSON equals the tuple it was)."""
+    if isinstance(value, (list, tuple)):
+        return ("seq", tuple(_canonical(v) for v in value))
+    return (type(value).__name__, repr(value))
+
+
+def _checked_facts(facts: Iterable[Fact] | Mapping[str, int]) -> tuple[Fact, ...]:
+    pairs = list(facts.items()) if isinstance(facts, Mapping) else list(facts)
+    result = []
+    for pair in pairs:
+        ok = isinstance(pair, (tuple, list)) and len(pair) == 2
+        name, n = pair if ok else (None, None)
+        if not (isinstance(name, str) and isinstance(n, int) and not isinstance(n, bool)
+                and n >= 1 and not n & (n - 1)):  # fmt: skip
+            raise KaioTypeError(
+                f"specialization: each fact is (argument name, power of two), got {pair!r}"
+            )
+        result.append((name, n))
+    return tuple(result)
+
+
+class Specialization:
+    """What one compile of a kernel is specialized on: its constexpr values, and the facts a
+    launch found about its arguments (``facts``: ``(name, n)`` pairs, n dividing an integer
+    argument or an array argument's base address in bytes; see ``kaio.tile_kernel``).
+
+    A value: two specializations are equal when their constexprs (type-exact) and facts are.
+    ``kernel.specializations(dev)`` lists the ones launches compiled, each with its
+    ``compiled`` kernel; ``kaio.compile(kernel, arch, specialization=s)`` compiles one again,
+    and its ``repr`` is Python that builds it (``kaio.Specialization(...)``).
+    """
+
+    __slots__ = ("_constexprs", "_facts", "_compiled", "_canonical")
+
+    def __init__(
+        self,
+        constexprs: Mapping[str, Any] | None = None,
+        facts: Iterable[Fact] | Mapping[str, int] = (),
+        compiled: CompiledKernel | None = None,
+    ) -> None:
+        if constexprs is not None and not isinstance(constexprs, Mapping):
+            raise KaioTypeError(
+                f"specialization: constexprs must be a mapping name -> value, got {type(constexprs).__name__}"
+            )
+        values = dict(sorted((constexprs or {}).items()))
+        if not all(isinstance(k, str) for k in values):
+            raise KaioTypeError("specialization: constexpr names must be strings")
+        self._constexprs = MappingProxyType(values)
+        self._facts = _checked_facts(facts)
+        self._compiled = compiled
+        self._canonical = (tuple((k, _canonical(v)) for k, v in values.items()), self._facts)
+
+    @property
+    def constexprs(self) -> Mapping[str, Any]:
+        return self._constexprs
+
+    @property
+    def facts(self) -> tuple[Fact, ...]:
+        return self._facts
+
+    @property
+    def compiled(self) -> CompiledKernel | None:
+        """The kernel a launch compiled for this specialization (None for one built by hand)."""
+        return self._compiled
+
+    @property
+    def empty(self) -> bool:
+        """No constexpr and no fact: the kernel has one specialization per arch."""
+        return not self._constexprs and not self._facts
+
+    @property
+    def key(self) -> str:
+        """A short digest naming this specialization (dump folders are named by it)."""
+        return hashlib.sha256(repr(self._canonical).encode()).hexdigest()[:10]
+
+    def with_compiled(self, compiled: CompiledKernel | None) -> Specialization:
+        return Specialization(self._constexprs, self._facts, compiled)
+
+    def describe(self, params: Iterable[KernelParam] = ()) -> list[str]:
+        """One line per constexpr and fact, in words (``params`` tells arrays from integers)."""
+        arrays = {p.name for p in params if p.is_array}
+        lines = [f"constexpr {name} = {value!r}" for name, value in self._constexprs.items()]
+        for name, n in self._facts:
+            what = f"base address a multiple of {n} bytes" if name in arrays else f"a multiple of {n}"
+            lines.append(f"argument {name}: {what}")
+        return lines
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Specialization) and self._canonical == other._canonical
+
+    def __hash__(self) -> int:
+        return hash(self._canonical)
+
+    def __repr__(self) -> str:
+        return f"Specialization(constexprs={dict(self._constexprs)!r}, facts={self._facts!r})"
+
+
 @dataclass
 class CompiledKernel:
     """A kernel compiled for one arch and one set of constexpr values.
@@ -120,6 +226,9 @@ class CompiledKernel:
     constexprs: dict[str, Any] = field(default_factory=dict)
     pipeline: str = ""
     cache_key: str = ""
+    specialization: Specialization = field(default_factory=Specialization)
+    """What this compile was specialized on: pass it back as ``kaio.compile(...,
+    specialization=)`` to compile the same kernel again."""
     _stages: dict[str, str] | None = None
     _recompile: Callable[[], "CompiledKernel"] | None = None
     _pass_times: tuple[Any, ...] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,9 +20,10 @@ from xdsl.passes import ModulePass, PassPipeline
 
 from kaio import cache as disk_cache
 from kaio import dtypes
-from kaio.compiled import CompiledKernel, KernelParam, TensorMapParam
+from kaio.compiled import ARG_FACTS, CompiledKernel, KernelParam, Specialization, TensorMapParam
 from kaio.dialects import kernel as kernel_dialect
 from kaio.dialects import ptx
+from kaio.dump_folders import dump_directory
 from kaio.errors import KaioCompileError, KaioError, KaioTypeError
 from kaio.locations import print_with_locations
 from kaio.pass_manager import chained, run_pipeline, timing_table
@@ -94,32 +95,6 @@ def _tensor_maps(entry: ptx.EntryOp) -> tuple[TensorMapParam, ...]:
     return tuple(TensorMapParam.from_recipe(name, text.data) for name, text in recipes.data.items())  # type: ignore[attr-defined]
 
 
-def _dump_directory(
-    path: str | os.PathLike[str], kernel_name: str, arch: str, what: str = "dump_ir"
-) -> DumpCallback:
-    """A callback writing one numbered file per stage under ``path``; ``what`` names the setting
-    (``dump_ir`` or ``KAIO_DUMP_IR``) in the error an unusable path gives."""
-    folder = Path(path) / f"{kernel_name}.{arch}"
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise KaioCompileError(
-            f"{what}: cannot create the dump folder {folder}: {e.strerror or e}",
-            hint=f"give {what} a directory kaio can create and write",
-        ) from None
-    counter = iter(range(1000))
-
-    def write(stage: str, text: str) -> None:
-        suffix = "ptx" if stage == "ptx" else "mlir"
-        target = folder / f"{next(counter):02d}-{stage}.{suffix}"
-        try:
-            target.write_text(text)
-        except OSError as e:
-            raise KaioCompileError(f"{what}: cannot write {target}: {e.strerror or e}") from None
-
-    return write
-
-
 def _callback(dump: DumpCallback) -> DumpCallback:
     """A user's dump callback whose failure names the stage it was shown."""
 
@@ -178,6 +153,7 @@ def compile(
     arch: str | None = None,
     pipeline: str | PassPipeline | list[ModulePass] | None = None,
     dump_ir: str | os.PathLike[str] | DumpCallback | None = None,
+    specialization: Specialization | Sequence[tuple[str, int]] | Mapping[str, int] | None = None,
     timing: bool = False,
     print_after_change: bool = False,
     **constexprs: Any,
@@ -187,8 +163,16 @@ def compile(
     ``arch``: ``"sm_80"`` by default. ``pipeline``: the kernel's default pipeline unless given
     (a :class:`~kaio.pipeline.Pipeline`, an xDSL ``PassPipeline``, a list of passes, or a
     pipeline string). ``dump_ir``: a directory or a ``callback(stage, text)``; the environment
-    variable ``KAIO_DUMP_IR=<dir>`` does the same. ``constexprs``: values of ``kaio.constexpr``
+    variable ``KAIO_DUMP_IR=<dir>`` does the same (a directory gets one folder per
+    specialization: see :mod:`kaio.dump_folders`). ``constexprs``: values of ``kaio.constexpr``
     parameters.
+
+    ``specialization``: what a launch specialized on, to compile exactly what it ran: a
+    :class:`kaio.Specialization` (``kernel.specializations(dev)`` lists those launches compiled;
+    ``compiled.specialization`` is any compile's), or just the argument facts, ``(name, n)``
+    pairs or a mapping: n divides the integer argument, or the array argument's base address
+    in bytes (tile kernels). ``__divisible__=`` is the older spelling of the facts, kept for old
+    code.
 
     ``timing``: print each pass's wall time and op counts to stderr (``compiled.pass_times``
     holds them for every compile). ``print_after_change``: print the IR to stderr after each
@@ -208,6 +192,7 @@ def compile(
             f"got {type(dump_ir).__name__}"
         )
     arch_name = get_arch(arch or DEFAULT_ARCH).name
+    constexprs, facts = _specialized(kernel, specialization, constexprs)
     pipeline = _resolve_pipeline(kernel, arch_name, pipeline)
     _check_pipeline_arch(pipeline, arch_name)
     if print_after_change:
@@ -219,6 +204,7 @@ def compile(
     if key is not None and not watched and not os.environ.get("KAIO_DUMP_IR"):
         hit = disk_cache.load(key)
         if hit is not None:
+            hit.specialization = Specialization(hit.constexprs, facts)
             hit._recompile = lambda: _compile(
                 kernel, arch_name, pipeline, _ignore_stage, constexprs
             )
@@ -230,6 +216,62 @@ def compile(
     if timing:
         print(f"kaio.compile timing: {compiled.name} ({arch_name})\n{timing_table(compiled.pass_times)}", file=sys.stderr)
     return compiled
+
+
+def _specialized(
+    kernel: Any, specialization: Any, constexprs: dict[str, Any]
+) -> tuple[dict[str, Any], tuple[tuple[str, int], ...]]:
+    """The constexprs a compile builds with (the argument facts under ``ARG_FACTS``, in
+    parameter order, as a launch passes them) and the facts alone."""
+    constexprs = dict(constexprs)
+    facts: Any = constexprs.pop(ARG_FACTS, ())  # the older spelling
+    if specialization is not None:
+        if not isinstance(specialization, Specialization):
+            specialization = Specialization(facts=specialization)
+        if facts and tuple(map(tuple, facts)) != specialization.facts:
+            raise KaioTypeError(
+                "kaio.compile: `specialization` and `__divisible__` both give argument facts; "
+                "give them once (specialization=)"
+            )
+        for name, value in specialization.constexprs.items():
+            if name in constexprs and Specialization(constexprs={name: constexprs[name]}) != Specialization(constexprs={name: value}):  # fmt: skip
+                raise KaioTypeError(
+                    f"kaio.compile: constexpr `{name}={constexprs[name]!r}` contradicts the "
+                    f"specialization's {name}={value!r}"
+                )
+            constexprs.setdefault(name, value)
+        facts = specialization.facts
+    else:
+        facts = Specialization(facts=facts).facts  # checked: (name, power of two) pairs
+    if facts:
+        facts = _ordered_facts(kernel, facts)
+        constexprs[ARG_FACTS] = facts
+    return constexprs, facts
+
+
+def _ordered_facts(kernel: Any, facts: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    """Facts checked against the kernel's runtime parameters, in their order (so one
+    specialization builds the same IR however its facts were listed)."""
+    if isinstance(kernel, ModuleOp) or (
+        hasattr(kernel, "constexpr_params") and not callable(getattr(kernel, "arg_specialization", None))
+    ):
+        raise KaioTypeError(
+            f"kaio.compile: `specialization` gives argument facts {facts!r}, but "
+            f"{'a module' if isinstance(kernel, ModuleOp) else f'`{kernel.name}`'} does not "
+            "specialize on its arguments (only tile kernels do)"
+        )
+    runtime = getattr(kernel, "runtime_params", None)
+    if runtime is None:
+        return facts
+    position = {p.name: i for i, p in enumerate(runtime)}
+    for name, n in facts:
+        param = runtime[position[name]] if name in position else None
+        if param is None or not (param.is_array or (param.dtype.is_int and param.dtype.bits == 32)):
+            raise KaioTypeError(
+                f"kaio.compile: `specialization` names `{name}`, which is not an array or a 32-bit "
+                f"integer argument of `{kernel.name}` (its arguments: {', '.join(position)})"
+            )
+    return tuple(sorted(facts, key=lambda fact: position[fact[0]]))
 
 
 def _resolve_pipeline(kernel: Any, arch_name: str, pipeline: Any) -> Pipeline:
@@ -264,22 +306,49 @@ def _compile(
         module = kernel.clone()
         func = _the_kernel(module)
         name, params, values = func.sym_name.data, params_of(func), dict(constexprs)
+        spec = Specialization()  # a module's facts are in its IR
     else:
         built = kernel.build(dict(constexprs))
         module, params, values = built.module, tuple(built.params), dict(built.constexprs)
         func = _the_kernel(module)
         name = func.sym_name.data
+        spec = Specialization(values, getattr(built, "facts", ()))
     chosen = _resolve_pipeline(kernel, arch_name, pipeline)
-    block_size = func.block_shape
 
     watchers: list[DumpCallback] = []
+    info = (params, func.block_shape, str(chosen), spec)
     env_dir = os.environ.get("KAIO_DUMP_IR")
     if env_dir:
-        watchers.append(_dump_directory(env_dir, name, arch_name, "KAIO_DUMP_IR"))
+        watchers.append(dump_directory(env_dir, name, arch_name, "KAIO_DUMP_IR", info))
     if dump_ir is not None:
         watchers.append(
-            _callback(dump_ir) if callable(dump_ir) else _dump_directory(dump_ir, name, arch_name)
+            _callback(dump_ir) if callable(dump_ir) else dump_directory(dump_ir, name, arch_name, "dump_ir", info)
         )
+
+    def recompile() -> CompiledKernel:  # the same compile, watched: fills .stages
+        return _compile(kernel, arch_name, chosen, _ignore_stage, constexprs)
+
+    compiled = lower_module(module, name, params, func.block_shape, arch_name, chosen, watchers, "frontend")
+    compiled.constexprs = values
+    compiled.specialization = spec
+    compiled._recompile = recompile
+    return compiled
+
+
+def lower_module(
+    module: ModuleOp,
+    name: str,
+    params: tuple[KernelParam, ...],
+    block_size: tuple[int, int, int],
+    arch_name: str,
+    chosen: Pipeline,
+    watchers: Sequence[DumpCallback] = (),
+    first_stage: str = "frontend",
+) -> CompiledKernel:
+    """What ``kaio.compile`` does once the kernel is IR: run ``chosen`` on the module (which it
+    changes), check that only PTX is left and print it. ``watchers`` see ``first_stage`` (the
+    module as given), every pass, and the PTX. :func:`kaio.load_ir` runs an edited stage
+    through it."""
     stages: dict[str, str] | None = None
     watch: DumpCallback | None = None
     if watchers:
@@ -290,15 +359,12 @@ def _compile(
             for w in watchers:
                 w(stage, text)
 
-        watch("frontend", print_with_locations(module))
+        watch(first_stage, print_with_locations(module))
     times = run_pipeline(module, chosen, watch)
     _check_lowered(module, chosen)
     ptx_text = print_ptx(module, arch_name)
     if watch is not None:
         watch("ptx", ptx_text)
-
-    def recompile() -> CompiledKernel:  # the same compile, watched: fills .stages
-        return _compile(kernel, arch_name, chosen, _ignore_stage, constexprs)
 
     (entry,) = (op for op in module.ops if isinstance(op, ptx.EntryOp))  # one kernel.func, one entry
     if entry.maxntid is not None:  # passes may add threads (a producer warpgroup): the entry's bound
@@ -317,9 +383,7 @@ def _compile(
         shared_bytes=sizes["ptx.shared"],
         dynamic_shared_bytes=sizes["ptx.dynamic_shared"],
         tensor_maps=_tensor_maps(entry),
-        constexprs=values,
         pipeline=str(chosen),
         _stages=stages,
-        _recompile=recompile,
         _pass_times=times,
     )

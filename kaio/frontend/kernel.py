@@ -72,6 +72,8 @@ class KernelIR:
     constexprs: dict[str, Any] = field(default_factory=dict)
     block_size: tuple[int, int, int] = (1, 1, 1)
     shared_bytes: int = 0
+    facts: tuple[tuple[str, int], ...] = ()
+    """What the build was told about the arguments (tile kernels: see ``_bind_facts``)."""
 
 
 class GpuKernel:
@@ -179,6 +181,25 @@ class GpuKernel:
             launcher = launcher_of(self)
         launcher.launch_on(device, grid, block, args, kwargs, stream, shared_bytes)
 
+    def specializations(self, device: Any = None) -> list[Any]:
+        """The :class:`kaio.Specialization` s launches compiled so far (on ``device``, or on
+        any), each with its ``compiled`` kernel: constexpr values and the facts a launch found
+        about the arguments. Pass one back as ``kaio.compile(kernel, arch, specialization=s)``
+        to compile exactly what that launch ran."""
+        return [] if self._launcher is None else self._launcher.specializations(device)
+
+    def last_compiled(self, device: Any = None) -> Any:
+        """The :class:`~kaio.compiled.CompiledKernel` the latest launch ran (on ``device``, or
+        on any): its ``ptx``, ``specialization`` and ``stages``. None before the first launch."""
+        return None if self._launcher is None else self._launcher.last_compiled(device)
+
+    def compile_for_launch(self, arch: str, constexprs: Mapping[str, Any]) -> Any:
+        """What a launch runs: ``kaio.compile`` with the launch's constexprs (the argument facts
+        among them under ``ARG_FACTS``)."""
+        from kaio.compiler import compile
+
+        return compile(self, arch, **constexprs)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from kaio.runtime.launch import not_callable
 
@@ -269,6 +290,7 @@ class GpuKernel:
             constexprs={k: v.value for k, v in constexprs.items()},
             block_size=self.block_size,
             shared_bytes=state.shared_bytes,
+            facts=tuple((name, int(n)) for name, n in facts or ()),
         )
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kaio.compiled import ARG_FACTS, CompiledKernel
+from kaio.compiled import ARG_FACTS, CompiledKernel, Specialization
 from kaio.errors import KaioLaunchError, KaioTypeError
 from kaio.runtime import graphs, tensor_maps, tensors
 from kaio.runtime.args import Check, apply_each, array_checker, scalar_checker
@@ -62,8 +62,9 @@ def _cacheable(shape: Any) -> bool:
 
 
 @dataclass
-class Specialization:
-    """A kernel compiled for one set of constexpr values and loaded on one device."""
+class Loaded:
+    """A kernel compiled for one specialization (constexpr values and argument facts) and
+    loaded on one device."""
 
     compiled: CompiledKernel
     device: Device
@@ -151,11 +152,12 @@ class Launcher:
         self.signature = Signature(kernel.name, declared)
         runtime = kernel.runtime_params
         self.array_positions = tuple(i for i, p in enumerate(runtime) if p.is_array)
-        self._specs: dict[tuple[Device, tuple[Any, ...]], Specialization] = {}
+        self._specs: dict[tuple[Device, tuple[Any, ...]], Loaded] = {}
         self._lock = threading.Lock()
         # The specialization of the latest launch: consecutive launches of the same one (the
         # common loop) skip hashing the constexpr key.
-        self._last: tuple[Device | None, Any, Specialization | None] = (None, None, None)
+        self._last: tuple[Device | None, Any, Loaded | None] = (None, None, None)
+        self._last_on: dict[Device, Loaded] = {}  # the latest launch's, per device
         self._bound: dict[Any, BoundLaunch] = {}
         # Kernels that specialize on argument values (tile kernels: integer divisibility), and
         # the key and constexprs of each (key, facts) seen: the same objects every launch.
@@ -213,6 +215,7 @@ class Launcher:
             if spec is None:
                 spec = self._specialize(device, constexprs, key)
             self._last = (device, key, spec)
+            self._last_on[device] = spec
         assert spec is not None
         g = spec.grids.get(grid) if _cacheable(grid) else None
         if g is None:
@@ -299,7 +302,7 @@ class Launcher:
             device = Device(device)
         self.launch(grid, block, args, kwargs, device, stream, shared_bytes)
 
-    def specialization(self, device: Device | None = None, **constexprs: Any) -> Specialization:
+    def specialization(self, device: Device | None = None, **constexprs: Any) -> Loaded:
         """The compiled and loaded specialization for ``constexprs`` (defaults applied)."""
         device = Device(device) if device is not None else default_device()
         values = dict(self.signature.default_constexprs)
@@ -312,18 +315,33 @@ class Launcher:
         key = constexpr_key([values[n] for n in self.signature.constexpr_names])
         return self._specs.get((device, key)) or self._specialize(device, values, key)
 
+    def specializations(self, device: Any = None) -> list[Specialization]:
+        """What launches (and ``specialization()``) compiled so far, on ``device`` or on any,
+        each with its ``compiled`` kernel, in the order they were first compiled."""
+        device = None if device is None else _as_device(device)
+        with self._lock:
+            loaded = [spec for (on, _), spec in self._specs.items() if device is None or on == device]
+        return [spec.compiled.specialization.with_compiled(spec.compiled) for spec in loaded]
+
+    def last_compiled(self, device: Any = None) -> CompiledKernel | None:
+        """The compiled kernel the latest launch ran (on ``device``, or on any); None before
+        the first launch."""
+        if device is None:
+            spec = self._last[2]
+        else:
+            spec = self._last_on.get(_as_device(device))
+        return None if spec is None else spec.compiled
+
     # --- first launch of a specialization --------------------------------------------------------
 
     def _specialize(
         self, device: Device, constexprs: dict[str, Any], key: tuple[Any, ...]
-    ) -> Specialization:
+    ) -> Loaded:
         with self._lock:
             spec = self._specs.get((device, key))
             if spec is not None:
                 return spec
-            from kaio.compiler import compile
-
-            compiled = compile(self.kernel, arch=device.compile_arch, **constexprs)
+            compiled = self.kernel.compile_for_launch(device.compile_arch, constexprs)
             names = tuple(p.name for p in compiled.params)
             if names != self.signature.runtime_names:  # the compile contract was broken: a bug
                 raise KaioLaunchError(
@@ -341,7 +359,7 @@ class Launcher:
             with_maps = None
             if compiled.tensor_maps:
                 with_maps = tensor_maps.builders(self.name, compiled.tensor_maps, compiled.params, device)
-            spec = Specialization(
+            spec = Loaded(
                 compiled, device, checks, check_all, run, compiled.block_size, not device.is_simulator,
                 with_maps,
             )
@@ -349,7 +367,7 @@ class Launcher:
             return spec
 
     def _grid(
-        self, spec: Specialization, grid: Any, runtime: Sequence[Any], constexprs: Mapping[str, Any]
+        self, spec: Loaded, grid: Any, runtime: Sequence[Any], constexprs: Mapping[str, Any]
     ) -> Dim3:
         def meta() -> dict[str, Any]:
             return {**dict(zip(self.signature.runtime_names, runtime, strict=True)), **constexprs}
@@ -359,7 +377,7 @@ class Launcher:
             spec.grids[grid] = g
         return g
 
-    def _block(self, spec: Specialization, block: Any) -> Dim3:
+    def _block(self, spec: Loaded, block: Any) -> Dim3:
         cacheable = _cacheable(block)
         b = spec.blocks.get(block) if cacheable else None
         if b is not None:
@@ -385,6 +403,10 @@ class Launcher:
                 f"kernel `{self.name}` needs {own} bytes of its own and {shared_bytes} more "
                 f"dynamic shared memory per block; {device!r} allows {limit}"
             )
+
+
+def _as_device(device: Any) -> Device:
+    return device if device.__class__ is Device else Device(device)
 
 
 def launcher_of(kernel: GpuKernel) -> Launcher:
