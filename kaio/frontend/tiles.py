@@ -42,6 +42,7 @@ from kaio.frontend.values import (
     Value,
     type_name,
 )
+from kaio.frontend.view_operands import view_dim
 
 Args = list[Value]
 Kwargs = dict[str, Value]
@@ -343,9 +344,9 @@ def _splat(fc: TileCompiler, shape: tuple[int, ...], value: Value, t: ScalarType
 def _view(fc: TileCompiler, array: ArrayRef, offsets: Value, shape: tuple[int, ...], bounds: Value,
           strides: Value, node: ast.Call) -> SSAValue:  # fmt: skip
     rank = len(shape)
-    offs = [_index32(fc, v, "an offset", node) for v in _tuple_of(offsets, rank, "offsets", node)]
-    bnds_v = _tuple_of(bounds, rank, "bounds", node)
-    bnds = [_index32(fc, v, "a bound", node) for v in bnds_v]
+    offs_v, bnds_v = _tuple_of(offsets, rank, "offsets", node), _tuple_of(bounds, rank, "bounds", node)
+    dims = [view_dim(fc.em, o, b, lambda v, what: _index32(fc, v, what, node)) for o, b in zip(offs_v, bnds_v, strict=True)]
+    offs, bnds = [o for o, _ in dims], [b for _, b in dims]
     if isinstance(strides, NoneValue) or (isinstance(strides, PyObject) and strides.obj is None):
         strides_v: tuple[Value, ...] = (bnds_v[1], Const(1)) if rank == 2 else (Const(1),)
     else:

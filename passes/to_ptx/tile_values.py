@@ -119,14 +119,44 @@ def add32(em: PtxEmitter, a: SSAValue, b: SSAValue | int) -> SSAValue:
     return em.instr(ptx.AddOp, "s32", [a, b], i32)
 
 
-def and_pred(em: PtxEmitter, preds: Sequence[SSAValue | None]) -> SSAValue | None:
+def _combine_preds(em: PtxEmitter, op: type[ptx.PtxInstr], preds: Sequence[SSAValue | None]) -> SSAValue | None:
     live = [p for p in preds if p is not None]
     if not live:
         return None
     result = live[0]
     for p in live[1:]:
-        result = em.instr(ptx.AndOp, "pred", [result, p], i1)
+        result = em.instr(op, "pred", [result, p], i1)
     return result
+
+
+def and_pred(em: PtxEmitter, preds: Sequence[SSAValue | None]) -> SSAValue | None:
+    return _combine_preds(em, ptx.AndOp, preds)
+
+
+def or_pred(em: PtxEmitter, preds: Sequence[SSAValue | None]) -> SSAValue:
+    result = _combine_preds(em, ptx.OrOp, preds)
+    assert result is not None
+    return result
+
+
+# --------------------------------------------------------------------------- bounds
+
+
+def extent(em: PtxEmitter, bound: SSAValue) -> SSAValue:
+    """A view's bound (IR value) as the element tests compare with it: a bound is a signed
+    32-bit count, and one below zero has no element inside, so ``max(bound, 0)`` (computed once,
+    in the prologue when the bound is a parameter)."""
+    c = constant_int(bound)
+    if c is not None and c >= 0:
+        return em.value(bound)
+    v = em.value(bound)
+    return em.hoisted(("extent", v), [v], lambda: em.instr(ptx.MaxOp, "s32", [v, em.const(0, i32)], i32))
+
+
+def inside(em: PtxEmitter, index: SSAValue, bound: SSAValue) -> SSAValue:
+    """``0 <= index < bound`` for an ``extent``: one unsigned compare (a negative index reads as
+    2^31 or more, past any extent)."""
+    return em.instr(ptx.SetpOp, "lt.u32", [index, bound], i1)
 
 
 # --------------------------------------------------------------------------- relabelling
@@ -410,7 +440,7 @@ class _Access:
         self.eb = element_bytes(self.t)
         base = thread_base(em, dist)
         self.start = [em.instr(ptx.AddOp, "s32", [em.value(o), b], i32) for o, b in zip(view.offsets, base, strict=True)]
-        self.bounds = [em.value(b) for b in view.bounds]
+        self.bounds = [extent(em, b) for b in view.bounds]
         self.strides = [em.value(s) for s in view.strides]
         self._oks: dict[tuple[int, int], SSAValue] = {}
         self._addrs: dict[tuple[int, ...], SSAValue] = {}
@@ -420,7 +450,7 @@ class _Access:
         preds = []
         for d, o in enumerate(off[:upto]):
             if (d, o) not in self._oks:
-                self._oks[(d, o)] = self.em.instr(ptx.SetpOp, "lt.u32", [add32(self.em, self.start[d], o), self.bounds[d]], i1)
+                self._oks[(d, o)] = inside(self.em, add32(self.em, self.start[d], o), self.bounds[d])
             preds.append(self._oks[(d, o)])
         return and_pred(self.em, preds)  # type: ignore[return-value]
 
@@ -428,8 +458,19 @@ class _Access:
         """``ok(off)``, its last-dim test computed here and not cached (inside a branch that may
         be skipped, a cached predicate would be unset for the next user)."""
         last = len(off) - 1
-        here = self.em.instr(ptx.SetpOp, "lt.u32", [add32(self.em, self.start[last], off[last]), self.bounds[last]], i1)
+        here = inside(self.em, add32(self.em, self.start[last], off[last]), self.bounds[last])
         return and_pred(self.em, [self.ok(off, upto=last), here])  # type: ignore[return-value]
+
+    def none_inside(self, off: tuple[int, ...], count: int) -> SSAValue:
+        """Whether none of the ``count`` elements from ``off`` along the last dim is inside: the
+        run ends before column 0 or starts at or past the bound (a run that starts before 0 may
+        still reach inside, so its first element being outside proves nothing)."""
+        em, last = self.em, len(off) - 1
+        first = add32(em, self.start[last], off[last])
+        before = em.instr(ptx.SetpOp, "lt.s32", [add32(em, first, count - 1), em.const(0, i32)], i1)
+        after = em.instr(ptx.SetpOp, "ge.s32", [first, self.bounds[last]], i1)
+        rows_out = em.instr(ptx.NotOp, "pred", [self.ok(off, upto=last)], i1) if last else None
+        return or_pred(em, [before, after, rows_out])
 
     def split(self, off: tuple[int, ...], vec: int) -> tuple[SSAValue, list[SSAValue]]:
         """(the whole vector at ``off`` is inside, each element is inside and the vector is not):
@@ -456,12 +497,12 @@ class _Access:
             for d in range(last + 1):
                 index = add32(em, self.start[d], off[d]) if d < last else self.start[d]
                 scale = em.instr(ptx.MulOp, "lo.s32", [self.strides[d], em.const(self.eb, i32)], i32)
-                addr = em.instr(ptx.MadOp, "wide.u32", [index, scale, addr], i64)
+                addr = em.instr(ptx.MadOp, "wide.s32", [index, scale, addr], i64)  # a start may be negative
             self._addrs[key] = addr
         unit = constant_int(self.view.strides[last])
         if unit is None:
             scale = em.instr(ptx.MulOp, "lo.s32", [self.strides[last], em.const(off[last] * self.eb, i32)], i32)
-            return em.instr(ptx.MadOp, "wide.u32", [scale, em.const(1, i32), self._addrs[key]], i64), 0
+            return em.instr(ptx.MadOp, "wide.s32", [scale, em.const(1, i32), self._addrs[key]], i64), 0
         return self._addrs[key], off[last] * unit * self.eb
 
 
@@ -577,9 +618,10 @@ class _LoadGroups:
         tail = list(off)
         tail[-1] += vec - 1
         whole = and_pred(em, [
+            self.access.ok(off),  # the first element inside: col >= 0, so the next test means col - below >= 0
             self.access.ok(tuple(tail)),
             em.instr(ptx.SetpOp, "ge.u32", [col, below], i1),
-            em.instr(ptx.SetpOp, "lt.u32", [end, self.access.bounds[last]], i1),
+            inside(em, end, self.access.bounds[last]),
         ])  # fmt: skip
         chunks = []
         for a in (addr, em.instr(ptx.AddOp, "s64", [addr, em.const(15, i64)], i64)):
@@ -602,8 +644,7 @@ class _LoadGroups:
         for reg, v in zip(results, first, strict=True):
             em.assign(reg, v)
         skip = em.label("whole_vector")
-        nothing = em.instr(ptx.NotOp, "pred", [self.access.ok(off)], i1)  # the first element is out
-        em.branch(skip, em.instr(ptx.OrOp, "pred", [whole, nothing], i1))
+        em.branch(skip, or_pred(em, [whole, self.access.none_inside(off, vec)]))
         tails = []
         for e in range(vec):
             each = list(off)
@@ -822,22 +863,22 @@ def _realigned_store(em: PtxEmitter, access: _Access, off: tuple[int, ...], data
     bound = access.bounds[last]
     tail = list(off)
     tail[-1] += vec - 1
-    whole = and_pred(em, [access.ok(tuple(tail)), aligned])  # sh == 0 and every element inside
+    whole = and_pred(em, [access.ok(off), access.ok(tuple(tail)), aligned])  # sh == 0 and every element inside
 
-    def inside(first_col: SSAValue, count: int) -> SSAValue:
-        return em.instr(ptx.SetpOp, "lt.u32", [add32(em, first_col, count - 1), bound], i1)
+    def run_inside(first_col: SSAValue, count: int) -> SSAValue:  # both ends of the run inside
+        ends = [inside(em, first_col, bound), inside(em, add32(em, first_col, count - 1), bound)]
+        return em.instr(ptx.AndOp, "pred", ends, i1)
 
     unaligned = em.instr(ptx.NotOp, "pred", [aligned], i1)
-    mine = and_pred(em, [rows_ok, unaligned, after_start, em.instr(ptx.SetpOp, "ge.u32", [col, below], i1),
-                         inside(first, vec)])  # fmt: skip
-    nexts = and_pred(em, [rows_ok, unaligned, before_end, inside(first, 2 * vec)])
+    mine = and_pred(em, [rows_ok, unaligned, after_start, run_inside(first, vec)])
+    nexts = and_pred(em, [rows_ok, unaligned, before_end, run_inside(add32(em, first, vec), vec)])
     chunk_ok = em.instr(ptx.OrOp, "pred", [whole, mine], i1)  # type: ignore[list-item]
     aligned_addr = em.instr(ptx.AndOp, "b64", [addr, em.const(-16, i64)], i64)
     em.emit(ptx.StOp("global.v4.b32", [aligned_addr, *out], guard=and_pred(em, [chunk_ok, owner])))
     spec = "b16" if eb == 2 else "b32"
     skip = em.label("stored")
     done = em.instr(ptx.OrOp, "pred", [whole, em.instr(ptx.AndOp, "pred", [mine, nexts], i1)], i1)  # type: ignore[list-item]
-    done = em.instr(ptx.OrOp, "pred", [done, em.instr(ptx.NotOp, "pred", [access.ok(off)], i1)], i1)  # or none inside
+    done = or_pred(em, [done, access.none_inside(off, vec)])
     em.branch(skip, done)  # the element stores run only where a lane of the warp needs them
     lanes: list[SSAValue] = []
     for w in data:  # the elements themselves

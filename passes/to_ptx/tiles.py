@@ -27,6 +27,8 @@ from kaio.passes.to_ptx.tile_values import (
     STREAMING_USERS,
     add32,
     distribution,
+    extent,
+    inside,
     owner_predicate,
     require_alignment,
     thread_base,
@@ -115,13 +117,14 @@ def global_address(em: PtxEmitter, view: tile.ViewOp, row: SSAValue, col: SSAVal
     for index, stride in ((row, view.strides[0]), (col, view.strides[1])):
         s = em.value(stride)
         scaled = em.hoisted(("bytes", s, eb), [s], lambda s=s: em.instr(ptx.MulOp, "lo.s32", [s, em.const(eb, i32)], i32))
-        addr = em.instr(ptx.MadOp, "wide.u32", [index, scaled, addr], i64)
+        addr = em.instr(ptx.MadOp, "wide.s32", [index, scaled, addr], i64)  # an index may be negative
     return addr
 
 
 def in_bounds(em: PtxEmitter, view: tile.ViewOp, row: SSAValue, col: SSAValue) -> SSAValue:
-    row_ok = em.instr(ptx.SetpOp, "lt.u32", [row, em.value(view.bounds[0])], i1)
-    col_ok = em.instr(ptx.SetpOp, "lt.u32", [col, em.value(view.bounds[1])], i1)
+    """Whether (row, col) is inside the view: ``0 <= row < rows`` and ``0 <= col < cols``."""
+    row_ok = inside(em, row, extent(em, view.bounds[0]))
+    col_ok = inside(em, col, extent(em, view.bounds[1]))
     return em.instr(ptx.AndOp, "pred", [row_ok, col_ok], i1)
 
 
@@ -147,41 +150,41 @@ def _lower_tile_copy(em: PtxEmitter, op: smem.TileCopy, asynchronous: bool) -> N
         r = em.instr(ptx.DivOp, "u32", [q, em.const(per_row, i32)], i32)
         c = em.instr(ptx.MulOp, "lo.s32", [em.instr(ptx.RemOp, "u32", [q, em.const(per_row, i32)], i32), em.const(vec, i32)], i32)
         grow, gcol = add32(em, row0, r), add32(em, col0, c)
-        inside = in_bounds(em, view, grow, gcol)
+        ok = in_bounds(em, view, grow, gcol)
         active = em.instr(ptx.SetpOp, "lt.u32", [q, em.const(total, i32)], i1) if first + threads > total else None
         gaddr = global_address(em, view, grow, gcol)
         saddr = em.instr(ptx.AddOp, "s32", [dst, shared_offset(em, buffer, r, c)], i32)
         if asynchronous:
             if ragged:  # the vector may straddle the bound: read what is inside, zero-fill the rest
-                left = em.instr(ptx.SubOp, "s32", [em.value(view.bounds[1]), gcol], i32)
-                left = em.instr(ptx.MaxOp, "s32", [em.instr(ptx.MinOp, "s32", [left, em.const(vec, i32)], i32), em.const(0, i32)], i32)
-                row_ok = em.instr(ptx.SetpOp, "lt.u32", [grow, em.value(view.bounds[0])], i1)
-                inside = em.instr(ptx.AndOp, "pred", [row_ok, em.instr(ptx.SetpOp, "gt.s32", [left, em.const(0, i32)], i1)], i1)
+                # (``ok`` tests its first element: the offset is a multiple of vec, so no vector
+                # starts before column 0 and reaches past it)
+                left = em.instr(ptx.SubOp, "s32", [extent(em, view.bounds[1]), gcol], i32)
+                left = em.instr(ptx.MinOp, "s32", [left, em.const(vec, i32)], i32)
                 size = em.instr(ptx.MulOp, "lo.s32", [left, em.const(buffer.elem_bytes, i32)], i32)
-                size = em.instr(ptx.SelpOp, "b32", [size, em.const(0, i32), inside], i32)
+                size = em.instr(ptx.SelpOp, "b32", [size, em.const(0, i32), ok], i32)
             else:
-                size = em.instr(ptx.SelpOp, "b32", [em.const(nbytes, i32), em.const(0, i32), inside], i32)
-            safe = em.instr(ptx.SelpOp, "b64", [gaddr, em.value(view.array), inside], i64)
+                size = em.instr(ptx.SelpOp, "b32", [em.const(nbytes, i32), em.const(0, i32), ok], i32)
+            safe = em.instr(ptx.SelpOp, "b64", [gaddr, em.value(view.array), ok], i64)
             kind = "cg" if nbytes == 16 else "ca"
             em.emit(ptx.CpAsyncOp(f"{kind}.shared.global", [saddr, safe, em.const(nbytes, i32), size], guard=active))
         elif ragged:  # element by element
             eb = buffer.elem_bytes
             for e in range(vec):
-                ok = in_bounds(em, view, grow, add32(em, gcol, e)) if e else inside
+                ok_e = in_bounds(em, view, grow, add32(em, gcol, e)) if e else ok
                 one = em.instr(ptx.AddOp, "s32", [saddr, em.const(e * eb, i32)], i32) if e else saddr
                 addr = em.instr(ptx.AddOp, "s64", [gaddr, em.const(e * eb, i64)], i64) if e else gaddr
-                _sync_copy(em, addr, one, ok, active, eb)
+                _sync_copy(em, addr, one, ok_e, active, eb)
         else:
-            _sync_copy(em, gaddr, saddr, inside, active, nbytes)
+            _sync_copy(em, gaddr, saddr, ok, active, nbytes)
 
 
-def _sync_copy(em: PtxEmitter, gaddr: SSAValue, saddr: SSAValue, inside: SSAValue,
+def _sync_copy(em: PtxEmitter, gaddr: SSAValue, saddr: SSAValue, ok: SSAValue,
                active: SSAValue | None, nbytes: int) -> None:  # fmt: skip
     spec, reg, count = _VECTOR_LOADS[nbytes]
     done, zero = em.label("copied"), em.label("zero_fill")
     if active is not None:
         em.branch(done, active, negate=True)
-    em.branch(zero, inside, negate=True)
+    em.branch(zero, ok, negate=True)
     load = ptx.LdOp(f"global.{spec}", [gaddr], [reg] * count)
     em.emit(load)
     em.emit(ptx.StOp(f"shared.{spec}", [saddr, *load.outs]))
