@@ -138,7 +138,7 @@ class Specialization:
     and its ``repr`` is Python that builds it (``kaio.Specialization(...)``).
     """
 
-    __slots__ = ("_constexprs", "_facts", "_compiled", "_canonical")
+    __slots__ = ("_canonical", "_compiled", "_constexprs", "_facts")
 
     def __init__(
         self,

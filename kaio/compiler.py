@@ -11,7 +11,6 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Protocol
 
 from xdsl.dialects.builtin import IntegerType, ModuleOp

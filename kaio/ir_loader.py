@@ -173,14 +173,15 @@ def _parse(text: str, where: str) -> ModuleOp:
     try:
         module = Parser(kaio_context(), text, name=where).parse_module()
     except ParseError as e:
-        location = e.span.get_location()
-        line = text.splitlines()[location.line - 1] if 0 < location.line <= len(text.splitlines()) else None
+        file, number, column = e.span.get_location()
+        lines = text.splitlines()
         raise KaioCompileError(
             f"load_ir: cannot parse the IR: {e.msg}",
-            filename=location.filename, line=location.line, col=location.column - 1, source_line=line,
-            end_col=location.column - 1 + max(len(e.span.text), 1),
+            filename=file, line=number, col=int(column) - 1,
+            end_col=int(column) - 1 + max(len(e.span.text), 1),
+            source_line=lines[number - 1] if 0 < number <= len(lines) else None,
         ) from None
-    except Exception as e:  # xDSL's other parser failures (a bad attribute value, nesting)
+    except Exception as e:  # noqa: BLE001  (xDSL's other parser failures: a bad attribute value, nesting)
         raise KaioCompileError(f"load_ir: cannot parse the IR in {where}: {type(e).__name__}: {e}") from None
     try:
         module.verify()
@@ -223,8 +224,11 @@ def _entry_signature(entry: ptx.EntryOp, info: FolderInfo | None) -> tuple[str, 
             "parameters' types",
             hint="load the file from its dump folder, or an earlier stage (which holds kernel.func)",
         )
-    given = [t for _, t in entry.params][: len(info.params)]
-    if given != [p.ptx_type for p in info.params]:
+    def bits(ptx_type: str) -> str:  # an i32 may be declared .u32 or .s32: compare widths
+        return ptx_type.lstrip("bfsu")
+
+    given = [bits(t) for _, t in entry.params][: len(info.params)]
+    if given != [bits(p.ptx_type) for p in info.params]:
         raise KaioCompileError(
             f"load_ir: the entry `{name}` takes ({', '.join(t for _, t in entry.params)}) but "
             f"specialization.txt lists ({', '.join(map(repr, info.params))})"
