@@ -11,6 +11,7 @@ from xdsl.parser import Parser
 from xdsl.utils.exceptions import VerifyException
 
 import kaio
+from kaio.locations import print_with_locations
 import kaio.tile as kt
 from kaio.compiler import kaio_context
 from kaio.dialects import smem, tile, wgmma
@@ -133,7 +134,7 @@ def test_the_pass_ir_for_a_simple_dot():
     assert "!smem.buffer<128x32xf16, #smem.layout<wgmma>>" in text
     parsed = Parser(kaio_context(), text).parse_module()  # the stage is replayable
     parsed.verify()
-    assert str(parsed) == text
+    assert print_with_locations(parsed) == text  # locations included
     ptx = stages["ptx"]
     assert ".align 1024" in ptx and "fence.proxy.async.shared::cta" in ptx
     assert ptx.count("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") == 2

@@ -81,7 +81,7 @@ def test_every_stage_of_a_tile_kernel_dumps_and_replays_through_kaio_opt(tmp_pat
     assert names[1:4] == ["fuse-tile-maps", "tile-layout", "promote-to-shared"]
     for stage in files[:-1]:
         text = stage.read_text()
-        assert run_tool("kaio-opt", str(stage)).strip() == text.strip()
+        assert run_tool("kaio-opt", str(stage), "--print-debuginfo").strip() == text.strip()
     # the frontend's IR, run through the same pipeline by kaio-opt, gives the same PTX
     pipeline = compiled.pipeline.replace(",lower-to-ptx{arch=\"sm_80\"}", ",lower-to-ptx")
     assert run_tool("kaio-opt", str(files[0]), "-p", pipeline, "-t", "ptx") == compiled.ptx
