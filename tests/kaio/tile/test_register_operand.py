@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import kaio
+from kaio.locations import print_with_locations
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.prelude import Array, MutArray, f32, i32
@@ -98,7 +99,7 @@ def test_pack_a_round_trips_through_text_and_verifies_its_block():
     from kaio.compiler import kaio_context
 
     text = stages_of("bf16")["lower-to-mma-sync"]
-    assert str(Parser(kaio_context(), text).parse_module()) == text
+    assert print_with_locations(Parser(kaio_context(), text).parse_module()) == text
     bad = text.replace("{row = 0 : i64, col = 1 : i64}", "{row = 0 : i64, col = 2 : i64}", 1)  # K = 32: blocks 0, 1
     assert bad != text
     with pytest.raises(VerifyException, match=r"block \(0, 2\) is outside a warp's 16x32 rows"):
