@@ -60,6 +60,11 @@ class ParamSpec:
     def has_default(self) -> bool:
         return self.default is not NO_DEFAULT
 
+    @property
+    def is_constexpr(self) -> bool:
+        # the runtime reads this (duck-typed) instead of importing ParamKind from the frontend
+        return self.kind is ParamKind.CONSTEXPR
+
 
 @dataclass
 class KernelIR:

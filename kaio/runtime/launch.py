@@ -141,12 +141,10 @@ class Launcher:
     """The launch machinery of one kernel: its signature and its specializations."""
 
     def __init__(self, kernel: GpuKernel) -> None:
-        from kaio.frontend.kernel import ParamKind
-
         self.kernel = kernel
         self.name = kernel.name
         declared = [
-            DeclaredParam(p.name, p.kind is ParamKind.CONSTEXPR, p.has_default, p.default)
+            DeclaredParam(p.name, p.is_constexpr, p.has_default, p.default)
             for p in kernel.params
         ]
         self.signature = Signature(kernel.name, declared)

@@ -19,6 +19,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from kaio.errors import KaioError, KaioTypeError
+from kaio.runtime import device_lookup
 
 if TYPE_CHECKING:
     from kaio.runtime.device import Device
@@ -35,9 +36,7 @@ class Stream:
     """A queue of work on one device: ``dev.stream()`` or ``kaio.Stream(dev)``."""
 
     def __init__(self, device: Device | None = None) -> None:
-        from kaio.runtime.device import Device
-
-        self.device = device if device is not None else Device()
+        self.device = device if device is not None else device_lookup.device()
         backend = self.device._backend
         self.handle: Any = backend.create_stream()
         self._finalizer = weakref.finalize(
@@ -104,9 +103,7 @@ class Event:
     """A point in a stream's work: ``record()``, ``synchronize()``, ``elapsed_ms(end)``."""
 
     def __init__(self, device: Device | None = None, *, timing: bool = True) -> None:
-        from kaio.runtime.device import Device
-
-        self.device = device if device is not None else Device()
+        self.device = device if device is not None else device_lookup.device()
         self.timing = timing
         self._recorded = False
         backend = self.device._backend

@@ -31,6 +31,7 @@ import numpy as np
 from kaio import dtypes
 from kaio.dtypes import ScalarType
 from kaio.errors import KaioTypeError
+from kaio.runtime import device_lookup
 
 if TYPE_CHECKING:
     from kaio.runtime.backend import Backend
@@ -109,13 +110,9 @@ def device_of(tensor: Any) -> Device:
     if index >= 0:
         device = _cuda_devices.get(index)
         if device is None:
-            from kaio.runtime.device import Device
-
-            device = _cuda_devices[index] = Device(index)
+            device = _cuda_devices[index] = device_lookup.device(index)
         return device
-    from kaio.runtime.device import default_device
-
-    return default_device()
+    return device_lookup.device()
 
 
 def where(tensor: Any) -> str:

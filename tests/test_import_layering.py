@@ -1,0 +1,155 @@
+"""The imports of kaio point one way (docs: design "Layering"): the module graph, read from the
+source with every import counted (function-level ones too, only ``if TYPE_CHECKING:`` blocks
+left out, as they never run), has no cycle inside the runtime, inside the simulator, nor
+between the frontend and ``kaio.runtime.launch``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import kaio
+import kaio.dialects
+import kaio.ops_library
+import kaio.passes
+import kaio.targets
+
+PACKAGES = [kaio, kaio.dialects, kaio.passes, kaio.targets, kaio.ops_library]
+
+
+def _modules() -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        root = Path(package.__file__).parent
+        for path in root.rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found.setdefault(".".join([package.__name__, *parts]), path)
+    return found
+
+
+def _imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The kaio modules ``name`` imports (an ``import a.b.c`` of a name resolves to its module)."""
+    tree = ast.parse(path.read_text())
+    type_only = {
+        id(node)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for statement in block.body
+        for node in ast.walk(statement)
+    }
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    deps: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            module = (
+                ".".join(base + [node.module] if node.module else base)
+                if node.level
+                else node.module or ""
+            )
+            submodules = [
+                f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in modules
+            ]
+            targets = submodules if len(submodules) == len(node.names) else [module, *submodules]
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                deps.add(target)
+    return deps
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next((w for w in edges if w not in index or w in on_stack), None)
+            if nxt is not None:
+                if nxt in index:
+                    low[node] = min(low[node], index[nxt])
+                else:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component: list[str] = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def _graph(keep: list[str]) -> dict[str, set[str]]:
+    """The import graph restricted to modules named by (or under) one of ``keep``."""
+    modules = _modules()
+
+    def kept(name: str) -> bool:
+        return any(name == k or name.startswith(k + ".") for k in keep)
+
+    return {
+        name: {d for d in _imported(name, path, modules) if kept(d)}
+        for name, path in modules.items()
+        if kept(name)
+    }
+
+
+def test_the_graph_sees_function_level_imports_and_cycles() -> None:
+    # the checker itself: a lazy import inside a function counts, a cycle is reported
+    assert (
+        "kaio.runtime.launch" in _graph(["kaio.frontend", "kaio.runtime"])["kaio.frontend.kernel"]
+    )
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_frontend_and_runtime_launch_import_one_way() -> None:
+    graph = _graph(["kaio.frontend", "kaio.runtime.launch"])
+    assert not [c for c in _cycles(graph) if "kaio.runtime.launch" in c]
+    assert not graph["kaio.runtime.launch"], "the runtime knows kernels by their signature only"
+
+
+def test_runtime_modules_import_one_way() -> None:
+    assert _cycles(_graph(["kaio.runtime"])) == []
+
+
+def test_simulator_modules_import_one_way() -> None:
+    assert _cycles(_graph(["kaio.targets.sim"])) == []
+
+
+def test_ptx_dialect_families_import_only_the_base() -> None:
+    graph = _graph(["kaio.dialects"])
+    families = [
+        m for m in graph if m.startswith("kaio.dialects.ptx_") and m != "kaio.dialects.ptx_base"
+    ]
+    assert len(families) >= 8
+    for family in families:
+        assert graph[family] == {"kaio.dialects.ptx_base"}, family
+    assert _cycles(graph) == []
