@@ -207,4 +207,11 @@ def _torch_op(a: Any, b: Any, out: Any, bias: Any = None) -> bool:
     return isinstance(a, tensor) and isinstance(b, tensor) and optional
 
 
+# help(matmul) shows the class's doc, so the class carries the user-facing one (the module's)
+Matmul.__doc__ = f"""{__doc__}
+``acc``: the accumulation type; f32 (also the default, None) is the only one supported.
+``matmul.run(...)`` is the op without the torch custom-op routing; ``matmul.pipeline(config,
+arch)`` the pass pipeline of a config.
+"""
+
 matmul = Matmul()
