@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from kaio.errors import KaioTypeError
+from kaio.ops_library.torch_checks import check_matmul
 
 __all__ = ["custom_op", "matmul_op", "matmul_out_op"]
 
@@ -83,15 +84,17 @@ def _matmul(
     bias: Tensor | None = None, activation: str | None = None,
 ) -> Tensor:  # fmt: skip
     from kaio.ops_library import matmul
+    from kaio.ops_library.autograd import scoped_device
 
-    return matmul.run(a, b, alpha=alpha, beta=beta, config=config, bias=bias, activation=activation)  # type: ignore[no-any-return]
+    check_matmul(a, b, bias, activation)
+    return matmul.run(a, b, alpha=alpha, beta=beta, config=config, bias=bias, activation=activation,  # type: ignore[no-any-return]
+                      device=scoped_device())  # fmt: skip
 
 
 @_matmul.register_fake
 def _(a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0, config: str | None = None,
       bias: Tensor | None = None, activation: str | None = None) -> Tensor:  # fmt: skip
-    torch._check(a.dim() == 2 and b.dim() == 2, lambda: "kaio::matmul takes 2-D A and B")
-    torch._check(a.shape[1] == b.shape[0], lambda: "kaio::matmul: the inner sizes differ")
+    check_matmul(a, b, bias, activation)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32)
 
 
@@ -108,12 +111,14 @@ def _matmul_out(
 ) -> None:
     from kaio.ops_library import matmul
 
+    check_matmul(a, b, bias, activation)
     matmul.run(a, b, out, alpha=alpha, beta=beta, config=config, bias=bias, activation=activation)
 
 
 @_matmul_out.register_fake
 def _(a: Tensor, b: Tensor, out: Tensor, alpha: float = 1.0, beta: float = 0.0,
       config: str | None = None, bias: Tensor | None = None, activation: str | None = None) -> None:  # fmt: skip
+    check_matmul(a, b, bias, activation)  # out's shape, type and overlap: the real op only
     return None
 
 
@@ -122,12 +127,16 @@ def matmul_op(
     activation: str | None = None, config: Any = None, device: Any = None,
 ) -> Tensor:  # fmt: skip
     """``kaio.ops_library.matmul(a, b)`` for torch tensors: ``torch.ops.kaio.matmul`` (f32 result
-    allocated by torch on the inputs' device)."""
-    if device is not None:  # a kaio device is no schema type: run the op directly
+    allocated by torch on the inputs' device). ``device=`` with tensors that require grad: the
+    custom op on that device (``kaio.ops_library.autograd``); without grad, the op directly."""
+    from kaio.ops_library.autograd import route
+
+    ops = route(torch.ops.kaio, (a, b, bias), device)
+    if ops is None:  # a kaio device is no schema type: run the op directly
         from kaio.ops_library import matmul
 
         return matmul.run(a, b, alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)  # type: ignore[no-any-return]
-    return torch.ops.kaio.matmul(a, b, float(alpha), float(beta), config, bias, activation)  # type: ignore[no-any-return]
+    return ops.matmul(a, b, float(alpha), float(beta), config, bias, activation)  # type: ignore[no-any-return]
 
 
 def matmul_out_op(
@@ -135,7 +144,15 @@ def matmul_out_op(
     bias: Tensor | None = None, activation: str | None = None, config: Any = None, device: Any = None,
 ) -> Tensor:  # fmt: skip
     """``kaio.ops_library.matmul(a, b, out=c)`` for torch tensors: ``torch.ops.kaio.matmul_out``
-    (writes ``out``, returns it)."""
+    (writes ``out``, returns it). Tensors that require grad are refused: an op writing ``out``
+    records no gradient (torch refuses ``out=`` with autograd too)."""
+    from kaio.ops_library.autograd import needs_grad
+
+    if needs_grad(a, b, out, bias):
+        raise KaioTypeError(
+            "matmul: `out=` records no gradient and an input requires grad; call matmul(a, b) "
+            "without out= (or under torch.no_grad())"
+        )
     if device is not None:
         from kaio.ops_library import matmul
 

@@ -40,6 +40,22 @@ class Operand:
     host: np.ndarray | None = None  # the numpy array it came from
 
 
+def take_tensor(op: str, name: str, value: Any, *, fake: bool = False) -> Operand:
+    """A torch tensor operand: a dtype kaio has a type for, contiguous. ``fake``: a tensor with
+    no data (a torch.compile fake, a meta tensor): address 0 (checks only, nothing launches)."""
+    from kaio.runtime import tensors
+
+    kind = tensors.kaio_type(value.dtype)
+    if kind is None:
+        raise KaioTypeError(f"{op}: `{name}` has dtype {value.dtype}, which kaio has no type for")
+    if not value.is_contiguous():
+        raise KaioTypeError(
+            f"{op}: `{name}` is not contiguous (shape {tuple(value.shape)}, strides "
+            f"{tuple(value.stride())}); pass {name}.contiguous()"
+        )
+    return Operand(value, tuple(value.shape), kind, 0 if fake else value.data_ptr())
+
+
 def device_of(*values: Any) -> Any:
     """The device of the first kaio Buffer or torch tensor among ``values``, else None."""
     from kaio.runtime import tensors
@@ -87,17 +103,7 @@ class Operands:
         if isinstance(value, Buffer):
             return Operand(value, value.shape, self.kaio_type(name, value.dtype), value.ptr)
         if tensors.is_tensor(value):
-            kind = tensors.kaio_type(value.dtype)
-            if kind is None:
-                raise KaioTypeError(
-                    f"{self.op}: `{name}` has dtype {value.dtype}, which kaio has no type for"
-                )
-            if not value.is_contiguous():
-                raise KaioTypeError(
-                    f"{self.op}: `{name}` is not contiguous (shape {tuple(value.shape)}, strides "
-                    f"{tuple(value.stride())}); pass {name}.contiguous()"
-                )
-            return Operand(value, tuple(value.shape), kind, value.data_ptr())
+            return take_tensor(self.op, name, value)
         try:
             ext = external_array(value, None)
         except InteropError as exc:

@@ -130,9 +130,26 @@ def same_shape(op: str, name: str, o: Operand, shape: tuple[int, ...]) -> None:
 
 
 def check_eps(op: str, eps: Any) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0 or not math.isfinite(eps):
+    # Comparisons only (no math.isfinite): torch.compile traces this check in the ops' Python
+    # wrappers, and Dynamo cannot put a call returning a bool into its graph. NaN fails `> 0`.
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or not eps > 0 or eps == math.inf:
         raise KaioTypeError(f"{op}: `eps` must be a positive finite number, got {eps!r}")
     return float(eps)
+
+
+def row_stats(ops: Operands, x: Operand, save: bool) -> Operand:
+    """The f32 per-row statistic (shape ``x.shape[:-1]``) a forward saves for its backward, or,
+    when not saving, a one-element stand-in for the kernel's unwritten parameter (torch: an
+    empty tensor, no fill kernel)."""
+    if save:
+        return ops.output(tuple(x.shape[:-1]), dtypes.f32)
+    if ops.torch:
+        from kaio.runtime import tensors
+
+        t = x.value.new_empty((1,), dtype=tensors.torch_dtype(dtypes.f32))
+        return Operand(t, (1,), dtypes.f32, t.data_ptr())
+    buf = ops.device.empty((1,), dtypes.f32.np_dtype)
+    return Operand(buf, (1,), dtypes.f32, buf.ptr)
 
 
 def rows_cols(shape: tuple[int, ...], op: str) -> tuple[int, int]:
@@ -147,15 +164,18 @@ def rows_cols(shape: tuple[int, ...], op: str) -> tuple[int, int]:
 
 
 def torch_op(*values: Any, device: Any = None) -> Any:
-    """``torch.ops.kaio`` when a call goes through the custom ops (no explicit device, every
-    array argument a torch tensor; None for absent optional ones), else None. torch is never
-    imported here: whoever holds a tensor imported it."""
+    """What a call with torch tensors goes through (every array argument a torch tensor; None
+    for absent optional ones): ``torch.ops.kaio``, or its grad-checking form when a tensor
+    requires grad (``device=`` honoured, see ``kaio.ops_library.autograd``); None when the op
+    runs directly (other arrays, or ``device=`` without grad). torch is never imported here:
+    whoever holds a tensor imported it."""
     torch = sys.modules.get("torch")
-    if device is not None or torch is None:
+    if torch is None:
         return None
     arrays = [v for v in values if v is not None]
     if not arrays or not all(isinstance(v, torch.Tensor) for v in arrays):
         return None
     import kaio.ops_library.torch_ops  # noqa: F401  (registers torch.ops.kaio.softmax, ...)
+    from kaio.ops_library.autograd import route
 
-    return torch.ops.kaio
+    return route(torch.ops.kaio, tuple(arrays), device)

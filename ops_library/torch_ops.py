@@ -4,6 +4,11 @@
 
 Each op called with torch tensors (and no ``device=``) goes through these, as ``matmul`` does,
 so ``torch.compile`` sees one opaque op with a fake implementation instead of tracing into kaio.
+Each op's implementation and fake run the same check (``torch_checks``): what the real op
+refuses, tracing refuses too, with the same kaio error. The implementations launch on the
+operands' device, or on the one a ``device=`` call with tensors that require grad named
+(``autograd.scoped_device``).
+
 Loaded on an op's first torch call (and by ``kaio.torch``); importing it imports torch.
 """
 
@@ -12,8 +17,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from kaio.ops_library import torch_checks as checks
 from kaio.ops_library.activations import SILU
 from kaio.ops_library.activations import run as run_gated
+from kaio.ops_library.autograd import scoped_device
 from kaio.ops_library.cross_entropy import run as run_cross_entropy
 from kaio.ops_library.norms import run_layer_norm, run_rms_norm
 from kaio.ops_library.rope import run as run_rope
@@ -22,51 +29,61 @@ from kaio.ops_library.softmax import run as run_softmax
 
 @torch.library.custom_op("kaio::softmax", mutates_args=())
 def _softmax(x: Tensor, log: bool = False) -> Tensor:
-    return run_softmax("log_softmax" if log else "softmax", x, log, None)  # type: ignore[no-any-return]
+    checks.check_softmax(x, log)
+    return run_softmax("log_softmax" if log else "softmax", x, log, scoped_device())  # type: ignore[no-any-return]
 
 
 @_softmax.register_fake
 def _(x: Tensor, log: bool = False) -> Tensor:
+    checks.check_softmax(x, log)
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("kaio::layer_norm", mutates_args=())
 def _layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
-    return run_layer_norm(x, weight, bias, eps, None)  # type: ignore[no-any-return]
+    checks.check_layer_norm(x, weight, bias, eps)
+    return run_layer_norm(x, weight, bias, eps, scoped_device())  # type: ignore[no-any-return]
 
 
 @_layer_norm.register_fake
 def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    checks.check_layer_norm(x, weight, bias, eps)
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("kaio::rms_norm", mutates_args=())
 def _rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
-    return run_rms_norm(x, weight, eps, None, None)  # type: ignore[no-any-return]
+    checks.check_rms_norm(x, weight, eps)
+    return run_rms_norm(x, weight, eps, None, scoped_device())  # type: ignore[no-any-return]
 
 
 @_rms_norm.register_fake
 def _(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+    checks.check_rms_norm(x, weight, eps)
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("kaio::add_rms_norm", mutates_args=())
 def _add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
-    return run_rms_norm(x, weight, eps, residual, None)  # type: ignore[no-any-return]
+    checks.check_rms_norm(x, weight, eps, residual)
+    return run_rms_norm(x, weight, eps, residual, scoped_device())  # type: ignore[no-any-return]
 
 
 @_add_rms_norm.register_fake
 def _(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
+    checks.check_rms_norm(x, weight, eps, residual)
     return torch.empty_like(x), torch.empty_like(x)
 
 
 @torch.library.custom_op("kaio::rope", mutates_args=())
 def _rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None) -> Tensor:
-    return run_rope(x, cos, sin, interleaved, layout, None)  # type: ignore[no-any-return]
+    checks.check_rope(x, cos, sin, layout)
+    return run_rope(x, cos, sin, interleaved, layout, scoped_device())  # type: ignore[no-any-return]
 
 
 @_rope.register_fake
 def _(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None) -> Tensor:
+    checks.check_rope(x, cos, sin, layout)
     return torch.empty_like(x)
 
 
@@ -74,20 +91,23 @@ def _(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None
 def _gated(x: Tensor, act: int) -> Tensor:
     """``silu_and_mul`` (act 0), ``gelu_and_mul`` tanh (1) or erf (2)."""
     name = "silu_and_mul" if act == SILU else "gelu_and_mul"
-    return run_gated(name, x, act, None)  # type: ignore[no-any-return]
+    checks.check_gated(x, act)
+    return run_gated(name, x, act, scoped_device())  # type: ignore[no-any-return]
 
 
 @_gated.register_fake
 def _(x: Tensor, act: int) -> Tensor:
-    torch._check(x.dim() >= 1 and x.shape[-1] % 2 == 0, lambda: "kaio::gated_activation: the last dim must be even")
+    checks.check_gated(x, act)
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
 
 @torch.library.custom_op("kaio::cross_entropy", mutates_args=())
 def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
-    return run_cross_entropy(logits, targets, ignore_index, None)  # type: ignore[no-any-return]
+    checks.check_cross_entropy(logits, targets)
+    return run_cross_entropy(logits, targets, ignore_index, scoped_device())  # type: ignore[no-any-return]
 
 
 @_cross_entropy.register_fake
 def _(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
+    checks.check_cross_entropy(logits, targets)
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32)
