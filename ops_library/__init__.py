@@ -2,6 +2,7 @@
 
 from kaio.ops_library.activations import gelu_and_mul, silu_and_mul
 from kaio.ops_library.attention import Attention, attention
+from kaio.ops_library.attention_backward import attention_backward
 from kaio.ops_library.cross_entropy import cross_entropy
 from kaio.ops_library.matmul import Matmul, matmul
 from kaio.ops_library.matmul_config import MatmulConfig
@@ -10,6 +11,6 @@ from kaio.ops_library.rope import rope
 from kaio.ops_library.softmax import log_softmax, softmax
 
 __all__ = [
-    "Attention", "Matmul", "MatmulConfig", "attention", "cross_entropy", "gelu_and_mul",
+    "Attention", "Matmul", "MatmulConfig", "attention", "attention_backward", "cross_entropy", "gelu_and_mul",
     "layer_norm", "log_softmax", "matmul", "rms_norm", "rope", "silu_and_mul", "softmax",
 ]  # fmt: skip

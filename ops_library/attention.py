@@ -26,6 +26,7 @@ prints the passes it goes through.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from functools import cache
 from collections.abc import Callable
@@ -35,10 +36,12 @@ import numpy as np
 
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
+from kaio.ops_library.autograd import needs_grad
 from kaio.ops_library.config_fields import bool_field, int_field, settle
 from kaio.ops_library.matmul_config import MAX_STAGES, MAX_THREADS
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.rows import next_pow2 as padded
+from kaio.ops_library.rows import torch_op
 from kaio.pipeline import Pipeline, tile_pipeline
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
@@ -153,6 +156,17 @@ class Attention:
         causal = bool_field("attention", "causal", causal)  # "no" would read as true
         return_lse = bool_field("attention", "return_lse", return_lse)
         scale = _scale(scale)  # checked before any operand is taken (copied to the device)
+        if out is None and (ops_ns := torch_op(q, k, v, kv_lens, device=device)) is not None:
+            # torch tensors: torch.ops.kaio.attention, which records the graph (saving out, lse)
+            result, lse = ops_ns.attention(q, k, v, causal, scale, kv_lens, _config_label(config))
+            return (result, lse) if return_lse else result
+        if out is not None and needs_grad(q, k, v):
+            raise KaioTypeError("attention: `out=` records no gradient, and an input requires grad; leave out=None")
+        return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device)
+
+    def run(self, q: Any, k: Any, v: Any, causal: bool, scale: float | None, kv_lens: Any, out: Any,
+            return_lse: bool, config: AttentionConfig | str | None, device: Any) -> Any:  # fmt: skip
+        """The op itself, without the torch custom-op routing."""
         ops = Operands("attention", q, k, v, out, kv_lens, device=device)
         oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
         oo = ops.take("out", out) if out is not None else None
@@ -202,6 +216,29 @@ class Attention:
         return "<kaio.ops_library.attention>"
 
 
+def _config_label(config: AttentionConfig | str | None) -> str | None:
+    """The config as the custom op's schema carries it: None, "auto" or a config's label."""
+    return config.label() if isinstance(config, AttentionConfig) else config
+
+
+def config_from_label(config: str | None) -> AttentionConfig | str | None:
+    """The inverse of :func:`_config_label` (any other string is left for the op to refuse)."""
+    found = re.fullmatch(r"(\d+)x(\d+)-w(\d+)x(\d+)-s(\d+)", config) if isinstance(config, str) else None
+    return AttentionConfig(*(int(g) for g in found.groups())) if found else config
+
+
+def check_tensors(op: str, q: Any, k: Any, v: Any, kv_lens: Any) -> tuple[int, int, int, int, int, int]:
+    """The checks of :func:`_check` and of ``kv_lens``'s type and shape on torch tensors'
+    metadata alone (fake tensors too): what the custom ops and their fakes both run."""
+    from kaio.ops_library.torch_checks import TensorMetadata
+
+    meta = TensorMetadata(op)
+    sizes = _check(meta.take("q", q), meta.take("k", k), meta.take("v", v), None, op)
+    if kv_lens is not None:
+        _check_lengths(meta.take("kv_lens", kv_lens), sizes[0], op)
+    return sizes
+
+
 def autotuned_config(dev: Any, t: dtypes.ScalarType, sq: int, d: int, causal: bool,
                      time_ms: Callable[[AttentionConfig], float]) -> AttentionConfig:  # fmt: skip
     """The fastest candidate for (head dim, dtype, causal, decoding or not) on ``dev``, timed
@@ -243,50 +280,55 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     part_lse.free()
 
 
-def _check(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tuple[int, int, int, int, int, int]:
+def _check(q: Operand, k: Operand, v: Operand, out: Operand | None, op: str = "attention") -> tuple[int, int, int, int, int, int]:
+    """(B, H, Hkv, Sq, Sk, D) of valid q, k, v (and out); else a KaioTypeError naming the argument."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if len(x.shape) != 4:
-            raise KaioTypeError(f"attention: `{name}` must be 4-D (batch, heads, sequence, head dim), got shape {x.shape}")
+            raise KaioTypeError(f"{op}: `{name}` must be 4-D (batch, heads, sequence, head dim), got shape {x.shape}")
     b, h, sq, d = q.shape
     bk, hkv, sk, dk = k.shape
     if (bk, dk) != (b, d):
-        raise KaioTypeError(f"attention: `k` must have shape ({b}, Hkv, Sk, {d}), got {k.shape}")
+        raise KaioTypeError(f"{op}: `k` must have shape ({b}, Hkv, Sk, {d}), got {k.shape}")
     if v.shape != k.shape:
-        raise KaioTypeError(f"attention: `v` must have k's shape {k.shape}, got {v.shape}")
+        raise KaioTypeError(f"{op}: `v` must have k's shape {k.shape}, got {v.shape}")
     if hkv < 1 or h % hkv:
-        raise KaioTypeError(f"attention: q's {h} heads must be a multiple of k's and v's {hkv}")
+        raise KaioTypeError(f"{op}: q's {h} heads must be a multiple of k's and v's {hkv}")
     if d not in HEAD_DIMS:
-        raise KaioTypeError(f"attention: head dim must be one of {HEAD_DIMS}, got {d}")
+        raise KaioTypeError(f"{op}: head dim must be one of {HEAD_DIMS}, got {d}")
     if q.dtype not in (dtypes.f16, dtypes.bf16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise KaioTypeError(
-            f"attention: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name}"
+            f"{op}: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name}"
         )
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype):
-        raise KaioTypeError(f"attention: `out` must be {q.dtype.name} of shape {q.shape}, got {out.dtype.name} {out.shape}")
+        raise KaioTypeError(f"{op}: `out` must be {q.dtype.name} of shape {q.shape}, got {out.dtype.name} {out.shape}")
     if max(b * h * sq, b * hkv * sk) * d >= 2**31:
-        raise KaioTypeError("attention: arrays must have fewer than 2**31 elements")
+        raise KaioTypeError(f"{op}: arrays must have fewer than 2**31 elements")
     return b, h, hkv, sq, sk, d
 
 
-def _scale(scale: Any) -> float | None:
+def _scale(scale: Any, op: str = "attention") -> float | None:
     """The softmax scale asked for: None (``1 / sqrt(d)``) or a finite real number (a bool is
     refused: ``scale=True`` is a mistake, not 1.0)."""
     if scale is None:
         return None
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise KaioTypeError(f"attention: `scale` is a finite number or None, got {scale!r} ({type(scale).__name__})")
+        raise KaioTypeError(f"{op}: `scale` is a finite number or None, got {scale!r} ({type(scale).__name__})")
     if not math.isfinite(float(scale)):
-        raise KaioValueError(f"attention: `scale` is a finite number or None, got {scale!r}")
+        raise KaioValueError(f"{op}: `scale` is a finite number or None, got {scale!r}")
     return float(scale)
 
 
-def _lengths(ops: Operands, kv_lens: Any, b: int, sk: int) -> Operand:
-    lens = ops.take("kv_lens", kv_lens)
-    if lens.shape != (b,) or lens.dtype != dtypes.i32:
-        raise KaioTypeError(f"attention: `kv_lens` must be int32 of shape ({b},), got {lens.dtype.name} {lens.shape}")
+def _lengths(ops: Operands, kv_lens: Any, b: int, sk: int, op: str = "attention") -> Operand:
+    lens = _check_lengths(ops.take("kv_lens", kv_lens), b, op)
     values = lens.host if lens.host is not None else _to_host(lens.value)
     if values is not None and ((np.asarray(values) < 0) | (np.asarray(values) > sk)).any():
-        raise KaioTypeError(f"attention: `kv_lens` must lie in 0..{sk} (the key count), got {np.asarray(values).tolist()}")
+        raise KaioTypeError(f"{op}: `kv_lens` must lie in 0..{sk} (the key count), got {np.asarray(values).tolist()}")
+    return lens
+
+
+def _check_lengths(lens: Operand, b: int, op: str) -> Operand:
+    if lens.shape != (b,) or lens.dtype != dtypes.i32:
+        raise KaioTypeError(f"{op}: `kv_lens` must be int32 of shape ({b},), got {lens.dtype.name} {lens.shape}")
     return lens
 
 

@@ -14,6 +14,8 @@ Loaded on an op's first torch call (and by ``kaio.torch``); importing it imports
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -111,3 +113,61 @@ def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor
 def _(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
     checks.check_cross_entropy(logits, targets)
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32)
+
+
+# --- attention: FlashAttention-2 forward and backward, the backward registered for autograd ----
+
+
+@torch.library.custom_op("kaio::attention", mutates_args=())
+def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
+               config: str | None) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """(out, lse): the output and the f32 logsumexp the backward recomputes P from."""
+    from kaio.ops_library.attention import attention, check_tensors, config_from_label
+
+    check_tensors("attention", q, k, v, kv_lens)
+    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), scoped_device())  # type: ignore[no-any-return]
+
+
+@_attention.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
+      config: str | None) -> tuple[Tensor, Tensor]:  # fmt: skip
+    from kaio.ops_library.attention import check_tensors
+
+    check_tensors("attention", q, k, v, kv_lens)
+    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("kaio::attention_backward", mutates_args=())
+def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
+                        grad_lse: Tensor | None, causal: bool, scale: float | None, kv_lens: Tensor | None,
+                        deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    from kaio.ops_library.attention_backward import check_saved, run
+
+    check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
+    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, scoped_device())  # type: ignore[return-value]
+
+
+@_attention_backward.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, grad_lse: Tensor | None,
+      causal: bool, scale: float | None, kv_lens: Tensor | None, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    from kaio.ops_library.attention_backward import check_saved
+
+    check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    q, k, v, causal, scale, kv_lens, _ = inputs
+    ctx.save_for_backward(q, k, v, *output, kv_lens)  # the logsumexp, not the probabilities
+    ctx.causal, ctx.scale = causal, scale
+
+
+def _attention_grad(ctx: Any, grad_out: Tensor, grad_lse: Tensor) -> tuple[Tensor | None, ...]:
+    q, k, v, out, lse, kv_lens = ctx.saved_tensors
+    dq, dk, dv = torch.ops.kaio.attention_backward(
+        q, k, v, out, lse, grad_out.contiguous(), grad_lse.contiguous(), ctx.causal, ctx.scale, kv_lens, False
+    )
+    return dq, dk, dv, None, None, None, None
+
+
+_attention.register_autograd(_attention_grad, setup_context=_attention_setup)

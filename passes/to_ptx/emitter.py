@@ -282,6 +282,10 @@ class PtxEmitter:
         decl = next(d for d in self.decls if isinstance(d, ptx.SharedDeclOp) and d.sym_name.data == mov.symbol.data)  # type: ignore[union-attr]
         return mov, decl
 
+    def shared_bytes(self, address: SSAValue) -> int:
+        """The declared size of the shared buffer at ``address`` (from :meth:`shared`)."""
+        return self._shared_decl(address)[1].size.value.data
+
     def grow_shared(self, address: SSAValue, nbytes: int, align: int) -> None:
         """Make the shared buffer at ``address`` (from :meth:`shared`) at least ``nbytes`` long and
         ``align``-aligned: a lowering that reuses a buffer no longer live may need more of it."""
@@ -304,6 +308,9 @@ class PtxEmitter:
             at = ptx.ConstOp(offset, i32)
             add = ptx.AddOp("u32", [first_mov.outs[0], at.result], [i32])
             mov.outs[0].replace_all_uses_with(add.outs[0])
+            for key, bound in self.values.items():  # buffers bound to the old address move too
+                if bound is mov.outs[0]:
+                    self.values[key] = add.outs[0]
             i = self.prologue.index(mov)
             self.prologue[i : i + 1] = [at, add]
             self.decls.remove(decl)

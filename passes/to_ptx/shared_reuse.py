@@ -77,13 +77,20 @@ def in_loop(block: Block) -> bool:
 
 
 def dead_buffers(em: PtxEmitter, op: Operation) -> list[tuple[SSAValue, int]]:
-    """(address, bytes) of the kernel's ``smem.alloc`` buffers dead at ``op``."""
-    dead = []
+    """(address, bytes) of the declared shared regions whose ``smem.alloc`` buffers are all
+    dead at ``op``. A region is one declaration: a buffer, or the buffers an earlier reuse laid
+    out in one (:meth:`PtxEmitter.merge_shared`: they sit at offsets from its start), so a
+    second reuse takes the whole region or nothing."""
+    regions: dict[SSAValue, tuple[bool, int]] = {}
     for alloc in em.func.walk():
         if isinstance(alloc, smem.AllocOp) and alloc.result in em.values:
-            if all(_precedes(t, op) for t in _touching_ops(alloc.result)):
-                dead.append((em.value(alloc.result), alloc.result.type.total_bytes))
-    return dead
+            address = em.value(alloc.result)
+            owner = address.owner
+            root = owner.operands[0] if isinstance(owner, ptx.AddOp) else address
+            dead = all(_precedes(t, op) for t in _touching_ops(alloc.result))
+            was_dead, size = regions.get(root, (True, 0))
+            regions[root] = (was_dead and dead, max(size, alloc.result.type.total_bytes, em.shared_bytes(root)))
+    return [(root, size) for root, (dead, size) in regions.items() if dead]
 
 
 def reuse_or_declare(em: PtxEmitter, op: Operation, hint: str, nbytes: int, align: int) -> tuple[SSAValue, bool]:

@@ -1,0 +1,167 @@
+"""``kaio.ops_library.attention_backward``: the gradients of :func:`~kaio.ops_library.attention`,
+FlashAttention-2's backward pass.
+
+    from kaio.ops_library import attention, attention_backward
+    o, lse = attention(q, k, v, causal=True, return_lse=True)
+    dq, dk, dv = attention_backward(q, k, v, o, lse, do, causal=True)
+
+The arguments mean what they mean to the forward (same layouts, types and checks), plus the
+forward's output ``out`` and f32 logsumexp ``lse`` (``return_lse=True``) and the output's
+gradient ``grad_out`` (q's shape and type); ``grad_lse`` (f32, lse's shape) is the logsumexp's
+gradient when a loss used it. dq has q's shape and type, dk and dv k's. GQA/MQA: a key/value
+head's gradients are summed over the query heads that read it.
+
+dQ is accumulated in f32 by atomics from the key-block-parallel kernel (fastest, but on a GPU
+the order of the additions, so the last bits, may change from run to run), or with
+``deterministic=True`` by a separate query-block-parallel kernel: bit-identical results on
+every run. The kernels are in :mod:`kaio.ops_library.attention_backward_kernel`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from kaio import dtypes
+from kaio.errors import KaioTypeError
+from kaio.ops_library.attention import _check, _lengths, _scale
+from kaio.ops_library.config_fields import bool_field
+from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.rows import next_pow2 as padded
+
+OP = "attention_backward"
+
+
+class BackwardTiles(NamedTuple):
+    """Query rows and key rows per step of the backward kernels, their warps, and the depth of
+    the cp.async ring of the loops' operands."""
+
+    block_m: int
+    block_n: int
+    warps: int
+    stages: int = 2
+
+
+def choose_backward_tiles(d: int) -> BackwardTiles:
+    """Tiles that keep dK and dV (two (BN, BD) f32 accumulators), the transposed scores and the
+    atomic path's dQ block in registers without spills on sm_80 and sm_90a
+    (tests/ops_library/test_attention_backward.py checks every head dim)."""
+    bd = padded(d)
+    if bd >= 256:
+        return BackwardTiles(16, 16, 8)
+    if bd >= 128:
+        return BackwardTiles(16, 32, 8)
+    if bd >= 64:
+        return BackwardTiles(32, 32, 8)
+    return BackwardTiles(32, 32, 4)
+
+
+def attention_backward(
+    q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, *, causal: bool = False,
+    scale: float | None = None, kv_lens: Any = None, grad_lse: Any = None, deterministic: bool = False,
+    device: Any = None,
+) -> tuple[Any, Any, Any]:  # fmt: skip
+    """(dq, dk, dv) of attention (see the module doc)."""
+    causal = bool_field(OP, "causal", causal)
+    deterministic = bool_field(OP, "deterministic", deterministic)
+    scale = _scale(scale, OP)
+    from kaio.ops_library.rows import torch_op
+
+    if (ops := torch_op(q, k, v, out, lse, grad_out, kv_lens, grad_lse, device=device)) is not None:
+        return tuple(ops.attention_backward(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic))  # type: ignore[return-value]
+    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device)
+
+
+def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any, causal: bool,
+        scale: float | None, kv_lens: Any, deterministic: bool, device: Any) -> tuple[Any, Any, Any]:  # fmt: skip
+    """The op itself, without the torch custom-op routing."""
+    ops = Operands(OP, q, k, v, out, lse, grad_out, kv_lens, grad_lse, device=device)
+    oq, ok, ov, oo, olse, odo, odlse, (b, h, hkv, sq, sk, d) = _take(ops, q, k, v, out, lse, grad_out, grad_lse)
+    lens = _lengths(ops, kv_lens, b, sk, OP) if kv_lens is not None else None
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    dq, dk, dv = ops.output(oq.shape, oq.dtype), ops.output(ok.shape, ok.dtype), ops.output(ok.shape, ok.dtype)
+    if b and h and sq and sk:
+        _launch(ops, (oq, ok, ov, oo, olse, odo, odlse, lens, dq, dk, dv), (b, h, hkv, sq, sk, d), float(scale), causal, deterministic)
+    else:  # no query or no key: nothing flows back, but the gradients are written
+        for x in (dq, dk, dv):
+            if math.prod(x.shape):
+                _fill_zero(ops, x)
+    return ops.result(dq), ops.result(dk), ops.result(dv)
+
+
+def _take(ops: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
+    """The operands, checked (by ``Operands``, or ``TensorMetadata`` for tensors' metadata alone),
+    and the sizes (B, H, Hkv, Sq, Sk, D)."""
+    oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
+    sizes = _check(oq, ok, ov, None, OP)
+    b, h, _, sq, _, _ = sizes
+    oo, odo = ops.take("out", out), ops.take("grad_out", grad_out)
+    for name, x in (("out", oo), ("grad_out", odo)):
+        if x.shape != oq.shape or x.dtype != oq.dtype:
+            raise KaioTypeError(f"{OP}: `{name}` must be {oq.dtype.name} of shape {oq.shape} (q's), got {x.dtype.name} {x.shape}")
+    olse = _take_lse(ops, "lse", lse, (b, h, sq))
+    odlse = _take_lse(ops, "grad_lse", grad_lse, (b, h, sq)) if grad_lse is not None else None
+    return oq, ok, ov, oo, olse, odo, odlse, sizes
+
+
+def check_saved(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any, kv_lens: Any) -> None:
+    """What :func:`run` checks, on torch tensors' metadata alone: the custom op's fake runs it."""
+    from kaio.ops_library.attention import check_tensors
+    from kaio.ops_library.torch_checks import TensorMetadata
+
+    check_tensors(OP, q, k, v, kv_lens)
+    _take(TensorMetadata(OP), q, k, v, out, lse, grad_out, grad_lse)
+
+
+def _take_lse(ops: Any, name: str, value: Any, shape: tuple[int, int, int]) -> Operand:
+    x = ops.take(name, value)
+    if x.shape != shape or x.dtype != dtypes.f32:
+        raise KaioTypeError(f"{OP}: `{name}` must be f32 of shape {shape} (the forward's logsumexp), got {x.dtype.name} {x.shape}")
+    return x
+
+
+def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scale: float, causal: bool,
+            deterministic: bool) -> None:  # fmt: skip
+    from kaio.ops_library import attention_backward_kernel as kernels
+
+    q, k, v, o, lse, do, dlse, lens, dq, dk, dv = arrays
+    b, h, hkv, sq, sk, d = sizes
+    bd = padded(d)
+    tiles = choose_backward_tiles(d)
+    dev = ops.device
+    unread_f32 = dev.empty((1,), "float32")
+    rows = b * h * sq
+    delta = dev.empty((rows,), "float32")
+    delta_rows = 4096 // bd
+    kernels.delta_tile_kernel(q.dtype).launch(
+        dev, o.value, do.value, dlse.value if dlse is not None else unread_f32, delta, rows, d,
+        grid=(math.ceil(rows / delta_rows),), BM=delta_rows, BD=bd, HAS_DLSE=dlse is not None,
+    )
+    lens_arg = lens.value if lens is not None else dev.empty((1,), "int32")
+    meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None}
+    dq_acc = unread_f32 if deterministic else dev.zeros((rows * d,), "float32")
+    dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages)
+    dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg,
+                h, hkv, sq, sk, d, scale, grid=(math.ceil(sk / tiles.block_n), b * hkv), ATOMIC_DQ=not deterministic,
+                **meta)  # fmt: skip
+    if deterministic:
+        kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages).launch(
+            dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, h, hkv, sq, sk, d, scale,
+            grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
+        )
+    else:
+        n = rows * d
+        kernels.scale_cast_tile_kernel(q.dtype).launch(dev, dq_acc, dq.value, n, scale, grid=(math.ceil(n / 1024),))
+        dq_acc.free()
+    delta.free()
+
+
+def _fill_zero(ops: Operands, x: Operand) -> None:
+    """Zeros into a gradient no kernel writes (a call without queries)."""
+    from kaio.ops_library import attention_backward_kernel as kernels
+
+    n = math.prod(x.shape)
+    zeros = ops.device.zeros((n,), "float32")
+    kernels.scale_cast_tile_kernel(x.dtype).launch(ops.device, zeros, x.value, n, 0.0, grid=(math.ceil(n / 1024),))
+    zeros.free()

@@ -1,0 +1,177 @@
+"""The attention backward kernels: FlashAttention-2's backward pass as tile kernels.
+
+With ``P = softmax(S)``, ``S = scale * Q K^T`` and the forward's output ``O = P V``, the
+gradients of a loss with ``dO = dL/dO`` (and ``dlse = dL/dlse`` when the logsumexp is used) are
+
+    dV = P^T dO        dP = dO V^T        dS = P * (dP - D)        D = rowsum(dO * O) - dlse
+    dQ = scale * dS K                      dK = scale * dS^T Q
+
+``P`` is never stored: it is recomputed block by block from ``S`` and the forward's saved
+logsumexp, ``P = exp2(S * scale * log2(e) - lse * log2(e))``, exactly normalised without a
+running max. Three kernels (Triton's fused-attention tutorial's structure):
+
+* :func:`delta_tile_kernel`: ``D`` per query row, in f32;
+* :func:`dkdv_tile_kernel`: one program per key block and key/value head. It holds the block's
+  K and V and its dK, dV accumulators in registers and walks every query block of every query
+  head of its group (GQA/MQA: the group's gradients are summed in registers, no atomics). With
+  ``ATOMIC_DQ`` it also adds each block's ``dS K`` into an f32 dQ buffer with atomics (their
+  order, so dQ's last bits, may vary from run to run on a GPU);
+* :func:`dq_tile_kernel`: the deterministic dQ: one program per query block and head walks
+  the keys the block sees, as the forward does, and accumulates ``dS K`` in registers;
+  :func:`scale_cast_tile_kernel` turns the atomic path's f32 buffer into dQ.
+
+Causality, ``kv_lens`` and the ``-inf`` logsumexp of a row that sees no key are one test,
+:func:`probability`: an element is visible iff its key is below the batch's length and, with
+``CAUSAL``, at or left of the bottom-right aligned diagonal; invisible elements get
+``P = 0``, so such rows contribute nothing.
+"""
+
+# No `from __future__ import annotations`: the kernels' annotations name the factories' types.
+from functools import cache
+from typing import Any
+
+import kaio
+import kaio.tile as kt
+from kaio import dtypes
+from kaio.prelude import Array, MutArray, exp2, f32, i32
+
+LOG2E = 1.4426950408889634
+
+
+@kaio.device
+def probability(s: f32, lse2: f32, row: i32, col: i32, sq: i32, sk: i32, CAUSAL: i32) -> f32:  # noqa: N803
+    """``P`` of query ``row`` and key ``col`` from the log2-scaled score ``s`` and logsumexp
+    ``lse2``; 0 where the key is not visible (past ``sk``, past the query rows, or after the
+    diagonal ``col <= row + sk - sq`` with ``CAUSAL``), so the ``-inf`` logsumexp of a row
+    without keys is never used."""
+    visible = col < sk and row < sq
+    if CAUSAL == 1:
+        visible = visible and col <= row + (sk - sq)
+    return exp2(s - lse2) if visible else 0.0
+
+
+@cache
+def delta_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+    """``delta = rowsum(f32(dO) * f32(O)) - dlse`` over the (rows, D) arrays."""
+
+    @kaio.tile_kernel(num_warps=4, num_stages=0)
+    def attention_delta(o: Array[T], do: Array[T], dlse: Array[f32], delta: MutArray[f32], rows: i32, D: i32,
+                        BM: kaio.constexpr = 32, BD: kaio.constexpr = 64, HAS_DLSE: kaio.constexpr = False):  # fmt: skip
+        m0 = i32(kt.program_id(0)) * BM
+        ot = f32(kt.load(o, (m0, 0), (BM, BD), (rows, D)))
+        dout = f32(kt.load(do, (m0, 0), (BM, BD), (rows, D)))
+        d = kt.sum(ot * dout, 1)
+        if HAS_DLSE:
+            d = d - kt.load(dlse, (m0,), (BM,), (rows,))
+        kt.store(delta, (m0,), d, (rows,))
+
+    return attention_delta
+
+
+@cache
+def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> Any:  # noqa: N803
+    """dK and dV (and, with ``ATOMIC_DQ``, dQ's f32 partial sums) for one input type."""
+
+    @kaio.tile_kernel(num_warps=warps, num_stages=stages)
+    def attention_dkdv(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
+                       dk: MutArray[T], dv: MutArray[T], dq_acc: MutArray[f32], kv_lens: Array[i32],
+                       H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,
+                       BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
+                       CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
+                       ATOMIC_DQ: kaio.constexpr = False):  # fmt: skip
+        n0 = i32(kt.program_id(0)) * BN
+        bh = i32(kt.program_id(1))  # b * HKV + key/value head
+        b, hk = bh // HKV, bh % HKV
+        group = H // HKV
+        kv_row = bh * SK  # q, o, dO: (B*H*SQ, D); k, v: (B*HKV*SK, D)
+        sk = SK
+        if HAS_LENS:
+            sk = min(kv_lens[b], SK)
+        m_lo = 0
+        if CAUSAL == 1:  # the first query block with a row that sees key n0
+            m_lo = max(n0 - (sk - SQ), 0) // BM * BM
+        m_hi = SQ
+        if n0 >= sk:  # no visible key in this block: its gradients are zeros
+            m_hi = 0
+        scale_log2 = scale * LOG2E
+
+        kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+        vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+        cols = kt.expand_dims(n0 + kt.arange(BN), 1)  # key index, down the (BN, BM) transposed scores
+        dims = kt.expand_dims(kt.arange(BD), 1)
+        dk_acc = kt.zeros((BN, BD), f32)
+        dv_acc = kt.zeros((BN, BD), f32)
+        for g in range(group):
+            q_row = (b * H + hk * group + g) * SQ
+            for m0 in range(m_lo, m_hi, BM):
+                qb = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
+                dob = kt.load(do, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
+                lse2 = kt.load(lse, (q_row + m0,), (BM,), (q_row + SQ,)) * LOG2E
+                di = kt.load(delta, (q_row + m0,), (BM,), (q_row + SQ,))
+                rows = kt.expand_dims(m0 + kt.arange(BM), 0)
+                st = kt.dot(kb, kt.trans(qb), kt.zeros((BN, BM), f32)) * scale_log2
+                pt = probability(st, kt.expand_dims(lse2, 0), rows, cols, SQ, sk, CAUSAL)
+                dv_acc = kt.dot(T(pt), dob, dv_acc)
+                dpt = kt.dot(vb, kt.trans(dob), kt.zeros((BN, BM), f32))
+                dst = T(pt * (dpt - kt.expand_dims(di, 0)))
+                dk_acc = kt.dot(dst, qb, dk_acc)
+                if ATOMIC_DQ:  # dQ^T = K^T dS^T, added into the f32 buffer element by element
+                    dqt = kt.dot(kt.trans(kb), dst, kt.zeros((BD, BM), f32))
+                    inside = (rows < SQ) & (dims < D)
+                    kt.atomic_add(dq_acc, (q_row + rows) * D + dims, dqt, mask=inside)
+        kt.store(dk, (kv_row + n0, 0), T(dk_acc * scale), (kv_row + SK, D))
+        kt.store(dv, (kv_row + n0, 0), T(dv_acc), (kv_row + SK, D))
+
+    return attention_dkdv
+
+
+@cache
+def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> Any:  # noqa: N803
+    """The deterministic dQ: each program owns a query block and sums over the keys it sees."""
+
+    @kaio.tile_kernel(num_warps=warps, num_stages=stages)
+    def attention_dq(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
+                     dq: MutArray[T], kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,
+                     BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
+                     CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False):  # fmt: skip
+        m0 = i32(kt.program_id(0)) * BM
+        bh = i32(kt.program_id(1))  # b * H + query head
+        b, h = bh // H, bh % H
+        q_row = bh * SQ
+        kv_row = (b * HKV + h // (H // HKV)) * SK
+        sk = SK
+        if HAS_LENS:
+            sk = min(kv_lens[b], SK)
+        hi = sk
+        if CAUSAL == 1:  # the last key the block's last row sees, as in the forward
+            hi = max(min(sk, m0 + BM + sk - SQ), 0)
+        scale_log2 = scale * LOG2E
+
+        qb = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
+        dob = kt.load(do, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
+        lse2 = kt.expand_dims(kt.load(lse, (q_row + m0,), (BM,), (q_row + SQ,)) * LOG2E, 1)
+        di = kt.expand_dims(kt.load(delta, (q_row + m0,), (BM,), (q_row + SQ,)), 1)
+        rows = kt.expand_dims(m0 + kt.arange(BM), 1)
+        acc = kt.zeros((BM, BD), f32)
+        for n0 in range(0, hi, BN):
+            kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+            vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+            s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32)) * scale_log2
+            p = probability(s, lse2, rows, kt.expand_dims(n0 + kt.arange(BN), 0), SQ, sk, CAUSAL)
+            dp = kt.dot(dob, kt.trans(vb), kt.zeros((BM, BN), f32))
+            acc = kt.dot(T(p * (dp - di)), kb, acc)
+        kt.store(dq, (q_row + m0, 0), T(acc * scale), (q_row + SQ, D))
+
+    return attention_dq
+
+
+@cache
+def scale_cast_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+    """``out = T(acc * scale)`` over n elements: the atomic path's f32 dQ to the input type."""
+
+    @kaio.tile_kernel(num_warps=4, num_stages=0)
+    def attention_dq_cast(acc: Array[f32], out: MutArray[T], n: i32, scale: f32, BLOCK: kaio.constexpr = 1024):
+        start = i32(kt.program_id(0)) * BLOCK
+        kt.store(out, (start,), T(kt.load(acc, (start,), (BLOCK,), (n,)) * scale), (n,))
+
+    return attention_dq_cast
