@@ -115,6 +115,10 @@ def _(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32)
 
 
+# The backward kernels of softmax, the gated activations and cross_entropy, and their autograd.
+import kaio.ops_library.torch_ops_backward  # noqa: E402, F401
+
+
 # --- attention: FlashAttention-2 forward and backward, the backward registered for autograd ----
 
 

@@ -1,0 +1,149 @@
+"""Autograd for ``torch.ops.kaio.softmax``, ``gated_activation`` and ``cross_entropy``: their
+backward kernels as custom ops (``softmax_backward``, ``gated_activation_backward``,
+``cross_entropy_backward``), the fused ``cross_entropy_with_grad`` (losses and their gradient
+from one row sweep, Liger-Kernel's way) and each op's ``torch.library.register_autograd``.
+
+What is saved for the backward: softmax its output ``y``; the gated activations their input
+``x``; ``cross_entropy`` the logits and targets (the backward reads the logits again);
+``cross_entropy_with_grad`` only the ``dlogits`` it computed (a logits-sized buffer instead of
+a second read). The backward ops themselves have no backward (no second derivatives): calling
+them with tensors that require grad is refused by ``kaio.ops_library.autograd``.
+
+Loaded by ``torch_ops`` (which defines the forward ops); importing it imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+import kaio.ops_library.torch_ops  # noqa: F401  (the forward ops, defined first)
+from kaio.ops_library.activations import SILU
+from kaio.ops_library.activations_backward import check as check_gated_backward
+from kaio.ops_library.activations_backward import run as run_gated_backward
+from kaio.ops_library.cross_entropy import check as check_cross_entropy
+from kaio.ops_library.cross_entropy import run as run_cross_entropy
+from kaio.ops_library.softmax_backward import check as check_softmax_backward
+from kaio.ops_library.softmax_backward import run as run_softmax_backward
+from kaio.ops_library.autograd import scoped_device
+from kaio.ops_library.torch_checks import TensorMetadata
+
+# --- softmax ------------------------------------------------------------------------------------
+
+
+def _softmax_name(log: bool) -> str:
+    return "log_softmax_backward" if log else "softmax_backward"
+
+
+@torch.library.custom_op("kaio::softmax_backward", mutates_args=())
+def _softmax_backward(grad_y: Tensor, y: Tensor, log: bool) -> Tensor:
+    return run_softmax_backward(_softmax_name(log), grad_y, y, log, scoped_device())  # type: ignore[no-any-return]
+
+
+@_softmax_backward.register_fake
+def _(grad_y: Tensor, y: Tensor, log: bool) -> Tensor:
+    op = _softmax_name(log)
+    check_softmax_backward(TensorMetadata(op), op, grad_y, y)
+    return torch.empty_like(y)
+
+
+def _softmax_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    ctx.log = inputs[1] if len(inputs) > 1 else False
+    ctx.save_for_backward(output)
+
+
+def _softmax_grad(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+    (y,) = ctx.saved_tensors
+    return torch.ops.kaio.softmax_backward(grad.contiguous(), y, ctx.log), None
+
+
+torch.library.register_autograd("kaio::softmax", _softmax_grad, setup_context=_softmax_setup)
+
+# --- silu_and_mul, gelu_and_mul -----------------------------------------------------------------
+
+
+def _gated_name(act: int) -> str:
+    return "silu_and_mul_backward" if act == SILU else "gelu_and_mul_backward"
+
+
+@torch.library.custom_op("kaio::gated_activation_backward", mutates_args=())
+def _gated_backward(grad_out: Tensor, x: Tensor, act: int) -> Tensor:
+    return run_gated_backward(_gated_name(act), grad_out, x, act, scoped_device())  # type: ignore[no-any-return]
+
+
+@_gated_backward.register_fake
+def _(grad_out: Tensor, x: Tensor, act: int) -> Tensor:
+    op = _gated_name(act)
+    check_gated_backward(TensorMetadata(op), op, grad_out, x)
+    return torch.empty_like(x)
+
+
+def _gated_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    x, ctx.act = inputs
+    ctx.save_for_backward(x)
+
+
+def _gated_grad(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+    (x,) = ctx.saved_tensors
+    return torch.ops.kaio.gated_activation_backward(grad.contiguous(), x, ctx.act), None
+
+
+torch.library.register_autograd("kaio::gated_activation", _gated_grad, setup_context=_gated_setup)
+
+# --- cross_entropy ------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("kaio::cross_entropy_backward", mutates_args=())
+def _cross_entropy_backward(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int) -> Tensor:
+    return run_cross_entropy(logits, targets, ignore_index, scoped_device(), grad_loss=grad_loss)  # type: ignore[no-any-return]
+
+
+@_cross_entropy_backward.register_fake
+def _(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int) -> Tensor:
+    op = "cross_entropy_backward"
+    check_cross_entropy(TensorMetadata(op), op, logits, targets, grad_loss)
+    return torch.empty_like(logits)
+
+
+@torch.library.custom_op("kaio::cross_entropy_with_grad", mutates_args=())
+def _cross_entropy_with_grad(logits: Tensor, targets: Tensor, ignore_index: int) -> tuple[Tensor, Tensor]:
+    return run_cross_entropy(logits, targets, ignore_index, scoped_device(), grad=True)  # type: ignore[no-any-return]
+
+
+@_cross_entropy_with_grad.register_fake
+def _(logits: Tensor, targets: Tensor, ignore_index: int) -> tuple[Tensor, Tensor]:
+    check_cross_entropy(TensorMetadata("cross_entropy"), "cross_entropy", logits, targets)
+    return logits.new_empty(logits.shape[:-1], dtype=torch.float32), torch.empty_like(logits)
+
+
+def _cross_entropy_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    logits, targets, ctx.ignore_index = inputs
+    ctx.save_for_backward(logits, targets)
+
+
+def _cross_entropy_grad(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+    logits, targets = ctx.saved_tensors
+    grad_loss = grad.to(torch.float32).contiguous()
+    return torch.ops.kaio.cross_entropy_backward(logits, targets, grad_loss, ctx.ignore_index), None, None
+
+
+torch.library.register_autograd("kaio::cross_entropy", _cross_entropy_grad, setup_context=_cross_entropy_setup)
+
+
+def _with_grad_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
+    dlogits = output[1]
+    ctx.mark_non_differentiable(dlogits)  # a result, not a function of the logits to differentiate
+    ctx.save_for_backward(dlogits)
+
+
+def _with_grad_grad(ctx: Any, grad_loss: Tensor, _grad_dlogits: Any) -> tuple[Tensor, None, None]:
+    (dlogits,) = ctx.saved_tensors
+    # the saved gradient is that of losses.sum(): each row scaled by its loss's incoming gradient
+    return dlogits * grad_loss.unsqueeze(-1).to(dlogits.dtype), None, None
+
+
+torch.library.register_autograd(
+    "kaio::cross_entropy_with_grad", _with_grad_grad, setup_context=_with_grad_setup
+)
