@@ -10,7 +10,8 @@ from kaio.ops_library.matmul import Matmul, matmul
 from kaio.ops_library.matmul_backward import matmul_backward
 from kaio.ops_library.matmul_config import MatmulConfig
 from kaio.ops_library.norms import layer_norm, rms_norm
-from kaio.ops_library.rope import rope
+from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backward
+from kaio.ops_library.rope import rope, rope_backward
 from kaio.ops_library.softmax import log_softmax, softmax
 from kaio.ops_library.softmax_backward import log_softmax_backward, softmax_backward
 
@@ -18,6 +19,7 @@ __all__ = [
     "cross_entropy_backward", "gelu_and_mul_backward", "log_softmax_backward", "matmul_backward",
     "silu_and_mul_backward", "softmax_backward",
     "Attention", "Matmul", "MatmulConfig", "attention", "attention_backward", "cross_entropy", "gelu_and_mul",
-    "layer_norm", "linear_cross_entropy", "linear_cross_entropy_backward", "log_softmax", "matmul",
-    "rms_norm", "rope", "silu_and_mul", "softmax",
+    "layer_norm", "layer_norm_backward", "linear_cross_entropy", "linear_cross_entropy_backward",
+    "log_softmax", "matmul", "rms_norm", "rms_norm_backward", "rope",
+    "rope_backward", "silu_and_mul", "softmax",
 ]  # fmt: skip

@@ -21,6 +21,7 @@ import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.ops_library import rows as rowops
+from kaio.ops_library.autograd import needs_grad
 from kaio.ops_library.operands import Operands
 from kaio.prelude import Array, MutArray, f32, i32, min, rsqrt  # noqa: A004
 
@@ -28,9 +29,11 @@ from kaio.prelude import Array, MutArray, f32, i32, min, rsqrt  # noqa: A004
 @cache
 def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
     @kaio.tile_kernel(num_warps=4)
-    def layer_norm(x: Array[T], w: Array[T], b: Array[T], y: MutArray[T], rows: i32, cols: i32, eps: f32,
+    def layer_norm(x: Array[T], w: Array[T], b: Array[T], y: MutArray[T], mean_out: MutArray[f32],
+                   rstd_out: MutArray[f32], rows: i32, cols: i32, eps: f32,
                    R: kaio.constexpr = 1, C: kaio.constexpr = 1024, SINGLE: kaio.constexpr = True,
-                   HAS_W: kaio.constexpr = False, HAS_B: kaio.constexpr = False, BASE_X: kaio.constexpr = 16,
+                   HAS_W: kaio.constexpr = False, HAS_B: kaio.constexpr = False, SAVE: kaio.constexpr = False,
+                   BASE_X: kaio.constexpr = 16,
                    BASE_W: kaio.constexpr = 16, BASE_B: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16):  # fmt: skip
         x, y = kt.multiple_of(x, BASE_X), kt.multiple_of(y, BASE_Y)
         w, b = kt.multiple_of(w, BASE_W), kt.multiple_of(b, BASE_B)
@@ -39,8 +42,13 @@ def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
         if SINGLE:
             t = f32(kt.load(x, (r0, 0), (R, C), (rows, cols)))
             inside = kt.expand_dims(kt.arange(C) < cols, 0)
-            d = kt.where(inside, t - kt.expand_dims(kt.sum(t, 1) / n, 1), 0.0)
-            out = d * kt.expand_dims(rsqrt(kt.sum(d * d, 1) / n + eps), 1)
+            mean = kt.sum(t, 1) / n
+            d = kt.where(inside, t - kt.expand_dims(mean, 1), 0.0)
+            rstd = rsqrt(kt.sum(d * d, 1) / n + eps)
+            if SAVE:  # for the backward: per-row statistics in f32
+                kt.store(mean_out, (r0,), mean, (rows,))
+                kt.store(rstd_out, (r0,), rstd, (rows,))
+            out = d * kt.expand_dims(rstd, 1)
             if HAS_W:
                 out = out * kt.expand_dims(f32(kt.load(w, (0,), (C,), (cols,))), 0)
             if HAS_B:
@@ -60,8 +68,12 @@ def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
                 delta = bmean - mean
                 mean = mean + delta * (nb / (seen + nb))
                 m2 = m2 + kt.sum(d * d, 1) + delta * delta * (seen * nb / (seen + nb))
+            row_rstd = rsqrt(m2 / n + eps)
+            if SAVE:
+                kt.store(mean_out, (r0,), mean, (rows,))
+                kt.store(rstd_out, (r0,), row_rstd, (rows,))
             mu = kt.expand_dims(mean, 1)
-            rstd = kt.expand_dims(rsqrt(m2 / n + eps), 1)
+            rstd = kt.expand_dims(row_rstd, 1)
             for k0 in range(0, cols, C):
                 out = (f32(kt.load(x, (r0, k0), (R, C), (rows, cols))) - mu) * rstd
                 if HAS_W:
@@ -77,9 +89,10 @@ def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
 def rms_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
     @kaio.tile_kernel(num_warps=4)
     def rms_norm(x: Array[T], res: Array[T], w: Array[T], y: MutArray[T], h: MutArray[T],
-                 rows: i32, cols: i32, eps: f32,
+                 rstd_out: MutArray[f32], rows: i32, cols: i32, eps: f32,
                  R: kaio.constexpr = 1, C: kaio.constexpr = 1024, SINGLE: kaio.constexpr = True,
-                 HAS_W: kaio.constexpr = False, HAS_RES: kaio.constexpr = False, BASE_X: kaio.constexpr = 16,
+                 HAS_W: kaio.constexpr = False, HAS_RES: kaio.constexpr = False, SAVE: kaio.constexpr = False,
+                 BASE_X: kaio.constexpr = 16,
                  BASE_R: kaio.constexpr = 16, BASE_W: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16,
                  BASE_H: kaio.constexpr = 16):  # fmt: skip
         x, res, w = kt.multiple_of(x, BASE_X), kt.multiple_of(res, BASE_R), kt.multiple_of(w, BASE_W)
@@ -93,7 +106,10 @@ def rms_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
                 t = f32(hv)
             else:
                 t = f32(kt.load(x, (r0, 0), (R, C), (rows, cols)))
-            out = t * kt.expand_dims(rsqrt(kt.sum(t * t, 1) / n + eps), 1)
+            rstd = rsqrt(kt.sum(t * t, 1) / n + eps)
+            if SAVE:  # for the backward: per-row rstd in f32
+                kt.store(rstd_out, (r0,), rstd, (rows,))
+            out = t * kt.expand_dims(rstd, 1)
             if HAS_W:
                 out = out * kt.expand_dims(f32(kt.load(w, (0,), (C,), (cols,))), 0)
             kt.store(y, (r0, 0), T(out), (rows, cols))
@@ -107,7 +123,10 @@ def rms_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
                 else:
                     t = f32(kt.load(x, (r0, k0), (R, C), (rows, cols)))
                 ss = ss + kt.sum(t * t, 1)
-            rstd = kt.expand_dims(rsqrt(ss / n + eps), 1)
+            row_rstd = rsqrt(ss / n + eps)
+            if SAVE:
+                kt.store(rstd_out, (r0,), row_rstd, (rows,))
+            rstd = kt.expand_dims(row_rstd, 1)
             for k0 in range(0, cols, C):
                 # the sum again from x and res: no read of what other threads wrote
                 if HAS_RES:
@@ -139,12 +158,15 @@ def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, 
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last axis (biased variance)."""
     eps = rowops.check_eps("layer_norm", eps)
     if (ops := rowops.torch_op(x, weight, bias, device=device)) is not None:
+        if needs_grad(x, weight, bias):  # the form that saves the statistics the backward reads
+            return ops.layer_norm_fwd(x, weight, bias, eps)[0]
         return ops.layer_norm(x, weight, bias, eps)
     return run_layer_norm(x, weight, bias, eps, device)
 
 
-def run_layer_norm(x: Any, weight: Any, bias: Any, eps: float, device: Any) -> Any:
-    """The op itself, without the torch custom-op routing."""
+def run_layer_norm(x: Any, weight: Any, bias: Any, eps: float, device: Any, save: bool = False) -> Any:
+    """The op itself, without the torch custom-op routing. ``save``: also return the per-row
+    mean and rstd (f32, shape ``x.shape[:-1]``) the backward needs: ``(y, mean, rstd)``."""
     op = "layer_norm"
     ops = Operands(op, x, weight, bias, device=device)
     ox = rowops.take_float(ops, op, "x", x)
@@ -153,12 +175,15 @@ def run_layer_norm(x: Any, weight: Any, bias: Any, eps: float, device: Any) -> A
     ob = _vector(ops, op, "bias", bias, ox, cols)
     eps = rowops.check_eps(op, eps)
     oy = ops.output(tuple(ox.shape), ox.dtype)
+    om, orstd = rowops.row_stats(ops, ox, save), rowops.row_stats(ops, ox, save)
     if rows and cols:
         blk = rowops.blocks(rows, cols, one_pass=rowops.ONE_PASS, aligned=rowops.rows_aligned(cols, ox, ow, ob, oy))
-        args = (ox.value, (ow or ox).value, (ob or ox).value, oy.value, rows, cols, eps)
+        args = (ox.value, (ow or ox).value, (ob or ox).value, oy.value, om.value, orstd.value, rows, cols, eps)
         rowops.launch(layer_norm_kernel(ox.dtype), blk, blk.grid(rows), args, ops.device,
-                      HAS_W=ow is not None, HAS_B=ob is not None, BASE_X=_align(ox), BASE_W=_align(ow),
+                      HAS_W=ow is not None, HAS_B=ob is not None, SAVE=save, BASE_X=_align(ox), BASE_W=_align(ow),
                       BASE_B=_align(ob), BASE_Y=_align(oy))  # fmt: skip
+    if save:
+        return ops.result(oy), ops.result(om), ops.result(orstd)
     return ops.result(oy)
 
 
@@ -167,12 +192,18 @@ def rms_norm(x: Any, weight: Any = None, eps: float = 1e-6, residual: Any = None
     ``(rms_norm(x + residual) * weight, x + residual)`` from one pass over x and residual."""
     eps = rowops.check_eps("rms_norm", eps)
     if (ops := rowops.torch_op(x, weight, residual, device=device)) is not None:
+        if needs_grad(x, weight, residual):  # the forms that save the rstd the backward reads
+            if residual is None:
+                return ops.rms_norm_fwd(x, weight, eps)[0]
+            y, h, _ = ops.add_rms_norm_fwd(x, residual, weight, eps)
+            return y, h
         return ops.rms_norm(x, weight, eps) if residual is None else ops.add_rms_norm(x, residual, weight, eps)
     return run_rms_norm(x, weight, eps, residual, device)
 
 
-def run_rms_norm(x: Any, weight: Any, eps: float, residual: Any, device: Any) -> Any:
-    """The op itself, without the torch custom-op routing."""
+def run_rms_norm(x: Any, weight: Any, eps: float, residual: Any, device: Any, save: bool = False) -> Any:
+    """The op itself, without the torch custom-op routing. ``save``: also return the per-row
+    rstd (f32, shape ``x.shape[:-1]``) the backward needs, last: ``(y, rstd)`` or ``(y, h, rstd)``."""
     op = "rms_norm"
     ops = Operands(op, x, weight, residual, device=device)
     ox = rowops.take_float(ops, op, "x", x)
@@ -186,14 +217,15 @@ def run_rms_norm(x: Any, weight: Any, eps: float, residual: Any, device: Any) ->
     eps = rowops.check_eps(op, eps)
     oy = ops.output(tuple(ox.shape), ox.dtype)
     oh = ops.output(tuple(ox.shape), ox.dtype) if orr is not None else None
+    orstd = rowops.row_stats(ops, ox, save)
     if rows and cols:
         # rms_norm keeps one value per element live: halves' rows fit twice as long
         blk = rowops.blocks(rows, cols, one_pass=rowops.ONE_PASS_LIGHT if ox.dtype.bits == 16 else rowops.ONE_PASS,
                             aligned=rowops.rows_aligned(cols, ox, orr, ow, oy, oh))  # fmt: skip
-        args = (ox.value, (orr or ox).value, (ow or ox).value, oy.value, (oh or oy).value, rows, cols, eps)
+        args = (ox.value, (orr or ox).value, (ow or ox).value, oy.value, (oh or oy).value, orstd.value,
+                rows, cols, eps)  # fmt: skip
         rowops.launch(rms_norm_kernel(ox.dtype), blk, blk.grid(rows), args, ops.device,
-                      HAS_W=ow is not None, HAS_RES=orr is not None, BASE_X=_align(ox), BASE_R=_align(orr),
+                      HAS_W=ow is not None, HAS_RES=orr is not None, SAVE=save, BASE_X=_align(ox), BASE_R=_align(orr),
                       BASE_W=_align(ow), BASE_Y=_align(oy), BASE_H=_align(oh))  # fmt: skip
-    if oh is None:
-        return ops.result(oy)
-    return ops.result(oy), ops.result(oh)
+    results = [ops.result(oy)] + ([ops.result(oh)] if oh is not None else []) + ([ops.result(orstd)] if save else [])
+    return results[0] if len(results) == 1 else tuple(results)

@@ -4,6 +4,7 @@
     q = rope(q, cos, sin)                     # q: (B, S, H, D) or (B, H, S, D); cos, sin: (S, D/2)
     q = rope(q, cos, sin, interleaved=True)   # pairs (2i, 2i+1) instead of halves (i, i + D/2)
     q = rope(q, cos, sin, layout="bhsd")      # say the layout when S == H
+    dq = rope_backward(dq_rot, cos, sin)      # the gradient: the rotation back (rope's arguments)
 
 Each pair ``(a, b)`` of a row at position ``s`` becomes ``(a cos - b sin, b cos + a sin)`` with
 ``cos[s, i]``, ``sin[s, i]``: the pairs are ``(x[i], x[i + D/2])`` (the "rotate half" form of
@@ -30,7 +31,7 @@ import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library import rows as rowops
-from kaio.ops_library.operands import Operands
+from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, f32, i32
 
 LAYOUTS = ("bshd", "bhsd")
@@ -50,7 +51,8 @@ def rope_kernel(T: dtypes.ScalarType, CT: dtypes.ScalarType) -> Any:  # noqa: N8
     @kaio.tile_kernel(num_warps=4)
     def rope(x: Array[T], cos: Array[CT], sin: Array[CT], y: MutArray[T], S: i32, H: i32, half: i32,
              R: kaio.constexpr = 1, C: kaio.constexpr = 64, BSHD: kaio.constexpr = True,
-             INTERLEAVED: kaio.constexpr = False, BASE_X: kaio.constexpr = 16, BASE_C: kaio.constexpr = 16,
+             INTERLEAVED: kaio.constexpr = False, INVERSE: kaio.constexpr = False, BASE_X: kaio.constexpr = 16,
+             BASE_C: kaio.constexpr = 16,
              BASE_S: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16):  # fmt: skip
         x, y = kt.multiple_of(x, BASE_X), kt.multiple_of(y, BASE_Y)
         cos, sin = kt.multiple_of(cos, BASE_C), kt.multiple_of(sin, BASE_S)
@@ -67,6 +69,8 @@ def rope_kernel(T: dtypes.ScalarType, CT: dtypes.ScalarType) -> Any:  # noqa: N8
             end = p0 * S + S
             c = f32(kt.load(cos, (blk, 0), (R, C), (S, half)))
             sn = f32(kt.load(sin, (blk, 0), (R, C), (S, half)))
+        if INVERSE:  # the backward: the rotation by -angle (its transpose)
+            sn = -sn
         if INTERLEAVED:
             # (bool tiles must not change layout: a compiler bug, see test_tile_bugs_membound)
             r = kt.broadcast_to(kt.expand_dims(kt.arange(R) + row0, 1), (R, C))
@@ -111,38 +115,65 @@ def _layout(x_shape: tuple[int, ...], s: int, layout: str | None) -> str:
 def rope(x: Any, cos: Any, sin: Any, interleaved: bool = False, *, layout: str | None = None,
          device: Any = None) -> Any:  # fmt: skip
     """Rotary embeddings of x (B, S, H, D) or (B, H, S, D) by cos, sin (S, D/2); see the module doc."""
-    if not isinstance(interleaved, bool):
-        raise KaioTypeError(f"rope: `interleaved` must be a bool, got {interleaved!r}")
-    if layout is not None and layout not in LAYOUTS:
-        raise KaioTypeError(f"rope: `layout` is 'bshd', 'bhsd' or None (from the shapes), got {layout!r}")
+    _check_options("rope", interleaved, layout)
     if (ops := rowops.torch_op(x, cos, sin, device=device)) is not None:
         return ops.rope(x, cos, sin, interleaved, layout)
     return run(x, cos, sin, interleaved, layout, device)
 
 
-def run(x: Any, cos: Any, sin: Any, interleaved: bool, layout: str | None, device: Any) -> Any:
-    """The op itself, without the torch custom-op routing."""
-    op = "rope"
-    ops = Operands(op, x, cos, sin, device=device)
-    ox = rowops.take_float(ops, op, "x", x)
+def rope_backward(grad_out: Any, cos: Any, sin: Any, interleaved: bool = False, *, layout: str | None = None,
+                  device: Any = None) -> Any:  # fmt: skip
+    """The gradient of ``rope``'s input from its output's, ``grad_out`` (rope's arguments
+    otherwise): each pair rotated back, ``(a cos + b sin, b cos - a sin)``. One launch of the
+    forward's kernel with the sine negated; the same layouts, types and checks."""
+    _check_options("rope_backward", interleaved, layout)
+    if (ops := rowops.torch_op(grad_out, cos, sin, device=device)) is not None:
+        return ops.rope_backward(grad_out, cos, sin, interleaved, layout)
+    return run(grad_out, cos, sin, interleaved, layout, device, inverse=True)
+
+
+def _check_options(op: str, interleaved: Any, layout: Any) -> None:
+    if not isinstance(interleaved, bool):
+        raise KaioTypeError(f"{op}: `interleaved` must be a bool, got {interleaved!r}")
+    if layout is not None and layout not in LAYOUTS:
+        raise KaioTypeError(f"{op}: `layout` is 'bshd', 'bhsd' or None (from the shapes), got {layout!r}")
+
+
+def take_operands(ops: Any, op: str, name: str, x: Any, cos: Any, sin: Any,
+                  layout: str | None) -> tuple[Operand, Operand, Operand, str]:  # fmt: skip
+    """x (named ``name``), cos and sin as operands, checked, and the layout. ``ops``: the call's
+    Operands, or anything with its ``take`` (the torch fakes check tensors' metadata alone)."""
+    ox = rowops.take_float(ops, op, name, x)
     oc = rowops.take_float(ops, op, "cos", cos)
     osn = rowops.take_float(ops, op, "sin", sin)
     if len(ox.shape) != 4:
-        raise KaioTypeError(f"rope: `x` must be 4-D, (B, S, H, D) or (B, H, S, D), got shape {tuple(ox.shape)}")
-    bsz, a1, a2, dim = ox.shape
+        raise KaioTypeError(f"{op}: `{name}` must be 4-D, (B, S, H, D) or (B, H, S, D), got shape {tuple(ox.shape)}")
+    dim = ox.shape[3]
     if dim % 2:
-        raise KaioTypeError(f"rope: the head dim of `x` must be even, got {dim}")
+        raise KaioTypeError(f"{op}: the head dim of `{name}` must be even, got {dim}")
     half = dim // 2
     if len(oc.shape) != 2 or oc.shape[1] != half:
-        raise KaioTypeError(f"rope: `cos` must have shape (S, {half}), got {tuple(oc.shape)}")
+        raise KaioTypeError(f"{op}: `cos` must have shape (S, {half}), got {tuple(oc.shape)}")
     rowops.same_shape(op, "sin", osn, tuple(oc.shape))
     if oc.dtype != osn.dtype:
-        raise KaioTypeError(f"rope: `cos` is {oc.dtype.name} but `sin` is {osn.dtype.name}: pass one type")
+        raise KaioTypeError(f"{op}: `cos` is {oc.dtype.name} but `sin` is {osn.dtype.name}: pass one type")
     if oc.dtype not in (ox.dtype, dtypes.f32):
-        raise KaioTypeError(f"rope: `cos` must be f32 or {ox.dtype.name} (x's type), got {oc.dtype.name}")
-    s = oc.shape[0]
-    lay = _layout(tuple(ox.shape), s, layout)
+        raise KaioTypeError(f"{op}: `cos` must be f32 or {ox.dtype.name} (x's type), got {oc.dtype.name}")
+    lay = _layout(tuple(ox.shape), oc.shape[0], layout)
     rowops.rows_cols(tuple(ox.shape), op)
+    return ox, oc, osn, lay
+
+
+def run(x: Any, cos: Any, sin: Any, interleaved: bool, layout: str | None, device: Any,
+        inverse: bool = False) -> Any:  # fmt: skip
+    """The op itself, without the torch custom-op routing (``inverse``: ``rope_backward``, x
+    being the output's gradient)."""
+    op = "rope_backward" if inverse else "rope"
+    ops = Operands(op, x, cos, sin, device=device)
+    ox, oc, osn, lay = take_operands(ops, op, "grad_out" if inverse else "x", x, cos, sin, layout)
+    bsz, a1, a2, dim = ox.shape
+    half = dim // 2
+    s = oc.shape[0]
     oy = ops.output(tuple(ox.shape), ox.dtype)
     if ox.shape and math.prod(ox.shape):
         heads = a2 if lay == "bshd" else a1
@@ -152,6 +183,6 @@ def run(x: Any, cos: Any, sin: Any, interleaved: bool, layout: str | None, devic
         args = (ox.value, oc.value, osn.value, oy.value, s, heads, half)
         al = rowops.base_alignment
         rowops.launch(rope_kernel(ox.dtype, oc.dtype), b, grid, args, ops.device, BSHD=lay == "bshd",
-                      INTERLEAVED=interleaved, BASE_X=al(ox.ptr), BASE_C=al(oc.ptr), BASE_S=al(osn.ptr),
-                      BASE_Y=al(oy.ptr))  # fmt: skip
+                      INTERLEAVED=interleaved, INVERSE=inverse, BASE_X=al(ox.ptr), BASE_C=al(oc.ptr),
+                      BASE_S=al(osn.ptr), BASE_Y=al(oy.ptr))  # fmt: skip
     return ops.result(oy)

@@ -118,6 +118,9 @@ def _(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
 # The backward kernels of softmax, the gated activations and cross_entropy, and their autograd.
 import kaio.ops_library.torch_ops_backward  # noqa: E402, F401
 
+# The norms' forwards with statistics and backwards, and autograd for the norms and rope.
+import kaio.ops_library.norms_autograd  # noqa: E402, F401
+
 # The fused linear + cross-entropy, forward and backward, with its autograd.
 import kaio.ops_library.linear_cross_entropy_torch  # noqa: E402, F401
 
