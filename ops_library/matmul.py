@@ -74,7 +74,7 @@ def _check(a: _Operand, b: _Operand, out: _Operand | None, acc: Any) -> tuple[in
             raise KaioTypeError(f"matmul: out must have shape ({m}, {n}), got {out.shape}")
         if out.dtype not in (dtypes.f32, a.dtype):
             raise KaioTypeError(f"matmul: out must be f32 or {a.dtype.name} (the input type), got {out.dtype.name}")
-    if max(m, n, k) >= 2**31:
+    if any(size >= 2**31 for size in (m, n, k)):  # no max(): compiled, it would guard on their order
         raise KaioTypeError("matmul: sizes must be below 2**31")
     for name, source in (("a", a), ("b", b)):
         if out is not None and _overlaps(out, source):
