@@ -37,9 +37,11 @@ from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, f32, i32, min  # noqa: A004
 
 PROGRAMS_PER_SM = 2  # programs of the row sweep per SM: each one f32 row of partial sums
-# The backward keeps dy, x, the weight and two column sums per element live: rows kept whole
-# up to half the forward's one-pass length.
-ONE_PASS = rowops.ONE_PASS // 2
+# The backward keeps dy, x, the weight and the column sums per element live: rows are kept
+# whole (one program of 16 warps) up to 8192 for rms_norm; layer_norm's second column sum
+# spills there (ptxas, 128 registers a thread at 512 threads), so its rows loop past one tile.
+ONE_PASS_RMS = rowops.ONE_PASS // 2
+ONE_PASS_LAYER_NORM = rowops.MAX_BLOCK
 SUM_TILE = 4096  # elements of the partial-sum tile the column reduction loads per step
 
 
@@ -225,7 +227,8 @@ def run_backward(op: str, grad_y: Any, x: Any, weight: Any, bias: Any, mean: Any
     ox, ody, ow, ob, om, ors, odh = o.x, o.grad_y, o.weight, o.bias, o.mean, o.rstd, o.grad_h
     rows, cols = rowops.rows_cols(ox.shape, op)
     odx = ops.output(tuple(ox.shape), ox.dtype)
-    blk = rowops.blocks(max(rows, 1), max(cols, 1), one_pass=ONE_PASS,
+    one_pass = ONE_PASS_RMS if om is None else ONE_PASS_LAYER_NORM
+    blk = rowops.blocks(max(rows, 1), max(cols, 1), one_pass=one_pass,
                         aligned=rowops.rows_aligned(cols, ox, ody, ow, odh, odx))  # fmt: skip
     if blk.single:  # a few programs per SM, each a contiguous range of row blocks
         programs = min(math.ceil(rows / blk.rows), max(1, int(PROGRAMS_PER_SM * ops.device.sm_count)))

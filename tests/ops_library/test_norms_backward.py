@@ -104,7 +104,8 @@ def test_long_rows_in_column_blocks_and_programs_with_several_row_blocks(poison,
     wanted = layer_norm_backward(dy, x, w, mean, rstd, bias=b), rms_norm_backward(dy, h, w, rrstd, grad_h=gh)
     # rows of 300 in five column blocks of 64 (the last partial), one row per program
     monkeypatch.setattr(rowops, "MAX_BLOCK", 64)
-    monkeypatch.setattr(norms_backward, "ONE_PASS", 64)
+    monkeypatch.setattr(norms_backward, "ONE_PASS_RMS", 64)
+    monkeypatch.setattr(norms_backward, "ONE_PASS_LAYER_NORM", 64)
     got = layer_norm_backward(dy, x, w, mean, rstd, bias=b), rms_norm_backward(dy, h, w, rrstd, grad_h=gh)
     for g, want in zip((*got[0], *got[1]), (*wanted[0], *wanted[1])):
         assert rel(g, want.double().numpy()) <= 1e-5
@@ -121,7 +122,8 @@ def test_long_rows_in_column_blocks_and_programs_with_several_row_blocks(poison,
 
 def test_numpy_and_buffers_in_and_out():
     rng = np.random.default_rng()
-    x, dy, w = rng.standard_normal((2, 2, 40)).astype(np.float32), rng.standard_normal((2, 2, 40)).astype(np.float32), rng.standard_normal(40).astype(np.float32)
+    x, dy = rng.standard_normal((2, 2, 2, 40)).astype(np.float32)
+    w = rng.standard_normal(40).astype(np.float32)
     _, rstd = run_rms_norm(x, w, 1e-6, None, None, save=True)
     assert isinstance(rstd, np.ndarray) and rstd.shape == (2, 2)
     dx, dw = rms_norm_backward(dy, x, w, rstd)
@@ -230,6 +232,30 @@ def test_second_derivatives_are_refused_not_dropped():
         g.sum().backward()
 
 
+@pytest.mark.slow
+def test_compiled_forward_and_backward_match_eager_on_two_shapes():
+    """fullgraph=True, dynamic=True over the norms and rope: the backward's graph holds the
+    kaio backward ops (traced by their fakes), and a second row count reuses the graph."""
+    from kaio.ops_library import rope
+
+    def block(x, r, w, b, cos, sin):
+        y, h = rms_norm(x, w, residual=r)
+        z = layer_norm(y, w, b)
+        q = rope(z.view(1, -1, 2, 16), cos, sin, layout="bshd")
+        return (q * q).sum() + h.sum() + rms_norm(x).sum()
+
+    compiled = torch.compile(block, fullgraph=True, dynamic=True, backend="aot_eager")
+    for n in (4, 6):
+        x, r, w, b = leaves(torch.randn(n, 16), torch.randn(n, 16), torch.randn(16), torch.randn(16))
+        cos, sin = torch.randn(n // 2, 8), torch.randn(n // 2, 8)
+        compiled(x, r, w, b, cos, sin).backward()
+        got = [t.grad for t in (x, r, w, b)]
+        ex, er, ew, eb = leaves(x, r, w, b)
+        block(ex, er, ew, eb, cos, sin).backward()
+        for g, e in zip(got, (ex, er, ew, eb)):
+            torch.testing.assert_close(g, e.grad)
+
+
 OPCHECK_CASES = [
     ("rms_norm_fwd", lambda x, w, b: (x, w, 1e-6)),
     ("add_rms_norm_fwd", lambda x, w, b: (x, x * 0.5, w, 1e-6)),
@@ -249,3 +275,30 @@ def test_opcheck(name, args):
     if not name.endswith("_backward"):  # the forwards' autograd is checked with grads required
         params = tuple(p.detach().requires_grad_() if isinstance(p, torch.Tensor) else p for p in params)
     torch.library.opcheck(getattr(torch.ops.kaio, name).default, params)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", pytest.param("f32", marks=pytest.mark.slow)])
+def test_the_backward_assembles_without_spills_up_to_its_one_pass_limits(dtype):
+    """Rows kept whole up to each norm's limit, and the looped form past it: no spills on sm_90
+    (the wheel's ptxas), 16-byte accesses, and the column-sum pass."""
+    from kaio import dtypes
+    from kaio.ops_library import rows as rowops
+    from kaio.targets.ptx import toolchain
+
+    if toolchain.find_ptxas() is None:
+        pytest.skip("nvidia-cuda-nvcc-cu12 not installed")
+    t = {"bf16": dtypes.bf16, "f32": dtypes.f32}[dtype]
+    cases = [(norms_backward.ONE_PASS_RMS, False, True), (norms_backward.ONE_PASS_LAYER_NORM, True, True),
+             (norms_backward.ONE_PASS_RMS * 2, False, False), (norms_backward.ONE_PASS_LAYER_NORM * 2, True, False)]
+    for cols, centered, single in cases:
+        b = rowops.blocks(8192, cols, one_pass=cols if single else cols // 2)
+        assert b.single == single
+        kernel = rowops.with_warps(norms_backward.norm_backward_kernel(t), b.warps)
+        c = kaio.compile(kernel, "sm_90", __divisible__=(("cols", 16), ("rows", 16)), R=b.rows, C=b.cols,
+                         SINGLE=b.single, CENTERED=centered, HAS_W=True, HAS_B=centered, HAS_DH=not centered)
+        report = toolchain.assemble(c.ptx, "sm_90")
+        assert report.spill_stores[c.name] == 0 and report.spill_loads[c.name] == 0, (cols, centered)
+        assert "ld.global.v4." in c.ptx and "st.global.v4." in c.ptx, (cols, centered)
+    c = kaio.compile(norms_backward.column_sum_kernel(t), "sm_90", P=16, C=256)
+    report = toolchain.assemble(c.ptx, "sm_90")
+    assert report.spill_stores[c.name] == 0
