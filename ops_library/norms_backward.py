@@ -17,9 +17,12 @@ into ``h`` from the caller) is added: ``dh = dnorm + grad_h``, which is the grad
 The weight and bias gradients are reduced across rows in f32 without atomics, as Apex and
 Liger do: each program walks a contiguous range of rows, keeps its column sums in registers
 and writes them as one row of an f32 ``(programs, cols)`` buffer; a second kernel sums that
-buffer's rows (deterministic: the same order every run). A row longer than one tile (the
-forward's two-pass case) is one program's whole range, its partial sums written per column
-block. The statistics are f32 arrays of shape ``x.shape[:-1]``.
+buffer's rows (deterministic: the same order every run). A row longer than one tile is
+read twice (the row sums over column blocks, then dx), and its column sums are added into the
+program's row of the buffer column block by column block (``kt.atomic_add``, one thread per
+element and no other program: still the same order every run). The buffer is at most
+``PROGRAMS_PER_SM * sm_count`` rows, whatever the row count. The statistics are f32 arrays of
+shape ``x.shape[:-1]``.
 """
 
 # No `from __future__ import annotations`: the kernel's annotations name the factory's types.
@@ -95,40 +98,44 @@ def norm_backward_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
             if HAS_B:
                 kt.store(db_part, (part,), db_acc, (part + cols,))
         else:
-            # one block of R rows (per_program == R): the row sums over column blocks, then dx
-            r0 = first
-            rs = kt.expand_dims(kt.load(rstd, (r0,), (R,), (last,)), 1)
-            mu = kt.expand_dims(kt.load(mean, (r0,), (R,), (last,)), 1)
-            s_gx = kt.zeros((R,), f32)
-            s_g = kt.zeros((R,), f32)
-            for k0 in range(0, cols, C):
-                g = f32(kt.load(dy, (r0, k0), (R, C), (last, cols)))
-                t = f32(kt.load(x, (r0, k0), (R, C), (last, cols)))
-                xhat = ((t - mu) if CENTERED else t) * rs
-                if HAS_W:
-                    g = g * kt.expand_dims(f32(kt.load(w, (k0,), (C,), (cols,))), 0)
-                s_gx = s_gx + kt.sum(g * xhat, 1)
-                if CENTERED:
-                    s_g = s_g + kt.sum(g, 1)
-            c_gx = kt.expand_dims(s_gx / n, 1)
-            c_g = kt.expand_dims(s_g / n, 1)
-            for k0 in range(0, cols, C):
-                g = f32(kt.load(dy, (r0, k0), (R, C), (last, cols)))
-                t = f32(kt.load(x, (r0, k0), (R, C), (last, cols)))
-                xhat = ((t - mu) if CENTERED else t) * rs
-                if HAS_W:
-                    kt.store(dw_part, (part + k0,), kt.sum(g * xhat, 0), (part + cols,))
-                if HAS_B:
-                    kt.store(db_part, (part + k0,), kt.sum(g, 0), (part + cols,))
-                if HAS_W:
-                    g = g * kt.expand_dims(f32(kt.load(w, (k0,), (C,), (cols,))), 0)
-                d = g - xhat * c_gx
-                if CENTERED:
-                    d = d - c_g
-                d = d * rs
-                if HAS_DH:
-                    d = d + f32(kt.load(dh, (r0, k0), (R, C), (last, cols)))
-                kt.store(dx, (r0, k0), T(d), (last, cols))
+            # rows longer than a tile: per row block the row sums over column blocks, then dx.
+            # The column sums go to this program's own row of the (zeroed) buffer by atomics:
+            # each element is updated by one thread, row block after row block, and by no other
+            # program, so the sums come out in the same order every run.
+            for r0 in range(first, last, R):
+                rs = kt.expand_dims(kt.load(rstd, (r0,), (R,), (last,)), 1)
+                mu = kt.expand_dims(kt.load(mean, (r0,), (R,), (last,)), 1)
+                s_gx = kt.zeros((R,), f32)
+                s_g = kt.zeros((R,), f32)
+                for k0 in range(0, cols, C):
+                    g = f32(kt.load(dy, (r0, k0), (R, C), (last, cols)))
+                    t = f32(kt.load(x, (r0, k0), (R, C), (last, cols)))
+                    xhat = ((t - mu) if CENTERED else t) * rs
+                    if HAS_W:
+                        g = g * kt.expand_dims(f32(kt.load(w, (k0,), (C,), (cols,))), 0)
+                    s_gx = s_gx + kt.sum(g * xhat, 1)
+                    if CENTERED:
+                        s_g = s_g + kt.sum(g, 1)
+                c_gx = kt.expand_dims(s_gx / n, 1)
+                c_g = kt.expand_dims(s_g / n, 1)
+                for k0 in range(0, cols, C):
+                    g = f32(kt.load(dy, (r0, k0), (R, C), (last, cols)))
+                    t = f32(kt.load(x, (r0, k0), (R, C), (last, cols)))
+                    xhat = ((t - mu) if CENTERED else t) * rs
+                    column = kt.arange(C) + k0
+                    if HAS_W:
+                        kt.atomic_add(dw_part, part + column, kt.sum(g * xhat, 0), mask=column < cols)
+                    if HAS_B:
+                        kt.atomic_add(db_part, part + column, kt.sum(g, 0), mask=column < cols)
+                    if HAS_W:
+                        g = g * kt.expand_dims(f32(kt.load(w, (k0,), (C,), (cols,))), 0)
+                    d = g - xhat * c_gx
+                    if CENTERED:
+                        d = d - c_g
+                    d = d * rs
+                    if HAS_DH:
+                        d = d + f32(kt.load(dh, (r0, k0), (R, C), (last, cols)))
+                    kt.store(dx, (r0, k0), T(d), (last, cols))
 
     return norm_backward
 
@@ -147,6 +154,23 @@ def column_sum_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
         kt.store(out, (c0,), T(acc), (cols,))
 
     return column_sum
+
+
+def _partial_sums(ops: Operands, x: Operand, programs: int, cols: int, zeroed: bool) -> Operand:
+    """The f32 ``(programs, cols)`` scratch of the column sums (not an output of the op):
+    ``zeroed`` when the kernel adds into it, else every element is stored."""
+    shape = (programs, cols)
+    if ops.torch:
+        t = x.value.new_zeros(shape, dtype=torch_f32()) if zeroed else x.value.new_empty(shape, dtype=torch_f32())
+        return Operand(t, shape, dtypes.f32, t.data_ptr())
+    buf = (ops.device.zeros if zeroed else ops.device.empty)(shape, dtypes.f32.np_dtype)
+    return Operand(buf, shape, dtypes.f32, buf.ptr)
+
+
+def torch_f32() -> Any:
+    from kaio.runtime import tensors
+
+    return tensors.torch_dtype(dtypes.f32)
 
 
 def _sum_rows(ops: Operands, part: Operand, programs: int, cols: int, dtype: dtypes.ScalarType) -> Operand:
@@ -230,14 +254,12 @@ def run_backward(op: str, grad_y: Any, x: Any, weight: Any, bias: Any, mean: Any
     one_pass = ONE_PASS_RMS if om is None else ONE_PASS_LAYER_NORM
     blk = rowops.blocks(max(rows, 1), max(cols, 1), one_pass=one_pass,
                         aligned=rowops.rows_aligned(cols, ox, ody, ow, odh, odx))  # fmt: skip
-    if blk.single:  # a few programs per SM, each a contiguous range of row blocks
-        programs = min(math.ceil(rows / blk.rows), max(1, int(PROGRAMS_PER_SM * ops.device.sm_count)))
-        per_program = math.ceil(math.ceil(rows / blk.rows) / max(programs, 1)) * blk.rows
-        programs = math.ceil(rows / per_program) if rows else 0
-    else:
-        programs, per_program = blk.grid(rows), blk.rows
-    odw = ops.output((programs, cols), dtypes.f32) if ow is not None else None
-    odb = ops.output((programs, cols), dtypes.f32) if ob is not None else None
+    # a few programs per SM, each a contiguous range of row blocks
+    programs = min(math.ceil(rows / blk.rows), max(1, int(PROGRAMS_PER_SM * ops.device.sm_count)))
+    per_program = math.ceil(math.ceil(rows / blk.rows) / max(programs, 1)) * blk.rows
+    programs = math.ceil(rows / per_program) if rows else 0
+    odw = _partial_sums(ops, ox, programs, cols, zeroed=not blk.single) if ow is not None else None
+    odb = _partial_sums(ops, ox, programs, cols, zeroed=not blk.single) if ob is not None else None
     if rows and cols:
         args = (ody.value, ox.value, (ow or ox).value, (om or ors).value, ors.value, (odh or ox).value, odx.value,
                 (odw or ors).value, (odb or ors).value, rows, cols, per_program)  # fmt: skip
