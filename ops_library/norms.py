@@ -175,7 +175,8 @@ def run_layer_norm(x: Any, weight: Any, bias: Any, eps: float, device: Any, save
     ob = _vector(ops, op, "bias", bias, ox, cols)
     eps = rowops.check_eps(op, eps)
     oy = ops.output(tuple(ox.shape), ox.dtype)
-    om, orstd = rowops.row_stats(ops, ox, save), rowops.row_stats(ops, ox, save)
+    orstd = rowops.row_stats(ops, ox, save)
+    om = rowops.row_stats(ops, ox, save) if save else orstd  # one stand-in for both when not saving
     if rows and cols:
         blk = rowops.blocks(rows, cols, one_pass=rowops.ONE_PASS, aligned=rowops.rows_aligned(cols, ox, ow, ob, oy))
         args = (ox.value, (ow or ox).value, (ob or ox).value, oy.value, om.value, orstd.value, rows, cols, eps)
