@@ -266,12 +266,14 @@ def run_backward(op: str, grad_y: Any, x: Any, weight: Any, bias: Any, mean: Any
         rowops.launch(norm_backward_kernel(ox.dtype), blk, programs, args, ops.device, CENTERED=om is not None,
                       HAS_W=ow is not None, HAS_B=ob is not None, HAS_DH=odh is not None, BASE_DY=_align(ody),
                       BASE_X=_align(ox), BASE_W=_align(ow), BASE_DH=_align(odh), BASE_DX=_align(odx))  # fmt: skip
-    dw = db = None
-    if odw is not None:
-        dw = ops.result(_sum_rows(ops, odw, programs, cols, ox.dtype) if rows else ops.output((cols,), ox.dtype))
-    if odb is not None:
-        db = ops.result(_sum_rows(ops, odb, programs, cols, ox.dtype) if rows else ops.output((cols,), ox.dtype))
-    return ops.result(odx), dw, db
+    def column_sums(part: Operand | None) -> Any:
+        if part is None:
+            return None
+        if not (rows and cols):  # nothing to sum: zeros (or nothing)
+            return ops.result(ops.output((cols,), ox.dtype))
+        return ops.result(_sum_rows(ops, part, programs, cols, ox.dtype))
+
+    return ops.result(odx), column_sums(odw), column_sums(odb)
 
 
 def rms_norm_backward(grad_y: Any, x: Any, weight: Any, rstd: Any, *, grad_h: Any = None,

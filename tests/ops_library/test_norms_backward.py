@@ -140,6 +140,15 @@ def test_numpy_and_buffers_in_and_out():
     assert isinstance(dx, kaio.Buffer) and dw is None
 
 
+@pytest.mark.parametrize("shape", [(0, 8), (3, 0)])
+def test_empty_arrays(shape):
+    x, s, w = np.ones(shape, np.float32), np.ones(shape[:-1], np.float32), np.ones(shape[-1], np.float32)
+    dx, dw, db = layer_norm_backward(x, x, w, s, s, bias=w)
+    assert dx.shape == shape and dw.shape == db.shape == (shape[-1],) and not dw.any() and not db.any()
+    dx, dw = rms_norm_backward(x, x, w, s)
+    assert dx.shape == shape and dw.shape == (shape[-1],)
+
+
 @pytest.mark.parametrize(
     "call, message",
     [
