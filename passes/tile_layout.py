@@ -14,8 +14,11 @@
 3. **Conversions** (``tile.convert_layout``) where an operand's layout is not the one its user
    needs, then *rematerialisation*: a conversion of a flexible producer (a load, a splat, a
    range, a broadcast or expand_dims of one) becomes that producer made in the wanted layout,
-   so ``acc + bias`` loads the bias straight into the accumulator's layout. The conversions
-   left move data through shared memory at lower-to-ptx.
+   so ``acc + bias`` loads the bias straight into the accumulator's layout. A remake is all or
+   nothing (a map whose first input was remade but whose second cannot be keeps both as they
+   were). The conversions left move data through shared memory at lower-to-ptx. Last, every
+   operand is checked to be in the layout its user needs (a slip is an error, never a map
+   reading another element's registers).
 4. **Staged stores** (``staged_stores=true``): a store of a 16-bit tile in the mma accumulator
    layout (4 bytes per thread per row: half-used sectors) into a view proven 16-byte aligned
    first converts the tile to a row-blocked layout with 8 consecutive elements per thread, so
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import ModuleOp, TensorType, bf16, f16
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, SSAValue
+from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import VerifyException
@@ -331,6 +334,75 @@ def staged_store_layout(store: tile.StoreOp, num_warps: int) -> BlockedLayout | 
     return staged
 
 
+def needed_layouts(op: Operation, staged_warps: int | None) -> Iterator[tuple[Operation, int, TileLayout]]:
+    """(user, operand index, layout) for each tile operand whose layout ``op`` dictates: a map's
+    inputs are read register by register in its result's layout, an expand_dims reads the
+    slice of its result's, loop-carried tiles keep one layout... ``staged_warps``: the warp
+    count when stores of mma tiles are staged (``staged_stores``), else None."""
+    lay = lambda v: layout_of(v.type)  # noqa: E731
+    if isinstance(op, tile.MapOp):
+        for i in range(len(op.inputs)):
+            yield op, i, lay(op.result)  # type: ignore[arg-type]
+    elif isinstance(op, tile.BroadcastOp):
+        yield op, 0, lay(op.result)  # type: ignore[arg-type]
+    elif isinstance(op, tile.ExpandDimsOp):
+        yield op, 0, SliceLayout(op.axis.value.data, lay(op.result))  # type: ignore[arg-type]
+    elif isinstance(op, tile.TransOp):
+        out = lay(op.result)
+        if isinstance(out, BlockedLayout):
+            yield op, 0, transposed(out)
+    elif isinstance(op, tile.DotOp):
+        yield op, 2, lay(op.result)  # type: ignore[arg-type]
+    elif isinstance(op, tile.GatherOp):
+        yield op, 2, lay(op.index)  # type: ignore[arg-type]
+    elif isinstance(op, tile.StoreOp) and staged_warps is not None:
+        staged = staged_store_layout(op, staged_warps)
+        if staged is not None:
+            yield op, 1, staged
+    elif isinstance(op, tile.ScatterOp):
+        yield op, 2, lay(op.index)  # type: ignore[arg-type]
+        yield op, 3, lay(op.index)  # type: ignore[arg-type]
+    elif isinstance(op, tile.AtomicRMWOp | tile.AtomicCasOp) and isinstance(op.index.type, TensorType):
+        for i in range(2, len(op.operands)):  # values and mask live where their index does
+            yield op, i, lay(op.index)  # type: ignore[arg-type]
+    elif isinstance(op, scf.ForOp):
+        body = op.body.block
+        for i, arg in enumerate(body.args[1:]):
+            if isinstance(arg.type, TensorType):
+                yield op, 3 + i, lay(arg)  # type: ignore[arg-type]
+                yield body.last_op, i, lay(arg)  # type: ignore[arg-type]
+    elif isinstance(op, scf.WhileOp):
+        before, after = op.before_region.block, op.after_region.block
+        cond = before.last_op
+        for i, arg in enumerate(before.args):
+            if isinstance(arg.type, TensorType):
+                yield op, i, lay(arg)  # type: ignore[arg-type]
+                yield after.last_op, i, lay(arg)  # type: ignore[arg-type]
+        for i, arg in enumerate(after.args):
+            if isinstance(arg.type, TensorType):
+                yield cond, 1 + i, lay(arg)  # type: ignore[arg-type]
+    elif isinstance(op, scf.IfOp):
+        for i, r in enumerate(op.results):
+            if isinstance(r.type, TensorType):
+                for region in op.regions:
+                    for b in region.blocks:
+                        yield b.last_op, i, lay(r)  # type: ignore[arg-type]
+
+
+def check_layouts(func: Operation, staged_warps: int | None) -> None:
+    """Every operand in the layout its user needs, once conversions are placed and producers
+    remade: lower-to-ptx trusts this (a map reads its inputs' registers in its own layout's
+    order), so a slip here would read other elements' values, wrong results and no error."""
+    for op in func.walk():
+        for user, index, layout in needed_layouts(op, staged_warps):
+            have = layout_of(user.operands[index].type)
+            if have != layout:
+                raise KaioCompileError(
+                    f"tile-layout left operand {index} of {user.name} in layout {have}, not the {layout} it needs "
+                    "(a compiler bug: please report it with this kernel)"
+                )
+
+
 # --------------------------------------------------------------------------- rewriting
 
 
@@ -341,6 +413,8 @@ class LayoutWriter:
         self.solver = solver
         self.staged_stores = staged_stores
         self.converts: list[tile.ConvertLayoutOp] = []
+        self.undo: list[Callable[[], None]] = []
+        """How to take back each IR change ``remake`` made, newest last (see ``remake``)."""
 
     def layout(self, v: SSAValue) -> TileLayout:
         return self.solver.get(v).layout
@@ -374,54 +448,9 @@ class LayoutWriter:
             self.requirements(op)
 
     def requirements(self, op: Operation) -> None:
-        lay = lambda v: layout_of(v.type)  # noqa: E731
-        if isinstance(op, tile.MapOp):
-            for i in range(len(op.inputs)):
-                self.require(op, i, lay(op.result))  # type: ignore[arg-type]
-        elif isinstance(op, tile.BroadcastOp):
-            self.require(op, 0, lay(op.result))  # type: ignore[arg-type]
-        elif isinstance(op, tile.ExpandDimsOp):
-            self.require(op, 0, SliceLayout(op.axis.value.data, lay(op.result)))  # type: ignore[arg-type]
-        elif isinstance(op, tile.TransOp):
-            out = lay(op.result)
-            if isinstance(out, BlockedLayout):
-                self.require(op, 0, transposed(out))
-        elif isinstance(op, tile.DotOp):
-            self.require(op, 2, lay(op.result))  # type: ignore[arg-type]
-        elif isinstance(op, tile.GatherOp):
-            self.require(op, 2, lay(op.index))  # type: ignore[arg-type]
-        elif isinstance(op, tile.StoreOp) and self.staged_stores:
-            staged = staged_store_layout(op, self.solver.num_warps)
-            if staged is not None:
-                self.require(op, 1, staged)
-        elif isinstance(op, tile.ScatterOp):
-            self.require(op, 2, lay(op.index))  # type: ignore[arg-type]
-            self.require(op, 3, lay(op.index))  # type: ignore[arg-type]
-        elif isinstance(op, tile.AtomicRMWOp | tile.AtomicCasOp) and isinstance(op.index.type, TensorType):
-            for i in range(2, len(op.operands)):  # values and mask live where their index does
-                self.require(op, i, lay(op.index))  # type: ignore[arg-type]
-        elif isinstance(op, scf.ForOp):
-            body = op.body.block
-            for i, arg in enumerate(body.args[1:]):
-                if isinstance(arg.type, TensorType):
-                    self.require(op, 3 + i, lay(arg))  # type: ignore[arg-type]
-                    self.require(body.last_op, i, lay(arg))  # type: ignore[arg-type]
-        elif isinstance(op, scf.WhileOp):
-            before, after = op.before_region.block, op.after_region.block
-            cond = before.last_op
-            for i, arg in enumerate(before.args):
-                if isinstance(arg.type, TensorType):
-                    self.require(op, i, lay(arg))  # type: ignore[arg-type]
-                    self.require(after.last_op, i, lay(arg))  # type: ignore[arg-type]
-            for i, arg in enumerate(after.args):
-                if isinstance(arg.type, TensorType):
-                    self.require(cond, 1 + i, lay(arg))  # type: ignore[arg-type]
-        elif isinstance(op, scf.IfOp):
-            for i, r in enumerate(op.results):
-                if isinstance(r.type, TensorType):
-                    for region in op.regions:
-                        for b in region.blocks:
-                            self.require(b.last_op, i, lay(r))  # type: ignore[arg-type]
+        staged = self.solver.num_warps if self.staged_stores else None
+        for user, index, layout in needed_layouts(op, staged):
+            self.require(user, index, layout)
 
     # -- rematerialisation -------------------------------------------------------------
 
@@ -437,6 +466,7 @@ class LayoutWriter:
                 Rewriter.erase_op(conv)
                 continue
             made = self.remake(src, want, depth=0)  # type: ignore[arg-type]
+            self.undo.clear()  # what it did stays
             if made is not None:
                 conv.result.replace_all_uses_with(made)
                 Rewriter.erase_op(conv)
@@ -447,7 +477,22 @@ class LayoutWriter:
     def remake(self, v: SSAValue, want: TileLayout, depth: int) -> SSAValue | None:
         """``v`` produced again directly in layout ``want``, or None if that is not cheap. A
         producer with other users is cloned (loads only when this is their one use: a second
-        load would read memory twice)."""
+        load would read memory twice).
+
+        All or nothing: a map is remade input by input, in place where an input has no other
+        user, and a later input can still fail (a load the clone of a shared producer now
+        reads a second time). None therefore takes back every change made on the way, or the
+        map would keep an input retyped to ``want`` while its result is not: lower-to-ptx reads
+        a map's inputs register by register in the result's layout, so the mismatch reads
+        other elements' values (wrong results, no error)."""
+        mark = len(self.undo)
+        made = self._remake(v, want, depth)
+        if made is None:
+            while len(self.undo) > mark:
+                self.undo.pop()()
+        return made
+
+    def _remake(self, v: SSAValue, want: TileLayout, depth: int) -> SSAValue | None:
         owner = v.owner
         if depth > 6 or not isinstance(owner, Operation):
             return None
@@ -466,19 +511,19 @@ class LayoutWriter:
             return None
         if not single:  # keep the original for its other users
             owner = owner.clone()
-            Rewriter.insert_op(owner, InsertPoint.after(v.owner))  # type: ignore[arg-type]
+            self._insert(owner, InsertPoint.after(v.owner))  # type: ignore[arg-type]
         if isinstance(owner, tile.BroadcastOp | tile.ExpandDimsOp):
             inner = want if isinstance(owner, tile.BroadcastOp) else SliceLayout(owner.axis.value.data, want)
             made = self.remake(owner.input, inner, depth + 1)
             if made is None:  # convert the smaller tile before it is broadcast, not after
                 made = self.convert_before(owner, owner.input, inner)
-            owner.operands[0] = made
+            self._set_operand(owner, 0, made)
         elif isinstance(owner, tile.MapOp):
-            inputs = [self.remake(x, want, depth + 1) for x in owner.inputs]
-            if any(x is None for x in inputs):
-                return None if single else self._drop(owner)
-            for i, x in enumerate(inputs):
-                owner.operands[i] = x  # type: ignore[assignment]
+            for i, x in enumerate(list(owner.inputs)):
+                made = self.remake(x, want, depth + 1)
+                if made is None:
+                    return None  # remake (the caller) takes back the inputs already remade
+                self._set_operand(owner, i, made)
         return self._retyped(owner.results[0], want)
 
     def convert_before(self, user: Operation, value: SSAValue, layout: TileLayout) -> SSAValue:
@@ -489,14 +534,32 @@ class LayoutWriter:
         if layout_of(value.type) == layout:
             return value
         conv = tile.ConvertLayoutOp(value, layout)
-        Rewriter.insert_op(conv, InsertPoint.before(user))
-        self.converts.append(conv)
+        self._insert(conv, InsertPoint.before(user))
+        self.converts.append(conv)  # rematerialise skips it if it is taken back (no parent)
         return conv.result
 
-    @staticmethod
-    def _drop(op: Operation) -> None:
-        Rewriter.erase_op(op)
-        return None
+    # -- IR changes remake can take back -----------------------------------------------
+
+    def _insert(self, op: Operation, where: InsertPoint) -> None:
+        Rewriter.insert_op(op, where)
+        self.undo.append(lambda: Rewriter.erase_op(op))
+
+    def _set_operand(self, op: Operation, index: int, value: SSAValue) -> None:
+        old = op.operands[index]
+        op.operands[index] = value
+        self.undo.append(lambda: op.operands.__setitem__(index, old))
+
+    def _retyped(self, v: SSAValue, layout: TileLayout) -> SSAValue:
+        old_type = v.type
+        new = Rewriter.replace_value_with_new_type(v, tile.tile_type(old_type.element_type, old_type.get_shape(), layout))  # type: ignore[attr-defined]
+        assert isinstance(new, OpResult)
+        owner, index = new.op, new.index
+
+        def take_back() -> None:
+            Rewriter.replace_value_with_new_type(owner.results[index], old_type)
+
+        self.undo.append(take_back)
+        return new
 
     def _cheap(self, v: SSAValue, depth: int) -> bool:
         """Whether ``v`` can be made again in another layout without moving data."""
@@ -512,11 +575,6 @@ class LayoutWriter:
         if isinstance(owner, tile.MapOp):
             return all(self._cheap(x, depth + 1) for x in owner.inputs)
         return False
-
-    @staticmethod
-    def _retyped(v: SSAValue, layout: TileLayout) -> SSAValue:
-        t = v.type
-        return Rewriter.replace_value_with_new_type(v, tile.tile_type(t.element_type, t.get_shape(), layout))  # type: ignore[attr-defined]
 
 
 UNLAID_TILE = OpRule(
@@ -558,3 +616,4 @@ class TileLayoutPass(ModulePass):
             writer = LayoutWriter(solver, self.staged_stores)
             writer.write_block(func.body.block)
             writer.rematerialise()
+            check_layouts(func, threads // 32 if self.staged_stores else None)
