@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 from kaio.ops_library import rows as rowops
+from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.linear_cross_entropy_kernel import copy_kernel, grad_kernel, loss_kernel
 from kaio.ops_library.matmul import matmul
 from kaio.ops_library.operands import Operand, Operands
@@ -115,7 +116,12 @@ def check(ops: Any, x: Any, weight: Any, targets: Any, bias: Any, ignore_index: 
         rowops.same_shape(op, "bias", ob, (vocab,))
     tokens, _ = rowops.rows_cols(tuple(ox.shape), op)
     rowops.rows_cols((vocab, hidden), op)
-    size = min(int(chunk) if chunk is not None else default_chunk(tokens, hidden, vocab), max(tokens, 1))
+    if chunk is None and not isinstance(tokens, int):
+        # a fake call with symbolic sizes: the default chunk is chosen when the op runs (computing
+        # it here would guard on the sizes, and torch.compile would recompile for each)
+        size = 1
+    else:
+        size = min(int(chunk) if chunk is not None else default_chunk(tokens, hidden, vocab), max(tokens, 1))
     rowops.rows_cols((vocab, size), op)
     return Inputs(ox, ow, ot, ob, Problem(leading, tokens, hidden, vocab, size))
 
@@ -185,6 +191,7 @@ def linear_cross_entropy_backward(x: Any, weight: Any, targets: Any, lse: Any, g
     without a bias; ``grad_lse`` None: 0); ``lse`` as ``return_lse=True`` gave it, ``grad_loss``
     and ``grad_lse`` f32, one per token."""
     check_scalars(ignore_index, chunk)
+    refuse_grad(f"{OP}_backward", x, weight, lse, grad_loss, grad_lse, bias)  # no second derivative
     return backward(x, weight, targets, lse, grad_loss, grad_lse, bias, int(ignore_index), chunk, device)
 
 

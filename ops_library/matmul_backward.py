@@ -21,6 +21,7 @@ import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTypeError
+from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.matmul import matmul
 from kaio.ops_library.matmul_kernel import INPUT_TYPES
 from kaio.ops_library.operands import Operand, Operands
@@ -101,6 +102,7 @@ def matmul_backward(grad_out: Any, a: Any, b: Any, *, alpha: float = 1.0, bias: 
     """``(dA, dB, dbias)`` of ``C = alpha * A @ B (+ bias)`` for ``grad_out`` = dC (m, n);
     ``bias``: None/False (no bias: dbias is None), True (a bias of A's type) or its dtype."""
     op = "matmul_backward"
+    refuse_grad(op, grad_out, a, b)  # run directly: nothing would record a second derivative
     if isinstance(alpha, bool) or not isinstance(alpha, int | float):
         raise KaioTypeError(f"{op}: `alpha` must be a number, got {alpha!r}")
     ops = Operands(op, grad_out, a, b, device=device)
