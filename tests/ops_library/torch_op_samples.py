@@ -1,0 +1,309 @@
+"""Small sample calls of every library op with torch tensors, and torch's own version of each,
+shared by the autograd, opcheck and torch.compile tests.
+
+``PUBLIC``: one case per way of calling a public ``kaio.ops_library`` op; ``make(rng, grow)``
+gives fresh f32 CPU tensors (``grow=1``: larger leading sizes, for dynamic-shape tests) (the simulator runs them), ``kaio`` calls the op, ``torch_ref`` computes
+the same math with torch. ``custom_op_args(name, rng)``: arguments for ``torch.ops.kaio.<name>``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+import kaio
+import kaio.ops_library as ol
+
+
+def randn(rng: np.random.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.from_numpy(rng.standard_normal(shape).astype(np.float32)).to(dtype)
+
+
+def targets(rng: np.random.Generator, rows: int, vocab: int, ignored: int = 1) -> torch.Tensor:
+    t = torch.from_numpy(rng.integers(0, vocab, size=rows)).long()
+    t[rng.choice(rows, size=ignored, replace=False)] = -100  # ignored rows get no gradient
+    return t
+
+
+def rope_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half rope of x (B, S, H, D) by cos, sin (S, D/2)."""
+    half = x.shape[-1] // 2
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    qf, kf, vf = q.float(), k.float(), v.float()
+    s = qf @ kf.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:  # bottom-right aligned
+        sq, sk = s.shape[-2:]
+        keep = torch.ones(sq, sk, dtype=torch.bool).tril(sk - sq)
+        s = s.masked_fill(~keep, float("-inf"))
+    return (torch.softmax(s, -1) @ vf).to(q.dtype)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One way of calling a public op: inputs, the kaio call and torch's same math."""
+
+    name: str
+    op: str  # the public function's name in kaio.ops_library
+    make: Callable[[np.random.Generator, int], dict[str, torch.Tensor]]
+    kaio: Callable[..., Any]
+    torch_ref: Callable[..., Any]
+    grads: tuple[str, ...]  # the inputs that get gradients
+    tol: float = 1e-4
+    marks: tuple[Any, ...] = field(default=())
+
+
+def _norm_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    rows = 6 + 3 * grow
+    return {"x": randn(rng, rows, 40), "w": randn(rng, 40), "b": randn(rng, 40), "r": randn(rng, rows, 40)}
+
+
+def _rows(cols: int) -> Callable[[np.random.Generator, int], dict[str, torch.Tensor]]:
+    return lambda rng, grow=0: {"x": randn(rng, 5 + 3 * grow, cols)}
+
+
+def _rope_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    seq = 5 + 2 * grow
+    angles = torch.from_numpy(rng.uniform(0, 6.3, size=(seq, 8)).astype(np.float32))
+    return {"x": randn(rng, 2, seq, 3, 16), "cos": angles.cos(), "sin": angles.sin()}
+
+
+def _ce_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    return {"logits": randn(rng, 6 + 3 * grow, 50), "t": targets(rng, 6 + 3 * grow, 50)}
+
+
+def _matmul_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    return {"a": randn(rng, 12 + 5 * grow, 20), "b": randn(rng, 20, 16)}
+
+
+def _matmul_bias_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    return {**_matmul_inputs(rng, grow), "c": randn(rng, 16)}
+
+
+def _attention_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    dt, seq = torch.float16, 24 + 8 * grow
+    return {"q": randn(rng, 1, 4, seq, 32, dtype=dt), "k": randn(rng, 1, 2, seq, 32, dtype=dt),
+            "v": randn(rng, 1, 2, seq, 32, dtype=dt)}  # fmt: skip
+
+
+def _lce_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    rows = 6 + 3 * grow
+    return {"x": randn(rng, rows, 32), "weight": randn(rng, 70, 32) * 0.2, "t": targets(rng, rows, 70)}
+
+
+SIM = kaio.Device("sim")
+
+PUBLIC: list[Case] = [
+    Case("softmax", "softmax", _rows(33), lambda x: ol.softmax(x),
+         lambda x: torch.softmax(x, -1), ("x",)),
+    Case("softmax_device", "softmax", _rows(33), lambda x: ol.softmax(x, device=SIM),
+         lambda x: torch.softmax(x, -1), ("x",)),
+    Case("log_softmax", "log_softmax", _rows(33), lambda x: ol.log_softmax(x),
+         lambda x: torch.log_softmax(x, -1), ("x",)),
+    Case("layer_norm", "layer_norm", _norm_inputs, lambda x, w, b, r: ol.layer_norm(x, w, b),
+         lambda x, w, b, r: F.layer_norm(x, (40,), w, b, 1e-5), ("x", "w", "b")),
+    Case("rms_norm", "rms_norm", _norm_inputs, lambda x, w, b, r: ol.rms_norm(x, w),
+         lambda x, w, b, r: F.rms_norm(x, (40,), w, 1e-6), ("x", "w")),
+    Case("add_rms_norm", "rms_norm", _norm_inputs, lambda x, w, b, r: ol.rms_norm(x, w, residual=r),
+         lambda x, w, b, r: (F.rms_norm(x + r, (40,), w, 1e-6), x + r), ("x", "w", "r")),
+    Case("rope", "rope", _rope_inputs, lambda x, cos, sin: ol.rope(x, cos, sin), rope_ref, ("x",)),
+    Case("silu_and_mul", "silu_and_mul", _rows(24), lambda x: ol.silu_and_mul(x),
+         lambda x: F.silu(x[..., :12]) * x[..., 12:], ("x",)),
+    Case("gelu_and_mul", "gelu_and_mul", _rows(24), lambda x: ol.gelu_and_mul(x),
+         lambda x: F.gelu(x[..., :12]) * x[..., 12:], ("x",)),
+    Case("gelu_tanh_and_mul", "gelu_and_mul", _rows(24),
+         lambda x: ol.gelu_and_mul(x, "tanh"), lambda x: F.gelu(x[..., :12], approximate="tanh") * x[..., 12:],
+         ("x",)),
+    Case("cross_entropy", "cross_entropy", _ce_inputs, lambda logits, t: ol.cross_entropy(logits, t),
+         lambda logits, t: F.cross_entropy(logits, t, reduction="none"), ("logits",)),
+    Case("matmul", "matmul", _matmul_inputs,
+         lambda a, b: ol.matmul(a, b), lambda a, b: a @ b, ("a", "b"), tol=1e-3),
+    Case("matmul_bias", "matmul", _matmul_bias_inputs,
+         lambda a, b, c: ol.matmul(a, b, bias=c), lambda a, b, c: a @ b + c, ("a", "b", "c"), tol=1e-3),
+    Case("matmul_device", "matmul", _matmul_inputs,
+         lambda a, b: ol.matmul(a, b, device=SIM), lambda a, b: a @ b, ("a", "b"), tol=1e-3),
+    Case("attention", "attention", _attention_inputs, lambda q, k, v: ol.attention(q, k, v, causal=True),
+         lambda q, k, v: attention_ref(q, k, v, causal=True), ("q", "k", "v"), tol=2e-2),
+]
+if hasattr(ol, "linear_cross_entropy"):
+    PUBLIC.append(
+        Case("linear_cross_entropy", "linear_cross_entropy", _lce_inputs,
+             lambda x, weight, t: ol.linear_cross_entropy(x, weight, t),  # type: ignore[attr-defined]
+             lambda x, weight, t: F.cross_entropy(x @ weight.T, t, reduction="none"), ("x", "weight"), tol=1e-3)
+    )  # fmt: skip
+
+
+
+def _stats(x: torch.Tensor, eps: float, centred: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    mean = x.mean(-1) if centred else torch.zeros(x.shape[:-1])
+    var = (x - mean[..., None]).pow(2).mean(-1)
+    return mean, torch.rsqrt(var + eps)
+
+
+def _softmax_grad_inputs(log: bool) -> Callable[[np.random.Generator, int], dict[str, torch.Tensor]]:
+    def make(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+        x = randn(rng, 5 + 3 * grow, 33)
+        return {"dy": randn(rng, *x.shape), "y": torch.log_softmax(x, -1) if log else torch.softmax(x, -1)}
+
+    return make
+
+
+def _gated_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    return {"dy": randn(rng, 5 + 3 * grow, 12), "x": randn(rng, 5 + 3 * grow, 24)}
+
+
+def _ce_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    return {**_ce_inputs(rng, grow), "dl": randn(rng, 6 + 3 * grow)}
+
+
+def _matmul_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    return {**_matmul_inputs(rng, grow), "dy": randn(rng, 12 + 5 * grow, 16)}
+
+
+def _norm_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    n = _norm_inputs(rng, grow)
+    mean, rstd = _stats(n["x"], 1e-5, centred=True)
+    _, rms_rstd = _stats(n["x"], 1e-6, centred=False)
+    return {"dy": randn(rng, *n["x"].shape), "x": n["x"], "w": n["w"], "mean": mean, "rstd": rstd, "rms_rstd": rms_rstd}
+
+
+def _rope_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    d = _rope_inputs(rng, grow)
+    return {"dy": randn(rng, *d["x"].shape), "cos": d["cos"], "sin": d["sin"]}
+
+
+def _attention_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    d = _attention_inputs(rng, grow)
+    out, lse = ol.attention(d["q"], d["k"], d["v"], return_lse=True)
+    return {**d, "out": out, "lse": lse, "dout": randn(rng, *out.shape, dtype=out.dtype)}
+
+
+def _lce_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    d = _lce_inputs(rng, grow)
+    _, lse = ol.linear_cross_entropy(d["x"], d["weight"], d["t"], return_lse=True)  # type: ignore[attr-defined]
+    return {**d, "lse": lse, "dl": randn(rng, d["x"].shape[0])}
+
+
+# The backward functions are public too: called with tensors that require grad (a second
+# derivative), they record it or refuse; torch_ref None: no second derivative to compare.
+def _none(**_: Any) -> None:
+    return None
+
+
+BACKWARD: list[Case] = [
+    Case("softmax_backward", "softmax_backward", _softmax_grad_inputs(False),
+         lambda dy, y: ol.softmax_backward(dy, y), _none, ("dy", "y")),
+    Case("log_softmax_backward", "log_softmax_backward", _softmax_grad_inputs(True),
+         lambda dy, y: ol.log_softmax_backward(dy, y), _none, ("dy", "y")),
+    Case("silu_and_mul_backward", "silu_and_mul_backward", _gated_grad_inputs,
+         lambda dy, x: ol.silu_and_mul_backward(dy, x), _none, ("dy", "x")),
+    Case("gelu_and_mul_backward", "gelu_and_mul_backward", _gated_grad_inputs,
+         lambda dy, x: ol.gelu_and_mul_backward(dy, x), _none, ("dy", "x")),
+    Case("cross_entropy_backward", "cross_entropy_backward", _ce_grad_inputs,
+         lambda logits, t, dl: ol.cross_entropy_backward(logits, t, dl), _none, ("logits", "dl")),
+    Case("matmul_backward", "matmul_backward", _matmul_grad_inputs,
+         lambda a, b, dy: tuple(g for g in ol.matmul_backward(dy, a, b) if g is not None), _none, ("a", "b", "dy")),
+    Case("layer_norm_backward", "layer_norm_backward", _norm_grad_inputs,
+         lambda dy, x, w, mean, rstd, rms_rstd: tuple(g for g in ol.layer_norm_backward(dy, x, w, mean, rstd) if g is not None),
+         _none, ("dy", "x", "w")),
+    Case("rms_norm_backward", "rms_norm_backward", _norm_grad_inputs,
+         lambda dy, x, w, mean, rstd, rms_rstd: tuple(g for g in ol.rms_norm_backward(dy, x, w, rms_rstd) if g is not None),
+         _none, ("dy", "x", "w")),
+    Case("rope_backward", "rope_backward", _rope_grad_inputs,
+         lambda dy, cos, sin: ol.rope_backward(dy, cos, sin), _none, ("dy",)),
+    Case("attention_backward", "attention_backward", _attention_grad_inputs,
+         lambda q, k, v, out, lse, dout: ol.attention_backward(q, k, v, out, lse, dout), _none, ("q", "k", "v", "dout")),
+]  # fmt: skip
+if hasattr(ol, "linear_cross_entropy_backward"):
+    BACKWARD.append(
+        Case("linear_cross_entropy_backward", "linear_cross_entropy_backward", _lce_grad_inputs,
+             lambda x, weight, t, lse, dl: tuple(g for g in ol.linear_cross_entropy_backward(x, weight, t, lse, dl)  # type: ignore[attr-defined]
+                                                 if g is not None),
+             _none, ("x", "weight", "dl"))
+    )  # fmt: skip
+
+# public names that are no ops (classes and configs)
+NOT_OPS = {"Attention", "Matmul", "MatmulConfig"}
+
+
+def public_ops() -> set[str]:
+    return {n for n in ol.__all__ if n not in NOT_OPS}
+
+
+def kaio_custom_ops() -> list[str]:
+    """Every ``torch.ops.kaio.*`` op registered by now (after ``import kaio.torch``)."""
+    import kaio.torch  # noqa: F401
+    from torch._library.custom_ops import OPDEFS
+
+    return sorted(q.split("::", 1)[1] for q in OPDEFS if q.startswith("kaio::"))
+
+
+def records_gradient(case: Case, rng: np.random.Generator) -> bool:
+    """Whether the op takes tensors that require grad (has a backward), or refuses them."""
+    inputs = case.make(rng, 0)
+    for n in case.grads:
+        inputs[n].requires_grad_(True)
+    try:
+        case.kaio(**inputs)
+    except kaio.KaioError:
+        return False
+    return True
+
+
+def has_backward(name: str) -> bool:
+    from kaio.ops_library.autograd import has_backward as registered
+
+    return registered(f"kaio::{name}")
+
+
+def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> tuple[Any, ...]:
+    """Sample arguments for ``torch.ops.kaio.<name>`` (float inputs require grad if asked)."""
+
+    def g(t: torch.Tensor) -> torch.Tensor:
+        return t.requires_grad_(requires_grad)
+
+    n, ng, ce = _norm_inputs(rng), _norm_grad_inputs(rng), _ce_inputs(rng)
+    sm, gated, mm = _softmax_grad_inputs(False)(rng), _gated_grad_inputs(rng), _matmul_grad_inputs(rng)
+    builders: dict[str, Callable[[], tuple[Any, ...]]] = {
+        "softmax": lambda: (g(randn(rng, 5, 33)), False),
+        "softmax_backward": lambda: (g(sm["dy"]), g(sm["y"]), False),
+        "layer_norm": lambda: (g(n["x"]), g(n["w"]), g(n["b"]), 1e-5),
+        "layer_norm_fwd": lambda: (g(n["x"]), g(n["w"]), g(n["b"]), 1e-5),
+        "layer_norm_backward": lambda: (g(ng["dy"]), g(ng["x"]), g(ng["w"]), g(n["b"]), ng["mean"], ng["rstd"]),
+        "rms_norm": lambda: (g(n["x"]), g(n["w"]), 1e-6),
+        "rms_norm_fwd": lambda: (g(n["x"]), g(n["w"]), 1e-6),
+        "rms_norm_backward": lambda: (g(ng["dy"]), g(ng["x"]), g(ng["w"]), ng["rms_rstd"], None),
+        "add_rms_norm": lambda: (g(n["x"]), g(n["r"]), g(n["w"]), 1e-6),
+        "add_rms_norm_fwd": lambda: (g(n["x"]), g(n["r"]), g(n["w"]), 1e-6),
+        "rope": lambda: (lambda d: (g(d["x"]), d["cos"], d["sin"], False, None))(_rope_inputs(rng)),
+        "rope_backward": lambda: (lambda d: (g(d["dy"]), d["cos"], d["sin"], False, None))(_rope_grad_inputs(rng)),
+        "gated_activation": lambda: (g(randn(rng, 4, 24)), 0),
+        "gated_activation_backward": lambda: (g(gated["dy"]), g(gated["x"]), 1),
+        "cross_entropy": lambda: (g(ce["logits"]), ce["t"], -100),
+        "cross_entropy_with_grad": lambda: (g(ce["logits"]), ce["t"], -100),
+        "cross_entropy_backward": lambda: (g(ce["logits"]), ce["t"], g(randn(rng, 6)), -100),
+        "matmul": lambda: (g(randn(rng, 12, 20)), g(randn(rng, 20, 16)), 1.0, 0.0, None, g(randn(rng, 16)), None),
+        "matmul_out": lambda: (randn(rng, 12, 20), randn(rng, 20, 16), torch.zeros(12, 16), 1.0, 0.0, None, None, None),
+        "matmul_backward": lambda: (g(mm["dy"]), g(mm["a"]), g(mm["b"]), 1.0, torch.float32),
+        "attention": lambda: (lambda d: (g(d["q"]), g(d["k"]), g(d["v"]), True, None, None, None))(_attention_inputs(rng)),
+        "attention_backward": lambda: (lambda d: (g(d["q"]), g(d["k"]), g(d["v"]), d["out"], d["lse"], g(d["dout"]),
+                                                  None, False, None, None, False))(_attention_grad_inputs(rng)),
+        "linear_cross_entropy": lambda: (lambda d: (g(d["x"]), g(d["weight"]), d["t"], None, -100, 32))(_lce_inputs(rng)),
+        "linear_cross_entropy_backward": lambda: (lambda d: (g(d["x"]), g(d["weight"]), d["t"], d["lse"], g(d["dl"]),
+                                                             None, None, -100, 32))(_lce_grad_inputs(rng)),
+    }  # fmt: skip
+    if name not in builders:
+        raise KeyError(f"no sample arguments for torch.ops.kaio.{name}: add them to torch_op_samples.py")
+    return builders[name]()
