@@ -70,13 +70,13 @@ def require_backward(op: str, qualname: str) -> None:
         )
 
 
-def refuse_grad(op: str, *values: Any) -> None:
+def refuse_grad(op: str, *values: Any, why: str = "it has no backward of its own") -> None:
     """For a function that runs kernels directly on torch tensors (no custom op, so nothing
     would record a gradient): a KaioTypeError when a tensor among ``values`` requires grad."""
     if needs_grad(*values):
         raise KaioTypeError(
-            f"{op}: records no gradient (it has no backward of its own), and an input requires "
-            "grad; call it under torch.no_grad() or pass detached tensors"
+            f"{op}: records no gradient ({why}), and an input requires grad; call it under "
+            "torch.no_grad() or pass detached tensors"
         )
 
 

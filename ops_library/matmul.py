@@ -38,6 +38,7 @@ import numpy as np
 
 from kaio import dtypes
 from kaio.errors import KaioTypeError
+from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.matmul_config import (
     GpuModel,
     MatmulConfig,
@@ -129,6 +130,8 @@ class Matmul:
             if out is None:
                 return matmul_op(a, b, **kw)
             return matmul_out_op(a, b, out, **kw)
+        refuse_grad("matmul", a, b, out, bias, why="a MatmulConfig object or acc= runs the kernel directly, "
+                    "outside the torch custom op; leave config=None")  # fmt: skip
         return self.run(a, b, out, acc=acc, alpha=alpha, beta=beta, bias=bias, activation=activation,
                         config=config, device=device)  # fmt: skip
 

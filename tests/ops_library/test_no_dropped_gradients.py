@@ -81,3 +81,14 @@ def test_matmul_out_refuses_tensors_that_require_grad():
     a, b = torch.randn(4, 8, requires_grad=True), torch.randn(8, 4)
     with pytest.raises(kaio.KaioTypeError, match="out="):
         kaio.ops_library.matmul(a, b, torch.zeros(4, 4))
+
+
+@pytest.mark.parametrize("kw", [{"config": "object"}, {"acc": "f32"}], ids=["MatmulConfig", "acc"])
+def test_matmul_run_directly_refuses_tensors_that_require_grad(kw):
+    """A MatmulConfig object or acc= runs the kernel outside the custom op: refused with grad."""
+    if kw.get("config") == "object":
+        kw = {"config": kaio.ops_library.MatmulConfig()}
+    a, b = torch.randn(16, 32, requires_grad=True), torch.randn(32, 16)
+    with pytest.raises(kaio.KaioTypeError, match="matmul: records no gradient"):
+        kaio.ops_library.matmul(a, b, **kw)
+    torch.testing.assert_close(kaio.ops_library.matmul(a.detach(), b, **kw), a.detach() @ b, rtol=1e-3, atol=1e-3)
