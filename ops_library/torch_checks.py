@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kaio.errors import KaioTypeError
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.operands import Operand, take_tensor
+
+from kaio.errors import KaioTypeError
 
 
 class TensorMetadata:
@@ -96,8 +97,9 @@ def check_cross_entropy(logits: Any, targets: Any) -> None:
 
 
 def check_rope(x: Any, cos: Any, sin: Any, layout: str | None) -> None:
-    from kaio import dtypes
     from kaio.ops_library.rope import _layout
+
+    from kaio import dtypes
 
     op = "rope"
     meta = TensorMetadata(op)

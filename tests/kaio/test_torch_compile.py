@@ -9,8 +9,9 @@ import pytest
 import kaio
 
 torch = pytest.importorskip("torch")
-import kaio.torch  # noqa: E402  (registers torch.ops.kaio.*)
 from kaio.ops_library import matmul  # noqa: E402
+
+import kaio.torch  # noqa: E402  (registers torch.ops.kaio.*)
 
 KERNEL = """
 import kaio
@@ -134,14 +135,14 @@ def test_custom_op_takes_a_fake_and_names_bad_schemas():
 
 # --- every library op under torch.compile(fullgraph=True, dynamic=True) ----------------------
 
-import torch._dynamo.testing  # noqa: E402
+from torch._dynamo.testing import CompileCounterWithBackend  # noqa: E402
 
 from ..ops_library import torch_op_samples as samples  # noqa: E402
 
 
 def compiled_counting(f):
     """``f`` compiled fullgraph with dynamic shapes (aot_eager), and a counter of its graphs."""
-    counter = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    counter = CompileCounterWithBackend("aot_eager")
     return torch.compile(f, fullgraph=True, dynamic=True, backend=counter), counter
 
 

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import kaio.ops_library as ol
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
 
 import kaio
-import kaio.ops_library as ol
 
 
 def randn(rng: np.random.Generator, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -244,8 +244,9 @@ def public_ops() -> set[str]:
 
 def kaio_custom_ops() -> list[str]:
     """Every ``torch.ops.kaio.*`` op registered by now (after ``import kaio.torch``)."""
-    import kaio.torch  # noqa: F401
     from torch._library.custom_ops import OPDEFS
+
+    import kaio.torch  # noqa: F401
 
     return sorted(q.split("::", 1)[1] for q in OPDEFS if q.startswith("kaio::"))
 
@@ -274,7 +275,8 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
     def g(t: torch.Tensor) -> torch.Tensor:
         return t.requires_grad_(requires_grad)
 
-    n, ng, ce = _norm_inputs(rng), _norm_grad_inputs(rng), _ce_inputs(rng)
+    n, ng, ce, rp, rg = _norm_inputs(rng), _norm_grad_inputs(rng), _ce_inputs(rng), _rope_inputs(rng), _rope_grad_inputs(rng)
+    at, lc = _attention_inputs(rng), _lce_inputs(rng)
     sm, gated, mm = _softmax_grad_inputs(False)(rng), _gated_grad_inputs(rng), _matmul_grad_inputs(rng)
     builders: dict[str, Callable[[], tuple[Any, ...]]] = {
         "softmax": lambda: (g(randn(rng, 5, 33)), False),
@@ -287,8 +289,8 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "rms_norm_backward": lambda: (g(ng["dy"]), g(ng["x"]), g(ng["w"]), ng["rms_rstd"], None),
         "add_rms_norm": lambda: (g(n["x"]), g(n["r"]), g(n["w"]), 1e-6),
         "add_rms_norm_fwd": lambda: (g(n["x"]), g(n["r"]), g(n["w"]), 1e-6),
-        "rope": lambda: (lambda d: (g(d["x"]), d["cos"], d["sin"], False, None))(_rope_inputs(rng)),
-        "rope_backward": lambda: (lambda d: (g(d["dy"]), d["cos"], d["sin"], False, None))(_rope_grad_inputs(rng)),
+        "rope": lambda: (g(rp["x"]), rp["cos"], rp["sin"], False, None),
+        "rope_backward": lambda: (g(rg["dy"]), rg["cos"], rg["sin"], False, None),
         "gated_activation": lambda: (g(randn(rng, 4, 24)), 0),
         "gated_activation_backward": lambda: (g(gated["dy"]), g(gated["x"]), 1),
         "cross_entropy": lambda: (g(ce["logits"]), ce["t"], -100),
@@ -297,13 +299,19 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "matmul": lambda: (g(randn(rng, 12, 20)), g(randn(rng, 20, 16)), 1.0, 0.0, None, g(randn(rng, 16)), None),
         "matmul_out": lambda: (randn(rng, 12, 20), randn(rng, 20, 16), torch.zeros(12, 16), 1.0, 0.0, None, None, None),
         "matmul_backward": lambda: (g(mm["dy"]), g(mm["a"]), g(mm["b"]), 1.0, torch.float32),
-        "attention": lambda: (lambda d: (g(d["q"]), g(d["k"]), g(d["v"]), True, None, None, None))(_attention_inputs(rng)),
-        "attention_backward": lambda: (lambda d: (g(d["q"]), g(d["k"]), g(d["v"]), d["out"], d["lse"], g(d["dout"]),
-                                                  None, False, None, None, False))(_attention_grad_inputs(rng)),
-        "linear_cross_entropy": lambda: (lambda d: (g(d["x"]), g(d["weight"]), d["t"], None, -100, 32))(_lce_inputs(rng)),
-        "linear_cross_entropy_backward": lambda: (lambda d: (g(d["x"]), g(d["weight"]), d["t"], d["lse"], g(d["dl"]),
-                                                             None, None, -100, 32))(_lce_grad_inputs(rng)),
+        "attention": lambda: (g(at["q"]), g(at["k"]), g(at["v"]), True, None, None, None),
+        "attention_backward": lambda: _attention_backward_args(g, _attention_grad_inputs(rng)),
+        "linear_cross_entropy": lambda: (g(lc["x"]), g(lc["weight"]), lc["t"], None, -100, 32),
+        "linear_cross_entropy_backward": lambda: _lce_backward_args(g, _lce_grad_inputs(rng)),
     }  # fmt: skip
     if name not in builders:
         raise KeyError(f"no sample arguments for torch.ops.kaio.{name}: add them to torch_op_samples.py")
     return builders[name]()
+
+
+def _attention_backward_args(g: Callable[[torch.Tensor], torch.Tensor], d: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+    return g(d["q"]), g(d["k"]), g(d["v"]), d["out"], d["lse"], g(d["dout"]), None, False, None, None, False
+
+
+def _lce_backward_args(g: Callable[[torch.Tensor], torch.Tensor], d: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+    return g(d["x"]), g(d["weight"]), d["t"], d["lse"], g(d["dl"]), None, None, -100, 32
