@@ -10,15 +10,17 @@ It runs, each section in its own process:
 ============  ==========================================================  ========  ==========
 section       what                                                        limit     no progress
 ============  ==========================================================  ========  ==========
-tests         ``pytest -m gpu`` (each Hopper test on sm_90 and on sm_90a)  540 s     180 s
+tests         ``pytest -m gpu`` (each Hopper test on sm_90 and on sm_90a)  480 s     180 s
 matmul        ``benchmarks/matmul.py`` at 1024, 4096, 8192 and the skinny  360 s     150 s
               shapes, f16 and bf16, beside cuBLAS and Triton; on Hopper
               with ``KAIO_ARCH=sm_90a`` (columns: wgmma, warp-specialised,
               cp.async, persistent, mma.sync, autotuned)
-attention     ``benchmarks/attention.py`` beside torch SDPA FLASH/cuDNN     180 s     120 s
-attention_    the same with ``KAIO_ARCH=sm_90a`` (Hopper only)              180 s     120 s
+attention     ``benchmarks/attention.py`` beside torch SDPA FLASH/cuDNN     150 s     120 s
+attention_    the same with ``KAIO_ARCH=sm_90a`` (Hopper only)              150 s     120 s
 sm_90a
 memory_bound  ``benchmarks/memory_bound.py`` beside torch eager, a copy     120 s     60 s
+training      ``benchmarks/training.py``: backward kernels beside torch's   120 s     60 s
+              FLASH backward, eager, F.linear + F.cross_entropy
 launch        ``benchmarks/launch_overhead.py``                             60 s      60 s
 ============  ==========================================================  ========  ==========
 

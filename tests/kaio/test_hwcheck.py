@@ -22,7 +22,7 @@ from kaio.hwcheck.runner import run_section
 from kaio.hwcheck.sections import CheckoutMissing, Section, find_checkout, plan
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM_SECTIONS = ["tests", "matmul", "attention", "memory_bound", "launch"]
+SIM_SECTIONS = ["tests", "matmul", "attention", "memory_bound", "training", "launch"]
 
 
 def script(code: str) -> tuple[str, ...]:
@@ -47,7 +47,7 @@ def test_the_sim_run_writes_a_dated_report_with_every_section(tmp_path: Path) ->
     assert "no GPU was used" in report and "| versions | python " in report
     for name in SIM_SECTIONS:
         assert f"\n### {name} — " in report and f"\n| {name} | passed" in report
-    assert "5 of 5 sections passed" in report and "FAILED" not in report
+    assert f"{len(SIM_SECTIONS)} of {len(SIM_SECTIONS)} sections passed" in report and "FAILED" not in report
     assert "| tests | passed: 0 passed, 0 failed, " in report  # the GPU tests skip, none fails
     assert "kaio/cuBLAS" in report and "softmax" in report and "bind + check + pack" in report
     assert "hwcheck: running" not in report and str(ROOT) not in report, "no markers, no paths"
@@ -193,7 +193,7 @@ def test_a_gpu_run_without_a_gpu_stops_and_points_to_sim(
 def test_the_gpu_plan_fits_in_25_minutes_and_runs_sm_90a_on_hopper() -> None:
     hopper = plan(ROOT, sim=False, hopper=True)
     assert [s.name for s in hopper] == [
-        "tests", "matmul", "attention", "attention_sm_90a", "memory_bound", "launch"
+        "tests", "matmul", "attention", "attention_sm_90a", "memory_bound", "training", "launch"
     ]  # fmt: skip
     assert sum(s.timeout_s for s in hopper) + cli.PROBE_TIMEOUT_S <= 25 * 60
     assert all(s.marker_timeout_s <= s.timeout_s for s in hopper)
