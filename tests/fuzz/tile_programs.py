@@ -4,10 +4,13 @@
 A program reads two flat inputs (``xf``: f32, ``xi``: i32, both seen as H x W row-major
 matrices or as one long row), builds tiles with masked view loads (random offsets and bounds,
 negative ones included, passed as runtime scalars), gathers (index tiles from ``kt.arange`` or
-from loaded data, with masks), elementwise chains with broadcasts, casts and ``kt.where``,
-reductions on each axis, transposes, small dots (f32 or f16 operands), loops that carry a tile,
-and ``kt.atomic_add`` into a histogram (collisions included), then stores one f32 and one i32
-tile through masked views. Values stay small integers, so every f32 sum, product and dot is
+from loaded data, with masks), ranges, elementwise chains with broadcasts, casts and
+``kt.where``, bool tiles (comparisons, also of broadcast rows against columns, combined with
+``&`` and ``|``, expanded to rows or columns as masks of ``kt.where``, cast to i32),
+outer combinations of two 1-D tiles (``kt.expand_dims(a, 1) op kt.expand_dims(b, 0)``: a 1-D
+tile reused on either axis and by several users), reductions on each axis, transposes, small
+dots (f32 or f16 operands), loops that carry a tile, and ``kt.atomic_add`` into a histogram
+(collisions included), then stores one f32 and one i32 tile through masked views. Values stay small integers, so every f32 sum, product and dot is
 exact in any order and the comparison is exact too.
 """
 
@@ -63,7 +66,8 @@ def _tuple_text(items: list[str]) -> str:
     return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
 
-_NP = {"f32": np.float32, "i32": np.int32}
+_NP = {"f32": np.float32, "i32": np.int32, "bool": np.bool_}
+_COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal}
 _LOADED = {"f32": 4, "i32": BINS + 4}  # the magnitudes ``inputs`` draws
 
 
@@ -109,14 +113,22 @@ class Builder:
     def shape(self, rank: int | None = None) -> tuple[int, ...]:
         rank = rank or int(self.pick([1, 2]))
         if rank == 1:
-            return (int(self.pick([1, 2, 8, 32, 64, 128])),)
+            dims = [n for t in self.tiles if len(t.shape) == 2 for n in t.shape]
+            if dims and self.rng.random() < 0.5:  # a row or column of a 2-D tile made before
+                return (int(self.pick(dims)),)
+            return (int(self.pick([1, 2, 8, 16, 32, 64, 128])),)
         return (int(self.pick([1, 2, 4, 8, 16])), int(self.pick([1, 4, 8, 16, 32])))
 
     def tile_of(self, dtype: str, shape: tuple[int, ...] | None = None) -> Tile:
         found = [t for t in self.tiles if t.dtype == dtype and (shape is None or t.shape == shape)]
         if found and self.rng.random() < 0.8:
             return self.pick(found)  # type: ignore[return-value]
-        return self.load(dtype, shape or self.shape())
+        if dtype == "bool":
+            return self.predicate(shape)
+        shape, roll = shape or self.shape(), self.rng.random()
+        if dtype == "i32" and len(shape) == 1 and roll < 0.2:
+            return self.ranged(shape)
+        return self.shifted(dtype, shape) if roll > 0.7 else self.load(dtype, shape)
 
     # ------------------------------------------------------------------ making tiles
 
@@ -142,6 +154,21 @@ class Builder:
         expr = f"kt.load({array}, {_tuple_text(offs)}, {shape}, {_tuple_text(bnds)}{strides_text}, other={other})"
         fn = lambda env: sem.view_load(env[array], offsets, shape, bounds, strides, other)
         return self.define(Tile(self.fresh(), dtype, shape, max(_LOADED[dtype], abs(other))), expr, fn)
+
+    def load_once(self, dtype: str, shape: tuple[int, ...] | None = None) -> Tile:
+        """A load no later statement picks: its one user, a map, is then the only way to it
+        (``target = i32(kt.load(...))``), which tile-layout can remake in another layout."""
+        t = self.load(dtype, shape or self.shape())
+        self.tiles.remove(t)
+        return t
+
+    def shifted(self, dtype: str, shape: tuple[int, ...]) -> Tile:
+        """A map of a load only it reads (``kt.load(...) + 1``), for later statements to share."""
+        base = self.load_once(dtype, shape)
+        v = int(self.rng.integers(-3, 4))
+        text = f"{float(v)}" if dtype == "f32" else self.scalar(v)
+        fn = lambda env: (env[base.name] + _NP[dtype](v)).astype(_NP[dtype])
+        return self.define(Tile(self.fresh(), dtype, shape, base.bound + abs(v)), f"{base.name} + {text}", fn)
 
     def gather(self, dtype: str, shape: tuple[int, ...]) -> Tile:
         array = "xf" if dtype == "f32" else "xi"
@@ -169,22 +196,25 @@ class Builder:
 
     # ------------------------------------------------------------------ computing
 
-    def operand_like(self, a: Tile) -> tuple[str, Callable[[Env], np.ndarray], int]:
-        """Something to combine with ``a``: a tile of its shape, a broadcast row or column, or a literal."""
+    def operand_like(self, a: Tile, dtype: str | None = None) -> tuple[str, Callable[[Env], np.ndarray], int]:
+        """Something to combine with ``a`` (of ``dtype``, a's own by default): a tile of its
+        shape, a broadcast row or column, or (not for bool) a literal or an i32 scalar."""
+        dtype = dtype or a.dtype
         roll = self.rng.random()
-        if roll < 0.25:
+        if roll < 0.25 and dtype != "bool":
             v = int(self.rng.integers(-3, 4))
-            return (f"{float(v)}" if a.dtype == "f32" else str(v)), (lambda env, v=v: _NP[a.dtype](v)), abs(v)
+            text = f"{float(v)}" if dtype == "f32" else self.scalar(v)
+            return text, (lambda env, v=v: _NP[dtype](v)), abs(v)
         if len(a.shape) == 2 and roll < 0.6:
             axis = int(self.rng.integers(2))
-            row = self.tile_of(a.dtype, (a.shape[1 - axis],))
+            row = self.tile_of(dtype, (a.shape[1 - axis],))
             return (f"kt.expand_dims({row.name}, {axis})", (lambda env, r=row.name, ax=axis: np.expand_dims(env[r], ax)), row.bound)
-        b = self.tile_of(a.dtype, a.shape)
+        b = self.tile_of(dtype, a.shape)
         return b.name, (lambda env, n=b.name: env[n]), b.bound
 
     def elementwise(self) -> Tile:
         dtype = str(self.pick(["f32", "f32", "i32"]))
-        a = self.tile_of(dtype)
+        a = self.load_once(dtype) if self.rng.random() < 0.3 else self.tile_of(dtype)
         text, b_fn, b_bound = self.operand_like(a)
         ops = ["+", "-", "*", "max", "min"] + (["&", "|", "^"] if dtype == "i32" else [])
         op = str(self.pick(ops))
@@ -209,20 +239,109 @@ class Builder:
         a = self.tile_of(dtype)
         b = self.tile_of(dtype, a.shape)
         c_text, c_fn, _ = self.operand_like(a)
-        cmp = str(self.pick(["<", "<=", ">", ">=", "==", "!="]))
-        f = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal}[cmp]
+        cmp = str(self.pick(list(_COMPARE)))
+        f = _COMPARE[cmp]
         expr = f"kt.where({a.name} {cmp} {c_text}, {a.name}, {b.name})"
         fn = lambda env: np.where(f(env[a.name], c_fn(env)), env[a.name], env[b.name]).astype(_NP[dtype])
         return self.define(Tile(self.fresh(), dtype, a.shape, max(a.bound, b.bound)), expr, fn)
 
     def cast(self) -> Tile:
+        masks = [t for t in self.tiles if t.dtype == "bool"]
+        if masks and self.rng.random() < 0.3:
+            m = self.pick(masks)
+            return self.define(Tile(self.fresh(), "i32", m.shape, 1), f"i32({m.name})",  # type: ignore[attr-defined]
+                               lambda env: env[m.name].astype(np.int32))  # type: ignore[attr-defined]
         src = str(self.pick(["f32", "i32"]))
-        a = self.tile_of(src)
+        a = self.load_once(src) if self.rng.random() < 0.3 else self.tile_of(src)
         if src == "i32" and a.bound > EXACT:
             return self.elementwise()
         dst = "i32" if src == "f32" else "f32"
         fn = lambda env: env[a.name].astype(_NP[dst])
         return self.define(Tile(self.fresh(), dst, a.shape, a.bound), f"{dst}({a.name})", fn)
+
+    # ------------------------------------------------------------------ ranges and masks
+
+    def ranged(self, shape: tuple[int, ...] | None = None) -> Tile:
+        """``kt.arange(n)``, shifted by a scalar (``inside = kt.arange(n) + start < end``)."""
+        (n,) = shape or self.shape(1)
+        start = int(self.rng.integers(-40, 40))
+        expr = f"kt.arange({n})" + (f" + {self.scalar(start)}" if start else "")
+        fn = lambda env: (np.arange(n) + start).astype(np.int32)
+        return self.define(Tile(self.fresh("r"), "i32", (n,), n + abs(start)), expr, fn)
+
+    def predicate(self, shape: tuple[int, ...] | None = None) -> Tile:
+        """A bool tile: a comparison of a tile with a tile, a broadcast row or column, or a
+        scalar; often a fresh range (``kt.arange(n) + start < end``) or load, made for it alone."""
+        return self.compared(self.tile_of(str(self.pick(["f32", "i32", "i32"])), shape))
+
+    def compared(self, a: Tile) -> Tile:
+        dtype = a.dtype
+        if self.rng.random() < 0.4:
+            b = self.ranged(a.shape) if dtype == "i32" and len(a.shape) == 1 and self.rng.random() < 0.5 else self.load_once(dtype, a.shape)
+            text, b_fn = b.name, (lambda env, n=b.name: env[n])
+        else:
+            text, b_fn, _ = self.operand_like(a)
+        cmp = str(self.pick(list(_COMPARE)))
+        fn = lambda env: _COMPARE[cmp](env[a.name], b_fn(env))
+        return self.define(Tile(self.fresh("m"), "bool", a.shape, 1), f"{a.name} {cmp} {text}", fn)
+
+    def logic(self) -> Tile:
+        """Masks combined with ``&`` or ``|``: a mask of the same shape or a broadcast row or
+        column. (Not ``~``: the frontend refuses it on bool tiles, though the language guide
+        lists it.)"""
+        a = self.tile_of("bool")
+        text, b_fn, _ = self.operand_like(a, "bool")
+        op = str(self.pick(["&", "&", "|"]))
+        f = np.logical_and if op == "&" else np.logical_or
+        return self.define(Tile(self.fresh("m"), "bool", a.shape, 1), f"{a.name} {op} {text}", lambda env: f(env[a.name], b_fn(env)))
+
+    def masked(self) -> Tile:
+        """``kt.where(mask, a, b)``: the mask of a's shape or a row or column expanded to it."""
+        dtype = str(self.pick(["f32", "i32"]))
+        a = self.tile_of(dtype)
+        m_text, m_fn, _ = self.operand_like(a, "bool")
+        b_text, b_fn, b_bound = self.operand_like(a)
+        fn = lambda env: np.where(m_fn(env), env[a.name], b_fn(env)).astype(_NP[dtype])
+        return self.define(Tile(self.fresh(), dtype, a.shape, max(a.bound, b_bound)), f"kt.where({m_text}, {a.name}, {b_text})", fn)
+
+    def fanout(self) -> Tile:
+        """A 1-D tile with several users on one axis of a 2-D tile: a mask made from it (against
+        a range, a load or a scalar) selects, and the tile itself is added, both through
+        ``kt.expand_dims`` (a cross-entropy backward's per-token target)."""
+        rows, cols = int(self.pick([4, 8, 16])), int(self.pick([8, 16, 32]))  # no size-1 dim: layouts differ
+        axis = int(self.rng.integers(2))
+        dtype = str(self.pick(["f32", "i32", "i32"]))
+        x = self.tile_of(dtype, ((cols, rows)[axis],))
+        mask = self.compared(x)
+        grid = self.tile_of(dtype, (rows, cols))
+        other, other_fn, other_bound = self.operand_like(grid)
+        expr = f"kt.where(kt.expand_dims({mask.name}, {axis}), {grid.name} + kt.expand_dims({x.name}, {axis}), {other})"
+
+        def fn(env: Env) -> np.ndarray:
+            kept = env[grid.name] + np.expand_dims(env[x.name], axis)
+            return np.where(np.expand_dims(env[mask.name], axis), kept, other_fn(env)).astype(_NP[dtype])
+
+        return self.define(Tile(self.fresh(), dtype, (rows, cols), max(grid.bound + x.bound, other_bound)), expr, fn)
+
+    def outer(self) -> Tile:
+        """Two 1-D tiles expanded on different axes and combined (``entry == kt.expand_dims(target,
+        0)``): a comparison (a bool tile) or arithmetic."""
+        rows, cols = self.shape(2)
+        dtype = str(self.pick(["f32", "i32", "i32"]))
+        a, b = self.tile_of(dtype, (rows,)), self.tile_of(dtype, (cols,))
+        op = str(self.pick([*_COMPARE, "+", "-", "*"]))
+        if op == "*" and a.bound * b.bound > EXACT:
+            op = "-"
+        expr = f"kt.expand_dims({a.name}, 1) {op} kt.expand_dims({b.name}, 0)"
+        if op in _COMPARE:
+            fn = lambda env: _COMPARE[op](env[a.name][:, None], env[b.name][None, :])
+            return self.define(Tile(self.fresh("m"), "bool", (rows, cols), 1), expr, fn)
+        f = {"+": np.add, "-": np.subtract, "*": np.multiply}[op]
+        bound = a.bound * b.bound if op == "*" else a.bound + b.bound
+        fn = lambda env: f(env[a.name][:, None], env[b.name][None, :]).astype(_NP[dtype])
+        return self.define(Tile(self.fresh(), dtype, (rows, cols), bound), expr, fn)
+
+    # ------------------------------------------------------------------ shapes
 
     def reduce(self) -> Tile:
         dtype = str(self.pick(["f32", "i32"]))
@@ -292,7 +411,9 @@ class Builder:
         self.emit(expr, step)
 
     def store(self, array: str, dtype: str) -> None:
-        t = self.tile_of(dtype)
+        made = [t for t in self.tiles if t.dtype == dtype]
+        # mostly the last tile made: what the program computed reaches memory, not only its loads
+        t = made[-1] if made and self.rng.random() < 0.6 else self.tile_of(dtype)
         if len(t.shape) == 1:
             extents, strides, strides_text = (SIZE,), (1,), ""
         else:
@@ -305,7 +426,8 @@ class Builder:
 
 def random_program(rng: np.random.Generator) -> TileProgram:
     b = Builder(rng)
-    makers = [b.elementwise, b.elementwise, b.select, b.cast, b.reduce, b.reshape, b.dot, b.loop]
+    makers = [b.elementwise, b.elementwise, b.select, b.cast, b.reduce, b.reshape, b.dot, b.loop,
+              b.masked, b.fanout, b.outer, b.logic]
     for _ in range(int(rng.integers(2, 7))):
         makers[int(rng.integers(len(makers)))]()
     if rng.random() < 0.4:
