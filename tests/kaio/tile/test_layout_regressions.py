@@ -17,7 +17,7 @@ import pytest
 
 import kaio
 import kaio.tile as kt
-from kaio.prelude import Array, MutArray, f32, i32, i64
+from kaio.prelude import Array, MutArray, exp, f32, i32, i64
 
 from .conftest import poisoned
 
@@ -105,3 +105,34 @@ def test_the_cross_entropy_gradient_masks_only_ignored_rows(device, rng):
     onehot = np.arange(vocab)[:, None] == target[None, :]
     want = np.where(keep[None, :], g[None, :] * (logits_t + onehot), 0).astype(np.float32)
     np.testing.assert_allclose(out.to_host(), want, rtol=1e-6, atol=1e-6)
+
+
+@kaio.tile_kernel(num_warps=4)
+def scaled_softmax_rows(x: Array[f32], targets: Array[i64], grad_loss: Array[f32], dx: MutArray[f32],
+                        rows: i32, cols: i32, ignore: i32, R: kaio.constexpr = 4, C: kaio.constexpr = 64):  # fmt: skip
+    """A (R,) scale widened by expand_dims(., 1) beside a (1, C) == (R, 1) comparison of the
+    targets (unused by the store): every row once took row 0's scale."""
+    r0 = i32(kt.program_id(0)) * R
+    target = i32(kt.load(targets, (r0,), (R,), (rows,)))
+    keep = (target != ignore) & (target >= 0) & (target < cols)
+    hit = kt.expand_dims(kt.arange(C), 0) == kt.expand_dims(target, 1)  # noqa: F841 (unused; its layout mattered)
+    scale = kt.where(keep, kt.load(grad_loss, (r0,), (R,), (rows,)), 0.0)
+    t = kt.load(x, (r0, 0), (R, C), (rows, cols), other=-1e30)
+    p = exp(t - kt.expand_dims(kt.max(t, 1), 1))
+    kt.store(dx, (r0, 0), p * kt.expand_dims(scale, 1), (rows, cols))
+
+
+@pytest.mark.parametrize("rows", [3, 9])
+def test_a_widened_row_scale_keeps_each_rows_value(device, rng, rows):
+    cols, ignore = 37, -100
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    targets = rng.integers(0, cols, rows)
+    targets[rows // 2] = ignore
+    grad = rng.standard_normal(rows).astype(np.float32)
+    out = poisoned(device, (rows, cols), np.float32)
+    scaled_softmax_rows[(kaio.cdiv(rows, 4),)](device.alloc_from(x), device.alloc_from(targets), device.alloc_from(grad),
+                                               out, rows, cols, ignore)
+    keep = targets != ignore
+    p = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    want = p * np.where(keep, grad, 0)[:, None]
+    np.testing.assert_allclose(out.to_host(), want, rtol=1e-5, atol=1e-6)
