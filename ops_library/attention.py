@@ -340,4 +340,10 @@ def _to_host(value: Any) -> np.ndarray | None:
     return None
 
 
+# help(attention) shows the class's doc, so the class carries the user-facing one (the module's)
+Attention.__doc__ = f"""{__doc__}
+``attention.run(...)`` is the op without the torch custom-op routing; ``attention.pipeline(d,
+sq, arch)`` the pass pipeline of a head dim and query length.
+"""
+
 attention = Attention()
