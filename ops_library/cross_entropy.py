@@ -91,14 +91,14 @@ def cross_entropy_kernel(T: dtypes.ScalarType, TT: dtypes.ScalarType) -> Any:  #
     return cross_entropy
 
 
-def _check_targets(o: Operand, value: Any, cols: int, ignore_index: int) -> None:
-    """Every target is in [0, cols) or ignore_index (reads a device array back once)."""
+def check_targets(value: Any, vocab: int, ignore_index: int, op: str = "cross_entropy") -> None:
+    """Every target is in [0, vocab) or ignore_index (a device array is read back once); shared
+    by the ops that take class indices (cross_entropy, linear_cross_entropy)."""
     from kaio.runtime import tensors
     from kaio.runtime.buffer import Buffer
 
     if tensors.is_tensor(value):
-        bad = (value != ignore_index) & ((value < 0) | (value >= cols))
-        if not bool(bad.any()):
+        if not bool(((value != ignore_index) & ((value < 0) | (value >= vocab))).any()):
             return
         host = value.detach().cpu().numpy()
     elif isinstance(value, np.ndarray):
@@ -106,12 +106,12 @@ def _check_targets(o: Operand, value: Any, cols: int, ignore_index: int) -> None
     elif isinstance(value, Buffer):
         host = value.to_host()
     else:
-        return  # another device array kind: the kernel still ignores out-of-range targets
-    bad_np = (host != ignore_index) & ((host < 0) | (host >= cols))
-    if bad_np.any():
-        where = tuple(int(i) for i in np.argwhere(bad_np)[0])
+        return  # another device array kind: the kernels still ignore out-of-range targets
+    bad = (host != ignore_index) & ((host < 0) | (host >= vocab))
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
         raise KaioTypeError(
-            f"cross_entropy: `targets`{list(where)} = {int(host[where])} is outside [0, {cols}) "
+            f"{op}: `targets`{list(where)} = {int(host[where])} is outside [0, {vocab}) "
             f"and is not ignore_index ({ignore_index})"
         )
 
@@ -184,7 +184,7 @@ def run(logits: Any, targets: Any, ignore_index: int, device: Any, *, grad: bool
     op = "cross_entropy" if grad_loss is None else "cross_entropy_backward"
     ops = Operands(op, logits, targets, grad_loss, device=device)
     ox, ot, og, rows, cols = check(ops, op, logits, targets, grad_loss)
-    _check_targets(ot, targets, cols, int(ignore_index))
+    check_targets(targets, cols, int(ignore_index))
     out = ops.output(tuple(ox.shape[:-1]), dtypes.f32)
     wants_grad = grad or og is not None
     dx = ops.output(tuple(ox.shape), ox.dtype) if wants_grad else None

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.autograd import refuse_grad
+from kaio.ops_library.cross_entropy import check_targets
 from kaio.ops_library.linear_cross_entropy_kernel import copy_kernel, grad_kernel, loss_kernel
 from kaio.ops_library.matmul import matmul
 from kaio.ops_library.operands import Operand, Operands
@@ -140,30 +141,6 @@ def check_saved(ops: Any, inputs: Inputs, lse: Any, grad_loss: Any, grad_lse: An
 
     optional = per_token("grad_lse", grad_lse) if grad_lse is not None else None
     return per_token("lse", lse), per_token("grad_loss", grad_loss), optional
-
-
-def check_targets(value: Any, vocab: int, ignore_index: int, op: str = OP) -> None:
-    """Every target is in [0, vocab) or ignore_index (a device array is read back once)."""
-    from kaio.runtime import tensors
-    from kaio.runtime.buffer import Buffer
-
-    if tensors.is_tensor(value):
-        if not bool(((value != ignore_index) & ((value < 0) | (value >= vocab))).any()):
-            return
-        host = value.detach().cpu().numpy()
-    elif isinstance(value, np.ndarray):
-        host = value
-    elif isinstance(value, Buffer):
-        host = value.to_host()
-    else:
-        return  # another device array kind: the kernels still ignore out-of-range targets
-    bad = (host != ignore_index) & ((host < 0) | (host >= vocab))
-    if bad.any():
-        where = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise KaioTypeError(
-            f"{op}: `targets`{list(where)} = {int(host[where])} is outside [0, {vocab}) "
-            f"and is not ignore_index ({ignore_index})"
-        )
 
 
 # --------------------------------------------------------------------------- the public op
@@ -271,7 +248,7 @@ def forward(x: Any, weight: Any, targets: Any, bias: Any, ignore_index: int, chu
     ops = Operands(OP, x, weight, targets, bias, device=device)
     inputs = check(ops, x, weight, targets, bias, ignore_index, chunk)
     p = inputs.problem
-    check_targets(targets, p.vocab, ignore_index)
+    check_targets(targets, p.vocab, ignore_index, OP)
     loss, lse = ops.output(p.leading, dtypes.f32), ops.output(p.leading, dtypes.f32)
     if p.tokens:
         chunks = Chunks(ops, inputs)
@@ -294,7 +271,7 @@ def backward(x: Any, weight: Any, targets: Any, lse: Any, grad_loss: Any, grad_l
     inputs = check(ops, x, weight, targets, bias, ignore_index, chunk)
     olse, ograd, ograd_lse = check_saved(ops, inputs, lse, grad_loss, grad_lse)
     p, ox, ow, ob = inputs.problem, inputs.x, inputs.weight, inputs.bias
-    check_targets(targets, p.vocab, ignore_index)
+    check_targets(targets, p.vocab, ignore_index, OP)
     dx = ops.output(tuple(ox.shape), ox.dtype)
     chunks = Chunks(ops, inputs)
     # f32 accumulators across the chunks (the gradients themselves when they are f32)
