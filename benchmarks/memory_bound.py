@@ -13,7 +13,6 @@ written) with ``Tensor.copy_``. Without a GPU the script says so and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 
 import kaio
 from kaio import ops_library as ops
+from kaio.hwcheck.bench_setup import benchmark_setup
 from kaio.hwcheck.markers import running
 
 
@@ -74,22 +74,10 @@ def cases(torch: Any, rows: int, cols: int, dtype: Any, device: str) -> list[Cas
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=8192)
-    parser.add_argument("--cols", type=int, default=4096)
-    parser.add_argument("--sim-smoke", action="store_true", help="tiny run on the simulator (checks the script)")
-    args = parser.parse_args()
-
-    dev = kaio.Device("sim") if args.sim_smoke else kaio.Device()
-    if dev.is_simulator and not args.sim_smoke:
-        print("no GPU: this benchmark measures GPU bandwidth; nothing was timed "
-              "(use --sim-smoke to check the script on the simulator)")  # fmt: skip
-        return 0
-    try:
-        import torch
-    except ImportError:
-        print("this benchmark compares with torch eager: install torch")
-        return 0 if dev.is_simulator else 1
+    setup = benchmark_setup(__doc__.splitlines()[0], "GPU bandwidth")
+    if isinstance(setup, int):
+        return setup
+    args, dev, torch = setup
     rows, cols = (4, 256) if args.sim_smoke else (args.rows, args.cols)
     device = "cpu" if dev.is_simulator else f"cuda:{dev.ordinal}"
     budget = (1, 1) if dev.is_simulator else (50, 200)

@@ -21,7 +21,6 @@ Without a GPU the script says so and exits 0 (no figure is claimed for the simul
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 import kaio
 from kaio import ops_library as ops
+from kaio.hwcheck.bench_setup import benchmark_setup
 from kaio.hwcheck.markers import running
 
 
@@ -140,22 +140,10 @@ def peak_bytes(torch: Any, step: Callable[[], Any]) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=8192)
-    parser.add_argument("--cols", type=int, default=4096)
-    parser.add_argument("--sim-smoke", action="store_true", help="tiny run on the simulator (checks the script)")
-    args = parser.parse_args()
-
-    dev = kaio.Device("sim") if args.sim_smoke else kaio.Device()
-    if dev.is_simulator and not args.sim_smoke:
-        print("no GPU: this benchmark measures GPU time and memory; nothing was timed "
-              "(use --sim-smoke to check the script on the simulator)")  # fmt: skip
-        return 0
-    try:
-        import torch
-    except ImportError:
-        print("this benchmark compares with torch: install torch")
-        return 0 if dev.is_simulator else 1
+    setup = benchmark_setup(__doc__.splitlines()[0], "GPU time and memory")
+    if isinstance(setup, int):
+        return setup
+    args, dev, torch = setup
     sim = dev.is_simulator
     device = "cpu" if sim else f"cuda:{dev.ordinal}"
     budget = (1, 1) if sim else (25, 100)
