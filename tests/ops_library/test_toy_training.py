@@ -42,7 +42,7 @@ def train(model, weights, batches, lr=0.5):
     return np.array(losses), [p.detach() for p in params]
 
 
-@pytest.mark.slow  # ~15 s on the simulator: 20 steps of 5 forward and 8 backward launches
+# ~13 s on the simulator (20 steps of 5 forward and 8 backward launches): an acceptance check, run in CI
 def test_two_layer_model_trains_like_torch(rng):
     def f32(*shape, scale=1.0):
         return torch.from_numpy((rng.standard_normal(shape) * scale).astype(np.float32))
@@ -73,7 +73,7 @@ def block(x, w_norm, wq, wk, wv, w_up, w_down, targets):
     return ol.cross_entropy(ol.matmul(a, w_down), targets).mean()
 
 
-@pytest.mark.slow  # ~15 s: attention forward and backward on the simulator, two sizes
+# ~17 s (attention forward and backward on the simulator, two sizes): an acceptance check, run in CI
 def test_block_compiles_fullgraph_dynamic_forward_and_backward(rng):
     def f32(*shape, scale=0.2):
         return torch.from_numpy((rng.standard_normal(shape) * scale).astype(np.float32))
