@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 
 import kaio
+from kaio.frontend.kernel import GpuKernel
 
 _counter = itertools.count()
 
@@ -46,3 +47,17 @@ def load_kernels(tmp_path: Path) -> Callable[[str], ModuleType]:
         return module
 
     return load
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Counts calls of GpuKernel.build (IR construction)."""
+    calls: list[object] = []
+    original = GpuKernel.build
+
+    def spy(self: GpuKernel, constexprs: object = None) -> object:
+        calls.append(constexprs)
+        return original(self, constexprs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GpuKernel, "build", spy)
+    return calls

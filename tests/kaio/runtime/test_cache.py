@@ -29,20 +29,6 @@ def scale(load_kernels: Callable[[str], ModuleType]) -> GpuKernel:
     return load_kernels(KERNEL).scale  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def builds(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Counts calls of GpuKernel.build (IR construction)."""
-    calls: list[object] = []
-    original = GpuKernel.build
-
-    def spy(self: GpuKernel, constexprs: object = None) -> object:
-        calls.append(constexprs)
-        return original(self, constexprs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(GpuKernel, "build", spy)
-    return calls
-
-
 def entries(folder: Path) -> list[Path]:
     return sorted((folder / "kernels").glob("*.json"))
 

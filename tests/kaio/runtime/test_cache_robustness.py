@@ -133,20 +133,6 @@ def axpy(load_kernels: Callable[[str], ModuleType]) -> GpuKernel:
     return load_kernels(KERNEL).axpy  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def builds(monkeypatch: pytest.MonkeyPatch) -> list[object]:
-    """Counts calls of GpuKernel.build (IR construction)."""
-    calls: list[object] = []
-    original = GpuKernel.build
-
-    def spy(self: GpuKernel, constexprs: object = None) -> object:
-        calls.append(constexprs)
-        return original(self, constexprs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(GpuKernel, "build", spy)
-    return calls
-
-
 def the_entry(folder: Path) -> Path:
     (path,) = (folder / "kernels").iterdir()
     return path
