@@ -8,6 +8,7 @@ Supported (all ``.row.col``):
 | m16n8k8  | f16 f16 / bf16 bf16           | same                   |
 | m16n8k32 | s8/u8 x s8/u8                 | s32 (``.satfinite`` clamps, otherwise wraps) |
 | m16n8k16 | s8/u8 x s8/u8                 | s32                    |
+| m16n8k32 | e4m3/e5m2 x e4m3/e5m2 (sm_89) | f32                    |
 
 Fragment layout (PTX ISA, "Matrix fragments for mma.m16n8k*"), with g = lane / 4 and
 t = lane % 4 and p = 32 / element bits elements per 32-bit register: A register r of a lane holds
@@ -19,6 +20,8 @@ Accuracy: products are exact in float64 (int64 for integers), the K products and
 float64 and the sum is rounded once to the accumulator type. The float64 sum is exact unless the
 terms span more than about 2^29 in magnitude (f16 products have 22 significant bits); hardware
 tensor cores truncate intermediate sums, so results may differ from the GPU in the last bits.
+fp8 products are exact in float64 as well; NaN operands (e4m3's S.1111.111, e5m2's NaNs) and
+e5m2 infinities propagate through the sum as IEEE arithmetic says.
 """
 
 from __future__ import annotations
@@ -40,11 +43,14 @@ from .syntax import Instruction, Operand, VecOperand
 
 _FLOAT_INPUTS = {"f16", "bf16"}
 _INT_INPUTS = {"s8", "u8"}
+_FP8_INPUTS = {"e4m3", "e5m2"}
 _SHAPES = {  # shape -> (K, allowed input types)
     "m16n8k16": (16, _FLOAT_INPUTS | _INT_INPUTS),
     "m16n8k8": (8, _FLOAT_INPUTS),
-    "m16n8k32": (32, _INT_INPUTS),
+    "m16n8k32": (32, _INT_INPUTS | _FP8_INPUTS),
 }
+# Input types one mma may mix (A and B of one family); f16 and bf16 never mix.
+_FAMILIES = ({"f16"}, {"bf16"}, _INT_INPUTS, _FP8_INPUTS)
 M, N = 16, 8
 
 _LANE = np.arange(WARP)
@@ -121,7 +127,8 @@ def make_mma(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
     td, ta, tb, tc = types
     k, inputs = _SHAPES[shape]
     integer = ta.name in _INT_INPUTS
-    if ta.name not in inputs or tb.name not in inputs or (not integer and ta != tb) or (integer != (tb.name in _INT_INPUTS)):
+    same_family = any(ta.name in f and tb.name in f for f in _FAMILIES)
+    if ta.name not in inputs or tb.name not in inputs or not same_family:
         raise DecodeError(f"{ins.opcode}: unsupported input types .{ta.name}.{tb.name} for {shape}")
     accumulators = {"s32"} if integer else ({"f32", "f16"} if ta.name == "f16" else {"f32"})
     if td.name not in accumulators or tc.name not in accumulators:

@@ -14,6 +14,8 @@ import ml_dtypes
 import numpy as np
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
+E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)  # OCP FP8: no infinities, NaN is S.1111.111
+E5M2 = np.dtype(ml_dtypes.float8_e5m2)
 
 CONTAINER_BY_BITS: dict[int, np.dtype] = {
     8: np.dtype(np.uint8),
@@ -83,6 +85,8 @@ PTX_TYPES: dict[str, PtxType] = {
         *(_int(f"b{n}", "b", n) for n in (8, 16, 32, 64)),
         *(_int(f"u{n}", "u", n) for n in (8, 16, 32, 64)),
         *(_int(f"s{n}", "s", n) for n in (8, 16, 32, 64)),
+        PtxType("e4m3", "f", 8, E4M3),
+        PtxType("e5m2", "f", 8, E5M2),
         PtxType("f16", "f", 16, np.dtype(np.float16)),
         PtxType("bf16", "f", 16, BF16),
         PtxType("f32", "f", 32, np.dtype(np.float32)),
