@@ -14,6 +14,7 @@ from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backwa
 from kaio.ops_library.rope import rope, rope_backward
 from kaio.ops_library.softmax import log_softmax, softmax
 from kaio.ops_library.softmax_backward import log_softmax_backward, softmax_backward
+from kaio.ops_library.w4a16_matmul import w4a16_matmul
 
 __all__ = [
     "cross_entropy_backward", "gelu_and_mul_backward", "log_softmax_backward", "matmul_backward",
@@ -21,5 +22,5 @@ __all__ = [
     "Attention", "Matmul", "MatmulConfig", "attention", "attention_backward", "cross_entropy", "gelu_and_mul",
     "layer_norm", "layer_norm_backward", "linear_cross_entropy", "linear_cross_entropy_backward",
     "log_softmax", "matmul", "rms_norm", "rms_norm_backward", "rope",
-    "rope_backward", "silu_and_mul", "softmax",
+    "rope_backward", "silu_and_mul", "softmax", "w4a16_matmul",
 ]  # fmt: skip

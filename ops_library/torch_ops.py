@@ -124,6 +124,9 @@ import kaio.ops_library.norms_autograd  # noqa: E402, F401
 # The fused linear + cross-entropy, forward and backward, with its autograd.
 import kaio.ops_library.linear_cross_entropy_torch  # noqa: E402, F401
 
+# The GPTQ int4-weight matmul (forward only).
+import kaio.ops_library.w4a16_matmul_torch  # noqa: E402, F401
+
 
 # --- attention: FlashAttention-2 forward and backward, the backward registered for autograd ----
 

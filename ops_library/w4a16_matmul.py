@@ -1,0 +1,191 @@
+"""``kaio.ops_library.w4a16_matmul``: ``x @ W + bias`` with W in GPTQ's 4-bit format.
+
+    from kaio.ops_library import w4a16_matmul
+    y = w4a16_matmul(x, qweight, scales)                      # symmetric (zero point 8)
+    y = w4a16_matmul(x, qweight, scales, qzeros, group_size=64, bias=b)
+
+The tensors are a GPTQ checkpoint's, as AutoGPTQ and GPTQModel save them (``checkpoint_format
+"gptq"``, no act-order):
+
+* ``qweight`` int32 ``(K/8, N)``: eight 4-bit weights per word along K, the low nibble first:
+  ``q[k, n] = (qweight[k // 8, n] >> 4 * (k % 8)) & 0xF``;
+* ``scales`` f16 ``(K/group_size, N)``: one scale per group of ``group_size`` rows of K;
+* ``qzeros`` int32 ``(K/group_size, N/8)``: the zero points packed along N, low nibble first,
+  stored minus one (GPTQ's ``zeros -= 1`` before packing):
+  ``z[g, n] = ((qzeros[g, n // 8] >> 4 * (n % 8)) & 0xF) + 1``; ``None``: symmetric, ``z = 8``
+  (what a symmetric checkpoint's qzeros, all 7s, say too);
+* ``W[k, n] = (q[k, n] - z[k // group_size, n]) * scales[k // group_size, n]``.
+
+``x`` (M, K) is f16 or bf16 and so is the result (M, N); ``bias`` (N,) f16/bf16/f32 optional.
+``group_size`` is -1 (one group: per-column scales) or a power of two from 16 to 4096 dividing K.
+
+The kernel (:func:`w4a16_tile_kernel`) is a matmul whose B tile is computed rather than loaded,
+Marlin's design: each K step reads the packed words of a (BK, BN) weight tile, unpacks the
+nibbles, subtracts the zero point and multiplies by the group's scale in registers, and feeds the
+resulting f16/bf16 tile to ``kt.dot`` on tensor cores with the x tile, accumulating in f32. Only
+the 4-bit weights cross DRAM: a quarter of an f16 matmul's weight bytes.
+"""
+
+# No `from __future__ import annotations`: the kernel's annotations name the factory's types.
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import kaio
+import kaio.tile as kt
+from kaio import dtypes
+from kaio.errors import KaioTypeError, KaioValueError
+from kaio.ops_library import rows as rowops
+from kaio.ops_library.operands import Operand, Operands
+from kaio.prelude import Array, MutArray, f32, i32
+
+OP = "w4a16_matmul"
+ACTIVATION_TYPES = (dtypes.f16, dtypes.bf16)
+GROUP_SIZES = tuple(2**p for p in range(4, 13))  # 16 .. 4096; -1: one group (per-column scales)
+SYMMETRIC_ZERO = 8
+
+
+@cache
+def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any:  # noqa: N803
+    """The tile kernel for one activation type ``T``, scale type ``S`` and bias type."""
+
+    @kaio.tile_kernel(num_warps=4, num_stages=3)
+    def w4a16_matmul(x: Array[T], qweight: Array[i32], scales: Array[S], qzeros: Array[i32], bias: Array[BIAS],
+                     y: MutArray[T], m: i32, n: i32, k: i32, group: i32,
+                     BM: kaio.constexpr = 16, BN: kaio.constexpr = 64, BK: kaio.constexpr = 64,
+                     HAS_ZEROS: kaio.constexpr = False, HAS_BIAS: kaio.constexpr = False):  # fmt: skip
+        m0, n0 = i32(kt.program_id(1)) * BM, i32(kt.program_id(0)) * BN
+        cols = kt.expand_dims(n0 + kt.arange(BN), 0)  # (1, BN): this tile's columns of W
+        in_cols = cols < n
+        rows = kt.expand_dims(kt.arange(BK), 1)  # (BK, 1): rows of the K step
+        shifts = rows % 8 * 4  # which nibble of its word row k is
+        acc = kt.zeros((BM, BN), f32)
+        for k0 in range(0, k, BK):
+            # the words of the weight tile: row k reads word k // 8 (eight rows share each one)
+            words = kt.load(qweight, (k0 + rows) // 8 * n + cols, (k0 + rows < k) & in_cols)
+            q = (words >> shifts) & 15
+            g = k0 // group  # a K step never straddles two groups (BK divides group_size)
+            scale = f32(kt.load(scales, (g, n0), (1, BN), (g + 1, n)))
+            zero = kt.full((1, BN), SYMMETRIC_ZERO, i32)
+            if HAS_ZEROS:
+                packed = kt.load(qzeros, g * (n // 8) + cols // 8, in_cols)
+                zero = ((packed >> cols % 8 * 4) & 15) + 1
+            w = T(f32(q - zero) * scale)  # exact in f32: one rounding, to T, like the reference
+            acc = kt.dot(kt.load(x, (m0, k0), (BM, BK), (m, k)), w, acc)
+        if HAS_BIAS:
+            acc = acc + kt.expand_dims(f32(kt.load(bias, (n0,), (BN,), (n,))), 0)
+        kt.store(y, (m0, n0), T(acc), (m, n))
+
+    return w4a16_matmul
+
+
+@dataclass(frozen=True)
+class W4A16Config:
+    """A launch's tiles: BM rows of x, BN columns of W, BK rows of K per step."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """A call's checked operands (qzeros, bias: None when absent) and sizes."""
+
+    x: Operand
+    qweight: Operand
+    scales: Operand
+    qzeros: Operand | None
+    bias: Operand | None
+    m: int
+    n: int
+    k: int
+    group: int
+
+
+def choose_config(m: int, group: int) -> W4A16Config:
+    """Few rows (decoding) take a 16-row tile: the smallest a tensor-core dot has; BK divides the
+    group so that each K step has one scale row."""
+    bm = 16 if m <= 16 else 32 if m <= 32 else 64
+    bk = math.gcd(group, 64)
+    return W4A16Config(bm, 64, bk)
+
+
+def check(ops: Any, x: Any, qweight: Any, scales: Any, qzeros: Any, bias: Any, group_size: Any) -> Inputs:
+    """The operands and sizes GPTQ's format requires, or an error naming the argument and the
+    rule (``ops``: an ``Operands``, or ``torch_checks.TensorMetadata`` for a fake call)."""
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or (group_size != -1 and group_size not in GROUP_SIZES):
+        raise KaioValueError(f"{OP}: `group_size` must be -1 or a power of two from 16 to 4096, got {group_size!r}")
+    ox = ops.take("x", x)
+    if ox.dtype not in ACTIVATION_TYPES or len(ox.shape) != 2:
+        raise KaioTypeError(f"{OP}: `x` must be a 2-D f16 or bf16 array (M, K), got {ox.dtype.name} {ox.shape}")
+    m, k = ox.shape
+    oq = ops.take("qweight", qweight)
+    if oq.dtype != dtypes.i32 or len(oq.shape) != 2:
+        raise KaioTypeError(f"{OP}: `qweight` must be a 2-D int32 array (K/8, N), got {oq.dtype.name} {oq.shape}")
+    if k % 8 or oq.shape[0] != k // 8:
+        raise KaioValueError(
+            f"{OP}: `qweight` packs 8 rows of K per int32, so K must be a multiple of 8 and qweight must "
+            f"have K/8 rows; x has K = {k}, qweight has shape {oq.shape}"
+        )
+    n = oq.shape[1]
+    group = k if group_size == -1 else group_size
+    if group and k % group:
+        raise KaioValueError(f"{OP}: K = {k} (x's columns) is not a multiple of `group_size` = {group_size}")
+    groups = k // group if group else 0
+    os_ = ops.take("scales", scales)
+    if os_.dtype not in (dtypes.f16, ox.dtype) or os_.shape != (groups, n):
+        raise KaioTypeError(
+            f"{OP}: `scales` must be f16 (or x's type) of shape (K/group_size, N) = {(groups, n)}, "
+            f"got {os_.dtype.name} {os_.shape}"
+        )
+    oz = None
+    if qzeros is not None:
+        if n % 8:
+            raise KaioValueError(f"{OP}: `qzeros` packs 8 columns of N per int32, so N = {n} must be a multiple of 8")
+        oz = ops.take("qzeros", qzeros)
+        if oz.dtype != dtypes.i32 or oz.shape != (groups, n // 8):
+            raise KaioTypeError(
+                f"{OP}: `qzeros` must be int32 of shape (K/group_size, N/8) = {(groups, n // 8)}, "
+                f"got {oz.dtype.name} {oz.shape}"
+            )
+    ob = None
+    if bias is not None:
+        ob = ops.take("bias", bias)
+        if ob.shape != (n,) or ob.dtype not in (dtypes.f32, ox.dtype):
+            raise KaioTypeError(f"{OP}: `bias` must be f32 or {ox.dtype.name} of shape ({n},), got {ob.dtype.name} {ob.shape}")
+    if any(size >= 2**31 for size in (m * k, k // 8 * n, m * n)):
+        raise KaioValueError(f"{OP}: arrays must have fewer than 2**31 elements")
+    return Inputs(ox, oq, os_, oz, ob, m, n, k, max(group, 1))
+
+
+def run(x: Any, qweight: Any, scales: Any, qzeros: Any = None, bias: Any = None, group_size: int = 128,
+        device: Any = None) -> Any:  # fmt: skip
+    """The op itself, without the torch custom-op routing of :func:`w4a16_matmul`."""
+    ops = Operands(OP, x, qweight, scales, qzeros, bias, device=device)
+    a = check(ops, x, qweight, scales, qzeros, bias, group_size)
+    oy = ops.output((a.m, a.n), a.x.dtype)
+    if a.m and a.n:  # K = 0 runs too: no K steps, y = bias (or 0)
+        config = choose_config(a.m, a.group)
+        zeros, bias_ = a.qzeros or a.qweight, a.bias or a.x  # stand-ins the kernel does not read
+        kernel = w4a16_tile_kernel(a.x.dtype, a.scales.dtype, bias_.dtype)
+        grid = (math.ceil(a.n / config.block_n), math.ceil(a.m / config.block_m))
+        kernel.launch(ops.device, a.x.value, a.qweight.value, a.scales.value, zeros.value, bias_.value, oy.value,
+                      a.m, a.n, a.k, a.group, grid=grid, BM=config.block_m, BN=config.block_n, BK=config.block_k,
+                      HAS_ZEROS=a.qzeros is not None, HAS_BIAS=a.bias is not None)  # fmt: skip
+    return ops.result(oy)
+
+
+def w4a16_matmul(x: Any, qweight: Any, scales: Any, qzeros: Any = None, *, group_size: int = 128,
+                 bias: Any = None, g_idx: Any = None, device: Any = None) -> Any:  # fmt: skip
+    """``x @ W (+ bias)`` with W given as GPTQ int4 tensors (see the module doc); the result has
+    x's type and kind (numpy, kaio Buffer or torch tensor)."""
+    if g_idx is not None:
+        raise KaioValueError(
+            f"{OP}: act-order checkpoints (`g_idx`, desc_act=True) are not supported; "
+            "re-export the weights without act-order, or sort K by g_idx first (permute the columns of x and repack the rows of qweight)"
+        )
+    if (ops := rowops.torch_op(x, qweight, scales, qzeros, bias, device=device)) is not None:
+        return ops.w4a16_matmul(x, qweight, scales, qzeros, bias, group_size)
+    return run(x, qweight, scales, qzeros, bias, group_size, device)
