@@ -104,11 +104,11 @@ class Inputs:
     group: int
 
 
-def choose_config(m: int, group: int) -> W4A16Config:
-    """Few rows (decoding) take a 16-row tile: the smallest a tensor-core dot has; BK divides the
-    group so that each K step has one scale row."""
+def choose_config(m: int, k: int, group: int) -> W4A16Config:
+    """Few rows (decoding) take a 16-row tile: the smallest a tensor-core dot has. BK divides
+    the group so that each K step has one scale row (one group: any BK)."""
     bm = 16 if m <= 16 else 32 if m <= 32 else 64
-    bk = math.gcd(group, 64)
+    bk = 64 if group >= k else math.gcd(group, 64)
     return W4A16Config(bm, 64, bk)
 
 
@@ -167,7 +167,7 @@ def run(x: Any, qweight: Any, scales: Any, qzeros: Any = None, bias: Any = None,
     a = check(ops, x, qweight, scales, qzeros, bias, group_size)
     oy = ops.output((a.m, a.n), a.x.dtype)
     if a.m and a.n:  # K = 0 runs too: no K steps, y = bias (or 0)
-        config = choose_config(a.m, a.group)
+        config = choose_config(a.m, a.k, a.group)
         zeros, bias_ = a.qzeros or a.qweight, a.bias or a.x  # stand-ins the kernel does not read
         kernel = w4a16_tile_kernel(a.x.dtype, a.scales.dtype, bias_.dtype)
         grid = (math.ceil(a.n / config.block_n), math.ceil(a.m / config.block_m))

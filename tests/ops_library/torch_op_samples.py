@@ -103,6 +103,20 @@ def _lce_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tens
     return {"x": randn(rng, rows, 32), "weight": randn(rng, 70, 32) * 0.2, "t": targets(rng, rows, 70)}
 
 
+def _w4a16_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    words = rng.integers(0, 2**32, (8, 16), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    scales = (rng.random((2, 16)) * 0.02 + 0.002).astype(np.float16)
+    return {"x": randn(rng, 3 + 2 * grow, 64, dtype=torch.float16), "qweight": torch.from_numpy(words),
+            "scales": torch.from_numpy(scales)}  # fmt: skip
+
+
+def w4a16_ref(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    """GPTQ int4 (symmetric, groups of 32) dequantised, then the product in f32."""
+    q = (qweight[:, None, :] >> (4 * torch.arange(8))[None, :, None]) & 0xF  # low nibble first, along K
+    w = ((q.reshape(-1, qweight.shape[1]) - 8).float() * scales.float().repeat_interleave(32, 0)).half()
+    return (x.float() @ w.float()).half()
+
+
 SIM = kaio.Device("sim")
 
 PUBLIC: list[Case] = [
@@ -137,6 +151,12 @@ PUBLIC: list[Case] = [
     Case("attention", "attention", _attention_inputs, lambda q, k, v: ol.attention(q, k, v, causal=True),
          lambda q, k, v: attention_ref(q, k, v, causal=True), ("q", "k", "v"), tol=2e-2),
 ]
+if hasattr(ol, "w4a16_matmul"):
+    PUBLIC.append(
+        Case("w4a16_matmul", "w4a16_matmul", _w4a16_inputs,
+             lambda x, qweight, scales: ol.w4a16_matmul(x, qweight, scales, group_size=32), w4a16_ref, ("x",),
+             tol=1e-2)
+    )  # fmt: skip
 if hasattr(ol, "linear_cross_entropy"):
     PUBLIC.append(
         Case("linear_cross_entropy", "linear_cross_entropy", _lce_inputs,
@@ -303,6 +323,7 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "attention_backward": lambda: _attention_backward_args(g, _attention_grad_inputs(rng)),
         "linear_cross_entropy": lambda: (g(lc["x"]), g(lc["weight"]), lc["t"], None, -100, 32),
         "linear_cross_entropy_backward": lambda: _lce_backward_args(g, _lce_grad_inputs(rng)),
+        "w4a16_matmul": lambda: (*_w4a16_inputs(rng).values(), None, None, 32),
     }  # fmt: skip
     if name not in builders:
         raise KeyError(f"no sample arguments for torch.ops.kaio.{name}: add them to torch_op_samples.py")
