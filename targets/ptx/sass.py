@@ -34,13 +34,14 @@ from kaio.targets.ptx import toolchain
 # datapath spellings (``UIADD3``, ``USHF``) count with their vector twins: they take issue slots
 # the same way. Anything not listed is "other" (and still in the total).
 _INTEGER = ("IMAD", "IADD3", "IADD", "IADD32I", "LEA", "SHF", "SHL", "SHR", "LOP3", "LOP", "LOP32I",
-            "ISETP", "ISCADD", "SEL", "IMNMX", "IABS", "IMUL", "POPC", "FLO", "BREV", "PRMT", "BMSK",
+            "ISETP", "ISCADD", "SEL", "IMNMX", "IABS", "IMUL", "POPC", "FLO", "BREV", "BMSK",
             "SGXT", "IDP", "IDE", "VIADD", "VIMNMX", "PLOP3", "P2R", "R2P", "ICMP")  # fmt: skip
 _FLOAT = ("FFMA", "FFMA32I", "FADD", "FADD32I", "FMUL", "FMUL32I", "FMNMX", "FSETP", "FSEL", "FSET",
           "FCHK", "FSWZADD", "FRND", "HADD2", "HMUL2", "HFMA2", "HSETP2", "HSET2", "HMNMX2", "DADD",
           "DMUL", "DFMA", "DSETP", "DMNMX")  # fmt: skip
 _CONVERT = ("F2F", "F2I", "I2F", "I2FP", "F2FP", "I2I", "I2IP", "F2IP")
-_MOVE = ("MOV", "MOV32I", "UMOV", "CS2R", "S2R", "S2UR", "LDC", "ULDC", "VOTE", "VOTEU")
+# PRMT (a byte permute) moves data between registers: no address or index arithmetic
+_MOVE = ("MOV", "MOV32I", "UMOV", "CS2R", "S2R", "S2UR", "LDC", "ULDC", "VOTE", "VOTEU", "PRMT", "UPRMT")
 _CONTROL = ("BRA", "UBRA", "BRX", "JMP", "JMX", "CALL", "RET", "EXIT", "BSSY", "BSYNC", "ELECT",
             "UELECT", "BREAK", "BPT", "KILL", "YIELD", "NANOSLEEP")  # fmt: skip
 _BARRIER = ("BAR", "SYNCS", "MEMBAR", "WARPSYNC", "DEPBAR", "LDGDEPBAR", "ERRBAR", "CCTL", "FENCE",

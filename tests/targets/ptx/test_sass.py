@@ -63,7 +63,7 @@ def test_parse_splits_functions_and_reads_predicates_and_opcodes():
      ("FFMA.FTZ", "float"), ("HFMA2.MMA", "float"), ("MUFU.EX2", "mufu"), ("R2UR", "r2ur"),
      ("SYNCS.ARRIVE.TRANS64.RED.A1T0", "barrier"), ("MEMBAR.SC.CTA", "barrier"), ("WARPSYNC", "barrier"),
      ("BSSY", "control"), ("ELECT", "control"), ("F2FP.PACK_AB", "convert"), ("SHFL.BFLY", "shuffle"),
-     ("LDG.E.128", "global"), ("STS.128", "shared"), ("FOOBAR", "other")],
+     ("LDG.E.128", "global"), ("STS.128", "shared"), ("PRMT", "move"), ("FOOBAR", "other")],
 )  # fmt: skip
 def test_opcode_classes(opcode, kind):
     assert sass.opcode_class(opcode) == kind
