@@ -8,13 +8,15 @@ inside a kernel ``f32(x)`` is a cast.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from kaio.errors import KaioTypeError
+
+if TYPE_CHECKING:  # numpy loads when a host value is first converted: `import kaio` stays light
+    import numpy as np
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,6 +48,8 @@ class ScalarType:
 
     @cached_property
     def np_dtype(self) -> np.dtype:
+        import numpy as np
+
         if self.name == "bf16":
             import ml_dtypes
 
@@ -119,6 +123,8 @@ BY_NAME: dict[str, ScalarType] = {t.name: t for t in ALL_TYPES}
 
 def from_numpy(dtype: Any) -> ScalarType:
     """The kernel type of a numpy dtype (``ml_dtypes.bfloat16`` included)."""
+    import numpy as np
+
     dt = np.dtype(dtype)
     for t in ALL_TYPES:
         if t.np_dtype == dt:
@@ -129,6 +135,9 @@ def from_numpy(dtype: Any) -> ScalarType:
 def is_int_value(value: Any) -> bool:
     """A Python or numpy integer, not a bool: what counts as an int in a shape, a size or a
     config field (``True`` for a dimension is a mistake, not 1)."""
+    np = sys.modules.get("numpy")  # not loaded: no value can be a numpy integer
+    if np is None:
+        return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -145,6 +154,8 @@ class ArrayType:
 
 def _meant(elem: Any) -> str:
     """What a Python or numpy element type most likely meant, as a hint ("" if unclear)."""
+    import numpy as np
+
     if elem is bool or elem is bool_ or elem is np.bool_:
         return "; arrays of bool are not supported: use u8"
     if elem is int or elem is float:

@@ -1,26 +1,77 @@
-"""High-level ops, one module each, each a tile kernel with its default pass pipeline."""
+"""High-level ops, one module each, each a tile kernel with its default pass pipeline.
 
-from kaio.ops_library.activations import gelu_and_mul, silu_and_mul
-from kaio.ops_library.activations_backward import gelu_and_mul_backward, silu_and_mul_backward
-from kaio.ops_library.attention import Attention, attention
-from kaio.ops_library.attention_backward import attention_backward
-from kaio.ops_library.cross_entropy import cross_entropy, cross_entropy_backward
-from kaio.ops_library.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_backward
-from kaio.ops_library.matmul import Matmul, matmul
-from kaio.ops_library.matmul_backward import matmul_backward
-from kaio.ops_library.matmul_config import MatmulConfig
-from kaio.ops_library.norms import layer_norm, rms_norm
-from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backward
-from kaio.ops_library.rope import rope, rope_backward
-from kaio.ops_library.softmax import log_softmax, softmax
-from kaio.ops_library.softmax_backward import log_softmax_backward, softmax_backward
-from kaio.ops_library.w4a16_matmul import w4a16_matmul
+The ops load on first use (PEP 562): ``import kaio.ops_library`` imports none of them, nor
+xDSL, so it costs nothing until an op is called. A new op adds its public names to ``_OPS``.
+"""
 
-__all__ = [
-    "cross_entropy_backward", "gelu_and_mul_backward", "log_softmax_backward", "matmul_backward",
-    "silu_and_mul_backward", "softmax_backward",
-    "Attention", "Matmul", "MatmulConfig", "attention", "attention_backward", "cross_entropy", "gelu_and_mul",
-    "layer_norm", "layer_norm_backward", "linear_cross_entropy", "linear_cross_entropy_backward",
-    "log_softmax", "matmul", "rms_norm", "rms_norm_backward", "rope",
-    "rope_backward", "silu_and_mul", "softmax", "w4a16_matmul",
-]  # fmt: skip
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
+# public name -> the module (under kaio.ops_library) that defines it
+_OPS: dict[str, str] = {
+    "gelu_and_mul": "activations", "silu_and_mul": "activations",
+    "gelu_and_mul_backward": "activations_backward", "silu_and_mul_backward": "activations_backward",
+    "Attention": "attention", "attention": "attention",
+    "attention_backward": "attention_backward",
+    "cross_entropy": "cross_entropy", "cross_entropy_backward": "cross_entropy",
+    "linear_cross_entropy": "linear_cross_entropy", "linear_cross_entropy_backward": "linear_cross_entropy",
+    "Matmul": "matmul", "matmul": "matmul",
+    "matmul_backward": "matmul_backward",
+    "MatmulConfig": "matmul_config",
+    "layer_norm": "norms", "rms_norm": "norms",
+    "layer_norm_backward": "norms_backward", "rms_norm_backward": "norms_backward",
+    "rope": "rope", "rope_backward": "rope",
+    "log_softmax": "softmax", "softmax": "softmax",
+    "log_softmax_backward": "softmax_backward", "softmax_backward": "softmax_backward",
+    "w4a16_matmul": "w4a16_matmul",
+}  # fmt: skip
+
+if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
+    from kaio.ops_library.activations import gelu_and_mul, silu_and_mul
+    from kaio.ops_library.activations_backward import gelu_and_mul_backward, silu_and_mul_backward
+    from kaio.ops_library.attention import Attention, attention
+    from kaio.ops_library.attention_backward import attention_backward
+    from kaio.ops_library.cross_entropy import cross_entropy, cross_entropy_backward
+    from kaio.ops_library.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_backward
+    from kaio.ops_library.matmul import Matmul, matmul
+    from kaio.ops_library.matmul_backward import matmul_backward
+    from kaio.ops_library.matmul_config import MatmulConfig
+    from kaio.ops_library.norms import layer_norm, rms_norm
+    from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backward
+    from kaio.ops_library.rope import rope, rope_backward
+    from kaio.ops_library.softmax import log_softmax, softmax
+    from kaio.ops_library.softmax_backward import log_softmax_backward, softmax_backward
+    from kaio.ops_library.w4a16_matmul import w4a16_matmul
+
+
+def __getattr__(name: str) -> object:
+    module = _OPS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kaio.ops_library' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # found directly from now on
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_OPS})
+
+
+class _OpsPackage(types.ModuleType):
+    """The package's module type: an op named like its module (``matmul``, ``softmax``,
+    ``attention``...) stays the op when its module is imported, which would otherwise bind the
+    module to the package attribute (the eager imports this package had overwrote it again)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _OPS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _OpsPackage
+
+__all__ = sorted(_OPS)
