@@ -2,7 +2,8 @@
 
 Prints, per kernel: the time to read and check the source (decoration), a cold compile (IR
 built from scratch, every pass, the printer; disk cache off), a disk-cache hit, and the total;
-then `import kaio` time (a fresh interpreter, minus the interpreter's own start). The matmul is
+then `import kaio, kaio.ops_library` time and the time to a first PTX in a fresh process
+(import, decorate, compile: a fresh interpreter each, minus the interpreter's own start). The matmul is
 the ops_library tile kernel (128x128x32 tiles, 3 stages, f16 -> f32, sizes multiples of 16 as
 a launch would specialize it). With triton installed, Triton's tutorial matmul is compiled to
 PTX for the same sm_80 target in the same run. Every figure is a median.
@@ -36,16 +37,57 @@ def median_seconds(fn: Callable[[], object], repeat: int) -> float:
 
 
 def import_time(repeat: int) -> tuple[float, float]:
-    """(median `python -c "import kaio"`, median `python -c pass`) wall times."""
+    """(median `python -c "import kaio, kaio.ops_library"`, median `python -c pass`) wall times."""
 
     def run(code: str) -> float:
         start = time.perf_counter()
         subprocess.run([sys.executable, "-c", code], check=True)
         return time.perf_counter() - start
 
-    kaio_times = [run("import kaio") for _ in range(repeat)]
+    kaio_times = [run("import kaio, kaio.ops_library") for _ in range(repeat)]
     bare_times = [run("pass") for _ in range(repeat)]
     return statistics.median(kaio_times), statistics.median(bare_times)
+
+
+FIRST_PTX = {  # a fresh process: import kaio, write a kernel, compile it to PTX (no disk cache)
+    "vector_add (SIMT)": """
+import kaio
+from kaio.prelude import Array, MutArray, f32, u32, thread_idx_x, block_idx_x, block_dim_x
+
+@kaio.gpu_kernel(block_size=256)
+def vector_add(a: Array[f32], b: Array[f32], c: MutArray[f32], n: u32):
+    i = thread_idx_x() + block_idx_x() * block_dim_x()
+    if i < n:
+        c[i] = a[i] + b[i]
+
+assert kaio.compile(vector_add, "sm_80").ptx
+""",
+    "matmul f16 128x128x32 (library)": """
+import kaio
+from kaio import dtypes
+from kaio.ops_library.matmul_config import DEFAULT_CONFIG
+from kaio.ops_library.matmul_kernel import MatmulKernel
+
+assert kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), DEFAULT_CONFIG), "sm_80").ptx
+""",
+}
+
+
+def first_ptx_times(repeat: int) -> dict[str, float]:
+    """Median wall time of a fresh interpreter that imports kaio and compiles one kernel to PTX,
+    the bare interpreter's start subtracted."""
+    env = {**os.environ, "KAIO_CACHE": "0"}
+    folder = Path(tempfile.mkdtemp(prefix="kaio-bench-first-ptx-"))
+
+    def run(name: str, code: str) -> float:
+        script = folder / f"{abs(hash(name))}.py"  # kernels are read from a file, not from -c
+        script.write_text(code)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, str(script)], check=True, env=env)
+        return time.perf_counter() - start
+
+    bare = statistics.median(run("bare", "pass") for _ in range(repeat))
+    return {name: statistics.median(run(name, code) for _ in range(repeat)) - bare for name, code in FIRST_PTX.items()}
 
 
 def kaio_rows(repeat: int) -> list[tuple[str, float, float, float]]:
@@ -147,7 +189,10 @@ def main() -> None:
     kaio_mm = rows[-1][2]
 
     with_kaio, bare = import_time(args.repeat)
-    print(f"\nimport kaio: {with_kaio * 1e3:.0f} ms wall ({(with_kaio - bare) * 1e3:.0f} ms over a bare interpreter's {bare * 1e3:.0f} ms)")
+    print(f"\nimport kaio, kaio.ops_library: {with_kaio * 1e3:.0f} ms wall ({(with_kaio - bare) * 1e3:.0f} ms over a bare interpreter's {bare * 1e3:.0f} ms)")
+    print(f"\ntime to first PTX in a fresh process (import, decorate, compile; no disk cache), median of {max(3, args.repeat // 2)}, over a bare interpreter")
+    for name, seconds in first_ptx_times(max(3, args.repeat // 2)).items():
+        print(f"  {name:40} {seconds * 1e3:8.0f} ms")
 
     triton_s = triton_to_ptx_seconds(max(3, args.repeat // 2))
     if triton_s is None:
