@@ -48,13 +48,15 @@ SYMMETRIC_ZERO = 8
 
 @cache
 def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any:  # noqa: N803
-    """The tile kernel for one activation type ``T``, scale type ``S`` and bias type."""
+    """The tile kernel for one activation type ``T``, scale type ``S`` and bias type
+    (``SCALES_IN_T``: S is T, and the dequantisation runs in T: half the instructions of f32)."""
 
     @kaio.tile_kernel(num_warps=4, num_stages=3)
     def w4a16_matmul(x: Array[T], qweight: Array[i32], scales: Array[S], qzeros: Array[i32], bias: Array[BIAS],
                      y: MutArray[T], m: i32, n: i32, k: i32, group: i32,
                      BM: kaio.constexpr = 16, BN: kaio.constexpr = 64, BK: kaio.constexpr = 64,
-                     HAS_ZEROS: kaio.constexpr = False, HAS_BIAS: kaio.constexpr = False):  # fmt: skip
+                     HAS_ZEROS: kaio.constexpr = False, HAS_BIAS: kaio.constexpr = False,
+                     SCALES_IN_T: kaio.constexpr = False):  # fmt: skip
         m0, n0 = i32(kt.program_id(1)) * BM, i32(kt.program_id(0)) * BN
         cols = kt.expand_dims(n0 + kt.arange(BN), 0)  # (1, BN): this tile's columns of W
         in_cols = cols < n
@@ -66,12 +68,17 @@ def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.S
             words = kt.load(qweight, (k0 + rows) // 8 * n + cols, (k0 + rows < k) & in_cols)
             q = (words >> shifts) & 15
             g = k0 // group  # a K step never straddles two groups (BK divides group_size)
-            scale = f32(kt.load(scales, (g, n0), (1, BN), (g + 1, n)))
+            scale = kt.load(scales, (g, n0), (1, BN), (g + 1, n))
             zero = kt.full((1, BN), SYMMETRIC_ZERO, i32)
             if HAS_ZEROS:
                 packed = kt.load(qzeros, g * (n // 8) + cols // 8, in_cols)
                 zero = ((packed >> cols % 8 * 4) & 15) + 1
-            w = T(f32(q - zero) * scale)  # exact in f32: one rounding, to T, like the reference
+            # q - zero (a 5-bit integer) is exact in T, and its product with the scale is exact
+            # in f32: either way W is the exact product rounded once to T, like the reference
+            if SCALES_IN_T:
+                w = T(q - zero) * scale
+            else:
+                w = T(f32(q - zero) * f32(scale))
             acc = kt.dot(kt.load(x, (m0, k0), (BM, BK), (m, k)), w, acc)
         if HAS_BIAS:
             acc = acc + kt.expand_dims(f32(kt.load(bias, (n0,), (BN,), (n,))), 0)
@@ -105,11 +112,13 @@ class Inputs:
 
 
 def choose_config(m: int, k: int, group: int) -> W4A16Config:
-    """Few rows (decoding) take a 16-row tile: the smallest a tensor-core dot has. BK divides
-    the group so that each K step has one scale row (one group: any BK)."""
+    """Few rows (decoding) take a 16-row tile: the smallest a tensor-core dot has. A K step
+    holds BK x BN gathered words in registers: 64 rows of K up to 32 rows of x, 32 beyond (a
+    64 x 64 step would spill on sm_80). BK divides the group, so that each K step has one scale
+    row (one group: any BK)."""
     bm = 16 if m <= 16 else 32 if m <= 32 else 64
-    bk = 64 if group >= k else math.gcd(group, 64)
-    return W4A16Config(bm, 64, bk)
+    bk = 64 if bm <= 32 else 32
+    return W4A16Config(bm, 64, bk if group >= k else math.gcd(group, bk))
 
 
 def check(ops: Any, x: Any, qweight: Any, scales: Any, qzeros: Any, bias: Any, group_size: Any) -> Inputs:
@@ -173,7 +182,8 @@ def run(x: Any, qweight: Any, scales: Any, qzeros: Any = None, bias: Any = None,
         grid = (math.ceil(a.n / config.block_n), math.ceil(a.m / config.block_m))
         kernel.launch(ops.device, a.x.value, a.qweight.value, a.scales.value, zeros.value, bias_.value, oy.value,
                       a.m, a.n, a.k, a.group, grid=grid, BM=config.block_m, BN=config.block_n, BK=config.block_k,
-                      HAS_ZEROS=a.qzeros is not None, HAS_BIAS=a.bias is not None)  # fmt: skip
+                      HAS_ZEROS=a.qzeros is not None, HAS_BIAS=a.bias is not None,
+                      SCALES_IN_T=a.scales.dtype == a.x.dtype)  # fmt: skip
     return ops.result(oy)
 
 

@@ -13,7 +13,7 @@ import kaio
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library import w4a16_matmul
-from kaio.ops_library.w4a16_matmul import w4a16_tile_kernel
+from kaio.ops_library.w4a16_matmul import choose_config, w4a16_tile_kernel
 from kaio.targets.ptx import toolchain
 
 HALF = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
@@ -42,11 +42,11 @@ def dequantize_gptq(qweight: np.ndarray, scales: np.ndarray, qzeros: np.ndarray 
     return ((q - z[rows]) * scales.astype(np.float32)[rows]).astype(np.float32)
 
 
-def random_gptq(rng: np.random.Generator, k: int, n: int, group_size: int, zeros: bool):
-    """Random words (every nibble random), positive f16 scales, random packed zeros."""
+def random_gptq(rng: np.random.Generator, k: int, n: int, group_size: int, zeros: bool, scale_type=np.float16):
+    """Random words (every nibble random), positive scales, random packed zeros."""
     groups = k // (k if group_size == -1 else group_size)
     qweight = rng.integers(0, 2**32, (k // 8, n), dtype=np.uint64).astype(np.uint32).view(np.int32)
-    scales = (rng.random((groups, n)) * 0.02 + 0.002).astype(np.float16)
+    scales = (rng.random((groups, n)) * 0.02 + 0.002).astype(scale_type)
     qzeros = rng.integers(0, 2**32, (groups, n // 8), dtype=np.uint64).astype(np.uint32).view(np.int32) if zeros else None
     return qweight, scales, qzeros
 
@@ -73,22 +73,23 @@ def rel(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
-CASES = [  # m, k, n, group_size, zeros, bias dtype, dtype, arch
-    (1, 64, 72, 32, True, None, "f16", "sm_80"),
-    (5, 128, 40, 64, False, "f32", "bf16", "sm_80"),
-    (16, 96, 24, -1, True, "x", "f16", "sm_90a"),
-    (64, 128, 70, 128, False, None, "bf16", "sm_90a"),
-    (5, 32, 16, 16, True, "x", "bf16", "sm_90a"),
-    (64, 64, 136, 64, True, "f32", "f16", "sm_80"),
+CASES = [  # m, k, n, group_size, zeros, bias dtype, dtype, arch, scales (f16 or "x": x's type)
+    (1, 64, 72, 32, True, None, "f16", "sm_80", "f16"),
+    (5, 128, 40, 64, False, "f32", "bf16", "sm_80", "f16"),
+    (16, 96, 24, -1, True, "x", "f16", "sm_90a", "f16"),
+    (64, 128, 70, 128, False, None, "bf16", "sm_90a", "f16"),
+    (5, 32, 16, 16, True, "x", "bf16", "sm_90a", "x"),
+    (64, 64, 136, 64, True, "f32", "f16", "sm_80", "f16"),
+    (3, 64, 40, 32, True, None, "bf16", "sm_80", "x"),
 ]
 
 
-@pytest.mark.parametrize("m,k,n,group_size,zeros,bias,dtype,arch", CASES,
+@pytest.mark.parametrize("m,k,n,group_size,zeros,bias,dtype,arch,scale_type", CASES,
                          ids=lambda v: str(v))  # fmt: skip
-def test_matches_numpy_dequantisation(m, k, n, group_size, zeros, bias, dtype, arch, poison):
+def test_matches_numpy_dequantisation(m, k, n, group_size, zeros, bias, dtype, arch, scale_type, poison):
     rng = np.random.default_rng()
     t = HALF[dtype]
-    qweight, scales, qzeros = random_gptq(rng, k, n, group_size, zeros)
+    qweight, scales, qzeros = random_gptq(rng, k, n, group_size, zeros, t if scale_type == "x" else np.float16)
     x = rng.standard_normal((m, k)).astype(t)
     b = None if bias is None else rng.standard_normal(n).astype(np.float32 if bias == "f32" else t)
     dev = kaio.Device("sim", arch=arch)
@@ -166,13 +167,16 @@ needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-
 
 @needs_ptxas
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("bm,zeros", [(16, True), (64, False)])
-def test_assembles_without_spills(arch, bm, zeros):
+@pytest.mark.parametrize("m,scales", [(1, "f16"), (32, "f16"), (64, "f16"), (64, "f32")])
+def test_assembles_without_spills(arch, m, scales):
+    """Every tile config the op launches, with zeros and bias, dequantising in f16 or in f32."""
+    config = choose_config(m, 4096, 128)
     kernel = w4a16_tile_kernel(dtypes.f16, dtypes.f16, dtypes.f16)
-    compiled = kaio.compile(kernel, arch, BM=bm, BN=64, BK=64, HAS_ZEROS=zeros, HAS_BIAS=True,
+    compiled = kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BK=config.block_k, HAS_ZEROS=True,
+                            HAS_BIAS=True, SCALES_IN_T=scales == "f16",
                             __divisible__=(("m", 16), ("n", 16), ("k", 16), ("group", 16)))  # fmt: skip
     report = toolchain.assemble(compiled.ptx, arch)
-    print(f"{arch} BM={bm}: {report.registers[compiled.name]} registers")
+    print(f"{arch} {config}: {report.registers[compiled.name]} registers")
     assert report.spill_stores[compiled.name] == 0 and report.spill_loads[compiled.name] == 0
     if arch == "sm_80" and toolchain.find_cuobjdump() is not None and toolchain.find_nvdisasm() is not None:
         sass = toolchain.disassemble(report.cubin)
