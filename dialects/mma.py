@@ -1,11 +1,16 @@
-"""The ``mma`` dialect: warp-level tensor-core fragments for ``mma.sync.m16n8k16``.
+"""The ``mma`` dialect: warp-level tensor-core fragments for ``mma.sync.m16n8k16`` (16-bit
+inputs) and ``mma.sync.m16n8k32`` (8-bit inputs: s8/u8 into s32, e4m3/e5m2 into f32).
 
-A fragment is a matrix spread over the 32 lanes of a warp, each lane holding a few registers:
+A fragment is a matrix spread over the 32 lanes of a warp, each lane holding a few registers.
+In bytes the two shapes are one layout: a 16x32-byte A block and a 32-byte x 8 B block, so
+K per fragment is 32 / element bytes (``k_step``):
 
-- ``!mma.frag<a, f16>``: a 16x16 A block, 4 x b32 per lane (2 halves each);
+- ``!mma.frag<a, f16>``: a 16x16 A block, 4 x b32 per lane (2 halves each; 16x32 and 4 bytes
+  each for ``si8``/``ui8``/``f8E4M3FN``/``f8E5M2``: integer fragments carry their signedness,
+  which the shared buffers they load from, signless ``i8``, do not);
 - ``!mma.frag<b, f16>``: a 16x8 B block (k x n), 2 x b32 per lane;
-- ``!mma.frag<acc, f32>``: a 16x8 accumulator, 4 x f32 per lane: lane L holds rows L/4 and
-  L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1.
+- ``!mma.frag<acc, f32>`` (``i32`` for integer inputs): a 16x8 accumulator, 4 x 32 bits per
+  lane: lane L holds rows L/4 and L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1.
 
 ``mma.load_a`` / ``mma.load_b`` read fragments from shared buffers with ``ldmatrix`` (``.trans``
 for a row-major B tile or a transposed A; ``transposed`` says the buffer holds the operand's
@@ -22,7 +27,22 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from xdsl.dialects.builtin import I64, IntegerAttr, StringAttr, TensorType, bf16, f16, f32, i32, i64
+from xdsl.dialects.builtin import (
+    I64,
+    IntegerAttr,
+    IntegerType,
+    Signedness,
+    StringAttr,
+    TensorType,
+    bf16,
+    f8E4M3FN,
+    f8E5M2,
+    f16,
+    f32,
+    i8,
+    i32,
+    i64,
+)
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     IRDLOperation,
@@ -48,6 +68,34 @@ from kaio.dialects.smem import BufferType
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 
 ROLES = {"a": 4, "b": 2, "acc": 4}  # registers per lane
+si8 = IntegerType(8, Signedness.SIGNED)
+ui8 = IntegerType(8, Signedness.UNSIGNED)
+# fragment element type -> its PTX type in mma.sync; families may mix A and B (s8 x u8, e4m3 x e5m2)
+OPERAND_PTX: dict[Attribute, str] = {f16: "f16", bf16: "bf16", si8: "s8", ui8: "u8", f8E4M3FN: "e4m3", f8E5M2: "e5m2"}
+_FAMILY = {f16: "f16", bf16: "bf16", si8: "int8", ui8: "int8", f8E4M3FN: "fp8", f8E5M2: "fp8"}
+BUFFER_ELEMENTS = (f16, bf16, i8, f8E4M3FN, f8E5M2)  # what fragments load from (ints signless)
+
+
+def storage_of(elem: Attribute) -> Attribute:
+    """The shared buffer element a fragment of ``elem`` loads from (integers are signless)."""
+    return i8 if elem in (si8, ui8) else elem
+
+
+def accumulator_of(elem: Attribute) -> Attribute:
+    """Integer inputs accumulate in i32, float ones in f32."""
+    return i32 if elem in (si8, ui8) else f32
+
+
+def k_step(elem: Attribute) -> int:
+    """K of one mma.sync on inputs of ``elem``: 32 bytes of K (m16n8k16 f16, m16n8k32 8-bit)."""
+    return 32 // max(getattr(elem, "bitwidth", 16) // 8, 1)
+
+
+def fragment_element(buffer_elem: Attribute, unsigned: bool) -> Attribute:
+    """The fragment element type of an operand staged as ``buffer_elem``."""
+    if buffer_elem == i8:
+        return ui8 if unsigned else si8
+    return buffer_elem
 
 
 @irdl_attr_definition
@@ -69,7 +117,7 @@ class FragType(ParametrizedAttribute, TypeAttribute):
         role = self.role.data
         if role not in ROLES:
             raise VerifyException(f"fragment role is one of {list(ROLES)}, not '{role}'")
-        allowed = (f32,) if role == "acc" else (f16, bf16)
+        allowed = (f32, i32) if role == "acc" else tuple(OPERAND_PTX)
         if self.element_type not in allowed:
             raise VerifyException(f"{role} fragments hold {allowed}, not {self.element_type}")
 
@@ -90,8 +138,8 @@ class FragType(ParametrizedAttribute, TypeAttribute):
 def _check_buffer(buf: Attribute, row_multiple: int) -> BufferType:
     if not isinstance(buf, BufferType) or len(buf.dims) != 2:
         raise VerifyException("fragments load from a single-stage smem.buffer")
-    if buf.element_type not in (f16, bf16):
-        raise VerifyException("ldmatrix loads 16-bit elements")
+    if buf.element_type not in BUFFER_ELEMENTS:
+        raise VerifyException(f"fragments load {BUFFER_ELEMENTS}, not {buf.element_type}")
     rows, cols = buf.tile
     if rows % row_multiple or cols % 16:
         raise VerifyException(f"buffer tile {rows}x{cols} is not made of 16x16 blocks")
@@ -136,16 +184,17 @@ class LoadAOp(_FragmentLoad):
     result = result_def(FragType)
     assembly_format = "$buffer `[` $row `,` $col `]` attr-dict `:` type($buffer) `->` type($result)"
 
-    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False):
+    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False, element_type: Attribute | None = None):
         assert isinstance(buffer.type, BufferType)
         super().__init__(
             operands=[buffer, row, col], properties=self.props(transposed),
-            result_types=[FragType("a", buffer.type.element_type)],
+            result_types=[FragType("a", element_type or buffer.type.element_type)],
         )  # fmt: skip
 
     def verify_(self) -> None:
         buf = _check_buffer(self.buffer.type, 16)
-        if self.result.type != FragType("a", buf.element_type):
+        frag = self.result.type
+        if not isinstance(frag, FragType) or frag.role.data != "a" or storage_of(frag.element_type) != buf.element_type:
             raise VerifyException("load_a yields an A fragment of the buffer's element type")
 
 
@@ -159,14 +208,17 @@ class LoadBOp(_FragmentLoad):
     results_ = var_result_def(FragType)
     assembly_format = "$buffer `[` $row `,` $col `]` attr-dict `:` type($buffer) `->` type($results_)"
 
-    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False, count: int = 2):
+    def __init__(self, buffer: SSAValue, row: SSAValue, col: SSAValue, transposed: bool = False, count: int = 2,
+                 element_type: Attribute | None = None):  # fmt: skip
         assert isinstance(buffer.type, BufferType)
-        frag = FragType("b", buffer.type.element_type)
+        frag = FragType("b", element_type or buffer.type.element_type)
         super().__init__(operands=[buffer, row, col], properties=self.props(transposed), result_types=[[frag] * count])
 
     def verify_(self) -> None:
         buf = _check_buffer(self.buffer.type, 16)
-        frag = FragType("b", buf.element_type)
+        frag = self.results_[0].type if self.results_ else None
+        if not isinstance(frag, FragType) or frag.role.data != "b" or storage_of(frag.element_type) != buf.element_type:
+            raise VerifyException("load_b yields one or two B fragments of the buffer's element type")
         if [r.type for r in self.results_] not in ([frag], [frag, frag]):
             raise VerifyException("load_b yields one or two B fragments of the buffer's element type")
 
@@ -252,8 +304,10 @@ class MmaOp(IRDLOperation):
         assert isinstance(a, FragType) and isinstance(b, FragType) and isinstance(c, FragType)
         if (a.role.data, b.role.data, c.role.data) != ("a", "b", "acc"):
             raise VerifyException("mma.mma takes an A, a B and an accumulator fragment")
-        if a.element_type != b.element_type:
-            raise VerifyException("A and B fragments must have the same element type")
+        if _FAMILY.get(a.element_type) != _FAMILY.get(b.element_type):
+            raise VerifyException(f"A and B fragments are of one family (f16, bf16, s8/u8, e4m3/e5m2), not {a.element_type} and {b.element_type}")
+        if c.element_type != accumulator_of(a.element_type):
+            raise VerifyException(f"{a.element_type} fragments accumulate in {accumulator_of(a.element_type)}, not {c.element_type}")
         if self.result.type != c:
             raise VerifyException("the result is an accumulator like c")
 
@@ -261,8 +315,8 @@ class MmaOp(IRDLOperation):
 def fragment_count(t: Attribute) -> int:
     """Accumulator fragments (16x8 each) of one thread's share of an mma-layout tile."""
     layout = layout_of(t)
-    if not isinstance(t, TensorType) or not isinstance(layout, MmaLayout) or t.element_type != f32:
-        raise VerifyException(f"expected an f32 tile in the #tile.mma layout, got {t}")
+    if not isinstance(t, TensorType) or not isinstance(layout, MmaLayout) or t.element_type not in (f32, i32):
+        raise VerifyException(f"expected an f32 or i32 tile in the #tile.mma layout, got {t}")
     m, n = t.get_shape()
     tm, tn = layout.warp_tile((m, n))
     if tm < 16 or tn < 8:
@@ -281,7 +335,8 @@ class SplitOp(IRDLOperation):
     assembly_format = "$tile attr-dict `:` type($tile) `->` type($fragments)"
 
     def __init__(self, tile: SSAValue):
-        super().__init__(operands=[tile], result_types=[[FragType("acc", f32)] * fragment_count(tile.type)])
+        acc = FragType("acc", tile.type.element_type)  # type: ignore[attr-defined]
+        super().__init__(operands=[tile], result_types=[[acc] * fragment_count(tile.type)])
 
     def verify_(self) -> None:
         if len(self.fragments) != fragment_count(self.tile.type):

@@ -58,7 +58,17 @@ MMA_FRAGMENTS: dict[tuple[str, str], tuple[int, int, int]] = {
     ("m16n8k8", "bf16"): (2, 1, 4),
     ("m16n8k32", "s8"): (4, 2, 4),
     ("m16n8k32", "u8"): (4, 2, 4),
+    ("m16n8k32", "e4m3"): (4, 2, 4),
+    ("m16n8k32", "e5m2"): (4, 2, 4),
 }
+# A and B may differ within one of these families (s8 x u8, e4m3 x e5m2), never across them.
+MMA_INPUT_FAMILIES: tuple[frozenset[str], ...] = (
+    frozenset(("f16",)),
+    frozenset(("bf16",)),
+    frozenset(("s8", "u8")),
+    frozenset(("e4m3", "e5m2")),
+)
+FP8_TYPES = frozenset(("e4m3", "e5m2"))
 
 
 @irdl_op_definition
@@ -71,7 +81,7 @@ class MmaOp(PtxInstr):
         n_outs=(4, 4),
         n_args=(7, 10),
         n_types=4,
-        types=frozenset(("f32", "f16", "bf16", "s32", "s8", "u8")),
+        types=frozenset(("f32", "f16", "bf16", "s32", "s8", "u8", "e4m3", "e5m2")),
         mods=frozenset(("sync", "aligned", "row", "col", "satfinite"))
         | {s for s, _ in MMA_FRAGMENTS},
     )
@@ -85,9 +95,12 @@ class MmaOp(PtxInstr):
         na, nb, nc = self.fragment_sizes()
         if not na:
             raise VerifyException(f"mma.{self.spec_text}: unsupported shape/type combination")
-        if types[1] != types[2] or types[0] != types[3] or types[0] not in ("f32", "s32"):
+        same_family = any(types[1] in f and types[2] in f for f in MMA_INPUT_FAMILIES)
+        acc = "s32" if types[1] in ("s8", "u8") else "f32"
+        if not same_family or types[0] != types[3] or types[0] != acc:
             raise VerifyException(
-                f"mma.{self.spec_text}: kaio supports D=C in f32/s32 and A=B types"
+                f"mma.{self.spec_text}: kaio supports D=C in f32 (s32 for s8/u8) and A, B of one"
+                " family (f16, bf16, s8/u8, e4m3/e5m2)"
             )
         if len(self.srcs) != na + nb + nc or len(self.results) != nc:
             raise VerifyException(
@@ -98,6 +111,9 @@ class MmaOp(PtxInstr):
 
     def requirements(self) -> Iterable[Requirement]:
         shape_k8_f16 = "m16n8k8" in self.mods and self.ptx_types[1] == "f16"
+        if self.ptx_types[1] in FP8_TYPES:  # fp8 tensor cores came with Ada
+            yield _gate("mma.sync " + self.spec_text, 89, (8, 4))
+            return
         yield _gate(
             "mma.sync " + self.spec_text,
             75 if shape_k8_f16 else 80,

@@ -35,7 +35,11 @@ from xdsl.dialects.builtin import (
     IntegerAttr,
     IntegerType,
     TensorType,
+    f8E4M3FN,
+    f8E5M2,
+    f32,
     i1,
+    i8,
     i32,
     i64,
 )
@@ -626,23 +630,40 @@ def operand_shape(t: Attribute, transposed: bool) -> tuple[int, int]:
     return (dims[1], dims[0]) if transposed else (dims[0], dims[1])
 
 
+FP8_ELEMENTS: tuple[Attribute, ...] = (f8E4M3FN, f8E5M2)  # e4m3 (OCP "fn": no infinities) and e5m2
+
+
 @irdl_op_definition
 class DotOp(IRDLOperation):
-    """``acc + a @ b`` with a (M, K), b (K, N) and acc (M, N) in f32 (or the input type)."""
+    """``acc + a @ b`` with a (M, K), b (K, N) and acc (M, N) in f32 (or the input type); 8-bit
+    integer operands accumulate in i32 (``unsigned`` says which of them are u8: the IR's i8 is
+    signless), fp8 operands (e4m3 and e5m2 may mix) in f32."""
 
     name = "tile.dot"
     a = operand_def()
     b = operand_def()
     acc = operand_def(TensorType)
     transposed = opt_prop_def(ArrayAttr[IntAttr])  # [a, b]: the shared buffer holds the transpose
+    unsigned = opt_prop_def(ArrayAttr[IntAttr])  # [a, b]: i8 operands read as u8
     result = result_def(TensorType)
     traits = traits_def(MemoryReadEffect())
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$a `,` $b `,` $acc attr-dict `:` type($a) `,` type($b) `,` type($acc) `->` type($result)"
 
-    def __init__(self, a: SSAValue, b: SSAValue, acc: SSAValue, transposed: tuple[bool, bool] = (False, False)):
+    def __init__(self, a: SSAValue, b: SSAValue, acc: SSAValue, transposed: tuple[bool, bool] = (False, False),
+                 unsigned: tuple[bool, bool] = (False, False)):  # fmt: skip
         props = {"transposed": ArrayAttr([IntAttr(int(t)) for t in transposed])} if any(transposed) else {}
+        if any(unsigned):
+            props["unsigned"] = ArrayAttr([IntAttr(int(u)) for u in unsigned])
         super().__init__(operands=[a, b, acc], result_types=[acc.type], properties=props)
+
+    @property
+    def signs(self) -> tuple[bool, bool]:
+        """(a, b) read as unsigned integers."""
+        if self.unsigned is None:
+            return (False, False)
+        ua, ub = (bool(x.data) for x in self.unsigned.data)
+        return ua, ub
 
     @property
     def trans(self) -> tuple[bool, bool]:
@@ -658,8 +679,11 @@ class DotOp(IRDLOperation):
         acc = shape_of(check_tile(self.acc.type))
         if k != k2 or acc != (m, n):
             raise VerifyException(f"dot of {m}x{k} and {k2}x{n} into {acc[0]}x{acc[-1]}: shapes differ")
-        if element_of(self.a.type) != element_of(self.b.type):
-            raise VerifyException("dot operands have one element type")
+        ea, eb = element_of(self.a.type), element_of(self.b.type)
+        if ea != eb and not (ea in FP8_ELEMENTS and eb in FP8_ELEMENTS):
+            raise VerifyException("dot operands have one element type (e4m3 and e5m2 may mix)")
+        if ea in FP8_ELEMENTS + (i8,) and element_of(self.acc.type) != (i32 if ea == i8 else f32):
+            raise VerifyException(f"dot of {ea} operands accumulates in {'i32' if ea == i8 else 'f32'}")
         if self.result.type != self.acc.type:
             raise VerifyException("the result is like the accumulator")
 

@@ -1,9 +1,12 @@
-"""``lower-to-mma-sync``: ``tile.dot`` on tensor cores (``ldmatrix`` + ``mma.sync.m16n8k16``).
+"""``lower-to-mma-sync``: ``tile.dot`` on tensor cores (``ldmatrix`` + ``mma.sync.m16n8k16``, or
+``m16n8k32`` for 8-bit operands).
 
 A dot whose accumulator is in the ``#tile.mma<[WM, WN]>`` layout and whose f16/bf16 operands
-are in shared memory (``promote-to-shared``) becomes, for each warp: its (M/WM)x(N/WN) block of
-the accumulator as 16x8 fragments (``mma.split``), then for every 16-deep step of K the warp's
-A rows as 16x16 fragments and its B columns as pairs of 16x8 fragments (``mma.load_a``,
+(or i8/u8 into i32, e4m3/e5m2 into f32) are in shared memory (``promote-to-shared``) becomes,
+for each warp: its (M/WM)x(N/WN) block of
+the accumulator as 16x8 fragments (``mma.split``), then for every step of K (16 deep, 32 for
+8-bit operands: ``mma.k_step``) the warp's
+A rows as 16xK fragments and its B columns as pairs of Kx8 fragments (``mma.load_a``,
 ``mma.load_b``; each B pair right before its ``mma.mma`` ops, so few fragments are live beside
 the accumulator), one ``mma.mma`` per (A, B) pair, and the fragments back into the tile
 (``mma.join``). An A operand ``promote-to-shared`` left in registers, in the accumulator's
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32
+from xdsl.dialects.builtin import ModuleOp, f32
 from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -58,15 +61,21 @@ def lower_dot(dot: tile.DotOp, num_warps: int) -> None:
     for operand in (dot.a, dot.b) if not in_registers else (dot.b,):
         if not isinstance(operand.type, smem.BufferType):
             raise _fail("operands must be in shared memory (or A in registers in the accumulator's layout); run promote-to-shared first")
-        if operand.type.element_type not in (f16, bf16):
-            raise _fail(f"tensor cores take f16/bf16 operands, not {operand.type.element_type}")
+        if operand.type.element_type not in mma.BUFFER_ELEMENTS:
+            raise _fail(f"tensor cores take f16/bf16, i8/u8 or fp8 operands, not {operand.type.element_type}")
+    ua, ub = dot.signs
+    frag_a = mma.fragment_element(tile.element_of(dot.a.type), ua)
+    frag_b = mma.fragment_element(tile.element_of(dot.b.type), ub)
+    step = mma.k_step(frag_a)
+    if step != 16 and (in_registers or ta):  # ldmatrix .trans moves 16-bit elements only
+        raise _fail("8-bit A operands are read from shared memory row-major (M, K); a transposed A or one in registers is not supported")
     a_source, a_elem = (_rounded_from(dot.a), tile.element_of(dot.a.type)) if in_registers else (dot.a, None)
     m, n = tile.shape_of(dot.acc.type)
     k = tile.operand_shape(dot.a.type, ta)[1]
     wm, wn = layout.warp_grid
     tm, tn = layout.warp_tile((m, n))
-    if tm % 16 or tn % 8 or k % 16:
-        raise _fail(f"a warp's {tm}x{tn} block must be made of 16x8 blocks and K={k} a multiple of 16")
+    if tm % 16 or tn % 8 or k % step:
+        raise _fail(f"a warp's {tm}x{tn} block must be made of 16x8 blocks and K={k} a multiple of {step}")
     fm, fn = tm // 16, tn // 8
 
     ix = IndexBuilder(Builder(InsertPoint.before(dot)))
@@ -76,17 +85,17 @@ def lower_dot(dot: tile.DotOp, num_warps: int) -> None:
     warp_row = ix.mul(warp_m, ix.const(tm))
     warp_col = ix.mul(warp_n, ix.const(tn))
     accs: list[SSAValue] = list(ix.b.insert(mma.SplitOp(dot.acc)).fragments)
-    for kk in range(k // 16):
-        kcol = ix.const(16 * kk)
+    for kk in range(k // step):
+        kcol = ix.const(step * kk)
         if in_registers:  # the warp's own rows of A: fragments from its registers
             a_frags = [ix.b.insert(mma.PackAOp(a_source, i, kk, a_elem)).result for i in range(fm)]
         else:
             a_frags = [
-                ix.b.insert(mma.LoadAOp(dot.a, ix.add(warp_row, ix.const(16 * i)), kcol, ta)).result for i in range(fm)
+                ix.b.insert(mma.LoadAOp(dot.a, ix.add(warp_row, ix.const(16 * i)), kcol, ta, frag_a)).result for i in range(fm)
             ]
         for j2 in range((fn + 1) // 2):  # one B pair at a time: few fragments live beside the accumulator
             count = min(fn - 2 * j2, 2)  # a last 8-column half alone
-            pair = ix.b.insert(mma.LoadBOp(dot.b, kcol, ix.add(warp_col, ix.const(16 * j2)), tb, count)).results
+            pair = ix.b.insert(mma.LoadBOp(dot.b, kcol, ix.add(warp_col, ix.const(16 * j2)), tb, count, frag_b)).results
             for i in range(fm):
                 for jj, b_frag in enumerate(pair):
                     j = 2 * j2 + jj

@@ -95,7 +95,7 @@ class _Stager:
         else:
             a, ta, ca = self.stage(dot, dot.a, "a_tile", dead)
         b, tb, cb = self.stage(dot, dot.b, "b_tile", dead)
-        new = tile.DotOp(a, b, dot.acc, (ta, tb))
+        new = tile.DotOp(a, b, dot.acc, (ta, tb), dot.signs)
         Rewriter.replace_op(dot, new)
         for op in dead:  # a copied operand's transpose, then its load: no use is left
             Rewriter.erase_op(op)

@@ -45,7 +45,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import VerifyException
 
-from kaio.dialects import kernel, smem, tile, wgmma
+from kaio.dialects import kernel, mma, smem, tile, wgmma
 from kaio.dialects.tile_layout import (
     BlockedLayout,
     MmaLayout,
@@ -231,7 +231,7 @@ class LayoutSolver:
     def dot_layout(self, op: tile.DotOp) -> TileLayout:
         shape = _shape(op.result)
         elem = op.a.type.element_type  # type: ignore[attr-defined]
-        if self.mma and elem in (f16, bf16):
+        if self.mma and elem in mma.BUFFER_ELEMENTS:  # 16-bit floats, 8-bit integers and fp8
             warps = self.warps if self.warps != (0, 0) else mma_warps(shape, self.num_warps)
             if self.warps == (0, 0) and self.wgmma and wgmma_fits(op, self.num_warps):
                 warps = (self.num_warps, 1)
@@ -591,7 +591,8 @@ class TileLayoutPass(ModulePass):
     contract = PassContract(after=("fuse-tile-maps",), removes=(UNLAID_TILE,))
 
     mma: bool = True
-    """Tensor-core (mma.sync) accumulator layouts for f16/bf16 dots; false: blocked (FMA)."""
+    """Tensor-core (mma.sync) accumulator layouts for f16/bf16 (and 8-bit integer or fp8) dots;
+    false: blocked (FMA; 16-bit and f32 operands only)."""
 
     warps: tuple[int, ...] = (0, 0)
     """The mma warp grid WM,WN; 0,0 picks one from the tile shape."""

@@ -584,15 +584,26 @@ def _dot(fc: TileCompiler, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
             "A is (M, K), B is (K, N), acc is (M, N); `kt.trans(t)` transposes a tile",
             node,
         )
-    if ta.elem is not tb.elem:
-        raise SemanticError(f"kt.dot of {ta.elem.name} and {tb.elem.name} tiles", "cast one: `f16(b)`", node)
-    if ta.elem.name not in ("f16", "bf16", "f32"):
-        raise SemanticError(f"kt.dot takes f16, bf16 or f32 tiles, not {ta.elem.name}", None, node)
-    if tc.elem is not f32:
-        raise SemanticError(f"kt.dot accumulates in f32, got a {tc.type.name} accumulator", "start from `kt.zeros(shape, f32)`", node)
-    if min(m, n, k) < 16 and ta.elem is not f32:
-        raise SemanticError(f"kt.dot of {ta.elem.name} tiles needs M, N and K of at least 16, got {m}x{n}x{k}", "pad the tiles to 16", node)
-    return TileValue(fc.em.value(tile.DotOp(ta.ssa, tb.ssa, tc.ssa)), tc.type)
+    family = _DOT_FAMILIES.get(ta.elem.name)
+    if family is None:
+        raise SemanticError(f"kt.dot takes f16, bf16, f32, i8/u8 or f8e4m3/f8e5m2 tiles, not {ta.elem.name}", None, node)
+    if _DOT_FAMILIES.get(tb.elem.name) != family or (family in ("f16", "bf16", "f32") and ta.elem is not tb.elem):
+        raise SemanticError(f"kt.dot of {ta.elem.name} and {tb.elem.name} tiles", "cast one: `f16(b)` (i8 and u8 may mix, and so may f8e4m3 and f8e5m2)", node)
+    acc_name = "i32" if family == "int8" else "f32"
+    if tc.elem.name != acc_name:
+        raise SemanticError(
+            f"kt.dot of {ta.elem.name} tiles accumulates in {acc_name}, got a {tc.elem.name} accumulator ({tc.type.name})",
+            f"start from `kt.zeros(shape, {acc_name})`", node,
+        )  # fmt: skip
+    low = 32 if family in ("int8", "fp8") else 16
+    if family != "f32" and (min(m, n) < 16 or k < low):
+        raise SemanticError(f"kt.dot of {ta.elem.name} tiles needs M and N of at least 16 and K of at least {low}, got {m}x{n}x{k}", f"pad the tiles to {low}", node)
+    unsigned = (ta.elem.name == "u8", tb.elem.name == "u8")
+    return TileValue(fc.em.value(tile.DotOp(ta.ssa, tb.ssa, tc.ssa, unsigned=unsigned)), tc.type)
+
+
+# operand type -> its kt.dot family (one family per dot): the accumulator is i32 for 8-bit integers, else f32
+_DOT_FAMILIES = {"f16": "f16", "bf16": "bf16", "f32": "f32", "i8": "int8", "u8": "int8", "f8e4m3": "fp8", "f8e5m2": "fp8"}
 
 
 _TILE_BUILTINS: dict[int, Callable[..., Value]] = {

@@ -1,7 +1,10 @@
 """``mma`` -> ``ldmatrix`` / ``mma.sync`` PTX.
 
-Lane roles follow the PTX ISA fragment layouts for m16n8k16 (row.col). Each ``ldmatrix.x4``
-loads four 8x8 matrices; lane 8q + i gives the address of row i of matrix q:
+Lane roles follow the PTX ISA fragment layouts for m16n8k16 (row.col); those of m16n8k32 on
+8-bit operands are the same in bytes, so every column offset below counts 16-byte chunks
+(8 elements of 16 bits, 16 of 8 bits), and an 8-bit operand's K step is 32. Each
+``ldmatrix.x4`` loads four 8x8 matrices of b16 (8 rows of 16 bytes); lane 8q + i gives the
+address of row i of matrix q:
 
 - A (16x16, row-major in shared memory): matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7),
   (rows 0-7, k 8-15), (rows 8-15, k 8-15) are a0..a3. A stored transposed (k rows) is read
@@ -10,7 +13,12 @@ loads four 8x8 matrices; lane 8q + i gives the address of row i of matrix q:
   0-1 are the B fragment of columns 0-7, 2-3 of columns 8-15. B stored transposed (n rows, as
   ``kt.trans(k)`` gives it) is read without ``.trans``: lane 8q + i gives n row 8*(q/2) + i,
   column 8*(q%2).
-- accumulator: lane L holds rows L/4 and L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1: 4 registers
+- B of 8-bit elements, row-major (k rows): the fragment wants 4 consecutive k of one column
+  in a register, which no ``ldmatrix`` gives (``.trans`` moves 16-bit elements), so each byte
+  is loaded on its own (``ld.shared.u8``) and 4 are packed by ``mov.b32`` + ``prmt``; as
+  Triton does it for operands ``ldmatrix`` cannot read. Stage B transposed (``kt.trans`` of an
+  (N, K) tile) for ``ldmatrix``.
+- accumulator (f32, or s32 for integer inputs): lane L holds rows L/4 and L/4 + 8, columns 2*(L%4) and 2*(L%4) + 1: 4 registers
   of the ``#tile.mma`` tile per fragment, so ``mma.split``/``mma.join`` only regroup registers.
 - A from registers (``mma.pack_a``): lane L's A registers hold rows L/4 and L/4 + 8, k columns
   2*(L%4) + {0, 1} and 2*(L%4) + {8, 9}: the accumulator elements the lane holds for the two
@@ -21,7 +29,7 @@ loads four 8x8 matrices; lane 8q + i gives the address of row i of matrix q:
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import f32, i32
+from xdsl.dialects.builtin import f32, i16, i32
 from xdsl.ir import Attribute, SSAValue
 
 from kaio.dialects import mma, ptx
@@ -34,7 +42,7 @@ from kaio.passes.to_ptx.tiles import shared_offset
 @register_parts(mma.FragType)
 def fragment_parts(t: Attribute, em: PtxEmitter) -> list[Attribute]:
     assert isinstance(t, mma.FragType)
-    return [f32 if t.role.data == "acc" else i32] * t.registers
+    return [t.element_type if t.role.data == "acc" else i32] * t.registers
 
 
 def _lane_bits(em: PtxEmitter, shift: int, mask: int, scale: int = 1) -> SSAValue:
@@ -64,13 +72,18 @@ def _ldmatrix(em: PtxEmitter, buffer: SSAValue, row: SSAValue, col: SSAValue, tr
     return list(load.outs)
 
 
+def _chunk(op: mma.LoadAOp | mma.LoadBOp) -> int:
+    """Elements in a 16-byte ldmatrix row of the operand's buffer."""
+    return 16 // op.buffer.type.elem_bytes  # type: ignore[attr-defined]
+
+
 def _transposed_block(em: PtxEmitter, op: mma.LoadAOp | mma.LoadBOp, trans: bool, count: int = 4) -> list[SSAValue]:
-    """ldmatrix of the 16x16 block at (row, col) of the operand, stored transposed: lane 8q + i
-    reads stored row col + 8*(q/2) + i, stored column row + 8*(q%2) (with ``count`` 2, the
-    block's first 8 columns: q < 2)."""
+    """ldmatrix of the 16-row block at (row, col) of the operand, stored transposed: lane 8q + i
+    reads stored row col + 8*(q/2) + i, stored column row + c*(q%2), c elements a 16-byte chunk
+    (with ``count`` 2, the block's first 8 columns: q < 2)."""
     stored_row = add32(em, em.value(op.col), _lane_bits(em, 0, 7))
     stored_row = add32(em, stored_row, _lane_bits(em, 4, 1, 8))
-    stored_col = add32(em, em.value(op.row), _lane_bits(em, 3, 1, 8))
+    stored_col = add32(em, em.value(op.row), _lane_bits(em, 3, 1, _chunk(op)))
     return _ldmatrix(em, op.buffer, stored_row, stored_col, trans=trans, count=count)
 
 
@@ -80,8 +93,29 @@ def lower_load_a(em: PtxEmitter, op: mma.LoadAOp) -> None:
         em.bind(op.result, _transposed_block(em, op, trans=True))
         return
     row = add32(em, em.value(op.row), _lane_bits(em, 0, 15))
-    col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, 8))
+    col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, _chunk(op)))
     em.bind(op.result, _ldmatrix(em, op.buffer, row, col, trans=False))
+
+
+def _byte_columns(em: PtxEmitter, op: mma.LoadBOp) -> list[SSAValue]:
+    """The B fragments of a row-major 8-bit B block (32 k x 8 or 16 n) byte by byte: register r
+    of lane (g, t) of column half h holds k = 16 r + 4 t + j (j = 0..3, low byte first) of
+    column 8 h + g."""
+    buffer, base = op.buffer, em.value(op.buffer)
+    k0 = add32(em, em.value(op.row), _lane_bits(em, 0, 3, 4))  # 4 t
+    n0 = add32(em, em.value(op.col), _lane_bits(em, 2, 7))  # g
+    regs = []
+    for half in range(len(op.results_)):
+        n = add32(em, n0, 8 * half)
+        for r in range(2):
+            b = []
+            for j in range(4):
+                addr = em.instr(ptx.AddOp, "s32", [base, shared_offset(em, buffer.type, add32(em, k0, 16 * r + j), n)], i32)  # type: ignore[arg-type]
+                b.append(em.instr(ptx.LdOp, "shared.u8", [addr], i16))
+            even = em.instr(ptx.MovOp, "b32", [b[0], b[2]], i32)  # bytes b0 . b2 .
+            odd = em.instr(ptx.MovOp, "b32", [b[1], b[3]], i32)  # bytes b1 . b3 .
+            regs.append(em.instr(ptx.PrmtOp, "b32", [even, odd, em.const(0x6240, i32)], i32))
+    return regs
 
 
 @lowering(mma.LoadBOp)
@@ -89,6 +123,8 @@ def lower_load_b(em: PtxEmitter, op: mma.LoadBOp) -> None:
     count = 2 * len(op.results_)  # x4: both column halves; x2: the first (lanes 0-15 address it)
     if op.is_transposed:
         regs = _transposed_block(em, op, trans=False, count=count)
+    elif op.buffer.type.elem_bytes == 1:  # type: ignore[attr-defined]
+        regs = _byte_columns(em, op)
     else:
         row = add32(em, em.value(op.row), _lane_bits(em, 0, 15))  # L%8 + 8*((L/8)%2) == L%16
         col = add32(em, em.value(op.col), _lane_bits(em, 4, 1, 8))
@@ -116,10 +152,13 @@ def lower_pack_a(em: PtxEmitter, op: mma.PackAOp) -> None:
 
 @lowering(mma.MmaOp)
 def lower_mma(em: PtxEmitter, op: mma.MmaOp) -> None:
-    elem = float_spec(op.a.type.element_type)  # type: ignore[attr-defined]
-    spec = f"sync.aligned.m16n8k16.row.col.f32.{elem}.{elem}.f32"
+    a, b = (mma.OPERAND_PTX[v.type.element_type] for v in (op.a, op.b))  # type: ignore[attr-defined]
+    acc = op.c.type.element_type  # type: ignore[attr-defined]
+    shape = "m16n8k16" if mma.k_step(op.a.type.element_type) == 16 else "m16n8k32"  # type: ignore[attr-defined]
+    d = "f32" if acc == f32 else "s32"  # integer products wrap modulo 2^32, as C's int32 would
+    spec = f"sync.aligned.{shape}.row.col.{d}.{a}.{b}.{d}"
     args = [*em.parts(op.a), *em.parts(op.b), *em.parts(op.c)]
-    sync = ptx.MmaOp(spec, args, [f32] * 4)
+    sync = ptx.MmaOp(spec, args, [acc] * 4)  # emitting checks the arch (fp8: sm_89) at the dot's line
     em.emit(sync)
     em.bind(op.result, list(sync.outs))
 

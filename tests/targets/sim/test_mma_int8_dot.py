@@ -1,0 +1,126 @@
+"""``kt.dot`` on 8-bit integer tiles (i8/u8 into i32, mma.sync m16n8k32) through the whole tile
+stack on the simulator: bit-exact int32 products for every signedness pair, B row-major (byte
+loads) and transposed (ldmatrix), ragged sizes, sm_80 and sm_90a; ptxas without spills; the
+type rules' errors at the user's line."""
+
+# No `from __future__ import annotations`: the kernels' annotations name the factories' types.
+
+import numpy as np
+import pytest
+
+import kaio
+import kaio.tile as kt
+from kaio.errors import KaioCompileError
+from kaio.prelude import Array, MutArray, f16, f32, i8, i32, u8
+from kaio.targets.ptx import toolchain
+
+RANGE = {"i8": (-128, 128), "u8": (0, 256)}
+TYPES = {"i8": i8, "u8": u8}
+
+
+def dot_kernel(a_type, b_type, trans_b: bool):  # type: ignore[no-untyped-def]
+    """C = A @ B in i32, one 32x32 tile per program, K in steps of 64; B given (K, N), or
+    (N, K) and transposed in the kernel."""
+    a_type, b_type = TYPES[a_type], TYPES[b_type]
+
+    @kaio.tile_kernel(num_warps=4, num_stages=2)
+    def int8_dot(a: Array[a_type], b: Array[b_type], c: MutArray[i32], m: i32, n: i32, k: i32,
+                 BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BK: kaio.constexpr = 64, TB: kaio.constexpr = 0):  # fmt: skip
+        m0, n0 = i32(kt.program_id(0)) * BM, i32(kt.program_id(1)) * BN
+        acc = kt.zeros((BM, BN), i32)
+        for k0 in range(0, k, BK):
+            if TB != 0:
+                bt = kt.trans(kt.load(b, (n0, k0), (BN, BK), (n, k)))
+            else:
+                bt = kt.load(b, (k0, n0), (BK, BN), (k, n))
+            acc = kt.dot(kt.load(a, (m0, k0), (BM, BK), (m, k)), bt, acc)
+        kt.store(c, (m0, n0), acc, (m, n))
+
+    return int8_dot
+
+
+def run(rng, arch, ta, tb, trans_b, m, n, k):  # type: ignore[no-untyped-def]
+    kern = dot_kernel(ta, tb, trans_b)
+    a = rng.integers(*RANGE[ta], (m, k)).astype(TYPES[ta].np_dtype)
+    b = rng.integers(*RANGE[tb], (k, n)).astype(TYPES[tb].np_dtype)
+    dev = kaio.Device("sim", arch=arch)
+    c = dev.alloc_from(np.full((m, n), -0x5A5A5A5A, np.int32))  # poison
+    b_arg = np.ascontiguousarray(b.T) if trans_b else b
+    kern[((m + 31) // 32, (n + 31) // 32)](dev.alloc_from(a), dev.alloc_from(b_arg), c, m, n, k, TB=int(trans_b))
+    want = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+    return c.to_host(), want
+
+
+@pytest.mark.parametrize("trans_b", [False, True], ids=["b_kn", "b_nk"])
+@pytest.mark.parametrize(("ta", "tb"), [("i8", "i8"), ("u8", "i8"), ("i8", "u8"), ("u8", "u8")])
+def test_int8_dot_is_bit_exact(rng, ta, tb, trans_b):
+    got, want = run(rng, "sm_80", ta, tb, trans_b, 40, 50, 100)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("trans_b", [False, True], ids=["b_kn", "b_nk"])
+def test_int8_dot_on_sm90a(rng, trans_b):
+    got, want = run(rng, "sm_90a", "i8", "i8", trans_b, 33, 17, 64)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.slow
+def test_int32_accumulation_wraps():
+    # 255 * 255 * K passes 2^31 at K > 33026: the dot wraps modulo 2^32 as mma.sync's s32 does
+    m, n, k = 16, 16, 64 * 600
+    kern = dot_kernel("u8", "u8", False)
+    a = np.full((m, k), 255, np.uint8)
+    b = np.full((k, n), 255, np.uint8)
+    dev = kaio.Device("sim", arch="sm_80")
+    c = dev.alloc_from(np.zeros((m, n), np.int32))
+    kern[(1, 1)](dev.alloc_from(a), dev.alloc_from(b), c, m, n, k)
+    exact = 255 * 255 * k
+    assert exact > 2**31
+    np.testing.assert_array_equal(c.to_host(), np.full((m, n), exact, np.int64).astype(np.int32))
+
+
+@pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-cuda-nvcc-cu12 not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("trans_b", [False, True], ids=["b_kn", "b_nk"])
+def test_int8_dot_assembles_without_spills(arch, trans_b):
+    kern = dot_kernel("i8", "u8", trans_b)
+    facts = {"a": 16, "b": 16, "c": 16, "m": 16, "n": 16, "k": 64}  # aligned: cp.async / TMA-free 16-byte copies
+    compiled = kaio.compile(kern, arch, specialization=facts, BM=128, BN=128, BK=64, TB=int(trans_b))
+    assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32" in compiled.ptx
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in compiled.ptx  # A (and a transposed B)
+    assert ".trans.shared" not in compiled.ptx  # ldmatrix.trans moves 16-bit elements only
+    report = toolchain.assemble(compiled.ptx, arch)
+    name = next(iter(report.registers))
+    assert report.spill_stores[name] == 0 and report.spill_loads[name] == 0
+
+
+def _kernel_with(a_t, b_t, acc_t):  # type: ignore[no-untyped-def]
+    @kaio.tile_kernel(num_warps=4)
+    def bad(a: Array[a_t], b: Array[b_t], c: MutArray[f32]):
+        acc = kt.dot(kt.load(a, (0, 0), (32, 32), (32, 32)), kt.load(b, (0, 0), (32, 32), (32, 32)), kt.zeros((32, 32), acc_t))
+        kt.store(c, (0, 0), f32(acc), (32, 32))
+
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("a_t", "b_t", "acc_t", "message"),
+    [
+        (i8, f16, i32, "kt.dot of i8 and f16 tiles"),
+        (i8, i8, f32, "kt.dot of i8 tiles accumulates in i32, got a f32 accumulator"),
+        (u8, i8, f16, "accumulates in i32"),
+        (f16, f16, i32, "kt.dot of f16 tiles accumulates in f32"),
+    ],
+)
+def test_type_mismatches_name_both_types(a_t, b_t, acc_t, message):
+    with pytest.raises(KaioCompileError, match=message) as info:
+        kaio.compile(_kernel_with(a_t, b_t, acc_t), "sm_80")  # (kernels without constexprs build when defined)
+    assert "kt.dot(" in str(info.value)  # at the user's line
+
+
+def test_k_below_one_mma_step_is_refused():
+    with pytest.raises(KaioCompileError, match="K of at least 32"):
+
+        @kaio.tile_kernel(num_warps=4)
+        def short(a: Array[i8], b: Array[i8], c: MutArray[i32]):
+            kt.store(c, (0, 0), kt.dot(kt.load(a, (0, 0), (16, 16), (16, 16)), kt.load(b, (0, 0), (16, 16), (16, 16)), kt.zeros((16, 16), i32)), (16, 16))
