@@ -107,7 +107,7 @@ def _panel_offset(em: PtxEmitter, buffer: smem.BufferType, row: SSAValue, col: S
 
 # --------------------------------------------------------------------------- tile copies
 
-_VECTOR_LOADS = {16: ("v4.b32", i32, 4), 8: ("v2.b32", i32, 2), 4: ("b32", i32, 1), 2: ("b16", i16, 1)}
+_VECTOR_LOADS = {16: ("v4.b32", i32, 4), 8: ("v2.b32", i32, 2), 4: ("b32", i32, 1), 2: ("b16", i16, 1), 1: ("b8", i16, 1)}
 
 
 def global_address(em: PtxEmitter, view: tile.ViewOp, row: SSAValue, col: SSAValue) -> SSAValue:
