@@ -14,6 +14,10 @@ Accelerator, sm_90).
   block's) with the async-proxy ones after it, both ways: ordinary writes become visible to the
   TMA stores and wgmmas that follow, an ``mbarrier.init`` to the complete_tx of TMA loads, and
   ordinary reads (``ldmatrix``) are done before a TMA load overwrites those bytes.
+- ``tma.issuer {warp = W}``: true in exactly one thread of warp W (``elect.sync`` in that warp,
+  once, where the kernel starts): the thread that arms a block's barriers and issues its copies.
+  Unlike ``tid == W * 32`` it tells ptxas the copies' operands are warp-uniform, so each copy
+  is one instruction instead of a loop electing a lane for every distinct operand value.
 - ``tma.alloc {bytes, align}``: a shared buffer aligned for swizzled boxes (1024 bytes for the
   128-byte swizzle).
 
@@ -26,7 +30,7 @@ builds with ``cuTensorMapEncodeTiled``; on the simulator kaio's own format
 from __future__ import annotations
 
 from kaio.dialects.kernel import ArrayType, TensorMapType
-from xdsl.dialects.builtin import I64, IntegerAttr, i32, i64
+from xdsl.dialects.builtin import I64, IntegerAttr, i1, i32, i64
 from xdsl.ir import Dialect, SSAValue
 from xdsl.irdl import (
     AnyOf,
@@ -37,8 +41,10 @@ from xdsl.irdl import (
     operand_def,
     prop_def,
     result_def,
+    traits_def,
     var_operand_def,
 )
+from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 MAX_RANK = 5
@@ -155,4 +161,20 @@ class FenceOp(IRDLOperation):
     assembly_format = "attr-dict"
 
 
-Tma = Dialect("tma", [AllocOp, LoadOp, StoreOp, BulkLoadOp, BulkStoreOp, CommitOp, WaitOp, FenceOp], [])
+@irdl_op_definition
+class IssuerOp(IRDLOperation):
+    name = "tma.issuer"
+    warp = prop_def(IntegerAttr[I64])
+    result = result_def(i1)
+    traits = traits_def(Pure())
+    assembly_format = "`warp` $warp attr-dict"
+
+    def __init__(self, warp: int = 0):
+        super().__init__(properties={"warp": IntegerAttr(warp, i64)}, result_types=[i1])
+
+    def verify_(self) -> None:
+        if self.warp.value.data < 0:
+            raise VerifyException("tma.issuer: the warp is >= 0")
+
+
+Tma = Dialect("tma", [AllocOp, LoadOp, StoreOp, BulkLoadOp, BulkStoreOp, CommitOp, WaitOp, FenceOp, IssuerOp], [])

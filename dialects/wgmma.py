@@ -11,6 +11,9 @@ f32 per thread, the layout of the PTX ISA's wgmma D fragment).
   32B, 64B, 128B; LBO/SBO: the leading/stride byte offsets between 8x16-byte core matrices);
   ``wgmma.advance %d by 32`` moves its start (the next k16 step inside a swizzle atom).
   :func:`matrix_descriptor` is the same encoding in Python.
+- ``wgmma.warpgroup_id`` is this thread's warpgroup in the block (thread index / 128), read
+  from lane 0 of its warp where the kernel starts, so ptxas knows it is warp-uniform and keeps
+  the descriptors built from it in uniform registers.
 - ``wgmma.mma_async`` issues one m64nNk16 product; it is asynchronous: ``wgmma.fence`` before
   the first one (after writing the accumulators or the operands), ``wgmma.commit_group`` to
   close a group, and ``wgmma.wait_group %accs {pending = N}`` to wait until at most N groups
@@ -306,8 +309,19 @@ class StoreOp(IRDLOperation):
         super().__init__(operands=[acc, ptr, ld])
 
 
+@irdl_op_definition
+class WarpgroupIdOp(IRDLOperation):
+    name = "wgmma.warpgroup_id"
+    result = result_def(i32)
+    traits = traits_def(Pure())
+    assembly_format = "attr-dict"
+
+    def __init__(self) -> None:
+        super().__init__(result_types=[i32])
+
+
 Wgmma = Dialect(
     "wgmma",
-    [DescriptorOp, AdvanceOp, ZeroOp, FenceOp, CommitGroupOp, MmaAsyncOp, WaitGroupOp, SplitOp, JoinOp, StoreOp],
+    [WarpgroupIdOp, DescriptorOp, AdvanceOp, ZeroOp, FenceOp, CommitGroupOp, MmaAsyncOp, WaitGroupOp, SplitOp, JoinOp, StoreOp],
     [AccType],
 )

@@ -150,6 +150,8 @@ def overlap_loop(dot: tile.DotOp) -> scf.ForOp | None:
         return None
     if not all(isinstance(x.owner, smem.StageOp) for x in (dot.a, dot.b)):
         return None  # a buffer the next iteration rewrites in place (smem.store) must be read first
+    if refilled_before(dot):
+        return None  # the next iteration refills the stage first (a 2-stage TMA ring): read it now
     return loop
 
 
@@ -157,6 +159,15 @@ def filled_by_tma(buffer: SSAValue) -> bool:
     """A stage of a ring only TMA writes (the async proxy wgmma reads through: no fence)."""
     stage = buffer.owner
     return isinstance(stage, smem.StageOp) and TMA_RING in stage.ring.owner.attributes  # type: ignore[union-attr]
+
+
+def refilled_before(dot: tile.DotOp) -> bool:
+    """Whether ``pipeline-tma`` refills the ring before the dot in its iteration (then the
+    next iteration's refill overwrites the stage this dot reads)."""
+    op = dot.prev_op
+    while op is not None and REFILL_BARRIER not in op.attributes:
+        op = op.prev_op
+    return op is not None
 
 
 def refilled_after_barrier(dot: tile.DotOp) -> bool:
@@ -180,8 +191,8 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
     a_desc: SSAValue | None = None
     if pa is not None:
         a_addr = insert(smem.AddressOp(dot.a)).result
-        if num_warps > 4:  # warpgroup G multiplies rows 64G.. of A
-            group = ix.div(insert(kernel.WarpIdOp()).result, ix.const(4))
+        if num_warps > 4:  # warpgroup G multiplies rows 64G.. of A (G warp-uniform: see wgmma.warpgroup_id)
+            group = insert(wgmma.WarpgroupIdOp()).result
             a_addr = ix.add(a_addr, ix.mul(group, ix.const(pa.offset(64, 0) - pa.offset(0, 0))))
         a_desc = insert(wgmma.DescriptorOp(a_addr, pa.swizzle, pa.lbo, pa.sbo)).result
     # A in registers: each warp's A fragment of its 16 rows, for every k16 step, packed from

@@ -23,6 +23,13 @@ phase parity flips each time the read stage wraps. The barrier before the refill
 (:data:`REFILL_BARRIER`): ``lower-to-wgmma`` keeps one group of wgmmas in flight across
 iterations and would otherwise add one of its own for the same reason.
 
+The refill comes after the math so that those wgmmas of tile t - 1 may still run while tile t
+is computed; S - 2 tiles are then in flight during the math. A 2-stage ring would have none,
+so it refills first instead (the barrier, then tile t + 1 into the stage tile t - 1 left, then
+the wait for tile t and the math): one tile loads during every tile's math (attention's K and V
+rings), and ``lower-to-wgmma`` sees the refill barrier before the dot and keeps no wgmma of
+the previous tile in flight (the refill overwrites its stage).
+
 Each operand gets a ``!kernel.tensor_map`` parameter whose recipe the runtime builds the map
 from at every launch (``kaio.runtime.tensor_maps``); which views a map can describe is
 ``tensor_map_views``'s to say. A K loop nested in other loops (a tile loop, a persistent
@@ -173,7 +180,7 @@ def _prepare(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.Ke
     maps = [add_map_param(func, plan.mapped) for plan in plans]
     barriers = outer.b.insert(mbarrier.AllocOp(stages)).result
     tid = outer.b.insert(kernel.ThreadIdOp("x")).result
-    leader = outer.b.insert(arith.CmpiOp(tid, outer.const(0), "eq")).result
+    leader = outer.b.insert(tma.IssuerOp(0)).result
     return _Issuer(plans, maps, rings, barriers, tid, leader, slice_ops, body.args[0], loop.ub)
 
 
@@ -201,10 +208,11 @@ def _init_barriers(outer: IndexBuilder, leader: SSAValue, rings: list[tuple[SSAV
 Tail = Callable[[IndexBuilder, Block, SSAValue], None]  # (builder, new body, write stage)
 
 
-def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail, start: list[SSAValue] | None = None) -> scf.ForOp:
+def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail, start: list[SSAValue] | None = None,
+                  head: Tail | None = None) -> scf.ForOp:  # fmt: skip
     """The loop, carrying the read and write stages and the read stage's phase parity (from
-    ``start``; default: a fresh ring) : it waits for its tile, computes on the read stage, then
-    ``tail`` refills or releases."""
+    ``start``; default: a fresh ring) : ``head`` (if any) refills, it waits for its tile,
+    computes on the read stage, then ``tail`` refills or releases."""
     body = loop.body.block
     n = len(body.args)
     new_body = Block(arg_types=[*body.arg_types, i32, i32, i32])
@@ -212,10 +220,12 @@ def _rebuild_loop(loop: scf.ForOp, issuer: _Issuer, stages: int, tail: Tail, sta
         old.replace_all_uses_with(new)
     read, write, phase = new_body.args[n:]
     ix = IndexBuilder(Builder(InsertPoint.at_end(new_body)))
+    issuer.iv = new_body.args[0]
+    if head is not None:
+        head(ix, new_body, write)
     ix.b.insert(mbarrier.WaitParityOp(issuer.barrier(ix, read), phase))
     old_yield = move_math(body, ix.b)
     read_stages(new_body, issuer.rings, read)
-    issuer.iv = new_body.args[0]
     tail(ix, new_body, write)
     carried = list(old_yield.arguments)
     old_yield.erase(safe_erase=False)
@@ -270,7 +280,13 @@ def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kern
         ix.b.insert(kernel.BarrierOp()).attributes[REFILL_BARRIER] = UnitAttr()
         issuer.issue(ix, ix.add(body.args[0], ix.mul(loop.step, ix.const(stages - 1))), write, refill=True)
 
-    new_loop = _rebuild_loop(loop, issuer, stages, refill, [first, stage, phase])
+    def nothing(ix: IndexBuilder, body: Block, write: SSAValue) -> None:
+        pass
+
+    if stages == 2:  # refill first: the next tile loads while this one is computed (see the module doc)
+        new_loop = _rebuild_loop(loop, issuer, stages, nothing, [first, stage, phase], head=refill)
+    else:
+        new_loop = _rebuild_loop(loop, issuer, stages, refill, [first, stage, phase])
     if ring is not None:
         read, _, next_phase = new_loop.results[-3:]
         ring.close([read, next_phase])
@@ -333,8 +349,8 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     The producer's first thread walks the K tiles: it waits until the consumers released the
     tile's stage (its *empty* barrier), arms the stage's *full* barrier and issues the boxes,
     up to S tiles ahead; the other producer threads leave at once. The consumers wait on
-    *full*, compute, and release the stage of the previous tile (every consumer thread
-    arrives: by then ``lower-to-wgmma``'s ``wait_group 1`` has retired the wgmmas reading it).
+    *full*, compute, and release the stage of the previous tile (lane 0 of every consumer
+    warp arrives: by then ``lower-to-wgmma``'s ``wait_group 1`` has retired the wgmmas reading it).
     After the split, block barriers count only the consumers (``kernel.barrier_threads``), and
     the warpgroups trade registers (``kernel.setmaxnreg``) by the counts ``budget`` gives for the
     consumers and their accumulators (:mod:`kaio.passes.register_trade`; none where nothing is
@@ -344,7 +360,8 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     outer = IndexBuilder(Builder(InsertPoint.before(loop)))
     issuer = _prepare(loop, plans, stages, func, outer)
     empty = outer.b.insert(mbarrier.AllocOp(stages)).result
-    _init_barriers(outer, issuer.leader, [(issuer.barriers, 1), (empty, consumers)], stages)
+    _init_barriers(outer, issuer.leader, [(issuer.barriers, 1), (empty, consumers // 32)], stages)
+    first_lane = outer.b.insert(arith.CmpiOp(outer.b.insert(kernel.LaneIdOp()).result, outer.const(0), "eq")).result
 
     tid = issuer.tid
     producer = Block()
@@ -362,7 +379,7 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     issuing = Block()
     issuing.add_op(scf.ForOp(loop.lb, loop.ub, loop.step, [p.const(0), p.const(0)], walk))
     issuing.add_op(scf.YieldOp())
-    first = p.b.insert(arith.CmpiOp(tid, p.const(consumers), "eq")).result
+    first = p.b.insert(tma.IssuerOp(consumers // 32)).result  # one thread of the producer's first warp
     p.b.insert(scf.IfOp(first, [], [issuing]))
     p.b.insert(kernel.ExitOp())
     p.b.insert(scf.YieldOp())
@@ -378,13 +395,17 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     func.attributes[kernel.PRODUCER_THREADS_ATTR] = IntegerAttr(PRODUCER_THREADS, i64)
 
     def release(ix: IndexBuilder, body: Block, previous: SSAValue) -> None:
-        """Release the previous tile's stage (none before the first tile)."""
+        """Release the previous tile's stage (none before the first tile): lane 0 of each
+        consumer warp arrives once its warp's ``wgmma.wait_group`` retired the tile's reads
+        (the wait is warp-wide: lane 0 past it is the whole warp past it), so the phase
+        completes after every consumer warp's, with one arrival a warp instead of 32 (CUTLASS)."""
         block = Block()
         rel = IndexBuilder(Builder(InsertPoint.at_end(block)))
         rel.b.insert(mbarrier.ArriveOp(barrier_slot(rel, empty, previous)))
         block.add_op(scf.YieldOp())
         later = ix.b.insert(arith.CmpiOp(body.args[0], loop.lb, "ne")).result
-        ix.b.insert(scf.IfOp(later, [], [block])).attributes[REFILL_BARRIER] = UnitAttr()
+        signal = ix.b.insert(arith.AndIOp(later, first_lane)).result
+        ix.b.insert(scf.IfOp(signal, [], [block])).attributes[REFILL_BARRIER] = UnitAttr()
 
     _rebuild_loop(loop, issuer, stages, release)
 
@@ -424,8 +445,8 @@ class PipelineTmaPass(ModulePass):
             copies = [x for x in loop.body.block.ops if isinstance(x, smem.CopyOp)]
             plans = [plan_copy(c, func) for c in copies]
             why = next((p for p in plans if isinstance(p, str)), None)
-            if func.block_shape[1:] != (1, 1):
-                why = "the block is not 1-D (thread 0 issues the copies)"
+            if func.block_shape[1:] != (1, 1) or func.block_shape[0] % 32:
+                why = "the block is not 1-D whole warps (one thread of warp 0 issues the copies)"
             enclosing = enclosing_loops(loop, func)
             if enclosing is None:
                 why = "the loop is under a branch (its ring state could not be carried past it)"

@@ -6,8 +6,15 @@ Most rules are one instruction; the exceptions say why:
   registers of its own (``wgmma.zero`` moves zeros into fresh ones; an mma whose input is still
   used elsewhere copies it first), so the in-place update never clobbers a value someone reads;
 - descriptors are built at run time from the 32-bit shared address (the address is only known
-  to the assembler): ``(addr >> 4) & 0x3FFF`` or-ed with the constant fields of
-  :func:`kaio.dialects.wgmma.descriptor_bits`;
+  to the assembler): the low word is ``(addr >> 4) & 0x3FFF`` or-ed with the constant fields of
+  :func:`kaio.dialects.wgmma.descriptor_bits` there, the high word is a constant, and an
+  advance adds to the low word alone (a shared address is below 256 KiB, so the 14-bit start
+  field never carries into the LBO beside it): ptxas keeps one 32-bit register per descriptor
+  (uniform where the address is) and moves the constant half with the instruction, instead of
+  64-bit arithmetic and two register moves per wgmma;
+- ``wgmma.warpgroup_id`` and ``tma.issuer`` are computed once where the kernel starts (every
+  warp converged there), from lane 0's warp index (``shfl.sync.idx``) and ``elect.sync``: ptxas
+  then knows what is built from them is warp-uniform;
 - ``mbarrier.wait_parity`` is the usual try_wait loop.
 """
 
@@ -17,6 +24,7 @@ from kaio.dialects import kernel, mbarrier, ptx, tma, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
+from kaio.passes.to_ptx.kernel_ops import linear_thread_id
 from xdsl.dialects import scf
 from xdsl.dialects.builtin import f32, i1, i32, i64
 from xdsl.ir import Attribute, Block, SSAValue
@@ -44,24 +52,50 @@ def _predicate(em: PtxEmitter, value: int) -> SSAValue:
 # --------------------------------------------------------------------------- wgmma
 
 
+def _signed32(bits: int) -> int:
+    """i32 constants are signed: the swizzle field sets the top bits of the high word."""
+    return bits - (1 << 32) if bits >= 1 << 31 else bits
+
+
+def _pack(em: PtxEmitter, low: SSAValue, high: SSAValue) -> SSAValue:
+    return em.instr(ptx.MovOp, "b64", [low, high], i64)
+
+
 @lowering(wgmma.DescriptorOp)
 def lower_descriptor(em: PtxEmitter, op: wgmma.DescriptorOp) -> None:
-    addr = em.instr(ptx.CvtOp, "u64.u32", [em.value(op.address)], i64)
-    units = em.instr(ptx.ShrOp, "b64", [addr, em.const(4, i32)], i64)
-    start = em.instr(ptx.AndOp, "b64", [units, em.const(0x3FFF, i64)], i64)
+    units = em.instr(ptx.ShrOp, "u32", [em.value(op.address), em.const(4, i32)], i32)
+    start = em.instr(ptx.AndOp, "b32", [units, em.const(0x3FFF, i32)], i32)
     bits = wgmma.descriptor_bits(op.lbo.value.data, op.sbo.value.data, op.swizzle.data)
-    em.bind(op.result, em.instr(ptx.OrOp, "b64", [start, em.const(_signed64(bits), i64)], i64))
-
-
-def _signed64(bits: int) -> int:
-    """i64 constants are signed: the swizzle field sets the top bits."""
-    return bits - (1 << 64) if bits >= 1 << 63 else bits
+    low = em.instr(ptx.OrOp, "b32", [start, em.const(_signed32(bits & 0xFFFFFFFF), i32)], i32)
+    em.bind(op.result, _pack(em, low, em.const(_signed32(bits >> 32), i32)))
 
 
 @lowering(wgmma.AdvanceOp)
 def lower_advance(em: PtxEmitter, op: wgmma.AdvanceOp) -> None:
-    step = em.const(op.bytes.value.data >> 4, i64)
-    em.bind(op.result, em.instr(ptx.AddOp, "s64", [em.value(op.desc), step], i64))
+    halves = ptx.MovOp("b64", [em.value(op.desc)], [i32, i32])
+    em.emit(halves)
+    low, high = halves.outs
+    moved = em.instr(ptx.AddOp, "s32", [low, em.const(op.bytes.value.data >> 4, i32)], i32)
+    em.bind(op.result, _pack(em, moved, high))
+
+
+def uniform_warp(em: PtxEmitter) -> SSAValue:
+    """This thread's warp in the block, as lane 0 of the warp reads it: the same number, but
+    ptxas treats a ``shfl.sync.idx`` from a constant lane as warp-uniform (CUTLASS's
+    ``canonical_warp_idx_sync``). Computed where the kernel starts, every lane converged."""
+
+    def build() -> SSAValue:
+        warp = em.instr(ptx.ShrOp, "u32", [linear_thread_id(em), em.const(5, i32)], i32)
+        args = [warp, em.const(0, i32), em.const(31, i32), em.const(-1, i32)]
+        return em.instr(ptx.ShflOp, "sync.idx.b32", args, i32)
+
+    return em.invariant(("uniform warp",), build)
+
+
+@lowering(wgmma.WarpgroupIdOp)
+def lower_warpgroup_id(em: PtxEmitter, op: wgmma.WarpgroupIdOp) -> None:
+    build = lambda: em.instr(ptx.ShrOp, "u32", [uniform_warp(em), em.const(2, i32)], i32)  # noqa: E731
+    em.bind(op.result, em.invariant(("warpgroup",), build))
 
 
 @lowering(wgmma.ZeroOp)
@@ -207,6 +241,19 @@ def lower_wait_parity(em: PtxEmitter, op: mbarrier.WaitParityOp) -> None:
 
 
 # --------------------------------------------------------------------------- tma
+
+
+@lowering(tma.IssuerOp)
+def lower_issuer(em: PtxEmitter, op: tma.IssuerOp) -> None:
+    warp = op.warp.value.data
+
+    def build() -> SSAValue:
+        mine = em.instr(ptx.SetpOp, "eq.u32", [uniform_warp(em), em.const(warp, i32)], i1)
+        elect = hp.ElectSyncOp("", [em.const(-1, i32)], [i32, i1])
+        em.emit(elect)
+        return em.instr(ptx.AndOp, "pred", [mine, elect.outs[1]], i1)
+
+    em.bind(op.result, em.invariant(("tma issuer", warp), build))
 
 
 @lowering(tma.AllocOp)

@@ -130,7 +130,7 @@ def test_the_pass_ir_for_a_simple_dot():
     wait = text.index("wgmma.wait_group")
     assert fence < wfence < first_mma < commit < wait and "pending 0" in text[wait:]
     # 8 warps: warpgroup 1 reads A from row 64 on (64 rows x 64 bytes)
-    assert "kernel.warp_id" in text and "arith.constant 4096 : i32" in text
+    assert "wgmma.warpgroup_id" in text and "arith.constant 4096 : i32" in text
     assert "!smem.buffer<128x32xf16, #smem.layout<wgmma>>" in text
     parsed = Parser(kaio_context(), text).parse_module()  # the stage is replayable
     parsed.verify()
