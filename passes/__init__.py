@@ -55,10 +55,30 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return VectorizeLoadsPass
 
+    def fast_math() -> type[ModulePass]:
+        from kaio.passes.fast_math import FastMathPass
+
+        return FastMathPass
+
     def lower_to_ptx() -> type[ModulePass]:
         from kaio.passes.lower_to_ptx import LowerToPtxPass
 
         return LowerToPtxPass
+
+    def ptx_fold() -> type[ModulePass]:
+        from kaio.passes.ptx_fold import PtxFoldPass
+
+        return PtxFoldPass
+
+    def ptx_strength_reduce() -> type[ModulePass]:
+        from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
+
+        return PtxStrengthReducePass
+
+    def ptx_licm() -> type[ModulePass]:
+        from kaio.passes.ptx_licm import PtxLicmPass
+
+        return PtxLicmPass
 
     return {
         "fuse-tile-maps": fuse_tile_maps,
@@ -70,5 +90,9 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "lower-to-mma-sync": lower_to_mma_sync,
         "lower-to-wgmma": lower_to_wgmma,
         "vectorize-loads": vectorize_loads,
+        "fast-math": fast_math,
         "lower-to-ptx": lower_to_ptx,
+        "ptx-fold": ptx_fold,
+        "ptx-strength-reduce": ptx_strength_reduce,
+        "ptx-licm": ptx_licm,
     }

@@ -5,6 +5,13 @@ integers compute in 16-bit registers and are sign- or zero-extended where the hi
 f16/bf16 use native instructions where the target has them and otherwise compute in f32 and
 round once (exact for + - * / sqrt: f32 has more than twice the precision). Transcendentals use
 the SFU ``.approx`` forms, like CUDA's fast-math intrinsics (``__expf``).
+
+Fast math is opt-in, per op, through MLIR's fast-math flags (the ``fast-math`` pass sets them on
+a whole kernel): ``afn`` on a transcendental picks the ``.ftz`` SFU form (subnormal inputs and
+results flushed to zero: ``ex2.approx.ftz.f32`` is one MUFU.EX2, where the IEEE form adds a
+compare and two multiplies to scale subnormals), and ``afn`` with ``arcp`` on an f32 division
+``a / b`` makes it ``a * rcp.approx.ftz(b)`` (``1 / b``: the ``rcp`` alone) instead of the
+correctly rounded ``div.rn.f32`` and its slow path. Without the flags the math is exact as above.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from kaio.dialects import ptx
-from kaio.passes.to_ptx import lowering
+from kaio.passes.to_ptx import fp8, lowering
 from kaio.passes.to_ptx.emitter import (
     PtxEmitter,
     bits_spec,
@@ -25,7 +32,7 @@ from kaio.passes.to_ptx.emitter import (
 )
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
-from xdsl.dialects.builtin import IntegerType, bf16, f16, f32, f64, i1, i16, i32
+from xdsl.dialects.builtin import FloatAttr, IntegerType, bf16, f16, f32, f64, i1, i16, i32
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from kaio.errors import KaioCompileError
@@ -40,6 +47,8 @@ def lower_constant(em: PtxEmitter, op: arith.ConstantOp) -> None:
     t = op.result.type
     if isinstance(t, IntegerType) and t.width.data == 8:
         data = int(data) & 0xFF
+    elif fp8.is_fp8(t):
+        data = fp8.fp8_bits(float(data), t)
     em.bind(op.result, em.const(data, reg_type(t)))
 
 
@@ -191,6 +200,9 @@ _FLOAT_BINARY: dict[type[Operation], tuple[type[ptx.PtxInstr], str]] = {
 def lower_float_binary(em: PtxEmitter, op: Operation) -> None:
     cls, mods = _FLOAT_BINARY[type(op)]
     t = op.results[0].type
+    if isinstance(op, arith.DivfOp) and t != f64 and _fast(op, _RECIPROCAL):
+        em.bind(op.result, _from_f32(em, _approximate_division(em, op), t))
+        return
     if mods == "NaN" and t == f64:
         mods = ""  # max.NaN has no f64 form; kaio's frontend uses maxnum semantics anyway
     args = [em.value(v) for v in op.operands]
@@ -227,36 +239,74 @@ def lower_fma(em: PtxEmitter, op: xmath.FmaOp) -> None:
     em.bind(op.result, _float_op(em, ptx.FmaOp, "rn", args, op.result.type))
 
 
-# math op -> function building the f32 (or f64) result from its argument
+# --------------------------------------------------------------------------- fast math
+
+_APPROXIMATE = frozenset({arith.FastMathFlag.APPROX_FUNC})
+_RECIPROCAL = frozenset({arith.FastMathFlag.APPROX_FUNC, arith.FastMathFlag.ALLOW_RECIP})
+
+
+def _fast(op: Operation, wanted: frozenset[arith.FastMathFlag]) -> bool:
+    """Whether ``op`` carries every fast-math flag in ``wanted`` (``fast`` carries them all)."""
+    flags = op.properties.get("fastmath")
+    return isinstance(flags, arith.FastMathFlagsAttr) and wanted <= {arith.FastMathFlag(f) for f in flags.data}
+
+
+def _approx(ftz: bool) -> str:
+    return "approx.ftz.f32" if ftz else "approx.f32"
+
+
+def _approximate_division(em: PtxEmitter, op: Operation) -> SSAValue:
+    """``a / b`` as ``a * rcp.approx.ftz(b)`` in f32 (``1 / b``: the reciprocal alone), about
+    1 ulp from the rounded quotient; a zero ``b`` gives inf, as the division does."""
+    lhs, rhs = op.operands
+    recip = em.instr(ptx.RcpOp, "approx.ftz.f32", [_to_f32(em, em.value(rhs))], f32)
+    if _float_constant(lhs) == 1.0:
+        return recip
+    return em.instr(ptx.MulOp, "rn.f32", [_to_f32(em, em.value(lhs)), recip], f32)
+
+
+def _float_constant(v: SSAValue) -> float | None:
+    owner = v.owner
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, FloatAttr):
+        return float(owner.value.value.data)
+    return None
+
+
+# --------------------------------------------------------------------------- transcendentals
+
+# math op -> function building the f32 (or f64) result from its argument (``ftz``: the op
+# allows approximate functions, so the SFU forms that flush subnormals serve)
 _LOG2E = 1.0 / math.log(2.0)
 _LN2 = math.log(2.0)
 
-
-def _sfu(cls: type[ptx.PtxInstr]) -> Callable[[PtxEmitter, SSAValue], SSAValue]:
-    return lambda em, x: em.instr(cls, "approx.f32", [x], f32)
+Transcendental = Callable[[PtxEmitter, SSAValue, bool], SSAValue]
 
 
-def _exp(em: PtxEmitter, x: SSAValue) -> SSAValue:
+def _sfu(cls: type[ptx.PtxInstr]) -> Transcendental:
+    return lambda em, x, ftz: em.instr(cls, _approx(ftz), [x], f32)
+
+
+def _exp(em: PtxEmitter, x: SSAValue, ftz: bool) -> SSAValue:
     scaled = em.instr(ptx.MulOp, "f32", [x, em.const(_LOG2E, f32)], f32)
-    return em.instr(ptx.Ex2Op, "approx.f32", [scaled], f32)
+    return em.instr(ptx.Ex2Op, _approx(ftz), [scaled], f32)
 
 
-def _log(em: PtxEmitter, x: SSAValue) -> SSAValue:
-    l2 = em.instr(ptx.Lg2Op, "approx.f32", [x], f32)
+def _log(em: PtxEmitter, x: SSAValue, ftz: bool) -> SSAValue:
+    l2 = em.instr(ptx.Lg2Op, _approx(ftz), [x], f32)
     return em.instr(ptx.MulOp, "f32", [l2, em.const(_LN2, f32)], f32)
 
 
-def _tanh(em: PtxEmitter, x: SSAValue) -> SSAValue:
-    if em.arch.sm >= 75:
+def _tanh(em: PtxEmitter, x: SSAValue, ftz: bool) -> SSAValue:
+    if em.arch.sm >= 75:  # tanh.approx has no .ftz form
         return em.instr(ptx.TanhOp, "approx.f32", [x], f32)
     # tanh(x) = 1 - 2 / (exp(2x) + 1): saturates correctly to +-1 for large |x|
-    e = _exp(em, em.instr(ptx.AddOp, "f32", [x, x], f32))
+    e = _exp(em, em.instr(ptx.AddOp, "f32", [x, x], f32), ftz)
     d = em.instr(ptx.AddOp, "f32", [e, em.const(1.0, f32)], f32)
     q = em.instr(ptx.DivOp, "approx.f32", [em.const(2.0, f32), d], f32)
     return em.instr(ptx.SubOp, "f32", [em.const(1.0, f32), q], f32)
 
 
-_TRANSCENDENTAL: dict[type[Operation], Callable[[PtxEmitter, SSAValue], SSAValue]] = {
+_TRANSCENDENTAL: dict[type[Operation], Transcendental] = {
     xmath.ExpOp: _exp,
     xmath.Exp2Op: _sfu(ptx.Ex2Op),
     xmath.LogOp: _log,
@@ -272,7 +322,7 @@ def lower_transcendental(em: PtxEmitter, op: Operation) -> None:
     t = op.results[0].type
     _require_f32_math(op, t)
     x = _to_f32(em, em.value(op.operands[0]))
-    em.bind(op.results[0], _from_f32(em, _TRANSCENDENTAL[type(op)](em, x), t))
+    em.bind(op.results[0], _from_f32(em, _TRANSCENDENTAL[type(op)](em, x, _fast(op, _APPROXIMATE)), t))
 
 
 # math op -> (instruction, modifiers) usable on f32 and f64
@@ -465,6 +515,12 @@ def lower_float_to_int(em: PtxEmitter, op: Operation) -> None:
 def lower_float_resize(em: PtxEmitter, op: Operation) -> None:
     src, dst = op.operands[0].type, op.results[0].type
     v = em.value(op.operands[0])
+    if fp8.is_fp8(dst):
+        em.bind(op.results[0], fp8.to_fp8(em, v, src, dst))
+        return
+    if fp8.is_fp8(src):
+        em.bind(op.results[0], fp8.from_fp8(em, v, src, dst))
+        return
     if src == bf16:
         v, src = _to_f32(em, v), f32
         if dst == f32:
