@@ -6,18 +6,27 @@ shows in the PTX and in the results."""
 
 import numpy as np
 import pytest
+from kaio.dialects import kernel as k
+from kaio.passes.fast_math import FastMathPass, with_fast_math
+from kaio.targets.ptx import toolchain
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
-
 from xdsl.dialects.builtin import FloatAttr, f32
 
 import kaio
-from kaio.dialects import kernel as k
-from kaio.passes.fast_math import FastMathPass, with_fast_math
 from kaio.pipeline import Pipeline, kernel_pipeline
-from kaio.prelude import Array, MutArray, block_dim_x, block_idx_x, exp, exp2, i32, log2, thread_idx_x
+from kaio.prelude import (
+    Array,
+    MutArray,
+    block_dim_x,
+    block_idx_x,
+    exp,
+    exp2,
+    i32,
+    log2,
+    thread_idx_x,
+)
 from kaio.prelude import f32 as F32
-from kaio.targets.ptx import toolchain
 
 from .test_lower_to_ptx import lower, make_kernel, specs
 
