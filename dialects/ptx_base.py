@@ -47,13 +47,14 @@ from xdsl.utils.exceptions import VerifyException
 
 TYPE_BITS: dict[str, int] = {
     "pred": 1,
-    **dict.fromkeys(("b8", "u8", "s8"), 8),
-    **dict.fromkeys(("b16", "u16", "s16", "f16", "bf16"), 16),
+    **dict.fromkeys(("b8", "u8", "s8", "e4m3", "e5m2"), 8),
+    **dict.fromkeys(("b16", "u16", "s16", "f16", "bf16", "e4m3x2", "e5m2x2"), 16),
     **dict.fromkeys(("b32", "u32", "s32", "f32", "f16x2", "bf16x2", "tf32"), 32),
     **dict.fromkeys(("b64", "u64", "s64", "f64"), 64),
 }
-INT_TYPES = frozenset(t for t in TYPE_BITS if t[0] in "bsu" and t != "bf16" and t != "bf16x2")
+INT_TYPES = frozenset(t for t in TYPE_BITS if t[0] in "bsu" and t not in ("bf16", "bf16x2"))
 FLOAT_TYPES = frozenset(("f16", "bf16", "f32", "f64", "f16x2", "bf16x2"))
+FP8_PAIR_TYPES = frozenset(("e4m3x2", "e5m2x2"))  # two OCP FP8 values in a .b16 (cvt only)
 
 # xDSL type of a virtual register -> (register name prefix, .reg declaration type)
 REGISTER_CLASSES: dict[Attribute, tuple[str, str]] = {

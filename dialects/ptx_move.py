@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from kaio.dialects.ptx_base import (
     _ROUND,
+    FP8_PAIR_TYPES,
     TYPE_BITS,
     InstrInfo,
     PtxInstr,
@@ -26,15 +27,17 @@ from xdsl.utils.exceptions import VerifyException
 
 @irdl_op_definition
 class CvtOp(PtxInstr):
-    """``cvt.rn.f32.s32 d, a``: destination type first, then source type."""
+    """``cvt.rn.f32.s32 d, a``: destination type first, then source type. FP8 pairs:
+    ``cvt.rn.satfinite.e4m3x2.f32 d16, hi, lo``, ``cvt.rn.satfinite.e4m3x2.f16x2 d16, a32`` and
+    ``cvt.rn.f16x2.e4m3x2 d32, a16`` (sm_89 with PTX 8.1; sm_90 from PTX 7.8)."""
 
     name = "ptx.cvt"
     # two sources only for packing: cvt.rn.f16x2.f32 d, hi, lo
     INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(
         n_args=(1, 2),
         n_types=2,
-        types=frozenset(TYPE_BITS) - {"pred", "b8", "b16", "b32", "b64"},
-        mods=_ROUND | {"rni", "rzi", "rmi", "rpi", "ftz", "sat", "relu"},
+        types=frozenset(TYPE_BITS) - {"pred", "b8", "b16", "b32", "b64", "e4m3", "e5m2"},
+        mods=_ROUND | {"rni", "rzi", "rmi", "rpi", "ftz", "sat", "relu", "satfinite"},
     )
 
     def check(self, mods: list[str], types: list[str]) -> None:
@@ -44,6 +47,9 @@ class CvtOp(PtxInstr):
 
     def requirements(self) -> Iterable[Requirement]:
         dst, src = self.ptx_types
+        if dst in FP8_PAIR_TYPES or src in FP8_PAIR_TYPES:  # PTX 7.8 has it for sm_90 only
+            yield _gate(self.opcode(), 89, (8, 1))
+            return
         if "bf16" in (dst, src) or dst in ("f16x2", "bf16x2"):
             yield _gate(
                 self.opcode(), 80, (7, 8) if src == "bf16" and dst not in ("f32",) else (7, 0)

@@ -1,4 +1,5 @@
-"""Scalar types of the kernel language: ``f16 bf16 f32 f64 i8 u8 i16 u16 i32 u32 i64 u64 bool_``.
+"""Scalar types of the kernel language: ``f16 bf16 f32 f64 i8 u8 i16 u16 i32 u32 i64 u64 bool_``
+and the 8-bit floats ``f8e4m3 f8e5m2``.
 
 One object per type carries everything the layers need: the numpy dtype (host side), the xDSL
 type (IR side; integers are signless there, signedness lives here and picks the arith op), and
@@ -43,6 +44,12 @@ class ScalarType:
         return self.kind == "bool"
 
     @property
+    def is_fp8(self) -> bool:
+        """An 8-bit float (OCP FP8): a storage and conversion type, with no arithmetic of its
+        own on the GPU (tensor cores aside)."""
+        return self.kind == "float" and self.bits == 8
+
+    @property
     def nbytes(self) -> int:
         return max(self.bits // 8, 1)
 
@@ -50,10 +57,10 @@ class ScalarType:
     def np_dtype(self) -> np.dtype:
         import numpy as np
 
-        if self.name == "bf16":
+        if self.name in ("bf16", "f8e4m3", "f8e5m2"):  # numpy has none: ml_dtypes' are standard
             import ml_dtypes
 
-            return np.dtype(ml_dtypes.bfloat16)
+            return np.dtype(getattr(ml_dtypes, self.np_dtype_name))
         return np.dtype(self.np_dtype_name)
 
     @cached_property
@@ -66,6 +73,8 @@ class ScalarType:
                 "bf16": builtin.bf16,
                 "f32": builtin.f32,
                 "f64": builtin.f64,
+                "f8e4m3": builtin.f8E4M3FN,
+                "f8e5m2": builtin.f8E5M2,
             }[self.name]
         return builtin.IntegerType(1 if self.is_bool else self.bits)
 
@@ -74,6 +83,8 @@ class ScalarType:
         """The PTX type of a value of this type (``s32``, ``u64``, ``f32``, ``pred``...)."""
         if self.kind == "bool":
             return "pred"
+        if self.is_fp8:
+            return self.name.removeprefix("f8")  # e4m3, e5m2
         if self.kind == "float":
             return self.name
         return ("s" if self.kind == "int" else "u") + str(self.bits)
@@ -102,6 +113,10 @@ u32 = ScalarType("u32", "uint", 32, "uint32")
 i64 = ScalarType("i64", "int", 64, "int64")
 u64 = ScalarType("u64", "uint", 64, "uint64")
 bool_ = ScalarType("bool", "bool", 1, "bool")
+# OCP FP8 (PTX .e4m3/.e5m2): e4m3 has no infinity and one NaN per sign (S.1111.111), max 448;
+# e5m2 is IEEE-like (inf, NaNs), max 57344. Conversions to them saturate (satfinite).
+f8e4m3 = ScalarType("f8e4m3", "float", 8, "float8_e4m3fn")
+f8e5m2 = ScalarType("f8e5m2", "float", 8, "float8_e5m2")
 
 ALL_TYPES: tuple[ScalarType, ...] = (
     f16,
@@ -117,6 +132,8 @@ ALL_TYPES: tuple[ScalarType, ...] = (
     i64,
     u64,
     bool_,
+    f8e4m3,
+    f8e5m2,
 )
 BY_NAME: dict[str, ScalarType] = {t.name: t for t in ALL_TYPES}
 

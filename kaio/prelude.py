@@ -22,6 +22,8 @@ from kaio.dtypes import (
     bf16,
     bool_,
     constexpr,
+    f8e4m3,
+    f8e5m2,
     f16,
     f32,
     f64,
@@ -141,5 +143,7 @@ __all__ = [
     "i64",
     "u64",
     "bool_",
+    "f8e4m3",
+    "f8e5m2",
     *(b.name for b in BUILTINS),
 ]

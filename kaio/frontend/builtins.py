@@ -42,7 +42,7 @@ from kaio.frontend.context import MAX_SHARED_BYTES, CompilerBase
 from kaio.frontend.diagnostics import SemanticError
 from kaio.frontend.expressions import ExpressionsMixin
 from kaio.frontend.operators import binary, cast, compile_time, materialize, require_scalar
-from kaio.frontend.typerules import adapt, default_type, normalize, unify
+from kaio.frontend.typerules import adapt, default_type, normalize, require_not_fp8, unify
 from kaio.frontend.values import (
     ArrayRef,
     Const,
@@ -351,6 +351,8 @@ def _float_arg(v: Value, name: str) -> Scalar | Const:
     t = s.type
     if t is not None and not t.is_float:
         raise SemanticError(f"`{name}` needs a float, got {t.name}", f"cast it: `{name}(f32(x))`")
+    if t is not None:
+        require_not_fp8(t, f"`{name}`")
     if isinstance(s, Const) and isinstance(s.value, bool):
         raise SemanticError(f"`{name}` needs a float, got bool")
     return s
@@ -378,6 +380,7 @@ def _abs(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Va
             raise SemanticError("`abs` does not apply to bool")
         return normalize(Const(py.abs(s.value), s.type))
     t = s.type
+    require_not_fp8(t, "`abs`")
     if t.is_bool:
         raise SemanticError("`abs` does not apply to bool")
     if t.kind == "uint":
@@ -402,6 +405,7 @@ def _min_max_pair(
     fc: ExpressionsMixin, is_max: bool, a: Scalar | Const, b: Scalar | Const
 ) -> Scalar | Const:
     t = unify(a, b, f"`{'max' if is_max else 'min'}`")
+    require_not_fp8(t, f"`{'max' if is_max else 'min'}`")
     if t.is_bool:
         raise SemanticError("`min`/`max` do not apply to bool")
     if isinstance(a, Const) and isinstance(b, Const):
@@ -443,6 +447,7 @@ def _fma(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Va
     assert t is not None
     for v in operands:
         unify(anchor, v, "`fma`")
+    require_not_fp8(t, "`fma`")
     if not t.is_float:
         raise SemanticError(
             f"`fma` needs floats, got {t.name}", "cast: `fma(f32(a), f32(b), f32(c))`"

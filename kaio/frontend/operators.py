@@ -29,6 +29,7 @@ from kaio.frontend.typerules import (
     int_range,
     literal_kind,
     normalize,
+    require_not_fp8,
     round_float,
     trunc_div,
     unify,
@@ -317,6 +318,7 @@ def compare(em: Emitter, op: str, a: Value, b: Value) -> Value:
     what = f"comparison `{op}`"
     a, b = require_scalar(a, what), require_scalar(b, what)
     t = unify(a, b, what)
+    require_not_fp8(t, what)
     if t.is_bool and op not in ("==", "!="):
         raise SemanticError(f"`{op}` does not order bools", "compare bools with `==` / `!=`")
     if isinstance(a, Const) and isinstance(b, Const):
@@ -411,6 +413,10 @@ def cast(em: Emitter, v: Value, t: ScalarType) -> Value:
 
 
 def _cast_runtime(em: Emitter, x: SSAValue, s: ScalarType, t: ScalarType) -> Scalar:
+    if s.is_fp8 and not t.is_float:  # fp8 converts to and from floats only: by f32
+        return _cast_runtime(em, em.value(arith.ExtFOp(x, f32.ir_type)), f32, t)
+    if t.is_fp8 and not s.is_float:
+        return _cast_runtime(em, _cast_runtime(em, x, s, f32).ssa, f32, t)
     if t.is_bool:
         if s.is_float:
             return Scalar(em.value(arith.CmpfOp(x, em.constant(0.0, s), "une")), t)
@@ -422,7 +428,7 @@ def _cast_runtime(em: Emitter, x: SSAValue, s: ScalarType, t: ScalarType) -> Sca
             return Scalar(em.value(arith.SelectOp(x, one, zero)), t)
         return Scalar(em.value(arith.ExtUIOp(x, _int_ir(t))), t)
     if s.is_float and t.is_float:
-        if s.bits == t.bits:  # f16 <-> bf16: through f32
+        if s.bits == t.bits:  # f16 <-> bf16, e4m3 <-> e5m2: through f32
             x = em.value(arith.ExtFOp(x, f32.ir_type))
             return Scalar(em.value(arith.TruncFOp(x, t.ir_type)), t)
         op_cls: ConversionOp = arith.ExtFOp if t.bits > s.bits else arith.TruncFOp

@@ -43,10 +43,25 @@ def round_float(value: float, t: ScalarType) -> float:
     """``value`` rounded to the precision of float type ``t``, once, to nearest even."""
     if t.bits == 64:
         return float(value)
+    if t.is_fp8:
+        return _round_fp8(value, t)
     with np.errstate(over="ignore"):
         if t.name == "bf16":  # ml_dtypes rounds an f64 twice (through f32): go by an odd f32
             return float(np.array([_f32_rounded_to_odd(value)]).astype(t.np_dtype)[0])
         return float(t.np_dtype.type(value))
+
+
+def _round_fp8(value: float, t: ScalarType) -> float:
+    """``value`` in fp8 as the runtime conversion (``cvt.rn.satfinite``) gives it: to nearest
+    even, beyond the largest finite value (infinities included) that value with the sign."""
+    if math.isnan(value):
+        return math.nan
+    import ml_dtypes
+
+    largest = float(ml_dtypes.finfo(t.np_dtype).max)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = float(np.array([value], np.float64).astype(t.np_dtype)[0])
+    return r if math.isfinite(r) else math.copysign(largest, value)
 
 
 def _f32_rounded_to_odd(value: float) -> np.float32:
@@ -156,7 +171,7 @@ def unify(a: Value, b: Value, what: str) -> ScalarType:
 
 
 # Significand bits of each float type: every integer up to 2**bits in magnitude is exact in it.
-_EXACT_INT_BITS = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}
+_EXACT_INT_BITS = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53, "f8e4m3": 4, "f8e5m2": 3}
 
 
 def is_loop_value(v: Value) -> bool:
@@ -187,6 +202,7 @@ def _adapt_in(c: Const, t: ScalarType, what: str) -> None:
 
 def check_kind(t: ScalarType, op: str, *, ints: bool, floats: bool, bools: bool) -> None:
     """Error unless operator ``op`` applies to values of type ``t``."""
+    require_not_fp8(t, f"operator `{op}`")
     if (t.is_int and ints) or (t.is_float and floats) or (t.is_bool and bools):
         return
     hint = None
@@ -199,6 +215,15 @@ def check_kind(t: ScalarType, op: str, *, ints: bool, floats: bool, bools: bool)
     elif op in ("~", "&", "|", "^", "<<", ">>") and t.is_float:
         hint = "bitwise operators apply to integers"
     raise SemanticError(f"operator `{op}` does not apply to {t.name}", hint)
+
+
+def require_not_fp8(t: ScalarType, what: str) -> None:
+    """FP8 values are stored and converted, not computed with (PTX has no fp8 arithmetic)."""
+    if t.is_fp8:
+        raise SemanticError(
+            f"{what} does not apply to {t.name}: fp8 is a storage type",
+            "convert first, e.g. `f32(x)` or `f16(x)`, and back with `" + t.name + "(y)`",
+        )
 
 
 def trunc_div(a: int, b: int) -> int:

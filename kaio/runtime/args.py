@@ -49,6 +49,8 @@ _CODES = {
     "i64": "q",
     "u64": "Q",
     "bool": "B",
+    "f8e4m3": "B",  # packed as its bit pattern, like bf16
+    "f8e5m2": "B",
 }
 
 # |x| below this rounds to a finite value of the type (max finite + half an ulp, ties to even
@@ -58,6 +60,8 @@ _FINITE_BELOW = {
     "bf16": 2.0**128 - 2.0**119,
     "f32": 2.0**128 - 2.0**103,
     "f64": math.inf,
+    "f8e4m3": math.nextafter(464.0, math.inf),  # 464 is a tie that rounds down to even 448
+    "f8e5m2": 61440.0,
 }
 
 
@@ -171,7 +175,12 @@ def _int_checker(where: str, t: ScalarType) -> Check:
 
 def _float_checker(where: str, t: ScalarType) -> Check:
     limit = _FINITE_BELOW[t.name]
-    to_bits = t.name == "bf16"
+    to_bits: Callable[[float], int] | None = bf16_bits if t.name == "bf16" else None
+    if t.is_fp8:
+        fp8 = t.np_dtype
+
+        def to_bits(value: float) -> int:  # numpy converts from f64 with one rounding
+            return int(np.array([value], np.float64).astype(fp8).view(np.uint8)[0])
 
     def slow(value: Any) -> float:
         if isinstance(value, (bool, np.bool_)):
@@ -186,10 +195,11 @@ def _float_checker(where: str, t: ScalarType) -> Check:
             raise KaioTypeError(f"{where}: {value!r} overflows {t.name}")
         return number
 
-    if to_bits:
+    if to_bits is not None:
+        pack = to_bits
 
         def check_bits(value: Any, stream: Any, cleanups: Any) -> int:
-            return bf16_bits(
+            return pack(
                 value if value.__class__ is float and -limit < value < limit else slow(value)
             )
 

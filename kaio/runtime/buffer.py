@@ -39,7 +39,7 @@ def resolve_dtype(dtype: Any) -> tuple[np.dtype, ScalarType]:
         return dt, from_numpy(dt)
     except TypeError:
         raise KaioTypeError(
-            f"{dtype!r} is not a kaio element type (f16 bf16 f32 f64 i8..i64 u8..u64 bool)"
+            f"{dtype!r} is not a kaio element type (f16 bf16 f32 f64 f8e4m3 f8e5m2 i8..i64 u8..u64 bool)"
         ) from None
 
 

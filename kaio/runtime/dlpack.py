@@ -103,12 +103,17 @@ _Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 _CODES = {"i": 0, "u": 1, "f": 2, "b": 6}
 _BFLOAT = 4
+# DLPack 1.1's OCP FP8 codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2) <-> ml_dtypes' names
+_FP8 = {10: "float8_e4m3fn", 12: "float8_e5m2"}
+_FP8_CODES = {name: code for code, name in _FP8.items()}
 
 
 def dtype_code(dtype: np.dtype) -> tuple[int, int]:
     """(DLDataTypeCode, bits) of a numpy dtype (``ml_dtypes.bfloat16`` is kDLBfloat)."""
     if dtype.name == "bfloat16":
         return _BFLOAT, 16
+    if dtype.name in _FP8_CODES:
+        return _FP8_CODES[dtype.name], 8
     if dtype.kind not in _CODES:
         raise TypeError(f"dtype {dtype} has no DLPack code")
     return _CODES[dtype.kind], dtype.itemsize * 8
@@ -122,6 +127,10 @@ def numpy_dtype(code: int, bits: int, lanes: int) -> np.dtype | None:
         import ml_dtypes
 
         return np.dtype(ml_dtypes.bfloat16)  # type: ignore[no-any-return]
+    if code in _FP8 and bits == 8:
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, _FP8[code]))
     kind = {0: "i", 1: "u", 2: "f", 6: "b"}.get(code)
     if kind is None or bits % 8:
         return None

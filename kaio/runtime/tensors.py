@@ -52,6 +52,8 @@ _BY_NAME = {
     "int64": dtypes.i64,
     "uint64": dtypes.u64,
     "bool": dtypes.bool_,
+    "float8_e4m3fn": dtypes.f8e4m3,
+    "float8_e5m2": dtypes.f8e5m2,
 }
 _to_kaio: dict[Any, ScalarType] = {}  # torch.dtype -> kaio type, filled on first use
 _to_torch: dict[ScalarType, Any] = {}

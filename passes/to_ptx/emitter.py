@@ -20,6 +20,8 @@ from xdsl.dialects.builtin import (
     IntegerType,
     MemRefType,
     bf16,
+    f8E4M3FN,
+    f8E5M2,
     f16,
     f32,
     f64,
@@ -36,9 +38,12 @@ from kaio.locations import marker_location
 # --------------------------------------------------------------------------- type helpers
 
 
+FP8_TYPES: dict[Attribute, str] = {f8E4M3FN: "e4m3", f8E5M2: "e5m2"}
+
+
 def reg_type(t: Attribute) -> Attribute:
-    """Register type holding an IR value: 8-bit integers live in 16-bit registers."""
-    if isinstance(t, IntegerType) and t.width.data == 8:
+    """Register type holding an IR value: 8-bit integers and floats live in 16-bit registers."""
+    if isinstance(t, IntegerType) and t.width.data == 8 or t in FP8_TYPES:
         return i16
     if t in (i1, i16, i32, i64, f16, bf16, f32, f64):
         return t
@@ -64,15 +69,15 @@ def bits_spec(t: Attribute) -> str:
 
 
 def float_spec(t: Attribute) -> str:
-    return {f16: "f16", bf16: "bf16", f32: "f32", f64: "f64"}[t]
+    return {f16: "f16", bf16: "bf16", f32: "f32", f64: "f64", **FP8_TYPES}[t]
 
 
 def mem_spec(t: Attribute) -> str:
     """PTX type of a load/store of one element."""
     if t == i1:
         return "u8"
-    if isinstance(t, IntegerType):
-        return f"u{t.width.data}"
+    if isinstance(t, IntegerType) or t in FP8_TYPES:
+        return f"u{width(t)}"
     if t in (f16, bf16):
         return "b16"
     return float_spec(t)

@@ -169,6 +169,8 @@ def make_cvt(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> RunFn:
     if len(types) != 2:
         raise DecodeError(f"{ins.opcode} needs a destination and a source type")
     dst, src = types
+    if "e4m3x2" in (dst.name, src.name) or "e5m2x2" in (dst.name, src.name):
+        return make_fp8_cvt(ins, dst, src, mods, dc)
     convert = conversion(src, dst, mods, ins)
     if dst.lanes == 2:  # cvt.rn.f16x2.f32 d, a, b: a -> high half, b -> low half
         d_op, a_op, b_op = operands(ins, 3)
@@ -248,3 +250,83 @@ TABLE = {
     ("cvt", "*"): make_cvt,
     ("mov", "*"): make_mov,
 }
+
+
+# ------------------------------------------------------------------------------ FP8 pairs
+# cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 d16, a, b   (a -> high byte, b -> low byte)
+# cvt.rn.satfinite.{e4m3x2,e5m2x2}.f16x2 d16, a32  (each half -> its byte)
+# cvt.rn.f16x2.{e4m3x2,e5m2x2} d32, a16            (each byte -> its half, exact)
+# Rounding is to nearest even. satfinite: a result beyond the largest finite value (an infinite
+# input included) is that value with the input's sign; a NaN input gives the canonical 0x7F
+# whatever its sign or payload (the ISA's NaN; CUDA's cuda_fp8.hpp models the same). Unpacking
+# gives the exact f16; any NaN becomes f16's canonical 0x7FFF.
+
+_FP8_MAX_BITS = {"e4m3": np.uint8(0x7E), "e5m2": np.uint8(0x7B)}
+
+
+def to_fp8_bits(x: Any, name: str) -> Any:
+    """Floats (f16/f32/f64 arrays) -> bytes of their fp8 ``name`` conversion (rn.satfinite)."""
+    from .ptx_types import PTX_TYPES
+
+    wide = np.asarray(x).astype(np.float64)  # exact: the rounding below is the only one
+    with np.errstate(over="ignore", invalid="ignore"):
+        bits = wide.astype(PTX_TYPES[name].value).view(np.uint8)
+    nan_in = np.isnan(wide)
+    overflow = ~nan_in & ((bits & np.uint8(0x7F)) > _FP8_MAX_BITS[name])  # inf, or e4m3's NaN
+    sign = np.where(np.signbit(wide), np.uint8(0x80), np.uint8(0))
+    bits = np.where(overflow, sign | _FP8_MAX_BITS[name], bits)
+    return np.where(nan_in, np.uint8(0x7F), bits).astype(np.uint8)
+
+
+def from_fp8_bits(b: Any, name: str) -> Any:
+    """Bytes of fp8 ``name`` values -> the f16 bit patterns of their exact values."""
+    from .ptx_types import PTX_TYPES
+
+    values = np.asarray(b).astype(np.uint8).view(PTX_TYPES[name].value).astype(np.float16)
+    return np.where(np.isnan(values), np.uint16(0x7FFF), values.view(np.uint16)).astype(np.uint16)
+
+
+def make_fp8_cvt(ins: Instruction, dst: PtxType, src: PtxType, mods: Modifiers, dc: DecodeContext) -> RunFn:
+    from .ptx_types import PTX_TYPES
+
+    if mods.take("rn") is None:
+        raise DecodeError(f"{ins.opcode}: fp8 conversions round to nearest (.rn)")
+    b16, b32 = PTX_TYPES["b16"], PTX_TYPES["b32"]
+    if dst.name in ("e4m3x2", "e5m2x2"):
+        if not mods.flag("satfinite"):
+            raise DecodeError(f"{ins.opcode}: a conversion to .{dst.name} needs .satfinite")
+        name = dst.name.removesuffix("x2")
+        if src.name == "f32":
+            d_op, a_op, b_op = operands(ins, 3)
+            d, a, b = dc.writer(d_op, b16), dc.reader(a_op, src), dc.reader(b_op, src)
+
+            def run_f32(ctx: Any, idx: Idx) -> None:
+                hi, lo = to_fp8_bits(a(ctx, idx), name), to_fp8_bits(b(ctx, idx), name)
+                d(ctx, idx, (hi.astype(np.uint16) << np.uint16(8)) | lo.astype(np.uint16))
+
+            return run_f32
+        if src.name != "f16x2":
+            raise DecodeError(f"{ins.opcode}: converts to .{dst.name} from .f32 or .f16x2")
+        d_op, a_op = operands(ins, 2)
+        d, w = dc.writer(d_op, b16), dc.reader(a_op, b32)
+
+        def run_half(ctx: Any, idx: Idx) -> None:
+            word = np.asarray(w(ctx, idx)).astype(np.uint32)
+            halves = [((word >> np.uint32(s)) & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16) for s in (0, 16)]
+            lo, hi = (to_fp8_bits(h, name).astype(np.uint16) for h in halves)
+            d(ctx, idx, (hi << np.uint16(8)) | lo)
+
+        return run_half
+    if dst.name != "f16x2" or src.name not in ("e4m3x2", "e5m2x2"):
+        raise DecodeError(f"{ins.opcode}: fp8 pairs unpack to .f16x2 only")
+    name = src.name.removesuffix("x2")
+    d_op, a_op = operands(ins, 2)
+    d, h = dc.writer(d_op, b32), dc.reader(a_op, b16)
+
+    def run_unpack(ctx: Any, idx: Idx) -> None:
+        pair = np.asarray(h(ctx, idx)).astype(np.uint16)
+        lo = from_fp8_bits(pair & np.uint16(0xFF), name).astype(np.uint32)
+        hi = from_fp8_bits(pair >> np.uint16(8), name).astype(np.uint32)
+        d(ctx, idx, (hi << np.uint32(16)) | lo)
+
+    return run_unpack

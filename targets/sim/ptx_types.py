@@ -87,6 +87,8 @@ PTX_TYPES: dict[str, PtxType] = {
         *(_int(f"s{n}", "s", n) for n in (8, 16, 32, 64)),
         PtxType("e4m3", "f", 8, E4M3),
         PtxType("e5m2", "f", 8, E5M2),
+        PtxType("e4m3x2", "f", 16, E4M3, lanes=2),
+        PtxType("e5m2x2", "f", 16, E5M2, lanes=2),
         PtxType("f16", "f", 16, np.dtype(np.float16)),
         PtxType("bf16", "f", 16, BF16),
         PtxType("f32", "f", 32, np.dtype(np.float32)),
