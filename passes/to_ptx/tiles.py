@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
 
 from xdsl.dialects.builtin import bf16, f32, i1, i16, i32, i64
 from xdsl.ir import SSAValue
@@ -145,15 +147,21 @@ def _lower_tile_copy(em: PtxEmitter, op: smem.TileCopy, asynchronous: bool) -> N
     tid = linear_thread_id(em)
     dst = em.value(op.dst)
     row0, col0 = em.value(view.offsets[0]), em.value(view.offsets[1])
+    first_pass: _Access | None = None
     for first in range(0, total, threads):
         q = add32(em, tid, first) if first else tid
-        r = em.instr(ptx.DivOp, "u32", [q, em.const(per_row, i32)], i32)
-        c = em.instr(ptx.MulOp, "lo.s32", [em.instr(ptx.RemOp, "u32", [q, em.const(per_row, i32)], i32), em.const(vec, i32)], i32)
-        grow, gcol = add32(em, row0, r), add32(em, col0, c)
-        ok = in_bounds(em, view, grow, gcol)
         active = em.instr(ptx.SetpOp, "lt.u32", [q, em.const(total, i32)], i1) if first + threads > total else None
-        gaddr = global_address(em, view, grow, gcol)
-        saddr = em.instr(ptx.AddOp, "s32", [dst, shared_offset(em, buffer, r, c)], i32)
+        if first_pass is not None and first % per_row == 0:
+            access = first_pass.rows_further(em, view, buffer, first // per_row, vec)
+        else:
+            r = em.instr(ptx.DivOp, "u32", [q, em.const(per_row, i32)], i32)
+            c = em.instr(ptx.MulOp, "lo.s32", [em.instr(ptx.RemOp, "u32", [q, em.const(per_row, i32)], i32), em.const(vec, i32)], i32)
+            grow, gcol = add32(em, row0, r), add32(em, col0, c)
+            access = _Access(r, c, grow, gcol, global_address(em, view, grow, gcol), dst, shared_offset(em, buffer, r, c), 0)
+            first_pass = access if first == 0 else first_pass
+        grow, gcol, gaddr = access.grow, access.gcol, access.gaddr
+        ok = in_bounds(em, view, grow, gcol)
+        saddr, soff = access.shared_address(em)
         if asynchronous:
             if ragged:  # the vector may straddle the bound: read what is inside, zero-fill the rest
                 # (``ok`` tests its first element: the offset is a multiple of vec, so no vector
@@ -164,21 +172,77 @@ def _lower_tile_copy(em: PtxEmitter, op: smem.TileCopy, asynchronous: bool) -> N
                 size = em.instr(ptx.SelpOp, "b32", [size, em.const(0, i32), ok], i32)
             else:
                 size = em.instr(ptx.SelpOp, "b32", [em.const(nbytes, i32), em.const(0, i32), ok], i32)
-            safe = em.instr(ptx.SelpOp, "b64", [gaddr, em.value(view.array), ok], i64)
+            # a source size of 0 reads nothing (the bytes are zero-filled): the address of a
+            # thread outside the view is never dereferenced and needs no safe substitute
             kind = "cg" if nbytes == 16 else "ca"
-            em.emit(ptx.CpAsyncOp(f"{kind}.shared.global", [saddr, safe, em.const(nbytes, i32), size], guard=active))
+            saddr = add32(em, saddr, soff)  # cp.async's operands take no displacement: ptxas folds it
+            em.emit(ptx.CpAsyncOp(f"{kind}.shared.global", [saddr, gaddr, em.const(nbytes, i32), size], guard=active))
         elif ragged:  # element by element
             eb = buffer.elem_bytes
             for e in range(vec):
                 ok_e = in_bounds(em, view, grow, add32(em, gcol, e)) if e else ok
-                one = em.instr(ptx.AddOp, "s32", [saddr, em.const(e * eb, i32)], i32) if e else saddr
                 addr = em.instr(ptx.AddOp, "s64", [gaddr, em.const(e * eb, i64)], i64) if e else gaddr
-                _sync_copy(em, addr, one, ok_e, active, eb)
+                _sync_copy(em, addr, saddr, soff + e * eb, ok_e, active, eb)
         else:
-            _sync_copy(em, gaddr, saddr, ok, active, nbytes)
+            _sync_copy(em, gaddr, saddr, soff, ok, active, nbytes)
 
 
-def _sync_copy(em: PtxEmitter, gaddr: SSAValue, saddr: SSAValue, ok: SSAValue,
+@dataclass
+class _Access:
+    """Where one pass of a tile copy reads and writes: the thread's (row, col) in the tile, in the
+    array (``grow``, ``gcol``) and its global address, and its shared address as a base plus an
+    offset (``shared``) and an immediate (``soff``)."""
+
+    r: SSAValue
+    c: SSAValue
+    grow: SSAValue
+    gcol: SSAValue
+    gaddr: SSAValue
+    base: SSAValue
+    shared: SSAValue
+    soff: int
+    _address: SSAValue | None = None
+
+    def shared_address(self, em: PtxEmitter) -> tuple[SSAValue, int]:
+        if self._address is None:
+            self._address = em.instr(ptx.AddOp, "s32", [self.base, self.shared], i32)
+        return self._address, self.soff
+
+    def rows_further(self, em: PtxEmitter, view: tile.ViewOp, buffer: smem.BufferType, d: int, vec: int) -> _Access:
+        """The same thread's access ``d`` tile rows further on (a later pass of the copy, when the
+        block's threads cover whole rows): the column stays, the global address moves by ``d``
+        rows of the array, and the shared offset by a constant where the layout is a
+        translation in rows (every layout, for a row step that keeps the XOR swizzle's phase)."""
+        grow = add32(em, self.grow, d)
+        stride = em.value(view.strides[0])
+        eb = element_bytes(view.result.type.element_type)
+        step = em.hoisted(
+            ("row step", stride, eb * d), [stride],
+            lambda: em.instr(ptx.MulOp, "wide.s32", [stride, em.const(eb * d, i32)], i64),
+        )  # fmt: skip
+        gaddr = em.instr(ptx.AddOp, "s64", [self.gaddr, step], i64)
+        delta = row_translation(buffer, d, vec)
+        r = add32(em, self.r, d)
+        if delta is not None:
+            return _Access(r, self.c, grow, self.gcol, gaddr, self.base, self.shared, self.soff + delta, self._address)
+        return _Access(r, self.c, grow, self.gcol, gaddr, self.base, shared_offset(em, buffer, r, self.c), 0)
+
+
+@lru_cache(maxsize=256)
+def row_translation(buffer: smem.BufferType, d: int, vec: int) -> int | None:
+    """The constant byte distance between element (r + d, c) and (r, c) of ``buffer``'s layout,
+    the same for every r and every column c a multiple of ``vec``, else None (a swizzle whose phase ``d`` rows shift)."""
+    rows, cols = buffer.tile
+    layout, eb = buffer.layout, buffer.elem_bytes
+    delta = layout.offset(d, 0, cols, eb, rows) - layout.offset(0, 0, cols, eb, rows)
+    for r in range(rows - d):
+        for c in range(0, cols, vec):
+            if layout.offset(r + d, c, cols, eb, rows) - layout.offset(r, c, cols, eb, rows) != delta:
+                return None
+    return delta
+
+
+def _sync_copy(em: PtxEmitter, gaddr: SSAValue, saddr: SSAValue, soff: int, ok: SSAValue,
                active: SSAValue | None, nbytes: int) -> None:  # fmt: skip
     spec, reg, count = _VECTOR_LOADS[nbytes]
     done, zero = em.label("copied"), em.label("zero_fill")
@@ -187,10 +251,10 @@ def _sync_copy(em: PtxEmitter, gaddr: SSAValue, saddr: SSAValue, ok: SSAValue,
     em.branch(zero, ok, negate=True)
     load = ptx.LdOp(f"global.{spec}", [gaddr], [reg] * count)
     em.emit(load)
-    em.emit(ptx.StOp(f"shared.{spec}", [saddr, *load.outs]))
+    em.emit(ptx.StOp(f"shared.{spec}", [saddr, *load.outs], offset=soff))
     em.branch(done)
     em.place_label(zero)
-    em.emit(ptx.StOp(f"shared.{spec}", [saddr, *[em.const(0, reg)] * count]))
+    em.emit(ptx.StOp(f"shared.{spec}", [saddr, *[em.const(0, reg)] * count], offset=soff))
     em.place_label(done)
 
 
