@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from kaio.ops_library import rows as rowops
+from kaio.ops_library.operands import Operand, Operands
+
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.ops_library import rows as rowops
-from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, f32, i32
 
 OP = "w4a16_matmul"
@@ -47,7 +48,7 @@ SYMMETRIC_ZERO = 8
 
 
 @cache
-def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any:  # noqa: N803
+def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any:
     """The tile kernel for one activation type ``T``, scale type ``S`` and bias type
     (``SCALES_IN_T``: S is T, and the dequantisation runs in T: half the instructions of f32)."""
 

@@ -7,11 +7,10 @@ runs the real op's checks on the tensors' metadata. Loaded by ``torch_ops``; imp
 from __future__ import annotations
 
 import torch
-from torch import Tensor
-
 from kaio.ops_library.autograd import scoped_device
 from kaio.ops_library.torch_checks import TensorMetadata
 from kaio.ops_library.w4a16_matmul import OP, check, run
+from torch import Tensor
 
 
 @torch.library.custom_op("kaio::w4a16_matmul", mutates_args=())

@@ -8,13 +8,13 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
+from kaio.ops_library import w4a16_matmul
+from kaio.ops_library.w4a16_matmul import choose_config, w4a16_tile_kernel
+from kaio.targets.ptx import toolchain
 
 import kaio
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.ops_library import w4a16_matmul
-from kaio.ops_library.w4a16_matmul import choose_config, w4a16_tile_kernel
-from kaio.targets.ptx import toolchain
 
 HALF = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 TOL = {"f16": 5e-3, "bf16": 1e-2}  # norm-relative: W is rounded exactly as the kernel rounds it
@@ -35,7 +35,7 @@ def dequantize_gptq(qweight: np.ndarray, scales: np.ndarray, qzeros: np.ndarray 
     ``q`` the nibbles of qweight along K, ``z`` those of qzeros along N plus one (GPTQ stores
     zero points minus one), or 8 without qzeros. f32 (exact: a 5-bit integer times an f16)."""
     q = nibbles(qweight, 0)
-    k, n = q.shape
+    k = q.shape[0]
     group = k if group_size == -1 else group_size
     z = nibbles(qzeros, 1) + 1 if qzeros is not None else np.full(scales.shape, 8)
     rows = np.arange(k) // group
