@@ -46,6 +46,10 @@ from kaio.pipeline import Pipeline, tile_pipeline
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
 LOG2E = 1.4426950408889634
+# A zero scale runs as 2**-100: the kernel takes the row max of the unscaled scores times the
+# scale, and 0 * -inf (a masked score) is NaN; any f16/bf16 score (|s| < 2**40) times 2**-100 is
+# below 2**-60, so exp2 of it is exactly 1.0 in f32 and the result is the same uniform average.
+ZERO_SCALE = 2.0**-100
 
 
 @dataclass(frozen=True)
@@ -86,10 +90,13 @@ class AttentionConfig:
         return (q + kv + p) * elem_bytes
 
     def pipeline(self, arch: str = "sm_80") -> Pipeline:
+        from kaio.passes.fast_math import FastMathPass
         from kaio.passes.tile_layout import TileLayoutPass
 
         layout = TileLayoutPass(warps=(self.warps_m, self.warps_n))
-        return tile_pipeline(arch, self.stages).replace("tile-layout", layout)
+        # the softmax's exp2 as one MUFU.EX2 (.ftz) and 1 / l as one MUFU.RCP (rcp.approx)
+        pipeline = tile_pipeline(arch, self.stages).replace("tile-layout", layout)
+        return pipeline.insert(FastMathPass(), before="lower-to-ptx")
 
 
 def choose_config(sq: int, d: int) -> AttentionConfig:
@@ -135,6 +142,12 @@ def configured_kernel(t: dtypes.ScalarType, config: AttentionConfig, out: dtypes
 
     kernel = attention_tile_kernel(t, out or t).with_options(num_warps=config.warps, num_stages=config.stages)
     return kernel.with_pipeline(config.pipeline)
+
+
+def kernel_meta(config: AttentionConfig, bd: int, causal: bool, has_lens: bool, scale: float = 1.0) -> dict[str, Any]:
+    """The forward kernel's constexprs for a config, padded head dim ``bd`` and call."""
+    return {"BM": config.block_m, "BN": config.block_n, "BD": bd, "CAUSAL": causal, "HAS_LENS": has_lens,
+            "NEG_SCALE": scale < 0}  # fmt: skip
 
 
 def decode_splits(sq: int, sk: int, block_n: int) -> int:
@@ -258,12 +271,13 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     b, h, hkv, sq, sk, d = sizes
     bd = padded(d)
     splits = decode_splits(sq, sk, config.block_n)
-    meta = {"BM": config.block_m, "BN": config.block_n, "BD": bd, "CAUSAL": causal, "HAS_LENS": has_lens}
+    meta = kernel_meta(config, bd, causal, has_lens, scale)
+    scale_log2 = scale * LOG2E if scale else ZERO_SCALE
     grid = (math.ceil(sq / config.block_m) * splits, b * h)
     if splits == 1:
         kernel = configured_kernel(q.dtype, config)
         kernel.launch(ops.device, q.value, k.value, v.value, o.value, lse.value, lens, h, hkv, sq, sk, d,
-                      scale * LOG2E, 1, sk, grid=grid, **meta)  # fmt: skip
+                      scale_log2, 1, sk, grid=grid, **meta)  # fmt: skip
         return
     from kaio.ops_library.attention_kernel import combine_tile_kernel
 
@@ -272,7 +286,7 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     part_lse = ops.device.empty((b * h * splits * sq,), "float32")
     kernel = configured_kernel(q.dtype, config, dtypes.f32)
     kernel.launch(ops.device, q.value, k.value, v.value, parts, part_lse, lens, h, hkv, sq, sk, d,
-                  scale * LOG2E, splits, chunk, grid=grid, **meta)  # fmt: skip
+                  scale_log2, splits, chunk, grid=grid, **meta)  # fmt: skip
     combine = combine_tile_kernel(q.dtype)
     combine.launch(ops.device, parts, part_lse, o.value, lse.value, sq, d, splits,
                    grid=(math.ceil(sq / 16), b * h), BM=16, BD=bd)  # fmt: skip

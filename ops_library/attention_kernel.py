@@ -1,15 +1,20 @@
 """The attention kernel: FlashAttention-2's forward pass as a tile kernel.
 
 One program computes a BM-row block of queries of one (batch, head). It walks the keys in
-BN-row blocks: scores ``s = q @ k^T`` on tensor cores, in log2 units (``scale * log2(e)``
-folded in, so the softmax uses ``exp2``); an online softmax keeps each row's running max ``m``
-and sum ``l``, rescaling the output accumulator when the max grows; then ``acc += p @ v``. The
-row's output is ``acc / l`` and its logsumexp ``(m + log2(l)) * ln(2)``. A row that sees no key
-gets 0 and ``-inf``, never NaN.
+BN-row blocks: scores ``s = q @ k^T`` on tensor cores; an online softmax keeps each row's
+running max ``m`` (in log2 units: ``max(s) * scale * log2(e)``) and sum ``l``, rescaling the
+output accumulator when the max grows; ``p = exp2(s * scale_log2 - m)`` is one FFMA and one
+``exp2`` per score (the kernel runs with the ``fast-math`` pass: ``ex2.approx.ftz``); then
+``acc += p @ v``. The row's output is ``acc * (1 / l)`` (one reciprocal per row) and its
+logsumexp ``(m + log2(l)) * ln(2)``. A row that sees no key gets 0 and ``-inf``, never NaN.
 
-With ``CAUSAL`` (aligned to the bottom-right: query i sees key j iff j <= i + Sk - Sq) the
-loop stops at the block's last visible key: blocks above the diagonal are skipped, not
-masked. Query head h reads key/value head ``h // (H / HKV)`` (GQA, MQA). ``kv_lens[b]``
+As in FlashAttention, only the key blocks that need a mask compute one: with ``CAUSAL`` (aligned
+to the bottom-right: query i sees key j iff j <= i + Sk - Sq) those on the diagonal, and the
+last, ragged block; the key blocks every row of the program sees whole skip the mask by a
+uniform branch. (Two loops, FlashAttention's way, would give each loop its own shared-memory
+rings today, twice the shared memory of one.) Blocks past the diagonal
+are skipped. ``NEG_SCALE`` (a negative scale) takes the row minimum of the scores instead of the
+maximum. Query head h reads key/value head ``h // (H / HKV)`` (GQA, MQA). ``kv_lens[b]``
 (``HAS_LENS``) shortens batch b's keys. Head dims that are not a power of two (96) run in the
 next power of two, masked by the bound D.
 
@@ -25,9 +30,10 @@ from typing import Any
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
-from kaio.prelude import Array, MutArray, exp2, f32, i32, log2
+from kaio.prelude import Array, MutArray, exp2, f32, fma, i32, log2, static_range
 
 NEG_INF = float("-inf")
+PAST_MAX = float("inf")  # a masked score with a negative scale: past the row minimum
 LN2 = 0.6931471805599453
 
 
@@ -41,7 +47,8 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any: 
                   kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
                   splits: i32, chunk: i32,
                   BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BD: kaio.constexpr = 64,
-                  CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False):  # fmt: skip
+                  CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False,
+                  NEG_SCALE: kaio.constexpr = False):  # fmt: skip
         pid = i32(kt.program_id(0))
         m0, split = pid // splits * BM, pid % splits
         bh = i32(kt.program_id(1))
@@ -52,37 +59,46 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any: 
         sk = SK
         if HAS_LENS:
             sk = min(kv_lens[b], SK)
-        hi = sk
-        if CAUSAL:  # the last key the block's last row sees, bottom-right aligned
-            hi = max(min(sk, m0 + BM + sk - SQ), 0)
         lo = split * chunk
-        hi = min(hi, lo + chunk)
+        hi = min(sk, lo + chunk)
+        band = hi  # keys below it that every row of the block sees
+        if CAUSAL:  # bottom-right aligned: row r sees key j <= r + sk - SQ
+            hi = max(min(hi, m0 + BM + sk - SQ), 0)  # past the block's last row's last key: skipped
+            band = min(hi, m0 + 1 + sk - SQ)
+        full = lo + max(band - lo, 0) // BN * BN  # [lo, full): whole key blocks, no mask
 
-        qt = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
-        rows = kt.expand_dims(m0 + kt.arange(BM), 1)
-        m_i = kt.full((BM,), NEG_INF, f32)
+        m_i = kt.full((BM,), NEG_INF, f32)  # the row max of the scores, in log2 units
         l_i = kt.zeros((BM,), f32)
         acc = kt.zeros((BM, BD), f32)
+        qt = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
         for n0 in range(lo, hi, BN):
             kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
-            s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32)) * scale_log2
-            cols = kt.expand_dims(n0 + kt.arange(BN), 0)
-            if CAUSAL:
-                visible = (cols < sk) & (cols <= rows + (sk - SQ))
+            s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32))  # raw scores; scaled in exp2
+            if n0 >= full:  # a diagonal or ragged block (uniform branch: whole blocks skip it)
+                cols = kt.expand_dims(n0 + kt.arange(BN), 0)
+                if CAUSAL:
+                    rows = kt.expand_dims(m0 + kt.arange(BM), 1)
+                    visible = (cols < sk) & (cols <= rows + (sk - SQ))
+                else:
+                    visible = kt.broadcast_to(cols < sk, (BM, BN))
+                if NEG_SCALE:
+                    s = kt.where(visible, s, PAST_MAX)
+                else:
+                    s = kt.where(visible, s, NEG_INF)
+            if NEG_SCALE:  # the largest scaled score is the smallest score
+                m_new = kt.maximum(m_i, kt.min(s, 1) * scale_log2)
             else:
-                visible = kt.broadcast_to(cols < sk, (BM, BN))
-            s = kt.where(visible, s, NEG_INF)
-            m_new = kt.maximum(m_i, kt.max(s, 1))
-            m_safe = kt.where(m_new == NEG_INF, 0.0, m_new)  # a row with no key yet: exp2 of -inf
-            p = exp2(s - kt.expand_dims(m_safe, 1))
-            alpha = exp2(m_i - m_safe)
+                m_new = kt.maximum(m_i, kt.max(s, 1) * scale_log2)
+            m_sub = kt.where(m_new == NEG_INF, 0.0, m_new)  # no key seen yet: exp2(-inf - 0) = 0, not NaN
+            p = exp2(fma(s, scale_log2, -kt.expand_dims(m_sub, 1)))  # one FFMA before each exp2
+            alpha = exp2(m_i - m_sub)
             l_i = l_i * alpha + kt.sum(p, 1)
             vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             acc = kt.dot(T(p), vb, acc * kt.expand_dims(alpha, 1))
             m_i = m_new
 
         seen = l_i > 0.0
-        out = acc / kt.expand_dims(kt.where(seen, l_i, 1.0), 1)
+        out = acc * kt.expand_dims(1.0 / kt.where(seen, l_i, 1.0), 1)  # one reciprocal per row
         kt.store(o, (o_row + m0, 0), OUT(out), (o_row + SQ, D))
         kt.store(lse, (o_row + m0,), kt.where(seen, (m_i + log2(kt.where(seen, l_i, 1.0))) * LN2, NEG_INF), (o_row + SQ,))
 

@@ -7,7 +7,7 @@ import pytest
 
 import kaio
 from kaio import dtypes
-from kaio.ops_library.attention import candidates, choose_config, configured_kernel, padded
+from kaio.ops_library.attention import candidates, choose_config, configured_kernel, kernel_meta, padded
 from kaio.targets.ptx import toolchain
 
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-cuda-nvcc-cu12 not installed")
@@ -16,8 +16,7 @@ needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-
 def compile_variant(d: int, sq: int, causal: bool, arch: str, t=dtypes.f16):  # type: ignore[no-untyped-def]
     config = choose_config(sq, d)
     kernel = configured_kernel(t, config)
-    return kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BD=padded(d), CAUSAL=causal,
-                        HAS_LENS=True, __divisible__=(("D", 16),)), config  # fmt: skip
+    return kaio.compile(kernel, arch, __divisible__=(("D", 16),), **kernel_meta(config, padded(d), causal, True)), config
 
 
 @needs_ptxas
@@ -100,3 +99,17 @@ def test_every_autotune_candidate_assembles_without_spills(bd, sq, config):
                 report = toolchain.assemble(compiled.ptx, arch)
                 print(f"D={bd} {config.label()} {arch} out={out.name} causal={causal}: {report.registers['attention']} registers")
                 assert report.spill_stores["attention"] == 0 and report.spill_loads["attention"] == 0
+
+
+def test_softmax_is_one_ffma_and_one_ftz_exp2_per_score():
+    """The scale rides in the exp2 argument (fma), exp2 is the .ftz SFU form, 1 / l one
+    rcp.approx per row, and no correctly rounded division is left (fast-math)."""
+    config = choose_config(1024, 64)
+    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_80", __divisible__=(("D", 16),),
+                            **kernel_meta(config, 64, False, False))  # fmt: skip
+    ptx = compiled.ptx
+    scores = config.block_m * config.block_n // (32 * config.warps)  # per thread
+    rows = 2 * (config.block_m // config.warps_m // 16)  # a thread's rows of an m16 tile
+    assert ptx.count("ex2.approx.ftz.f32") == scores + rows and "ex2.approx.f32" not in ptx
+    assert ptx.count("fma.rn.f32") >= scores
+    assert "div.rn.f32" not in ptx and ptx.count("rcp.approx.ftz.f32") == rows

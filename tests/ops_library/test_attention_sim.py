@@ -150,3 +150,14 @@ def test_bad_arguments_are_named_before_launch(dev, change, message):
 def test_measured_error_bound():
     if MEASURED:
         print(f"worst absolute error over {len(MEASURED)} runs: {max(MEASURED):.2e} (bound {BOUND})")
+
+
+@pytest.mark.parametrize("scale", [-0.3, 0.0])
+def test_negative_and_zero_scales(dev, rng, scale):
+    """The kernel takes the row max of the unscaled scores times the scale: a negative scale
+    takes the row minimum (NEG_SCALE), a zero one runs as 2**-100 (0 * -inf would be NaN)."""
+    q, k, v = (rng.standard_normal((1, 2, s, 32)).astype(np.float16) for s in (20, 45, 45))
+    for causal in (False, True):
+        got = attention(dev.alloc_from(q), dev.alloc_from(k), dev.alloc_from(v), causal=causal, scale=scale).to_host()
+        want, _ = reference(q, k, v, causal, scale=scale)
+        assert np.abs(got.astype(np.float64) - want).max() <= BOUND
