@@ -28,6 +28,8 @@ _OPS: dict[str, str] = {
     "log_softmax": "softmax", "softmax": "softmax",
     "log_softmax_backward": "softmax_backward", "softmax_backward": "softmax_backward",
     "w4a16_matmul": "w4a16_matmul",
+    "int8_matmul": "int8_matmul", "fp8_matmul": "fp8_matmul",
+    "quantize_int8": "quantize", "quantize_fp8": "quantize",
 }  # fmt: skip
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
@@ -36,12 +38,15 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.attention import Attention, attention
     from kaio.ops_library.attention_backward import attention_backward
     from kaio.ops_library.cross_entropy import cross_entropy, cross_entropy_backward
+    from kaio.ops_library.fp8_matmul import fp8_matmul
+    from kaio.ops_library.int8_matmul import int8_matmul
     from kaio.ops_library.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_backward
     from kaio.ops_library.matmul import Matmul, matmul
     from kaio.ops_library.matmul_backward import matmul_backward
     from kaio.ops_library.matmul_config import MatmulConfig
     from kaio.ops_library.norms import layer_norm, rms_norm
     from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backward
+    from kaio.ops_library.quantize import quantize_fp8, quantize_int8
     from kaio.ops_library.rope import rope, rope_backward
     from kaio.ops_library.softmax import log_softmax, softmax
     from kaio.ops_library.softmax_backward import log_softmax_backward, softmax_backward

@@ -110,11 +110,43 @@ def _w4a16_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Te
             "scales": torch.from_numpy(scales)}  # fmt: skip
 
 
+def _gguf_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    """Q8_0 blocks of a (16, 64) weight: small positive f16 scales ahead of random int8 quants."""
+    blocks = rng.integers(0, 256, (16, 2, 34), dtype=np.uint8)
+    blocks[:, :, :2] = (rng.random((16, 2, 1)) * 0.01 + 0.001).astype(np.float16).view(np.uint8)
+    return {"x": randn(rng, 12 + 2 * grow, 64, dtype=torch.float16), "weight": torch.from_numpy(blocks.reshape(16, 68))}
+
+
+def gguf_ref(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Q8_0 dequantised (d * q per block of 32), then the product in f32."""
+    blocks = weight.reshape(weight.shape[0], -1, 34)
+    d = blocks[:, :, :2].contiguous().view(torch.float16).float()
+    w = (blocks[:, :, 2:].contiguous().view(torch.int8).float() * d).reshape(weight.shape[0], -1)
+    return (x.float() @ w.T).half()
+
+
 def w4a16_ref(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """GPTQ int4 (symmetric, groups of 32) dequantised, then the product in f32."""
     q = (qweight[:, None, :] >> (4 * torch.arange(8))[None, :, None]) & 0xF  # low nibble first, along K
     w = ((q.reshape(-1, qweight.shape[1]) - 8).float() * scales.float().repeat_interleave(32, 0)).half()
     return (x.float() @ w.float()).half()
+
+
+def _int8_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    m = 3 + 2 * grow
+    return {"a": torch.from_numpy(rng.integers(-128, 128, (m, 64)).astype(np.int8)),
+            "b": torch.from_numpy(rng.integers(-128, 128, (64, 16)).astype(np.int8)),
+            "scale_a": randn(rng, m).abs() * 0.01, "scale_b": randn(rng, 16).abs() * 0.01}  # fmt: skip
+
+
+def int8_ref(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> torch.Tensor:
+    return ((a.long() @ b.long()).float() * scale_a[:, None] * scale_b[None, :]).half()
+
+
+def quantize_int8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    amax = x.abs().amax(-1)
+    q = torch.round(x * torch.where(amax > 0, 127 / amax, 0)[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, amax / 127
 
 
 SIM = kaio.Device("sim")
@@ -156,6 +188,17 @@ if hasattr(ol, "w4a16_matmul"):
         Case("w4a16_matmul", "w4a16_matmul", _w4a16_inputs,
              lambda x, qweight, scales: ol.w4a16_matmul(x, qweight, scales, group_size=32), w4a16_ref, ("x",),
              tol=1e-2)
+    )  # fmt: skip
+if hasattr(ol, "int8_matmul"):  # quantised inference: no backward (scales that require grad are refused)
+    PUBLIC += [
+        Case("int8_matmul", "int8_matmul", _int8_inputs,
+             lambda a, b, scale_a, scale_b: ol.int8_matmul(a, b, scale_a, scale_b), int8_ref, ("scale_a",), tol=1e-2),
+        Case("quantize_int8", "quantize_int8", _rows(40), lambda x: ol.quantize_int8(x), quantize_int8_ref, ("x",)),
+    ]  # fmt: skip
+if hasattr(ol, "gguf_matmul"):
+    PUBLIC.append(
+        Case("gguf_matmul", "gguf_matmul", _gguf_inputs, lambda x, weight: ol.gguf_matmul(x, weight, "Q8_0"),
+             gguf_ref, ("x",), tol=1e-2)
     )  # fmt: skip
 if hasattr(ol, "linear_cross_entropy"):
     PUBLIC.append(
@@ -324,6 +367,9 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "linear_cross_entropy": lambda: (g(lc["x"]), g(lc["weight"]), lc["t"], None, -100, 32),
         "linear_cross_entropy_backward": lambda: _lce_backward_args(g, _lce_grad_inputs(rng)),
         "w4a16_matmul": lambda: (*_w4a16_inputs(rng).values(), None, None, 32),
+        "gguf_matmul": lambda: (*_gguf_inputs(rng).values(), "Q8_0"),
+        "int8_matmul": lambda: (*_int8_inputs(rng).values(), None, "f16"),
+        "quantize_int8": lambda: (randn(rng, 5, 40),),
     }  # fmt: skip
     if name not in builders:
         raise KeyError(f"no sample arguments for torch.ops.kaio.{name}: add them to torch_op_samples.py")
