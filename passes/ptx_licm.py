@@ -1,0 +1,116 @@
+"""``ptx-licm``: loop-invariant code motion on the flat ``ptx`` form.
+
+``lower-to-ptx`` turns each loop into a label, its body and a backward ``bra``; the lowering
+rules recompute their index math (warp and lane coordinates, swizzled shared offsets, row
+addresses) wherever a tile op sits, so inside a K loop most of it is the same on every trip. An
+instruction of the loop moves just before the loop's label (it then runs once, on the way in)
+when it is pure (:func:`~kaio.passes.ptx_scalar.is_pure`: no memory, no synchronisation, no
+warp-collective, not guarded) and each of its operands is defined outside the loop, is a
+``ptx.reg`` no ``ptx.assign`` of the loop writes, or was itself moved. Inner loops go first, so
+what leaves one can leave the next as well.
+
+A loop is moved out of only when it has a single entry: no branch from outside its range lands
+on its label or inside it (then the code before the label runs exactly when the loop is entered).
+
+Loads are moved too, but only from loops that write no memory and synchronise nothing (no
+store, atomic, asynchronous copy, barrier, fence, tensor-core or warp-collective instruction:
+any instruction that is not pure, a load or control flow keeps every load in place), only
+plain weak loads (``.volatile``, ``.relaxed``, ``.acquire`` stay), and only loads every trip
+executes: those before the body's first branch or label, so the moved load reads an address the
+first trip would have read anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+
+from kaio.dialects import ptx
+from kaio.passes.ptx_scalar import entries, is_pure, spec_parts
+
+_READS_OR_CONTROL = frozenset((ptx.LdOp, ptx.ConstOp, ptx.LabelOp, ptx.BraOp, ptx.AssignOp, ptx.CommentOp))
+_ORDERED_LOADS = frozenset(("volatile", "relaxed", "acquire", "mmio"))
+
+
+@dataclass
+class Loop:
+    """Positions in the entry's op list: ``head`` is the label, ``latch`` the backward branch."""
+
+    head: int
+    latch: int
+
+    @property
+    def size(self) -> int:
+        return self.latch - self.head
+
+
+def find_loops(ops: list[Operation]) -> list[Loop]:
+    """The single-entry loops (label ... backward branch to it), innermost first."""
+    labels = {op.sym_name.data: i for i, op in enumerate(ops) if type(op) is ptx.LabelOp}  # type: ignore[attr-defined]
+    branches = [(i, labels.get(op.symbol.data)) for i, op in enumerate(ops) if type(op) is ptx.BraOp and op.symbol is not None]  # type: ignore[attr-defined]
+    loops: dict[int, Loop] = {}
+    for at, target in branches:
+        if target is not None and target < at:
+            loop = loops.setdefault(target, Loop(target, at))
+            loop.latch = max(loop.latch, at)
+    single = [
+        lp for lp in loops.values()
+        if not any(t is not None and lp.head <= t <= lp.latch and not lp.head <= at <= lp.latch for at, t in branches)
+    ]  # fmt: skip
+    return sorted(single, key=lambda lp: lp.size)
+
+
+def _hoistable_load(op: Operation, before_control: bool, read_only: bool) -> bool:
+    return (
+        type(op) is ptx.LdOp and read_only and before_control and op.guard is None
+        and not _ORDERED_LOADS.intersection(spec_parts(op)[0])
+    )  # fmt: skip
+
+
+def hoist_loop(ops: list[Operation], loop: Loop) -> int:
+    """Move the loop's invariant instructions before its label; returns how many moved."""
+    body = ops[loop.head + 1 : loop.latch + 1]
+    inside = set(body)
+    assigned = {op.operands[0] for op in body if type(op) is ptx.AssignOp}
+    read_only = all(is_pure(op) or type(op) in _READS_OR_CONTROL for op in body)
+    head = ops[loop.head]
+    moved: set[Operation] = set()
+    before_control = True
+    for op in body:
+        if type(op) in (ptx.LabelOp, ptx.BraOp):
+            before_control = False
+        if not (is_pure(op) or _hoistable_load(op, before_control, read_only)) or not op.results:
+            continue
+        if all((v.owner not in inside or v.owner in moved) and v not in assigned for v in op.operands):
+            op.detach()
+            head.parent_block().insert_op_before(op, head)  # type: ignore[union-attr]
+            moved.add(op)
+    return len(moved)
+
+
+def licm_entry(entry: ptx.EntryOp) -> int:
+    """Hoist out of every loop of the entry, inner loops first; returns how many moved."""
+    total = 0
+    block = entry.body.block
+    done: set[Operation] = set()  # loop labels already handled
+    while True:
+        ops = list(block.ops)
+        pending = [lp for lp in find_loops(ops) if ops[lp.head] not in done]
+        if not pending:
+            return total
+        loop = pending[0]
+        done.add(ops[loop.head])
+        total += hoist_loop(ops, loop)
+
+
+@dataclass(frozen=True)
+class PtxLicmPass(ModulePass):
+    name = "ptx-licm"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for entry in entries(op):
+            licm_entry(entry)
