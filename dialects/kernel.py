@@ -751,6 +751,8 @@ class AtomicCasOp(IRDLOperation):
             raise VerifyException("atomic_cas compares and stores integers of one type")
 
 
+from kaio.dialects.kernel_bits import BIT_OPS  # noqa: E402  (ops of this dialect in their own file)
+
 Kernel = Dialect(
     "kernel",
     [
@@ -780,6 +782,8 @@ Kernel = Dialect(
         ShuffleOp,
         WarpReduceOp,
         BlockReduceOp,
+        # bits of words (dp4a, dp2a, prmt, lop3): kernel_bits.py
+        *BIT_OPS,
     ],
     [ArrayType, TensorMapType, DimAttr, ShuffleModeAttr, CombineAttr],
 )

@@ -21,6 +21,7 @@ from kaio.dialects.ptx_base import (
 from xdsl.irdl import (
     irdl_op_definition,
 )
+from xdsl.utils.exceptions import VerifyException
 
 # --------------------------------------------------------------------------- arithmetic
 
@@ -209,3 +210,33 @@ class TanhOp(_Sfu):
 
     def requirements(self) -> Iterable[Requirement]:
         yield _gate(self.opcode(), 75, (7, 0))
+
+
+# --------------------------------------------------------------------------- integer dot products
+
+
+class _Dot(PtxInstr):
+    """``dp4a.atype.btype d, a, b, c`` (``.u32``/``.s32`` each: the signedness of a's and b's
+    packed lanes; d and c are s32 when either is signed); sm_61, PTX 5.0."""
+
+    INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(
+        n_args=(3, 3), n_types=2, types=frozenset(("u32", "s32")), min_sm=61, min_ptx=(5, 0)
+    )
+
+
+@irdl_op_definition
+class Dp4aOp(_Dot):
+    name = "ptx.dp4a"
+
+
+@irdl_op_definition
+class Dp2aOp(_Dot):
+    """``dp2a.lo``/``.hi``: a's two 16-bit lanes times bytes 0-1 (lo) or 2-3 (hi) of b."""
+
+    name = "ptx.dp2a"
+    INFO: ClassVar[InstrInfo] = _Dot.INFO.but(mods=frozenset(("lo", "hi")))
+
+    def check(self, mods: list[str], types: list[str]) -> None:
+        if len([m for m in mods if m in ("lo", "hi")]) != 1:
+            raise VerifyException("dp2a needs .lo or .hi")
+        super().check(mods, types)

@@ -98,6 +98,10 @@ class PrmtOp(PtxInstr):
         imm_args=frozenset({2}),
     )
 
+    def opcode(self) -> str:
+        mods, types = self.split_spec()  # the mode is written after the type: prmt.b32.f4e
+        return ".".join([self.mnemonic, *types, *mods])
+
 
 @irdl_op_definition
 class BfeOp(PtxInstr):

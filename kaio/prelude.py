@@ -121,6 +121,14 @@ abs = _builtin("abs(x)", host=_py.abs)
 min = _builtin("min(a, b, ...)", host=_py.min)
 max = _builtin("max(a, b, ...)", host=_py.max)
 
+# bits of 32-bit words (dequantisation): kaio.frontend.bit_builtins
+dp4a = _builtin("dp4a(a, b, c)")
+dp2a = _builtin("dp2a(a, b, c, hi=False)")
+prmt = _builtin("prmt(a, b, selector)")
+lop3 = _builtin("lop3(a, b, c, lut)")
+bitcast = _builtin("bitcast(x, T)")
+unpack_nibble = _builtin("unpack_nibble(word, index, dtype=f16, zero=0)")
+
 # loops
 static_range = _builtin("static_range(stop) / static_range(start, stop[, step])")
 

@@ -6,14 +6,34 @@ whole CTA. Every function here is a marker the frontend compiles (calling one on
 a clear error); the reference is docs/tile_language.md.
 
 Elementwise operators (``+ - * / // % **``, comparisons, ``& | ^``), the prelude's math builtins
-(``exp exp2 log log2 sqrt rsqrt tanh sin cos abs min max fma``), casts (``f16(t)``, ``f32(t)``)
-and ``@kaio.device`` functions apply to tiles element by element, with numpy broadcasting
+(``exp exp2 log log2 sqrt rsqrt tanh sin cos abs min max fma``), the bit builtins (``dp4a dp2a
+prmt lop3 bitcast unpack_nibble``), casts (``f16(t)``, ``f32(t)``, ``f8e4m3(t)``) and
+``@kaio.device`` functions apply to tiles element by element, with numpy broadcasting
 between tiles and scalars.
 """
 
 from __future__ import annotations
 
-from kaio.prelude import Builtin, abs, cos, exp, exp2, fma, log, log2, rsqrt, sin, sqrt, tanh
+from kaio.prelude import (
+    Builtin,
+    abs,
+    bitcast,
+    cos,
+    dp2a,
+    dp4a,
+    exp,
+    exp2,
+    fma,
+    log,
+    log2,
+    lop3,
+    prmt,
+    rsqrt,
+    sin,
+    sqrt,
+    tanh,
+    unpack_nibble,
+)
 
 
 def _marker(signature: str) -> Builtin:
@@ -63,4 +83,5 @@ __all__ = [
     "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_cas",
     "trans", "expand_dims", "broadcast_to", "dot", "where", "maximum", "minimum", "sum", "max",
     "min", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sin", "cos", "abs", "fma",
+    "dp4a", "dp2a", "prmt", "lop3", "bitcast", "unpack_nibble",
 ]  # fmt: skip

@@ -38,6 +38,8 @@ from kaio.dialects.kernel import (
     WarpReduceOp,
 )
 from kaio.dtypes import ScalarType, i32, u32
+from kaio.frontend.bit_builtins import BIT_BUILTINS
+from kaio.frontend.call_args import _arg_node, _signature
 from kaio.frontend.context import MAX_SHARED_BYTES, CompilerBase
 from kaio.frontend.diagnostics import SemanticError
 from kaio.frontend.expressions import ExpressionsMixin
@@ -74,32 +76,6 @@ def builtin_handler(fc: CompilerBase, obj: Any) -> Callable[[ast.Call, Args, Kwa
             )
         return partial(handler, fc)
     return None
-
-
-def _signature(node: ast.Call, args: Args, kwargs: Kwargs, spec: str, names: list[str],
-               defaults: dict[str, Value] | None = None) -> list[Value]:  # fmt: skip
-    """Bind a call's arguments to ``names`` (positional or keyword), with ``defaults``."""
-    defaults = defaults or {}
-    if len(args) > len(names):
-        raise SemanticError(f"`{spec}` takes {len(names)} argument(s), got {len(args)}", None, node)
-    bound: dict[str, Value] = dict(zip(names, args, strict=False))
-    for key, value in kwargs.items():
-        if key not in names or key in bound:
-            raise SemanticError(f"`{spec}` got an unexpected keyword argument `{key}`", None, node)
-        bound[key] = value
-    result: list[Value] = []
-    for n in names:
-        if n in bound:
-            result.append(bound[n])
-        elif n in defaults:
-            result.append(defaults[n])
-        else:
-            raise SemanticError(f"`{spec}` is missing the argument `{n}`", None, node)
-    return result
-
-
-def _arg_node(node: ast.Call, i: int) -> ast.AST:
-    return node.args[i] if i < len(node.args) else node
 
 
 def _cast(fc: ExpressionsMixin, t: ScalarType, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
@@ -503,6 +479,7 @@ _TABLE: dict[kp.Builtin, Handler] = {
     kp.max: partial(_min_max, True),
     kp.fma: _fma,
     kp.static_range: _only_in_for,
+    **BIT_BUILTINS,
 }
 assert set(_TABLE) == set(kp.BUILTINS), "every prelude builtin has a handler"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kaio.dialects import kernel, ptx
+from kaio.dialects import kernel, kernel_bits, ptx
 from kaio.dialects.kernel import Combine
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.arith_math import _float_op
@@ -351,3 +351,27 @@ def lower_atomic_cas(em: PtxEmitter, op: kernel.AtomicCasOp) -> None:
     atom = ptx.AtomOp(spec, [addr, em.value(op.compare), em.value(op.value)], [reg_type(t)], offset=offset)
     em.emit(atom)
     em.bind(op.result, atom.outs[0])
+
+
+# --------------------------------------------------------------------------- bits of words
+
+
+@lowering(kernel_bits.Dp4aOp, kernel_bits.Dp2aOp)
+def lower_dot_bytes(em: PtxEmitter, op: kernel_bits.Dp4aOp) -> None:
+    half = f"{op.half.data}." if isinstance(op, kernel_bits.Dp2aOp) else ""
+    cls = ptx.Dp2aOp if isinstance(op, kernel_bits.Dp2aOp) else ptx.Dp4aOp
+    args = [em.value(v) for v in (op.a, op.b, op.c)]
+    em.bind(op.result, em.instr(cls, f"{half}{op.signs.data}", args, i32))
+
+
+@lowering(kernel_bits.PrmtOp)
+def lower_prmt(em: PtxEmitter, op: kernel_bits.PrmtOp) -> None:
+    spec = "b32" if op.mode is None else f"{op.mode.data}.b32"
+    args = [em.value(v) for v in (op.a, op.b, op.selector)]
+    em.bind(op.result, em.instr(ptx.PrmtOp, spec, args, i32))
+
+
+@lowering(kernel_bits.Lop3Op)
+def lower_lop3(em: PtxEmitter, op: kernel_bits.Lop3Op) -> None:
+    args = [em.value(v) for v in (op.a, op.b, op.c)]
+    em.bind(op.result, em.instr(ptx.Lop3Op, "b32", [*args, em.const(op.lut.value.data, i32)], i32))

@@ -1,0 +1,254 @@
+"""dp4a dp2a prmt lop3 bitcast unpack_nibble: SIMT and tile kernels on the simulator against
+Python-integer models of the PTX ISA, constant folding, errors, and what ptxas makes of them."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kaio
+import kaio.tile as kt
+from kaio.prelude import (
+    Array,
+    MutArray,
+    bitcast,
+    dp2a,
+    dp4a,
+    f16,
+    f32,
+    i32,
+    lop3,
+    prmt,
+    thread_idx_x,
+    u16,
+    u32,
+    unpack_nibble,
+)
+from kaio.targets.ptx.toolchain import assemble, find_ptxas
+
+M32 = (1 << 32) - 1
+
+
+def lanes(x: int, width: int, signed: bool) -> list[int]:
+    vals = [(x >> (width * k)) & ((1 << width) - 1) for k in range(32 // width)]
+    return [v - (1 << width) if signed and v >> (width - 1) else v for v in vals]
+
+
+def dot_model(a: int, b: int, c: int, sa: bool, sb: bool, pairs: int = 4, hi: bool = False) -> int:
+    xs = lanes(a, 8 if pairs == 4 else 16, sa)
+    ys = lanes(b, 8, sb)[2 if hi else 0 :][:pairs]
+    return (c + sum(x * y for x, y in zip(xs, ys))) & M32
+
+
+def prmt_model(a: int, b: int, sel: int) -> int:
+    src, out = (b << 32) | a, 0
+    for k in range(4):
+        s = (sel >> (4 * k)) & 0xF
+        byte = (src >> (8 * (s & 7))) & 0xFF
+        out |= ((0xFF if byte & 0x80 else 0) if s & 8 else byte) << (8 * k)
+    return out
+
+
+def lop3_model(a: int, b: int, c: int, lut: int) -> int:
+    return sum(((lut >> ((((a >> i) & 1) << 2) | (((b >> i) & 1) << 1) | ((c >> i) & 1))) & 1) << i for i in range(32))
+
+
+def words(rng: np.random.Generator, n: int) -> np.ndarray:
+    edges = np.array([0, M32, 0x80808080, 0x7F7F7F7F, 0x01FF80FF, 0x00000001, 0xFFFF0000, 0x8000_7FFF], np.uint64)
+    return np.concatenate([edges, rng.integers(0, 1 << 32, n - len(edges), dtype=np.uint64)]).astype(np.uint32)
+
+
+@kaio.gpu_kernel(block_size=64)
+def bit_ops(a: Array[i32], b: Array[u32], c: Array[i32], out: MutArray[u32], half: MutArray[f16], n: i32):
+    i = i32(thread_idx_x())
+    if i < n:
+        x, y, z = a[i], b[i], c[i]
+        out[i * 10 + 0] = u32(dp4a(x, y, z))  # s32.u32
+        out[i * 10 + 1] = u32(dp4a(x, i32(y), z))  # s32.s32
+        out[i * 10 + 2] = dp4a(u32(x), y, u32(z))  # u32.u32
+        out[i * 10 + 3] = u32(dp2a(x, y, z))  # lo, s32.u32
+        out[i * 10 + 4] = u32(dp2a(u32(x), i32(y), z, hi=True))  # hi, u32.s32
+        out[i * 10 + 5] = prmt(y, u32(x), u32(z))
+        out[i * 10 + 6] = lop3(y, u32(x), u32(z), 0xE8)  # majority
+        out[i * 10 + 7] = lop3(y, u32(x), u32(z), (0xF0 & 0xCC) | 0xAA)  # (a & b) | c
+        out[i * 10 + 8] = bitcast(f32(x), u32)
+        out[i * 10 + 9] = u32(bitcast(bitcast(u16(y & 0xFFFF), f16), u16))
+        half[i * 3 + 0] = unpack_nibble(y, 0)
+        half[i * 3 + 1] = unpack_nibble(y, 5, zero=8)
+        half[i * 3 + 2] = unpack_nibble(y, u32(z) & 7)
+
+
+def _run_bit_ops(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, list[int], list[int], list[int]]:
+    dev = kaio.Device("sim")
+    n = 64  # one block
+    a, b, c = words(rng, n), np.roll(words(rng, n), 3), words(rng, n)[::-1].copy()
+    out = dev.alloc_from(np.full(n * 10, 0xDEADBEEF, np.uint32))
+    half = dev.alloc_from(np.full(n * 3, np.nan, np.float16))
+    bit_ops[1](dev.alloc_from(a.view(np.int32)), dev.alloc_from(b), dev.alloc_from(c.view(np.int32)), out, half, n)
+    return out.to_host().reshape(n, 10), half.to_host().reshape(n, 3), [int(v) for v in a], [int(v) for v in b], [int(v) for v in c]
+
+
+def test_bit_builtins_match_the_isa_models(rng: np.random.Generator) -> None:
+    out, half, A, B, C = _run_bit_ops(rng)
+    for i, (x, y, z) in enumerate(zip(A, B, C)):
+        row = [int(v) for v in out[i]]
+        assert row[0] == dot_model(x, y, z, True, False)
+        assert row[1] == dot_model(x, y, z, True, True)
+        assert row[2] == dot_model(x, y, z, False, False)
+        assert row[3] == dot_model(x, y, z, True, False, pairs=2)
+        assert row[4] == dot_model(x, y, z, False, True, pairs=2, hi=True)
+        assert row[5] == prmt_model(y, x, z)
+        assert row[6] == lop3_model(y, x, z, 0xE8)
+        assert row[7] == (y & x) | z
+        assert row[8] == int(np.float32(np.int32(np.uint32(x).view(np.int32))).view(np.uint32))
+        assert row[9] == y & 0xFFFF
+        assert [float(h) for h in half[i]] == [y & 0xF, ((y >> 20) & 0xF) - 8, (y >> (4 * (z & 7))) & 0xF]
+
+
+def test_planted_bug_wrong_signedness_is_caught(rng: np.random.Generator) -> None:
+    """A kernel whose dp4a read b's bytes as signed (the other signedness) gives other results."""
+    out, _, A, B, C = _run_bit_ops(rng)
+    wrong = [dot_model(x, y, z, True, True) for x, y, z in zip(A, B, C)]
+    assert [int(v) for v in out[:, 0]] != wrong  # s32.u32 differs from s32.s32 on these inputs
+    assert [int(v) for v in out[:, 1]] == wrong
+
+
+def test_constant_calls_fold_to_the_runtime_values() -> None:
+    @kaio.gpu_kernel(block_size=32)
+    def folded(out: MutArray[u32], half: MutArray[f16]):
+        if thread_idx_x() == 0:
+            out[0] = u32(dp4a(i32(-0x7F7F7F80), u32(0xFF80017F), i32(5)))
+            out[1] = u32(dp2a(i32(0x7FFF8000), i32(0x80FF0102), 7, hi=True))
+            out[2] = prmt(u32(0x89ABCDEF), u32(0x01234567), u32(0xB8F1))
+            out[3] = lop3(u32(0x12345678), u32(0xF0F0F0F0), u32(0x0F0F0000), 0x6A)
+            out[4] = bitcast(f32(-1.5), u32)
+            half[0] = unpack_nibble(u32(0x9ABCDEF0), 6, zero=3)
+
+    ir = folded.build()
+    from kaio.dialects import kernel_bits
+
+    assert not any(isinstance(op, tuple(kernel_bits.BIT_OPS)) for op in ir.module.walk())  # all folded
+    dev = kaio.Device("sim")
+    out, half = dev.alloc_from(np.zeros(5, np.uint32)), dev.alloc_from(np.full(1, np.nan, np.float16))
+    folded[1](out, half)
+    want = [
+        dot_model(-0x7F7F7F80 & M32, 0xFF80017F, 5, True, False),
+        dot_model(0x7FFF8000, 0x80FF0102, 7, True, True, pairs=2, hi=True),
+        prmt_model(0x89ABCDEF, 0x01234567, 0xB8F1),
+        lop3_model(0x12345678, 0xF0F0F0F0, 0x0F0F0000, 0x6A),
+        int(np.float32(-1.5).view(np.uint32)),
+    ]
+    assert [int(v) for v in out.to_host()] == want
+    assert float(half.to_host()[0]) == 0xA - 3
+
+
+@kaio.tile_kernel(num_warps=4)
+def dequant_int4(q: Array[u32], scale: Array[f16], out: MutArray[f16], K: i32, N: i32, BK: kaio.constexpr, BN: kaio.constexpr):
+    """GPTQ layout: q (K/8, N), nibble k % 8 of word (k // 8, n) is W[k, n] (low nibble first)."""
+    k = i32(kt.program_id(0)) * BK + kt.arange(BK)
+    n = kt.arange(BN)
+    kk, nn = kt.expand_dims(k, 1), kt.expand_dims(n, 0)
+    mask = (kk < K) & (nn < N)
+    word = kt.load(q, (kk // 8) * N + nn, mask=mask)
+    w = (unpack_nibble(word, u32(kk % 8), zero=8)) * kt.load(scale, nn + kk * 0, mask=mask)
+    kt.store(out, kk * N + nn, w, mask=mask)
+
+
+def test_tile_kernel_dequantises_int4_words(rng: np.random.Generator) -> None:
+    K, N = 64, 32
+    w = rng.integers(0, 16, (K, N)).astype(np.uint32)
+    q = np.zeros((K // 8, N), np.uint32)
+    for j in range(8):
+        q |= w[j::8] << np.uint32(4 * j)
+    scale = rng.uniform(0.5, 2.0, N).astype(np.float16)
+    dev = kaio.Device("sim")
+    out = dev.alloc_from(np.full((K, N), np.nan, np.float16))
+    dequant_int4[K // 32](dev.alloc_from(q), dev.alloc_from(scale), out, K, N, BK=32, BN=32)
+    want = ((w.astype(np.float32) - 8) * scale.astype(np.float32)).astype(np.float16)
+    np.testing.assert_array_equal(out.to_host(), want)  # (q - 8) * s is one rounding: exact in f16
+
+
+@kaio.tile_kernel(num_warps=4)
+def dp4a_rows(a: Array[i32], b: Array[i32], out: MutArray[i32], BLOCK: kaio.constexpr):
+    offs = kt.arange(BLOCK)
+    acc = kt.zeros((BLOCK,), i32)
+    acc = kt.dp4a(kt.load(a, offs), kt.load(b, offs), acc)
+    kt.store(out, offs, kt.dp4a(kt.load(a, offs), u32(0x01010101), acc))
+
+
+def test_tile_maps_lift_dp4a(rng: np.random.Generator) -> None:
+    a, b = words(rng, 128), words(rng, 128)
+    dev = kaio.Device("sim")
+    out = dev.alloc_from(np.full(128, -1, np.int32))
+    dp4a_rows[1](dev.alloc_from(a.view(np.int32)), dev.alloc_from(b.view(np.int32)), out, BLOCK=128)
+    want = [dot_model(int(x), 0x01010101, dot_model(int(x), int(y), 0, True, True), True, False) for x, y in zip(a, b)]
+    assert [int(v) & M32 for v in out.to_host()] == want
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="needs the ptxas wheel")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_ptxas_assembles_without_spills(arch: str) -> None:
+    for k, kw in ((bit_ops, {}), (dequant_int4, {"BK": 32, "BN": 32}), (dp4a_rows, {"BLOCK": 128})):
+        report = assemble(kaio.compile(k, arch=arch, **kw).ptx, arch)
+        assert not any(report.spill_stores.values()) and not any(report.spill_loads.values()), report.log
+
+
+@pytest.mark.skipif(not __import__("kaio.targets.ptx.sass").targets.ptx.sass.tools_available(), reason="needs the CUDA tool wheels")
+def test_unpack_nibble_is_a_lop3_and_a_half_subtract_in_sass() -> None:
+    """Marlin's trick survives ptxas: per nibble a shift, one LOP3 and one HADD2, no I2F."""
+    from kaio.targets.ptx import sass
+
+    @kaio.gpu_kernel(block_size=32)
+    def one_word(q: Array[u32], out: MutArray[f16]):
+        i = thread_idx_x()
+        w = q[i]
+        out[i * 8 + 0] = unpack_nibble(w, 0, zero=8)
+        out[i * 8 + 1] = unpack_nibble(w, 1, zero=8)
+        out[i * 8 + 2] = unpack_nibble(w, 2, zero=8)
+        out[i * 8 + 3] = unpack_nibble(w, 3, zero=8)
+        out[i * 8 + 4] = unpack_nibble(w, 4, zero=8)
+        out[i * 8 + 5] = unpack_nibble(w, 5, zero=8)
+        out[i * 8 + 6] = unpack_nibble(w, 6, zero=8)
+        out[i * 8 + 7] = unpack_nibble(w, 7, zero=8)
+
+    report = sass.analyze(kaio.compile(one_word, arch="sm_80").ptx, "sm_80")["one_word"]
+    ops = [ins.opcode.split(".")[0] for ins in report.instructions]
+    assert "I2F" not in ops and "F2F" not in ops
+    assert ops.count("LOP3") == 8, ops  # one per nibble: mask and magic in one
+    assert ops.count("HADD2") + ops.count("HFMA2") <= 8, ops  # ... and one half subtract (or fewer)
+
+
+def _load_kernel(tmp_path: Path, body: str, params: str = "x: Array[u32], y: MutArray[u32]") -> None:
+    src = f"import kaio\nfrom kaio.prelude import *\n@kaio.gpu_kernel(block_size=32)\ndef k({params}):\n    {body}\n"
+    path = tmp_path / "bad_kernel.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("bad_kernel", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kaio.compile(module.k)
+
+
+@pytest.mark.parametrize(
+    ("body", "params", "message"),
+    [
+        ("y[0] = dp4a(f32(x[0]), x[0], u32(0))", None, "32-bit word"),
+        ("y[0] = u32(dp4a(i32(x[0]), x[0], u32(0)))", None, "accumulator c must be i32"),
+        ("y[0] = u32(dp2a(i32(x[0]), x[0], i32(0), hi=x[0] > 0))", None, "compile-time bool"),
+        ("y[0] = lop3(x[0], x[1], x[2], x[3])", None, "compile-time integer in 0 .. 255"),
+        ("y[0] = lop3(x[0], x[1], x[2], 256)", None, "compile-time integer in 0 .. 255"),
+        ("y[0] = prmt(x[0], x[1], 1.5)", None, "32-bit word"),
+        ("y[0] = bitcast(f16(x[0]), u32)", None, "one width"),
+        ("y[0] = bitcast(x[0], 7)", None, "must be a kaio type"),
+        ("h[0] = unpack_nibble(x[0], 8)", "x: Array[u32], h: MutArray[f16]", "0 .. 7"),
+        ("h[0] = unpack_nibble(x[0], 1, zero=16)", "x: Array[u32], h: MutArray[f16]", "0 .. 15"),
+        ("h[0] = f16(unpack_nibble(x[0], 1, f32))", "x: Array[u32], h: MutArray[f16]", "f16 or bf16"),
+        ("y[0] = u32(unpack_nibble(u16(x[0]), 1))", None, "32-bit word"),
+    ],
+)
+def test_bad_arguments_are_compile_errors(tmp_path: Path, body: str, params: str | None, message: str) -> None:
+    with pytest.raises(kaio.KaioCompileError, match=message):
+        _load_kernel(tmp_path, body, params or "x: Array[u32], y: MutArray[u32]")
