@@ -28,7 +28,9 @@ integer sub-block scale ``S`` and min ``M`` (1 and 0 where a format has none), s
 kernel serves every format and the decoding path can keep the integer product exact. The
 ``@kaio.device`` functions below give each format's byte offsets and bit fields for an element
 ``j`` of a block (lifted over tiles element by element); their format argument ``F`` is a
-compile-time constant at every call, so only its branch is compiled.
+compile-time constant at every call, so only its branch is compiled. ``j`` is never negative,
+so its fields are taken with shifts and masks (``j >> 5`` is ``j // 32``): a signed division
+would cost a fix-up per element.
 """
 
 from __future__ import annotations
@@ -90,66 +92,76 @@ def block_format(op: str, qtype: Any) -> BlockFormat:
 
 
 @kaio.device
-def quant_byte(j: i32, F: i32) -> i32:  # noqa: N803
+def quant_byte(j: i32, F: i32) -> i32:
     """The block byte holding element ``j``'s low bits (all of them for Q8_0)."""
     if F == Q8_0:
         return 2 + j
     if F == Q4_0:
-        return 2 + j % 16
+        return 2 + (j & 15)
     if F == Q4_K:
-        return 16 + j // 64 * 32 + j % 32
+        return 16 + (j >> 6 << 5) + (j & 31)
     if F == Q5_K:
-        return 48 + j // 64 * 32 + j % 32
-    return j // 128 * 64 + j % 64  # Q6_K
+        return 48 + (j >> 6 << 5) + (j & 31)
+    return (j >> 7 << 6) + (j & 63)  # Q6_K
 
 
 @kaio.device
-def high_byte(j: i32, F: i32) -> i32:  # noqa: N803
+def high_byte(j: i32, F: i32) -> i32:
     """The block byte holding element ``j``'s high bits (Q5_K, Q6_K)."""
     if F == Q5_K:
-        return 16 + j % 32
-    return 128 + j // 128 * 32 + j % 32  # Q6_K
+        return 16 + (j & 31)
+    return 128 + (j >> 7 << 5) + (j & 31)  # Q6_K
 
 
 @kaio.device
-def scale_byte(j: i32, F: i32) -> i32:  # noqa: N803
-    """The first block byte element ``j``'s sub-block scale comes from: Q6_K's int8 scale, or
-    byte ``s % 4`` of the K-quants' 12 packed ones (they also need bytes ``+ 4`` and ``+ 8``)."""
+def scale_byte(j: i32, F: i32) -> i32:
+    """The first scale byte of the step of 32 elements starting at ``j``: Q6_K's int8 scale of
+    its first 16 elements (the next byte: its last 16), or byte ``s % 4`` of the K-quants' 12
+    packed ones (their fields also need bytes ``+ 4`` and ``+ 8``)."""
     if F == Q6_K:
-        return 192 + j // 16
-    return 4 + j // 32 % 4
+        return 192 + (j >> 4)
+    return 4 + (j >> 5 & 3)
 
 
 @kaio.device
-def quant(lo: i32, hi: i32, j: i32, F: i32) -> i32:  # noqa: N803
+def scale_stride(F: i32) -> i32:
+    """Bytes from one of a step's scale bytes to the next (see :func:`scale_byte`)."""
+    if F == Q6_K:
+        return 1
+    return 4
+
+
+@kaio.device
+def quant(lo: i32, hi: i32, j: i32, F: i32) -> i32:
     """Element ``j``'s integer quant, zero point removed, from its low byte ``lo`` and high
     byte ``hi`` (both read as unsigned)."""
     if F == Q8_0:
         return i32(i8(lo))
     if F == Q4_0:
-        return (lo >> j // 16 * 4 & 15) - 8
+        return (lo >> (j >> 4 << 2) & 15) - 8
     if F == Q4_K:
-        return lo >> j // 32 % 2 * 4 & 15
+        return lo >> ((j >> 5 & 1) << 2) & 15
     if F == Q5_K:
-        return (lo >> j // 32 % 2 * 4 & 15) | (hi >> j // 32 & 1) << 4
-    return ((lo >> j // 64 % 2 * 4 & 15) | (hi >> j // 32 % 4 * 2 & 3) << 4) - 32  # Q6_K
+        return (lo >> ((j >> 5 & 1) << 2) & 15) | (hi >> (j >> 5) & 1) << 4
+    return ((lo >> ((j >> 6 & 1) << 2) & 15) | (hi >> ((j >> 5 & 3) << 1) & 3) << 4) - 32  # Q6_K
 
 
 @kaio.device
-def sub_scale(b0: i32, b8: i32, j: i32, F: i32) -> i32:  # noqa: N803
-    """Element ``j``'s sub-block scale from the scale bytes at ``scale_byte`` (``b0``) and 8
-    further (``b8``): Q6_K's int8, the K-quants' 6-bit field; 1 for the formats without."""
+def sub_scale(s0: i32, s1: i32, s2: i32, j: i32, F: i32) -> i32:
+    """Element ``j``'s sub-block scale from its step's scale bytes (:func:`scale_byte`, then
+    every :func:`scale_stride`): Q6_K's int8, the K-quants' 6-bit field; 1 for the formats
+    without."""
     if F == Q6_K:
-        return i32(i8(b0))
+        return i32(i8(s0 if j & 16 == 0 else s1))
     if F >= Q4_K:
-        return b0 & 63 if j < 128 else (b8 & 15) | (b0 >> 6) << 4
+        return s0 & 63 if j < 128 else (s2 & 15) | (s0 >> 6) << 4
     return 1
 
 
 @kaio.device
-def sub_min(b0: i32, b4: i32, b8: i32, j: i32, F: i32) -> i32:  # noqa: N803
-    """Element ``j``'s sub-block min (Q4_K, Q5_K: a 6-bit field of the bytes at ``scale_byte``
-    + 0, 4, 8); 0 for the formats without."""
+def sub_min(s0: i32, s1: i32, s2: i32, j: i32, F: i32) -> i32:
+    """Element ``j``'s sub-block min (Q4_K, Q5_K: a 6-bit field of the step's scale bytes);
+    0 for the formats without."""
     if F == Q4_K or F == Q5_K:
-        return b4 & 63 if j < 128 else (b8 >> 4) | (b4 >> 6) << 4
+        return s1 & 63 if j < 128 else (s2 >> 4) | (s1 >> 6) << 4
     return 0

@@ -33,10 +33,6 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-import kaio
-import kaio.tile as kt
-from kaio import dtypes
-from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.gguf_blocks import (
     Q4_K,
@@ -48,10 +44,16 @@ from kaio.ops_library.gguf_blocks import (
     quant,
     quant_byte,
     scale_byte,
+    scale_stride,
     sub_min,
     sub_scale,
 )
 from kaio.ops_library.operands import Operand, Operands
+
+import kaio
+import kaio.tile as kt
+from kaio import dtypes
+from kaio.errors import KaioTypeError, KaioValueError
 from kaio.prelude import Array, MutArray, abs, f16, f32, floor, i8, i32, u8
 
 OP = "gguf_matmul"
@@ -62,7 +64,7 @@ QUANTIZE_ROWS = 32  # blocks of 32 per program of the activation quantiser
 
 
 @cache
-def gguf_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+def gguf_tile_kernel(T: dtypes.ScalarType) -> Any:
     """The kernel for activations of type ``T`` (see the module doc); ``DECODE`` picks the path,
     ``F``/``QK``/``NB``/``D_AT``/``DMIN_AT`` are the weight's :class:`BlockFormat`."""
 
@@ -82,16 +84,19 @@ def gguf_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
             block = cols * row_bytes + k0 // QK * NB  # (1, BN): each row's block, in bytes
             j = k0 % QK + ks
             lo = i32(kt.load(w, block + quant_byte(j, F), in_cols))
-            hi, b0, b4, b8 = lo, lo, lo, lo  # what a format without high bits or scales ignores
+            hi = lo  # what a format without high bits ignores
             if F >= Q5_K:
                 hi = i32(kt.load(w, block + high_byte(j, F), in_cols))
+            # the sub-block scale bytes, the same for a row's whole step ((1, BN) tiles)
+            s0, s1, s2 = kt.zeros((1, BN), i32), kt.zeros((1, BN), i32), kt.zeros((1, BN), i32)
             if F >= Q4_K:
-                b0 = i32(kt.load(w, block + scale_byte(j, F), in_cols))
-            if F == Q4_K or F == Q5_K:
-                b4 = i32(kt.load(w, block + scale_byte(j, F) + 4, in_cols))
-                b8 = i32(kt.load(w, block + scale_byte(j, F) + 8, in_cols))
-            sq = sub_scale(b0, b8, j, F) * quant(lo, hi, j, F)  # (32, BN): w = d * sq - dmin * mins
-            mins = sub_min(b0, b4, b8, j, F)
+                at = block + scale_byte(k0 % QK, F)
+                s0 = i32(kt.load(w, at, in_cols))
+                s1 = i32(kt.load(w, at + scale_stride(F), in_cols))
+                if F != Q6_K:
+                    s2 = i32(kt.load(w, at + 2 * scale_stride(F), in_cols))
+            sq = sub_scale(s0, s1, s2, j, F) * quant(lo, hi, j, F)  # (32, BN): w = d * sq - dmin * mins
+            mins = sub_min(s0, s1, s2, k0 % QK, F)
             d = f32(kt.load(wh, block // 2 + D_AT, in_cols))  # (1, BN)
             dmin = kt.zeros((1, BN), f32)
             if DMIN_AT >= 0:
@@ -112,12 +117,12 @@ def gguf_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
 
 
 @cache
-def quantize_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+def quantize_tile_kernel(T: dtypes.ScalarType) -> Any:
     """x (``blocks`` blocks of 32) to int8 and one f32 scale per block, ``q = round(x / dx)``
     with ``dx = max|x| / 127`` (halves away from zero, as llama.cpp's q8_1)."""
 
     @kaio.tile_kernel(num_warps=4)
-    def quantize_q8(x: Array[T], xq: MutArray[i8], xd: MutArray[f32], blocks: i32, R: kaio.constexpr = 32):  # noqa: N803
+    def quantize_q8(x: Array[T], xq: MutArray[i8], xd: MutArray[f32], blocks: i32, R: kaio.constexpr = 32):
         r0 = i32(kt.program_id(0)) * R
         v = f32(kt.load(x, (r0, 0), (R, 32), (blocks, 32)))
         amax = kt.max(abs(v), 1)
@@ -196,7 +201,7 @@ def run(x: Any, weight: Any, qtype: Any, device: Any = None) -> Any:
     ops = Operands(OP, x, weight, device=device)
     a = check(ops, x, weight, qtype)
     oy = ops.output((a.m, a.n), a.x.dtype)
-    if not (a.m and a.n and a.k):  # nothing to read: y = 0
+    if not (a.m and a.n):
         return ops.result(oy)
     f = a.fmt
     formats = {"F": f.code, "QK": f.elements, "NB": f.nbytes, "D_AT": f.d_at, "DMIN_AT": f.dmin_at}
@@ -205,8 +210,9 @@ def run(x: Any, weight: Any, qtype: Any, device: Any = None) -> Any:
     if a.m <= DECODE_ROWS:
         blocks = a.m * a.k // STEP
         xq, xd = ops.output((a.m, a.k), dtypes.i8), ops.output((a.m, a.k // STEP), dtypes.f32)
-        quantize_tile_kernel(a.x.dtype).launch(ops.device, a.x.value, xq.value, xd.value, blocks,
-                                               grid=(math.ceil(blocks / QUANTIZE_ROWS),), R=QUANTIZE_ROWS)  # fmt: skip
+        if blocks:  # K = 0 still runs the matmul kernel: no K steps, y = 0
+            quantize_tile_kernel(a.x.dtype).launch(ops.device, a.x.value, xq.value, xd.value, blocks,
+                                                   grid=(math.ceil(blocks / QUANTIZE_ROWS),), R=QUANTIZE_ROWS)  # fmt: skip
         kernel.launch(ops.device, a.x.value, xq.value, xd.value, *args, grid=(math.ceil(a.n / 64), a.m),
                       BM=1, BN=64, DECODE=True, **formats)  # fmt: skip
     else:

@@ -130,6 +130,9 @@ import kaio.ops_library.w4a16_matmul_torch  # noqa: E402, F401
 # The int8 / fp8 GEMMs and their quantisers (forward only).
 import kaio.ops_library.scaled_matmul_torch  # noqa: E402, F401
 
+# The GGUF quantised-weight matmul (forward only).
+import kaio.ops_library.gguf_matmul_torch  # noqa: E402, F401
+
 
 # --- attention: FlashAttention-2 forward and backward, the backward registered for autograd ----
 
