@@ -44,11 +44,25 @@ VECTOR_TYPES = (f16, bf16)
 element-wise path: vectors gave ptxas no better code there (rope's interleaved f32 conversion
 spilled 4 bytes with them)."""
 FENCE_BYTES = 64
-"""A streamed map's shared writes are fenced (``membar.cta``) every this many bytes per thread:
-ptxas hoists no load above a fence. Without them it issues all of the map's global reads (C,
-the bias) at once, up in the K loop's tail next to the live accumulators (sm_90a, 128x256 tile
-with a bias and gelu on a cp.async ring: 255 registers and 132 bytes of spills; with them 209
-registers and none)."""
+"""A streamed map that reads global memory has its shared writes fenced (``membar.cta``) every
+this many bytes per thread: ptxas hoists no load above a fence. Without them it issues all of
+the map's global reads (C, the bias) at once, up in the K loop's tail next to the live
+accumulators, and spills (f16 out, bias and gelu, C read: sm_80 128x128x32 2x2 warps 255
+registers and 32 bytes of spills, sm_90a 128x256x64 on a cp.async ring 344 bytes, f32 out
+on TMA 1432 bytes; with them none). A fence is no ordering the code needs, and an expensive
+one (``MEMBAR.SC.CTA`` waits for every outstanding access): a map that reads no global memory
+(the plain product, a scale, an activation) has nothing to hoist and goes unfenced. An opaque
+never-taken branch instead does not hold ptxas's loads back (sm_90a f32: 704 bytes of spills)."""
+
+
+def fence_interval(em: PtxEmitter, value: SSAValue, eb: int) -> int:
+    """Elements between the fences of ``value``'s shared writes (``eb``-byte elements): 0 (no
+    fences) unless it is a streamed map reading global memory (:data:`FENCE_BYTES`)."""
+    owner = value.owner
+    if value not in em.deferred or not isinstance(owner, tile.MapOp):
+        return 0
+    reads = any(x in em.deferred and isinstance(x.owner, tile.LoadOp) for x in owner.inputs)
+    return FENCE_BYTES // eb if reads else 0
 
 
 def _vectors(src: Distribution, dst: Distribution, t: object) -> tuple[int, int] | None:
@@ -111,7 +125,7 @@ def _convert_by_vectors(em: PtxEmitter, op: tile.ConvertLayoutOp, src: Distribut
     em.barrier()  # the buffer's earlier readers are done
     start, owner = thread_start(src), owner_predicate(em, src)
     spec, _, _ = _access_spec(t, write)
-    fence_every = FENCE_BYTES // eb if value in em.deferred else 0
+    fence_every = fence_interval(em, value, eb)
     for r in range(0, src.registers, write):
         if fence_every and r % fence_every == 0:
             em.emit(ptx.MembarOp("cta"))

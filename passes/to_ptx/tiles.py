@@ -23,7 +23,7 @@ from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, float_spec, mem_spec
 from kaio.passes.to_ptx.kernel_ops import linear_thread_id
 from kaio.passes.tile_layout import divisibility
-from kaio.passes.to_ptx.relayout import FENCE_BYTES
+from kaio.passes.to_ptx.relayout import fence_interval
 from kaio.passes.to_ptx.shared_reuse import REUSE_DEAD, reuse_or_declare, wait_for_async_accesses
 from kaio.passes.to_ptx.tile_values import (
     STREAMING_USERS,
@@ -337,7 +337,8 @@ def lower_smem_store(em: PtxEmitter, op: smem.StoreOp) -> None:
     """Each thread writes the elements it holds (one copy of each) at the layout's offsets, two
     at a time where it holds a row's consecutive pairs (16-bit pairs as packed words, 32-bit
     ones as ``v2``). A map only this store uses is computed as it is written (an epilogue:
-    the whole tile of results is never live), fenced as ``relayout``'s writes are."""
+    the whole tile of results is never live), fenced as ``relayout``'s writes are (only a map
+    that reads global memory)."""
     buffer = op.dst.type
     assert isinstance(buffer, smem.BufferType)
     dist = distribution(em, op.value.type)
@@ -346,7 +347,7 @@ def lower_smem_store(em: PtxEmitter, op: smem.StoreOp) -> None:
     vec = 2 if dist.contiguous(1) >= 2 and eb in (2, 4) else 1
     owner, address = owner_predicate(em, dist), register_addresses(em, buffer, dist, em.value(op.dst))
     element, pair = tile_elements(em, op.value)
-    fence_every = FENCE_BYTES // eb if op.value in em.deferred else 0
+    fence_every = fence_interval(em, op.value, eb)
     for r in range(0, dist.registers, vec):
         if fence_every and r % fence_every == 0:
             em.emit(ptx.MembarOp("cta"))
