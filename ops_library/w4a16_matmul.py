@@ -69,7 +69,9 @@ def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.S
             words = kt.load(qweight, (k0 + rows) // 8 * n + cols, (k0 + rows < k) & in_cols)
             q = (words >> shifts) & 15
             g = k0 // group  # a K step never straddles two groups (BK divides group_size)
-            scale = kt.load(scales, (g, n0), (1, BN), (g + 1, n))
+            # the group's scales by column, like the zeros (a (1, BN) rectangle would be read in
+            # the weight tile's layout: each thread loading every scale its rows share)
+            scale = kt.load(scales, g * n + cols, in_cols)
             zero = kt.full((1, BN), SYMMETRIC_ZERO, i32)
             if HAS_ZEROS:
                 packed = kt.load(qzeros, g * (n // 8) + cols // 8, in_cols)
@@ -113,13 +115,10 @@ class Inputs:
 
 
 def choose_config(m: int, k: int, group: int) -> W4A16Config:
-    """Few rows (decoding) take a 16-row tile: the smallest a tensor-core dot has. A K step
-    holds BK x BN gathered words in registers: 64 rows of K up to 32 rows of x, 32 beyond (a
-    64 x 64 step would spill on sm_80). BK divides the group, so that each K step has one scale
-    row (one group: any BK)."""
+    """Few rows (decoding) take a 16-row tile: the smallest a tensor-core dot has. BK divides
+    the group, so that each K step has one scale row (one group: any BK)."""
     bm = 16 if m <= 16 else 32 if m <= 32 else 64
-    bk = 64 if bm <= 32 else 32
-    return W4A16Config(bm, 64, bk if group >= k else math.gcd(group, bk))
+    return W4A16Config(bm, 64, 64 if group >= k else math.gcd(group, 64))
 
 
 def check(ops: Any, x: Any, qweight: Any, scales: Any, qzeros: Any, bias: Any, group_size: Any) -> Inputs:
