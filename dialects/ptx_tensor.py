@@ -112,7 +112,8 @@ class MmaOp(PtxInstr):
     def requirements(self) -> Iterable[Requirement]:
         shape_k8_f16 = "m16n8k8" in self.mods and self.ptx_types[1] == "f16"
         if self.ptx_types[1] in FP8_TYPES:  # fp8 tensor cores came with Ada
-            yield _gate("mma.sync " + self.spec_text, 89, (8, 4))
+            a, b = self.ptx_types[1:3]
+            yield _gate(f"fp8 tensor cores (mma.sync m16n8k32 .{a} x .{b})", 89, (8, 4))
             return
         yield _gate(
             "mma.sync " + self.spec_text,

@@ -28,6 +28,7 @@ from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.operands import Operands
+from kaio.ops_library.scaled_matmul import require_arch
 from kaio.prelude import Array, MutArray, abs, f32, floor, i32
 
 QUANTIZE, ROW_AMAX, QUANTIZE_PER_TENSOR = 0, 1, 2  # the kernel's MODE
@@ -90,6 +91,8 @@ def run(op: str, x: Any, q_type: dtypes.ScalarType, per_row: bool, device: Any =
     """The op itself: (q, scale), without the torch custom-op routing."""
     ops = Operands(op, x, device=device)
     ox = check_x(op, ops, x)
+    if q_type.is_fp8:
+        require_arch(op, ops.device, 89, "conversion to fp8 (cvt.rn.satfinite.e4m3x2/e5m2x2.f32)")
     m, k = ox.shape
     oq = ops.output((m, k), q_type)
     oscale = ops.output((m,) if per_row else (1,), dtypes.f32)

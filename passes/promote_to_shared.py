@@ -64,9 +64,9 @@ class _Stager:
     layout: str
     count: int = 0
 
-    def alloc(self, shape: tuple[int, ...], elem: object, hint: str) -> SSAValue:
+    def alloc(self, shape: tuple[int, ...], elem: object, hint: str, layout: str) -> SSAValue:
         self.count += 1
-        op = smem.AllocOp(f"{hint}{self.count}", _buffer_type(shape, elem, self.layout))
+        op = smem.AllocOp(f"{hint}{self.count}", _buffer_type(shape, elem, layout))
         Rewriter.insert_op(op, InsertPoint.at_start(self.func.body.block))
         return op.result
 
@@ -78,7 +78,13 @@ class _Stager:
         if trans_op is not None:
             source, transposed = trans_op.input, True
         load = source.owner
-        buffer = self.alloc(tile.shape_of(source.type), tile.element_of(source.type), hint)
+        elem = tile.element_of(source.type)
+        layout = self.layout
+        if hint == "b_tile" and not transposed and layout in ("swizzle", "wgmma") and getattr(elem, "bitwidth", 16) == 8:
+            # an 8-bit (K, N) B is read byte by byte (ldmatrix.trans moves 16-bit elements): padded
+            # rows make each byte's address the lane's base plus a constant, no XOR per byte
+            layout = "pad"
+        buffer = self.alloc(tile.shape_of(source.type), elem, hint, layout)
         if isinstance(load, tile.LoadOp) and source.uses.get_length() == 1 and _is_zero(load.other):
             view = load.view.owner
             assert isinstance(view, tile.ViewOp)

@@ -149,7 +149,27 @@ def quantize_int8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, amax / 127
 
 
+def _fp8_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    m = 3 + 2 * grow
+    return {"a": randn(rng, m, 64).to(torch.float8_e4m3fn), "b": randn(rng, 64, 16).to(torch.float8_e5m2),
+            "scale_a": randn(rng, 1).abs(), "scale_b": randn(rng, 16).abs()}  # fmt: skip
+
+
+def fp8_ref(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> torch.Tensor:
+    return ((a.double() @ b.double()).float() * scale_a * scale_b[None, :]).bfloat16()
+
+
+def quantize_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    amax = x.abs().amax().reshape(1)
+    return (x * (448 / amax)).to(torch.float8_e4m3fn), amax / 448
+
+
 SIM = kaio.Device("sim")
+SIM_89 = kaio.Device("sim", arch="sm_89")  # fp8 tensor cores
+CUSTOM_OP_DEVICES = {"fp8_matmul": SIM_89, "quantize_fp8": SIM_89}  # custom ops the default device's arch cannot run
+# opcheck's schema test compares CPU tensors with arithmetic torch lacks for float8 ("mul" not
+# implemented for Float8_e4m3fn): the fp8 ops' schemas are checked by the other tests only
+OPCHECK_SKIPS = {"fp8_matmul": ("test_schema",), "quantize_fp8": ("test_schema",)}
 
 PUBLIC: list[Case] = [
     Case("softmax", "softmax", _rows(33), lambda x: ol.softmax(x),
@@ -194,6 +214,11 @@ if hasattr(ol, "int8_matmul"):  # quantised inference: no backward (scales that 
         Case("int8_matmul", "int8_matmul", _int8_inputs,
              lambda a, b, scale_a, scale_b: ol.int8_matmul(a, b, scale_a, scale_b), int8_ref, ("scale_a",), tol=1e-2),
         Case("quantize_int8", "quantize_int8", _rows(40), lambda x: ol.quantize_int8(x), quantize_int8_ref, ("x",)),
+        Case("fp8_matmul", "fp8_matmul", _fp8_inputs,
+             lambda a, b, scale_a, scale_b: ol.fp8_matmul(a, b, scale_a, scale_b, device=SIM_89), fp8_ref, ("scale_b",),
+             tol=1e-2),
+        Case("quantize_fp8", "quantize_fp8", _rows(40), lambda x: ol.quantize_fp8(x, device=SIM_89), quantize_fp8_ref,
+             ("x",)),
     ]  # fmt: skip
 if hasattr(ol, "gguf_matmul"):
     PUBLIC.append(
@@ -370,6 +395,8 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "gguf_matmul": lambda: (*_gguf_inputs(rng).values(), "Q8_0"),
         "int8_matmul": lambda: (*_int8_inputs(rng).values(), None, "f16"),
         "quantize_int8": lambda: (randn(rng, 5, 40),),
+        "quantize_fp8": lambda: (randn(rng, 5, 40), True, "e5m2"),
+        "fp8_matmul": lambda: (*_fp8_inputs(rng).values(), None, "f32"),
     }  # fmt: skip
     if name not in builders:
         raise KeyError(f"no sample arguments for torch.ops.kaio.{name}: add them to torch_op_samples.py")
