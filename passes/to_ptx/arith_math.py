@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from kaio.dialects import ptx
-from kaio.passes.to_ptx import fp8, lowering
+from kaio.passes.to_ptx import fp8, lop3_fusion, lowering
 from kaio.passes.to_ptx.emitter import (
     PtxEmitter,
     bits_spec,
@@ -145,6 +145,8 @@ _INT_BINARY: dict[type[Operation], tuple[type[ptx.PtxInstr], str, bool | None, b
 
 @lowering(*_INT_BINARY)
 def lower_int_binary(em: PtxEmitter, op: Operation) -> None:
+    if lop3_fusion.fuse_logic_pair(em, op):  # (x & m) | c and the like: one lop3
+        return
     cls, prefix, signed, widen = _INT_BINARY[type(op)]
     t = op.results[0].type
     a, b = (em.value(v) for v in op.operands)

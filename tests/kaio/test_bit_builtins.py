@@ -252,3 +252,63 @@ def _load_kernel(tmp_path: Path, body: str, params: str = "x: Array[u32], y: Mut
 def test_bad_arguments_are_compile_errors(tmp_path: Path, body: str, params: str | None, message: str) -> None:
     with pytest.raises(kaio.KaioCompileError, match=message):
         _load_kernel(tmp_path, body, params or "x: Array[u32], y: MutArray[u32]")
+
+
+# --------------------------------------------------------------------------- lop3 from operators
+
+
+def _logic_source() -> str:
+    return """
+import kaio
+from kaio.prelude import *
+
+@kaio.gpu_kernel(block_size=64)
+def logic_pairs(x: Array[u32], y: MutArray[u32]):
+    i = i32(thread_idx_x())
+    v = x[i]
+    y[i * 6 + 0] = (v & 0xF) | 0x6400
+    y[i * 6 + 1] = (v | 0x0F0F0F0F) ^ 0xFF00FF00
+    y[i * 6 + 2] = 0x12345678 & (0xCAFE0000 ^ v)
+    w = v & 0xFF
+    y[i * 6 + 3] = (w | 0x100) + w  # w has two users: it stays an and
+    y[i * 6 + 4] = ((v >> 4) & 0xF) | 0x6400
+    y[i * 6 + 5] = (v ^ 0xFFFFFFFF) & 0x80000000
+"""
+
+
+def _logic_model(v: int) -> list[int]:
+    w = v & 0xFF
+    return [(v & 0xF) | 0x6400, (v | 0x0F0F0F0F) ^ 0xFF00FF00, 0x12345678 & (0xCAFE0000 ^ v), ((w | 0x100) + w) & M32,
+            ((v >> 4) & 0xF) | 0x6400, (v ^ M32) & 0x80000000]  # fmt: skip
+
+
+def _run_logic(tmp_path: Path, rng: np.random.Generator) -> tuple[list[list[int]], np.ndarray, str]:
+    path = tmp_path / "logic_kernels.py"
+    path.write_text(_logic_source())
+    spec = importlib.util.spec_from_file_location("logic_kernels", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = words(rng, 64)
+    dev = kaio.Device("sim")
+    y = dev.alloc_from(np.full(64 * 6, 0xA5A5A5A5, np.uint32))
+    module.logic_pairs[1](dev.alloc_from(x), y)
+    return [[int(v) for v in row] for row in y.to_host().reshape(64, 6)], x, kaio.compile(module.logic_pairs).ptx
+
+
+def test_two_logic_ops_with_constants_become_one_lop3(tmp_path: Path, rng: np.random.Generator) -> None:
+    got, x, ptx_text = _run_logic(tmp_path, rng)
+    assert got == [_logic_model(int(v)) for v in x]
+    body = ptx_text.split("ld.global.u32", 1)[1]
+    ops = [line.split()[0] for line in body.splitlines() if line.strip() and not line.strip().startswith((".", "//", "$"))]
+    assert ops.count("lop3.b32") == 5, body  # every pair but the shared `w`
+    assert (ops.count("and.b32"), ops.count("or.b32"), ops.count("xor.b32")) == (1, 1, 0), body  # w & 0xFF, w | 0x100
+
+
+def test_planted_bug_a_wrong_lop3_table_is_caught(tmp_path: Path, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kaio.passes.to_ptx import lop3_fusion
+
+    real = lop3_fusion.lop3_table
+    monkeypatch.setattr(lop3_fusion, "lop3_table", lambda inner, outer: real(outer, inner))  # operations swapped
+    got, x, _ = _run_logic(tmp_path, rng)
+    assert got != [_logic_model(int(v)) for v in x]
