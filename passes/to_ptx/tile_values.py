@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from xdsl.dialects.builtin import TensorType, bf16, f16, f32, f64, i1, i16, i32, i64
+from xdsl.dialects import arith
+from xdsl.dialects.builtin import IntegerAttr, TensorType, bf16, f16, f32, f64, i1, i16, i32, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from kaio.dialects import ptx, smem, tile
@@ -27,6 +28,7 @@ from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
 from kaio.passes.to_ptx.half_pairs import Lanes, lower_pair, worth_pairing
 from kaio.passes.to_ptx.kernel_ops import combine, linear_thread_id, shuffle
+from kaio.passes.to_ptx.shared_reuse import in_loop
 from kaio.passes.tile_layout import divisibility
 from kaio.passes.vectorize_loads import constant_int, require_alignment as record_alignment
 
@@ -362,7 +364,11 @@ def lower_map(em: PtxEmitter, op: tile.MapOp) -> None:
     elements = MapElements(em, op)
     registers = distribution(em, op.result.type).registers
     if not elements.paired:
-        em.bind(op.result, [elements.value(r) for r in range(registers)])
+        run = constant_run(em, op)
+        values: list[SSAValue] = []
+        for r in range(registers):
+            values.append(values[r - r % run] if r % run else elements.value(r))
+        em.bind(op.result, values)
         return
     parts: list[SSAValue] = []
     for r in range(0, registers, 2):
@@ -371,6 +377,47 @@ def lower_map(em: PtxEmitter, op: tile.MapOp) -> None:
             em.packed[(op.result, r)] = lanes.word
         parts += lanes.scalars(em)
     em.bind(op.result, parts)
+
+
+# arith.cmpi predicates (slt, sge, ult, uge; and mirrored) whose truth for x in [g*q, g*q + g)
+# is that of g*q when the bound is a multiple of g: x < b is floor_g(x) < b
+_RANGE_LEFT = {2, 5, 6, 9}
+_RANGE_RIGHT = {3, 4, 7, 8}
+
+
+def known_multiple(value: SSAValue) -> int:
+    """The largest power of two ``value`` (an i32) is known to be a multiple of: a constant's, a
+    ``tile.multiple_of``'s (launch specialisation, ``kt.multiple_of``); 1 when unknown."""
+    owner = value.owner
+    if isinstance(owner, tile.MultipleOfOp):
+        n = owner.n.value.data
+        return max(n & -n, 1)
+    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
+        c = owner.value.value.data
+        return 1 << 30 if c == 0 else min(c & -c, 1 << 30)
+    return 1
+
+
+def constant_run(em: PtxEmitter, op: tile.MapOp) -> int:
+    """Registers in a row over which the map's result is one value: a range compared with a
+    bound known to be a multiple of the run (``kt.arange(C) < n`` with n a multiple of 8 is one
+    predicate per 8 consecutive elements a thread holds, as Triton's axis analysis finds: one
+    compare instead of eight, and no predicate registers spilled to hold them). 1 otherwise."""
+    if len(op.inputs) != 1 or not isinstance(op.inputs[0].owner, tile.RangeOp):
+        return 1
+    body = list(op.block.ops)
+    if len(body) != 2 or not isinstance(body[0], arith.CmpiOp) or body[1].operands[0] is not body[0].result:
+        return 1
+    cmp, arg = body[0], op.block.args[0]
+    predicate = cmp.predicate.value.data
+    if cmp.lhs is arg and cmp.rhs is not arg and predicate in _RANGE_LEFT:
+        bound = cmp.rhs
+    elif cmp.rhs is arg and cmp.lhs is not arg and predicate in _RANGE_RIGHT:
+        bound = cmp.lhs
+    else:
+        return 1
+    # registers 0..c-1 hold consecutive elements from a multiple of c (the thread's base)
+    return min(known_multiple(bound), distribution(em, op.inputs[0].type).contiguous(0))
 
 
 def _streamable(op: tile.LoadOp) -> bool:
@@ -952,7 +999,8 @@ def lower_reduce(em: PtxEmitter, op: tile.ReduceOp) -> None:
                 partial[k] = combine(em, kind, v, shuffle(em, "bfly", v, em.const(1 << i, i32), 32, mask), t)
     warp_bits = [i for i, b in enumerate(dist.warp) if b is not None and b[0] == axis]
     if warp_bits:  # 3. across the warps holding the axis, through shared memory
-        partial = _across_warps(em, dist, axis, warp_bits, partial, kind, t)
+        again = in_loop(op.parent_block())  # type: ignore[arg-type]
+        partial = _across_warps(em, dist, axis, warp_bits, partial, kind, t, again)
     if isinstance(op.result.type, TensorType):
         out_dist = distribution(em, op.result.type)
         em.bind(op.result, [partial[off] for off in out_dist.offsets])
@@ -961,7 +1009,12 @@ def lower_reduce(em: PtxEmitter, op: tile.ReduceOp) -> None:
 
 
 def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list[int],
-                  partial: dict[tuple[int, ...], SSAValue], kind: object, t: Attribute) -> dict[tuple[int, ...], SSAValue]:  # fmt: skip
+                  partial: dict[tuple[int, ...], SSAValue], kind: object, t: Attribute,
+                  again: bool) -> dict[tuple[int, ...], SSAValue]:  # fmt: skip
+    """The warps' partial results through a shared scratch of this reduction's own: one barrier
+    between the writes and the reads, and (``again``: the reduction is in a loop) one after the
+    reads, before the next iteration writes the scratch again. Nothing else touches the scratch,
+    so there is nothing to wait for before the first write."""
     eb = element_bytes(t)
     rest = [s for d, s in enumerate(dist.shape) if d != axis]
     count = math.prod(rest) if rest else 1
@@ -991,7 +1044,6 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
         return em.instr(ptx.MadOp, "lo.s32", [linear, em.const(eb, i32), scratch], i32)
 
     spec = mem_spec(t) if t != f32 else "f32"
-    em.barrier()
     for k, v in partial.items():
         em.emit(ptx.StOp(f"shared.{spec}", [address(k, slot), v], guard=writer))  # type: ignore[arg-type]
     em.barrier()
@@ -1002,7 +1054,8 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
             v = em.instr(ptx.LdOp, f"shared.{spec}", [address(k, g)], reg_type(t))
             total = v if total is None else combine(em, kind, total, v, t)  # type: ignore[arg-type]
         result[k] = total
-    em.barrier()
+    if again:
+        em.barrier()
     return result  # type: ignore[return-value]
 
 
