@@ -3,7 +3,10 @@
 Supported: ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}`` (N = 8..256 by
 8) with A from a shared-memory matrix descriptor or from four registers, B from a descriptor,
 the ``scale-d`` predicate (or immediate), imm-scale-a/b (1 or -1) and imm-trans-a/b;
-``wgmma.fence``, ``wgmma.commit_group`` and ``wgmma.wait_group N``.
+8-bit inputs, K-major only (no imm-trans), K = 32: ``m64nNk32{.satfinite}.s32.{s8,u8}.{s8,u8}``
+(N = 8, 16, 24, then 32..256 by 16; only scale-d: exact int32 sums, wrapping modulo 2^32 or
+clamped with ``.satfinite``) and ``m64nNk32.f32.{e4m3,e5m2}.{e4m3,e5m2}`` (N = 8..256 by 8;
+scale-d, imm-scale-a/b); ``wgmma.fence``, ``wgmma.commit_group`` and ``wgmma.wait_group N``.
 
 A warpgroup is four consecutive warps (128 threads, the first warp's number a multiple of 4);
 all of its threads execute each wgmma instruction together, with the same descriptors.
@@ -14,7 +17,8 @@ leading dimension byte offset (LBO) >> 4, 32-45 stride dimension byte offset (SB
 is read as the canonical layouts of the ISA (and CUTLASS's GMMA atoms), in units of 8x16-byte
 core matrices, for a 64x16 A or Nx16 B slice indexed (row r of M or N, column k):
 
-* K-major (imm-trans 0), no swizzle: ``start + (r/8) SBO + (r%8) 16 + (kb/16) LBO + kb%16``;
+* K-major (imm-trans 0), no swizzle: ``start + (r/8) SBO + (r%8) 16 + (kb/16) LBO + kb%16``
+  (kb = k * element bytes: a slice is 32 bytes deep, 16 elements of 16 bits or 32 of 8);
   swizzled with span S: ``start + (r/8) SBO + (r%8) S + kb`` (kb = k * 2 bytes)
 * MN-major (imm-trans 1), no swizzle: ``start + (rb/16) SBO + rb%16 + (k%8) 16 + (k/8) LBO``;
   swizzled: ``start + (rb/S) LBO + rb%S + (k%8) S + (k/8) SBO`` (rb = r * 2 bytes)
@@ -22,8 +26,8 @@ core matrices, for a 64x16 A or Nx16 B slice indexed (row r of M or N, column k)
 and the swizzle then XORs address bits 4.. with bits 7.. (``tensor_map.swizzle``), on the
 absolute shared address as the hardware does, so TMA's swizzled boxes read back unchanged.
 
-Register fragments: A register j of warp w's lane holds the m16n8k16 A fragment of rows 16w..
-16w+15; accumulator register i of that lane holds row 16w + g + 8 ((i % 4) / 2), column
+Register fragments: A register j of warp w's lane holds the m16n8k16 (8-bit: m16n8k32) A
+fragment of rows 16w..16w+15; accumulator register i of that lane holds row 16w + g + 8 ((i % 4) / 2), column
 8 (i / 4) + 2t + i % 2 (g = lane / 4, t = lane % 4).
 
 Asynchrony: the product is computed when the instruction issues and lands in the accumulator
@@ -34,7 +38,9 @@ descriptor operands from shared memory any time until then: the async proxy
 (``async_proxy.py``) holds them read until the retiring wait, so a write to them in between
 is reported (and computing at issue is then exact); they must not be in flight (a bulk copy
 not yet waited for), and generic writes to them need a ``fence.proxy.async`` before the
-wgmma. Products and sums are exact in float64 and rounded once to f32.
+wgmma. Products and sums are exact in float64 (int64 for integers) and rounded once to f32
+(an s32 accumulator wraps or, with ``.satfinite``, clamps); the queue carries every
+accumulator as its 32 raw bits.
 """
 
 from __future__ import annotations
@@ -56,11 +62,15 @@ from .syntax import ImmOperand, Instruction, Operand, RegOperand, VecOperand
 from .tensor_map import swizzle
 
 WARPGROUP = 4 * WARP
-M, K = 64, 16
+M, K = 64, 16  # K of the 16-bit shapes; an operand slice is always 32 bytes deep
 DESCRIPTOR_SWIZZLE = {0: 0, 1: 128, 2: 64, 3: 32}  # descriptor bits 62-63 -> span in bytes
-_INPUTS = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
+_HALF = {"f16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
+_FP8 = {"e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "e5m2": np.dtype(ml_dtypes.float8_e5m2)}
+_INT8 = {"s8": np.dtype(np.int8), "u8": np.dtype(np.uint8)}
+_INPUTS = {**_HALF, **_FP8, **_INT8}
 _B32, _B64, _F32, _PRED = (PTX_TYPES[t] for t in ("b32", "b64", "f32", "pred"))
-_SHAPES = {f"m64n{n}k16": n for n in range(8, 257, 8)}
+_INT_N = (8, 16, 24, *range(32, 257, 16))  # the N the ISA allows for s8/u8
+_SHAPES = {**{f"m64n{n}k16": (n, 16) for n in range(8, 257, 8)}, **{f"m64n{n}k32": (n, 32) for n in range(8, 257, 8)}}
 
 
 # --------------------------------------------------------------------------- descriptors
@@ -85,9 +95,9 @@ class Descriptor:
         )
 
     def addresses(self, rows: int, elem: int, mn_major: bool) -> np.ndarray:
-        """(rows, 16) shared byte addresses of the operand's elements (row of M or N, k)."""
+        """(rows, 32 / elem) shared byte addresses of the operand's elements (row of M or N, k)."""
         r = np.arange(rows, dtype=np.int64)[:, None]
-        k = np.arange(K, dtype=np.int64)[None, :]
+        k = np.arange(32 // elem, dtype=np.int64)[None, :]
         s = self.span
         if not mn_major:
             kb = k * elem
@@ -122,7 +132,7 @@ def accumulator_gather(n: int) -> np.ndarray:
     return _gather(16, n, g + 8 * ((i % 4) // 2), 8 * (i // 4) + 2 * t + i % 2)
 
 
-_A_REGS = a_layout(K, 2)  # the m16n8k16 A fragment of one warp, 16 x 16
+_A_REGS = {2: a_layout(16, 2), 1: a_layout(32, 4)}  # element bytes -> one warp's A fragment, 16 x 32 bytes
 
 
 # --------------------------------------------------------------------------- the async queue
@@ -234,19 +244,48 @@ def _immediate(op: Operand, allowed: tuple[int, ...], what: str, ins: Instructio
     return int(op.value)
 
 
+def _input_types(ins: Instruction, mods: Modifiers, k: int) -> tuple[str, str, str]:
+    """(accumulator, A, B) type names of a shape of depth ``k``, or a DecodeError."""
+    types = [t.name for t in mods.types()]
+    if len(types) != 3:
+        raise DecodeError(f"{ins.opcode} names the types of D, A and B")
+    d, a, b = types
+    ok = (
+        (k == 16 and d == "f32" and a == b and a in _HALF)
+        or (k == 32 and d == "f32" and a in _FP8 and b in _FP8)
+        or (k == 32 and d == "s32" and a in _INT8 and b in _INT8)
+    )
+    if not ok:
+        raise DecodeError(
+            f"{ins.opcode}: the simulator supports k16 .f32.f16.f16 / .f32.bf16.bf16 and k32 "
+            ".f32.{e4m3,e5m2}.{e4m3,e5m2} / .s32.{s8,u8}.{s8,u8}"
+        )
+    return d, a, b
+
+
 def _mma_async(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
     shape = mods.take(*_SHAPES)
     if shape is None:
-        raise DecodeError(f"{ins.opcode}: supported shapes are m64nNk16, N = 8..256 by 8")
-    n = _SHAPES[shape]
-    types = mods.types()
-    if [t.name for t in types[:1]] != ["f32"] or len(types) != 3 or types[1] != types[2] or types[1].name not in _INPUTS:
-        raise DecodeError(f"{ins.opcode}: the simulator supports .f32.f16.f16 and .f32.bf16.bf16")
-    elem = _INPUTS[types[1].name]
-    ops = operands(ins, (7, 8))
+        raise DecodeError(f"{ins.opcode}: supported shapes are m64nNk16 and m64nNk32, N = 8..256 by 8")
+    n, k = _SHAPES[shape]
+    satfinite = mods.flag("satfinite")
+    d_name, a_name, b_name = _input_types(ins, mods, k)
+    integer = d_name == "s32"
+    if integer and n not in _INT_N:
+        raise DecodeError(f"{ins.opcode}: integer wgmma takes N in {_INT_N}, not {n}")
+    if satfinite and not integer:
+        raise DecodeError(f"{ins.opcode}: .satfinite applies to integer wgmma only")
+    a_elem, b_elem = _INPUTS[a_name], _INPUTS[b_name]
+    # operands after d, a, b-desc: scale-d, then imm-scale-a/b (floats), then imm-trans-a/b (16-bit)
+    immediates = 0 if integer else 2
+    transposes = 2 if k == 16 else 0
+    ops = operands(ins, tuple(range(4, 9)))
     a_in_regs = isinstance(ops[1], VecOperand)
-    if len(ops) != (7 if a_in_regs else 8):
-        raise DecodeError(f"{ins.opcode}: d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, [imm-trans-a,] imm-trans-b")
+    want = 4 + immediates + (transposes - (1 if a_in_regs and transposes else 0))
+    if len(ops) != want:
+        form = "d, a, b-desc, scale-d" + (", imm-scale-a, imm-scale-b" if immediates else "")
+        form += (", [imm-trans-a,] imm-trans-b" if transposes else "")
+        raise DecodeError(f"{ins.opcode}: {form}")
     d_ops = [dc.as_register(r) for r in _registers(ops[0], n // 2, "d", ins)]
     if not all(isinstance(r, RegOperand) for r in d_ops):
         raise DecodeError(f"{ins.opcode}: the accumulators are registers")
@@ -259,20 +298,21 @@ def _mma_async(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
     a_desc = None if a_in_regs else dc.reader(ops[1], _B64)
     b_desc = dc.reader(ops[2], _B64)
     scale_d = dc.reader(ops[3], _PRED)
-    scale_a = _immediate(ops[4], (1, -1), "imm-scale-a", ins)
-    scale_b = _immediate(ops[5], (1, -1), "imm-scale-b", ins)
-    trans_a = 0 if a_in_regs else _immediate(ops[6], (0, 1), "imm-trans-a", ins)
-    trans_b = _immediate(ops[-1], (0, 1), "imm-trans-b", ins)
+    scale_a = _immediate(ops[4], (1, -1), "imm-scale-a", ins) if immediates else 1
+    scale_b = _immediate(ops[5], (1, -1), "imm-scale-b", ins) if immediates else 1
+    trans_a = _immediate(ops[6], (0, 1), "imm-trans-a", ins) if transposes and not a_in_regs else 0
+    trans_b = _immediate(ops[-1], (0, 1), "imm-trans-b", ins) if transposes else 0
     acc_gather = accumulator_gather(n)
     acc_scatter = np.argsort(acc_gather)
+    wide = np.dtype(np.int64) if integer else np.dtype(np.float64)
     name, line = ins.opcode, ins.line
 
-    def operand(ctx: ExecContext, groups: np.ndarray, reader, rows: int, mn_major: bool, what: str) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def operand(ctx: ExecContext, groups: np.ndarray, reader, rows: int, mn_major: bool, what: str, elem: np.dtype) -> np.ndarray:  # type: ignore[no-untyped-def]
         raw = np.asarray(reader(ctx, groups.reshape(-1))).astype(np.uint64).reshape(groups.shape)
         if (raw != raw[:, :1]).any():
             g = int(np.flatnonzero((raw != raw[:, :1]).any(axis=1))[0])
             raise SimFault("sim", f"{name}: the {what} descriptor differs between threads of a warpgroup", int(groups[g, 0]))
-        out = np.empty((groups.shape[0], rows, K), dtype=np.float64)
+        out = np.empty((groups.shape[0], rows, k), dtype=wide)
         for g, desc in enumerate(raw[:, 0].tolist()):
             d = Descriptor.decode(int(desc))
             if d.base_offset:
@@ -286,32 +326,45 @@ def _mma_async(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
             if ctx.shared_written is not None and not ctx.shared_written[where].all():
                 raise SimFault("memory", f"{name}: the {what} operand reads shared memory nothing stored in this launch (check the descriptor)", int(groups[g, 0]))
             data = ctx.shared[where]
-            out[g] = np.ascontiguousarray(data).view(elem)[..., 0].astype(np.float64)
+            out[g] = np.ascontiguousarray(data).view(elem)[..., 0].astype(wide)
         return out
 
     def a_from_registers(ctx: ExecContext, groups: np.ndarray) -> np.ndarray:
         idx = groups.reshape(-1)
         raw = np.stack([np.asarray(r(ctx, idx)).astype(np.uint32) for r in a_regs], axis=-1)  # (threads, 4)
-        values = np.ascontiguousarray(raw).view(elem).reshape(-1, WARP * 8)  # per warp
-        tiles = values[:, _A_REGS.gather].astype(np.float64).reshape(-1, 4, 16, K)
-        return tiles.reshape(-1, M, K)
+        layout = _A_REGS[a_elem.itemsize]
+        values = np.ascontiguousarray(raw).view(a_elem).reshape(-1, layout.gather.size)  # per warp
+        tiles = values[:, layout.gather].astype(wide).reshape(-1, 4, 16, k)
+        return tiles.reshape(-1, M, k)
+
+    def accumulated(old: np.ndarray) -> np.ndarray:
+        """The accumulator registers' raw bits (threads, n/2) as values."""
+        return old.view(np.int32).astype(wide) if integer else old.astype(wide)
+
+    def rounded(d: np.ndarray) -> np.ndarray:
+        """(threads, n/2) results as the f32 bits the queue carries."""
+        if not integer:
+            return d.astype(np.float32)
+        if satfinite:
+            d = np.clip(d, -(2**31), 2**31 - 1)
+        return d.astype(np.int32).view(np.float32)  # wraps modulo 2^32 without .satfinite
 
     def run(ctx: ExecContext, idx: Idx) -> None:
         groups = warpgroups(ctx, idx, name)
         threads = groups.reshape(-1)
-        a = a_from_registers(ctx, groups) if a_in_regs else operand(ctx, groups, a_desc, M, bool(trans_a), "A")
-        b = operand(ctx, groups, b_desc, n, bool(trans_b), "B")  # (G, n, 16)
+        a = a_from_registers(ctx, groups) if a_in_regs else operand(ctx, groups, a_desc, M, bool(trans_a), "A", a_elem)
+        b = operand(ctx, groups, b_desc, n, bool(trans_b), "B", b_elem)  # (G, n, k)
         state = queue(ctx)
         scale = np.broadcast_to(np.asarray(scale_d(ctx, threads)), threads.shape).reshape(groups.shape)[:, 0]
         d = np.matmul(scale_a * a, scale_b * np.swapaxes(b, 1, 2))  # (G, 64, n), exact products
         if scale.any():
             old = np.stack([state.current(ctx, s, threads) for s in slots], axis=-1)  # (threads, n/2)
-            per_warp = old.reshape(-1, WARP * (n // 2))[:, acc_gather].reshape(-1, M, n).astype(np.float64)
-            d += np.where(scale[:, None, None], per_warp, 0.0)
-        per_thread = d.reshape(-1, 16 * n)[:, acc_scatter].reshape(-1, n // 2).astype(np.float32)
+            per_warp = accumulated(np.ascontiguousarray(old)).reshape(-1, WARP * (n // 2))[:, acc_gather].reshape(-1, M, n)
+            d += np.where(scale[:, None, None], per_warp, 0)
+        per_thread = rounded(d.reshape(-1, 16 * n)[:, acc_scatter].reshape(-1, n // 2))
         state.issue(ctx, threads, slots, per_thread, line)
 
-    return Behaviour(run=run, klass=f"wgmma.{shape}.f32.{types[1].name}")
+    return Behaviour(run=run, klass=f"wgmma.{shape}.{d_name}.{a_name}")
 
 
 # --------------------------------------------------------------------------- fence, commit, wait
