@@ -64,6 +64,13 @@ def _round_fp8(value: float, t: ScalarType) -> float:
     return r if math.isfinite(r) else math.copysign(largest, value)
 
 
+def _fp8_overflows(value: float, t: ScalarType) -> bool:
+    """A finite ``value`` that rounds beyond fp8 type ``t``'s largest finite value."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = float(np.array([value], np.float64).astype(t.np_dtype)[0])
+    return math.isfinite(value) and not math.isfinite(r)
+
+
 def _f32_rounded_to_odd(value: float) -> np.float32:
     """``value`` in f32, truncated, its last bit set when that lost anything: rounding this to a
     narrower format is the one correct rounding of ``value`` (f32 keeps 2+ more bits)."""
@@ -105,8 +112,12 @@ def adapt(c: Const, t: ScalarType) -> Const:
         raise SemanticError(f"bool literal {value!r} cannot be used as {t.name}", "use 0 or 1")
     if t.is_float:
         rounded = round_float(float(value), t)
-        if math.isinf(rounded) and not math.isinf(float(value)):
-            raise SemanticError(f"{literal_text(c)} is out of range for {t.name}")
+        beyond = t.is_fp8 and _fp8_overflows(float(value), t)  # a literal never saturates silently
+        if beyond or math.isinf(rounded) and not math.isinf(float(value)):
+            raise SemanticError(
+                f"{literal_text(c)} is out of range for {t.name}",
+                f"`{t.name}({value!r})` converts with saturation" if beyond else None,
+            )
         return Const(rounded, t)
     if kind == "float":
         raise SemanticError(

@@ -147,6 +147,51 @@ def test_fp8_storage_only_loads_and_stores_on_any_arch(dev: kaio.Device) -> None
     np.testing.assert_array_equal(y.to_host().view(np.uint8), x.view(np.uint8))
 
 
+def test_fp8_literals_adapt_but_never_saturate_silently(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    src = (
+        "import kaio\nfrom kaio.prelude import *\n"
+        "@kaio.gpu_kernel(block_size=32)\n"
+        "def ok(y: MutArray[f8e4m3]):\n    y[0] = 1.5\n    y[1] = 464.0\n"  # 464 rounds (to even) to 448
+        "@kaio.gpu_kernel(block_size=32)\n"
+        "def bad(y: MutArray[f8e4m3]):\n    y[0] = 465.0\n"
+    )
+    path = tmp_path / "fp8_literals.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("fp8_literals", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    with pytest.raises(kaio.KaioCompileError, match=r"out of range for f8e4m3(.|\n)*saturation"):
+        spec.loader.exec_module(module)
+        kaio.compile(module.bad, arch="sm_89")
+    dev = kaio.Device("sim", arch="sm_89")
+    y = dev.alloc_from(np.zeros(2, E4M3))
+    module.ok[1](y)
+    assert list(y.to_host().astype(np.float32)) == [1.5, 448.0]
+
+
+def test_launch_checks_fp8_array_dtypes(dev: kaio.Device) -> None:
+    x = dev.alloc_from(np.zeros(8, np.float32))
+    q4, q5 = dev.alloc_from(np.zeros(8, E4M3)), dev.alloc_from(np.zeros(8, E5M2))
+    back, half = dev.alloc_from(np.zeros(8, np.float32)), dev.alloc_from(np.zeros(8, np.float16))
+    with pytest.raises(kaio.KaioTypeError, match="q4"):
+        fp8_round_trip[1](x, dev.alloc_from(np.zeros(8, np.uint8)), q5, back, half, 8)
+    with pytest.raises(kaio.KaioTypeError, match="q5"):
+        fp8_round_trip[1](x, q4, q4, back, half, 8)  # e4m3 where e5m2 is declared
+
+
+def test_torch_fp8_cpu_tensors_run_on_the_simulator(rng: np.random.Generator) -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(edge_values(rng, 64))
+    q4 = torch.full((64,), 0.5).to(torch.float8_e4m3fn)
+    q5 = torch.full((64,), 0.5).to(torch.float8_e5m2)
+    back, half = torch.full((64,), float("nan")), torch.full((64,), float("nan"), dtype=torch.float16)
+    fp8_round_trip.launch(kaio.Device("sim", arch="sm_89"), x, q4, q5, back, half, 64, grid=1)
+    np.testing.assert_array_equal(q4.view(torch.uint8).numpy(), satfinite(x.numpy(), E4M3))
+    np.testing.assert_array_equal(back.numpy(), satfinite(x.numpy(), E4M3).view(E4M3).astype(np.float32))
+
+
 @pytest.mark.parametrize("body", ["y[0] = x[0] + x[1]", "y[0] = -x[0]", "b = x[0] < x[1]", "y[0] = max(x[0], x[1])", "y[0] = x[0] * 2.0"])
 def test_fp8_arithmetic_is_refused_with_a_hint(body: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import importlib.util
