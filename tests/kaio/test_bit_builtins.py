@@ -313,3 +313,44 @@ def test_planted_bug_a_wrong_lop3_table_is_caught(tmp_path: Path, rng: np.random
     monkeypatch.setattr(lop3_fusion, "lop3_table", lambda inner, outer: real(outer, inner))  # operations swapped
     got, x, _ = _run_logic(tmp_path, rng)
     assert got != [_logic_model(int(v)) for v in x]
+
+
+# --------------------------------------------------------------------------- the IR
+
+
+def test_bit_ops_verify_and_round_trip_through_text() -> None:
+    from xdsl.context import Context
+    from xdsl.dialects import arith as xarith
+    from xdsl.dialects.builtin import Builtin
+    from xdsl.parser import Parser
+
+    from kaio.dialects import kernel_bits, ptx
+    from kaio.dialects.kernel import Kernel
+
+    ir = bit_ops.build()  # every kernel_bits op but prmt's mode, which the frontend never sets
+    text = str(ir.module)
+    assert all(name in text for name in ("kernel.dp4a", "kernel.dp2a", "kernel.prmt", "kernel.lop3"))
+    ctx = Context()
+    for d in (Builtin, Kernel, xarith.Arith):
+        ctx.load_dialect(d)
+    from xdsl.dialects import scf
+
+    ctx.load_dialect(scf.Scf)
+    parsed = Parser(ctx, text).parse_module()
+    parsed.verify()
+    assert str(parsed) == text
+    # the verifiers refuse what PTX cannot spell
+    from xdsl.dialects.builtin import i32 as xi32
+    from xdsl.ir import Block
+    from xdsl.utils.exceptions import VerifyException
+
+    block = Block(arg_types=[xi32, xi32, xi32])
+    a, b, c = block.args
+    for bad in (kernel_bits.Lop3Op(a, b, c, 256), kernel_bits.PrmtOp(a, b, c, "f5e")):
+        with pytest.raises(VerifyException):
+            bad.verify()
+    kernel_bits.PrmtOp(a, b, c, "rc8").verify()
+    assert ptx.PrmtOp("rc8.b32", [a, b, c], [xi32]).opcode() == "prmt.b32.rc8"
+    with pytest.raises(VerifyException):
+        ptx.Dp2aOp("s32.s32", [a, b, c], [xi32]).verify()  # .lo or .hi
+    ptx.Dp2aOp("hi.s32.u32", [a, b, c], [xi32]).verify()
