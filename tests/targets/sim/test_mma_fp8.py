@@ -8,7 +8,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kaio.errors import KaioLaunchError
+import kaio
+import kaio.tile as kt
+from kaio.errors import KaioCompileError, KaioLaunchError, KaioTargetError
+from kaio.prelude import Array, MutArray, f8e4m3, f8e5m2, f32, i8, i32
 
 from .conftest import check_ptx
 from .test_tensor_core import MMA, pack_a, pack_b, pack_c, unpack_c
@@ -104,3 +107,46 @@ def test_malformed_fp8_mma_is_a_load_error(sim, spec, message):
     )
     with pytest.raises(KaioLaunchError, match=message):
         sim.load(text)
+
+
+# --- kt.dot on fp8 tiles ---------------------------------------------------------------------
+
+
+def _fp8_dot_source():  # type: ignore[no-untyped-def]
+    @kaio.tile_kernel(num_warps=4, num_stages=2)
+    def fp8_dot(a: Array[f8e4m3], b: Array[f8e5m2], c: MutArray[f32], m: i32, n: i32, k: i32,
+                BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BK: kaio.constexpr = 32):  # fmt: skip
+        m0, n0 = i32(kt.program_id(0)) * BM, i32(kt.program_id(1)) * BN
+        acc = kt.zeros((BM, BN), f32)
+        for k0 in range(0, k, BK):
+            acc = kt.dot(kt.load(a, (m0, k0), (BM, BK), (m, k)), kt.load(b, (k0, n0), (BK, BN), (k, n)), acc)
+        kt.store(c, (m0, n0), acc, (m, n))
+
+    return fp8_dot
+
+
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90a"])
+def test_fp8_dot_tile_kernel(rng, arch):
+    m, n, k = 40, 33, 96
+    a, b = _fp8(rng, "e4m3", (m, k)), _fp8(rng, "e5m2", (k, n))
+    dev = kaio.Device("sim", arch=arch)
+    c = dev.alloc_from(np.full((m, n), np.nan, np.float32))
+    _fp8_dot_source()[(2, 2)](dev.alloc_from(a), dev.alloc_from(b), c, m, n, k)
+    want = a.astype(np.float64) @ b.astype(np.float64)  # each mma rounds its 32-deep partial sum to f32
+    np.testing.assert_allclose(c.to_host(), want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
+def test_fp8_dot_before_sm89_names_the_minimum_at_the_users_line():
+    with pytest.raises(KaioTargetError, match=r"test_mma_fp8.py:\d+: fp8 tensor cores .*needs sm_89 or newer; the target is sm_80") as info:
+        kaio.compile(_fp8_dot_source(), "sm_80")
+    assert "acc = kt.dot(" in str(info.value)
+
+
+def test_fp8_dot_with_an_integer_tile_names_both_types():
+
+    with pytest.raises(KaioCompileError, match="kt.dot of f8e4m3 and i8 tiles"):
+
+        @kaio.tile_kernel(num_warps=4)
+        def mixed(a: Array[f8e4m3], b: Array[i8], c: MutArray[f32]):
+            acc = kt.dot(kt.load(a, (0, 0), (32, 32), (32, 32)), kt.load(b, (0, 0), (32, 32), (32, 32)), kt.zeros((32, 32), f32))
+            kt.store(c, (0, 0), acc, (32, 32))
