@@ -41,7 +41,7 @@ from typing import Any
 
 import kaio
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.prelude import i8, i32
+from kaio.prelude import bitcast, f16, i8, i32, prmt, u16
 
 # The formats' codes are ggml's type numbers (gguf.GGMLQuantizationType's values); the kernels
 # compare them: the K-quants (sub-block scales) are >= Q4_K, those with high bits >= Q5_K.
@@ -59,6 +59,7 @@ class BlockFormat:
     nbytes: int
     d_at: int
     dmin_at: int = -1
+    decode_step: int = 32  # elements of K per trip of the decoding kernel: every quant byte read once
 
 
 FORMATS = {
@@ -66,9 +67,9 @@ FORMATS = {
     for f in (
         BlockFormat("Q8_0", Q8_0, 32, 34, 0),
         BlockFormat("Q4_0", Q4_0, 32, 18, 0),
-        BlockFormat("Q4_K", Q4_K, 256, 144, 0, 1),
-        BlockFormat("Q5_K", Q5_K, 256, 176, 0, 1),
-        BlockFormat("Q6_K", Q6_K, 256, 210, 104),
+        BlockFormat("Q4_K", Q4_K, 256, 144, 0, 1, 64),
+        BlockFormat("Q5_K", Q5_K, 256, 176, 0, 1, 64),
+        BlockFormat("Q6_K", Q6_K, 256, 210, 104, -1, 128),
     )
 }
 
@@ -165,3 +166,25 @@ def sub_min(s0: i32, s1: i32, s2: i32, j: i32, F: i32) -> i32:
     if F == Q4_K or F == Q5_K:
         return s1 & 63 if j < 128 else (s2 >> 4) | (s1 >> 6) << 4
     return 0
+
+
+# --- the decoding kernel's words -----------------------------------------------------------------
+# It reads a block's quants 32 bits at a time, through the f16 view of the weight bytes (every
+# format's blocks are only 2-byte aligned: Q8_0 34 B, Q4_0 18 B, Q6_K 210 B), each word from two
+# halves, as llama.cpp's get_int_b2 does; nibbles are split with a shift and a mask per word.
+
+NIBBLES = 0x0F0F0F0F  # the low nibble of each byte
+ONES = 0x01010101  # dp4a(x, ONES, 0): the sum of x's four signed bytes
+
+
+@kaio.device
+def join(lo: f16, hi: f16) -> i32:
+    """The 32-bit word whose low half is ``lo``'s bits and high half ``hi``'s (one ``prmt``)."""
+    return prmt(i32(bitcast(lo, u16)), i32(bitcast(hi, u16)), 0x5410)
+
+
+@kaio.device
+def q6_word(ql: i32, qh: i32, t: i32) -> i32:
+    """Q6_K's four 6-bit quants of group ``t`` (0..3) of a 128-element half at one ``i``: low
+    nibbles of ``ql`` for ``t < 2``, high ones above, bits ``2t`` of the ``qh`` bytes on top."""
+    return (ql >> (t >> 1 << 2) & NIBBLES) | (qh >> 2 * t & 0x03030303) << 4
