@@ -60,7 +60,21 @@ import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.prelude import Array, MutArray, abs, bitcast, dp4a, f16, f32, floor, i8, i32, static_range, u8, u16
+from kaio.prelude import (
+    Array,
+    MutArray,
+    abs,
+    bitcast,
+    dp4a,
+    f16,
+    f32,
+    floor,
+    i8,
+    i32,
+    static_range,
+    u8,
+    u16,
+)
 
 OP = "gguf_matmul"
 ACTIVATION_TYPES = (dtypes.f16, dtypes.bf16, dtypes.f32)
