@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kaio import dtypes
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.operands import Operands
 from kaio.ops_library.scaled_matmul import Inputs, check, require_arch
 from kaio.ops_library.scaled_matmul import run as run_scaled
+
+from kaio import dtypes
 
 OP = "fp8_matmul"
 

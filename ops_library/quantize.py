@@ -22,13 +22,14 @@ import math
 from functools import cache
 from typing import Any
 
+from kaio.ops_library import rows as rowops
+from kaio.ops_library.operands import Operands
+from kaio.ops_library.scaled_matmul import require_arch
+
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.ops_library import rows as rowops
-from kaio.ops_library.operands import Operands
-from kaio.ops_library.scaled_matmul import require_arch
 from kaio.prelude import Array, MutArray, abs, f32, floor, i32
 
 QUANTIZE, ROW_AMAX, QUANTIZE_PER_TENSOR = 0, 1, 2  # the kernel's MODE
@@ -38,7 +39,7 @@ R, C = 4, 256  # rows per program, columns per step
 
 
 @cache
-def quantize_rows_kernel(T: dtypes.ScalarType, Q: dtypes.ScalarType) -> Any:  # noqa: N803
+def quantize_rows_kernel(T: dtypes.ScalarType, Q: dtypes.ScalarType) -> Any:
     """The tile kernel quantising ``T`` rows to ``Q`` (MODE: quantise with each row's amax,
     only write each row's amax to ``stats``, or quantise with the amax of all of ``stats``)."""
 

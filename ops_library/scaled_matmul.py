@@ -18,19 +18,20 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from kaio.ops_library.operands import Operand, Operands
+
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTargetError, KaioTypeError, KaioValueError
-from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, f32, i32
 
 OUT_TYPES = {"f16": dtypes.f16, "bf16": dtypes.bf16, "f32": dtypes.f32}
 
 
 @cache
-def scaled_matmul_kernel(A: dtypes.ScalarType, B: dtypes.ScalarType, ACC: dtypes.ScalarType,  # noqa: N803
-                         OUT: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any:  # noqa: N803  # fmt: skip
+def scaled_matmul_kernel(A: dtypes.ScalarType, B: dtypes.ScalarType, ACC: dtypes.ScalarType,
+                         OUT: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any:  # fmt: skip
     """The tile kernel for one (A, B, accumulator, output, bias) type tuple."""
 
     @kaio.tile_kernel(num_warps=4, num_stages=3)

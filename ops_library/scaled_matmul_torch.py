@@ -7,9 +7,6 @@ call. The fakes run the real ops' checks on the tensors' metadata. Loaded by ``t
 from __future__ import annotations
 
 import torch
-from torch import Tensor
-
-from kaio import dtypes
 from kaio.ops_library import quantize
 from kaio.ops_library.autograd import scoped_device
 from kaio.ops_library.fp8_matmul import OP as FP8_OP
@@ -19,6 +16,9 @@ from kaio.ops_library.int8_matmul import OP as INT8_OP
 from kaio.ops_library.int8_matmul import check_int8
 from kaio.ops_library.int8_matmul import run as run_int8
 from kaio.ops_library.torch_checks import TensorMetadata
+from torch import Tensor
+
+from kaio import dtypes
 from kaio.runtime import tensors
 
 

@@ -7,13 +7,13 @@ tensors, each bad input named (fp8 on sm_80 included), ptxas -arch=sm_89/sm_90a 
 import ml_dtypes
 import numpy as np
 import pytest
+from kaio.ops_library import fp8_matmul, quantize_fp8
+from kaio.ops_library.scaled_matmul import block_m, scaled_matmul_kernel
+from kaio.targets.ptx import toolchain
 
 import kaio
 from kaio import dtypes
 from kaio.errors import KaioTargetError, KaioTypeError, KaioValueError
-from kaio.ops_library import fp8_matmul, quantize_fp8
-from kaio.ops_library.scaled_matmul import block_m, scaled_matmul_kernel
-from kaio.targets.ptx import toolchain
 
 FP8 = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}
 QMAX = {"e4m3": 448, "e5m2": 57344}

@@ -7,13 +7,13 @@ Fresh random inputs, outputs poisoned before launch (the ``poison`` fixture)."""
 import ml_dtypes
 import numpy as np
 import pytest
+from kaio.ops_library import int8_matmul, quantize_int8
+from kaio.ops_library.scaled_matmul import block_m, scaled_matmul_kernel
+from kaio.targets.ptx import toolchain
 
 import kaio
 from kaio import dtypes
 from kaio.errors import KaioTargetError, KaioTypeError, KaioValueError
-from kaio.ops_library import int8_matmul, quantize_int8
-from kaio.ops_library.scaled_matmul import block_m, scaled_matmul_kernel
-from kaio.targets.ptx import toolchain
 
 OUT = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
 

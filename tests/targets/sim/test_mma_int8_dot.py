@@ -7,12 +7,12 @@ type rules' errors at the user's line."""
 
 import numpy as np
 import pytest
+from kaio.targets.ptx import toolchain
 
 import kaio
 import kaio.tile as kt
 from kaio.errors import KaioCompileError
 from kaio.prelude import Array, MutArray, f16, f32, i8, i32, u8
-from kaio.targets.ptx import toolchain
 
 RANGE = {"i8": (-128, 128), "u8": (0, 256)}
 TYPES = {"i8": i8, "u8": u8}
