@@ -39,50 +39,60 @@ import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.prelude import Array, MutArray, f32, i32
+from kaio.prelude import Array, MutArray, f32, i32, static_range
 
 OP = "w4a16_matmul"
 ACTIVATION_TYPES = (dtypes.f16, dtypes.bf16)
 GROUP_SIZES = tuple(2**p for p in range(4, 13))  # 16 .. 4096; -1: one group (per-column scales)
 SYMMETRIC_ZERO = 8
+STEP = 128  # rows of K per step: 16 per nibble of a word, the K of one f16 dot
 
 
 @cache
 def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any:
     """The tile kernel for one activation type ``T``, scale type ``S`` and bias type
-    (``SCALES_IN_T``: S is T, and the dequantisation runs in T: half the instructions of f32)."""
+    (``SCALES_IN_T``: S is T, and the dequantisation runs in T: half the instructions of f32;
+    ``ROW_GROUPS``: groups shorter than a K step, so each word row has its own scale row)."""
 
     @kaio.tile_kernel(num_warps=4, num_stages=3)
     def w4a16_matmul(x: Array[T], qweight: Array[i32], scales: Array[S], qzeros: Array[i32], bias: Array[BIAS],
                      y: MutArray[T], m: i32, n: i32, k: i32, group: i32,
-                     BM: kaio.constexpr = 16, BN: kaio.constexpr = 64, BK: kaio.constexpr = 64,
+                     BM: kaio.constexpr = 16, BN: kaio.constexpr = 64, BK: kaio.constexpr = 128,
                      HAS_ZEROS: kaio.constexpr = False, HAS_BIAS: kaio.constexpr = False,
-                     SCALES_IN_T: kaio.constexpr = False):  # fmt: skip
+                     SCALES_IN_T: kaio.constexpr = False, ROW_GROUPS: kaio.constexpr = False):  # fmt: skip
         m0, n0 = i32(kt.program_id(1)) * BM, i32(kt.program_id(0)) * BN
         cols = kt.expand_dims(n0 + kt.arange(BN), 0)  # (1, BN): this tile's columns of W
         in_cols = cols < n
-        rows = kt.expand_dims(kt.arange(BK), 1)  # (BK, 1): rows of the K step
-        shifts = rows % 8 * 4  # which nibble of its word row k is
+        x_rows = kt.expand_dims(m0 + kt.arange(BM), 1)  # (BM, 1)
+        word = kt.arange(BK // 8)  # the word rows of a K step: word i holds rows 8 i .. 8 i + 7
+        word_rows, word_cols = kt.expand_dims(word, 1), kt.expand_dims(word, 0)
         acc = kt.zeros((BM, BN), f32)
         for k0 in range(0, k, BK):
-            # the words of the weight tile: row k reads word k // 8 (eight rows share each one)
-            words = kt.load(qweight, (k0 + rows) // 8 * n + cols, (k0 + rows < k) & in_cols)
-            q = (words >> shifts) & 15
-            g = k0 // group  # a K step never straddles two groups (BK divides group_size)
-            # the group's scales by column, like the zeros (a (1, BN) rectangle would be read in
-            # the weight tile's layout: each thread loading every scale its rows share)
-            scale = kt.load(scales, g * n + cols, in_cols)
-            zero = kt.full((1, BN), SYMMETRIC_ZERO, i32)
+            words = kt.load(qweight, (k0 // 8, n0), (BK // 8, BN), (k // 8, n))  # 8 nibbles each
+            if ROW_GROUPS:  # groups shorter than the step: each word row's own group
+                g = (k0 + 8 * word_rows) // group
+                live = (k0 + 8 * word_rows < k) & in_cols
+            else:  # the step's group: one scale row
+                g = kt.full((1, 1), k0 // group, i32)
+                live = in_cols
+            scale = kt.load(scales, g * n + cols, live)
             if HAS_ZEROS:
-                packed = kt.load(qzeros, g * (n // 8) + cols // 8, in_cols)
+                packed = kt.load(qzeros, g * (n // 8) + cols // 8, live)
                 zero = ((packed >> cols % 8 * 4) & 15) + 1
-            # q - zero (a 5-bit integer) is exact in T, and its product with the scale is exact
-            # in f32: either way W is the exact product rounded once to T, like the reference
-            if SCALES_IN_T:
-                w = T(q - zero) * scale
             else:
-                w = T(f32(q - zero) * f32(scale))
-            acc = kt.dot(kt.load(x, (m0, k0), (BM, BK), (m, k)), w, acc)
+                zero = kt.full((1, BN), SYMMETRIC_ZERO, i32)
+            # K is summed in any order: nibble j of every word is the rows k0 + 8 i + j of W,
+            # a (BK / 8, BN) tile, multiplied by the same columns of x; the words are read once
+            for j in static_range(8):
+                q = ((words >> 4 * j) & 15) - zero
+                # q (a 5-bit integer) is exact in T, and its product with the scale is exact in
+                # f32: either way W is the exact product rounded once to T, like the reference
+                if SCALES_IN_T:
+                    w = T(q) * scale
+                else:
+                    w = T(f32(q) * f32(scale))
+                kk = k0 + 8 * word_cols + j
+                acc = kt.dot(kt.load(x, x_rows * k + kk, (x_rows < m) & (kk < k)), w, acc)
         if HAS_BIAS:
             acc = acc + kt.expand_dims(f32(kt.load(bias, (n0,), (BN,), (n,))), 0)
         kt.store(y, (m0, n0), T(acc), (m, n))
@@ -92,11 +102,13 @@ def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.S
 
 @dataclass(frozen=True)
 class W4A16Config:
-    """A launch's tiles: BM rows of x, BN columns of W, BK rows of K per step."""
+    """A launch's tiles: BM rows of x, BN columns of W, BK rows of K per step (16 words);
+    ``row_groups``: groups shorter than a step."""
 
     block_m: int
     block_n: int
     block_k: int
+    row_groups: bool
 
 
 @dataclass(frozen=True)
@@ -114,11 +126,14 @@ class Inputs:
     group: int
 
 
-def choose_config(m: int, k: int, group: int) -> W4A16Config:
-    """Few rows (decoding) take a 16-row tile: the smallest a tensor-core dot has. BK divides
-    the group, so that each K step has one scale row (one group: any BK)."""
-    bm = 16 if m <= 16 else 32 if m <= 32 else 64
-    return W4A16Config(bm, 64, 64 if group >= k else math.gcd(group, 64))
+def choose_config(m: int, k: int, group: int, scales_in_t: bool = True) -> W4A16Config:
+    """Few rows (decoding) take a 16-row tile: the smallest a tensor-core dot has. A K step is
+    128 rows: 16 per nibble, the K of one dot. Groups shorter than a step give each word row
+    its own scale and zero (tiles as large as the words'): at most 32 rows of x then, and 32
+    columns when the dequantisation goes through f32, or sm_80 runs out of registers."""
+    row_groups = group < STEP and group < k
+    bm = 16 if m <= 16 else 32 if m <= 32 or row_groups else 64
+    return W4A16Config(bm, 32 if row_groups and not scales_in_t else 64, STEP, row_groups)
 
 
 def check(ops: Any, x: Any, qweight: Any, scales: Any, qzeros: Any, bias: Any, group_size: Any) -> Inputs:
@@ -176,14 +191,14 @@ def run(x: Any, qweight: Any, scales: Any, qzeros: Any = None, bias: Any = None,
     a = check(ops, x, qweight, scales, qzeros, bias, group_size)
     oy = ops.output((a.m, a.n), a.x.dtype)
     if a.m and a.n:  # K = 0 runs too: no K steps, y = bias (or 0)
-        config = choose_config(a.m, a.k, a.group)
+        config = choose_config(a.m, a.k, a.group, a.scales.dtype == a.x.dtype)
         zeros, bias_ = a.qzeros or a.qweight, a.bias or a.x  # stand-ins the kernel does not read
         kernel = w4a16_tile_kernel(a.x.dtype, a.scales.dtype, bias_.dtype)
         grid = (math.ceil(a.n / config.block_n), math.ceil(a.m / config.block_m))
         kernel.launch(ops.device, a.x.value, a.qweight.value, a.scales.value, zeros.value, bias_.value, oy.value,
                       a.m, a.n, a.k, a.group, grid=grid, BM=config.block_m, BN=config.block_n, BK=config.block_k,
                       HAS_ZEROS=a.qzeros is not None, HAS_BIAS=a.bias is not None,
-                      SCALES_IN_T=a.scales.dtype == a.x.dtype)  # fmt: skip
+                      SCALES_IN_T=a.scales.dtype == a.x.dtype, ROW_GROUPS=config.row_groups)  # fmt: skip
     return ops.result(oy)
 
 

@@ -74,10 +74,10 @@ def rel(got: np.ndarray, want: np.ndarray) -> float:
 
 
 CASES = [  # m, k, n, group_size, zeros, bias dtype, dtype, arch, scales (f16 or "x": x's type)
-    (1, 64, 72, 32, True, None, "f16", "sm_80", "f16"),
+    (1, 384, 72, 32, True, None, "f16", "sm_80", "f16"),
     (5, 128, 40, 64, False, "f32", "bf16", "sm_80", "f16"),
     (16, 96, 24, -1, True, "x", "f16", "sm_90a", "f16"),
-    (64, 128, 70, 128, False, None, "bf16", "sm_90a", "f16"),
+    (64, 256, 70, 128, False, None, "bf16", "sm_90a", "f16"),
     (5, 32, 16, 16, True, "x", "bf16", "sm_90a", "x"),
     (64, 64, 136, 64, True, "f32", "f16", "sm_80", "f16"),
     (3, 64, 40, 32, True, None, "bf16", "sm_80", "x"),
@@ -166,15 +166,18 @@ needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-
 
 
 @needs_ptxas
-@pytest.mark.parametrize("arch,m,scales", [("sm_80", 1, "f16"), ("sm_80", 32, "f16"), ("sm_80", 64, "f16"),
-                                           ("sm_80", 64, "f32"), ("sm_90a", 1, "f16"), ("sm_90a", 64, "f16")])
-def test_assembles_without_spills(arch, m, scales):
-    """Every tile config the op launches (the 32-row one is the nearest to sm_80's 255
-    registers), with zeros and bias, dequantising in f16 or in f32."""
-    config = choose_config(m, 4096, 128)
-    kernel = w4a16_tile_kernel(dtypes.f16, dtypes.f16, dtypes.f16)
+@pytest.mark.parametrize("arch,m,x,group", [("sm_80", 1, "f16", 128), ("sm_80", 64, "f16", 128),
+                                            ("sm_80", 64, "bf16", 128), ("sm_80", 64, "f16", 32),
+                                            ("sm_80", 64, "bf16", 64), ("sm_90a", 1, "bf16", 32),
+                                            ("sm_90a", 64, "f16", 128)])  # fmt: skip
+def test_assembles_without_spills(arch, m, x, group):
+    """Every tile config the op launches, with zeros and bias, f16 scales (bf16 x: the
+    dequantisation goes through f32), one group per K step or one per word row."""
+    t = dtypes.f16 if x == "f16" else dtypes.bf16
+    config = choose_config(m, 4096, group, scales_in_t=x == "f16")
+    kernel = w4a16_tile_kernel(t, dtypes.f16, dtypes.f32)
     compiled = kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BK=config.block_k, HAS_ZEROS=True,
-                            HAS_BIAS=True, SCALES_IN_T=scales == "f16",
+                            HAS_BIAS=True, SCALES_IN_T=x == "f16", ROW_GROUPS=config.row_groups,
                             __divisible__=(("m", 16), ("n", 16), ("k", 16), ("group", 16)))  # fmt: skip
     report = toolchain.assemble(compiled.ptx, arch)
     print(f"{arch} {config}: {report.registers[compiled.name]} registers")
