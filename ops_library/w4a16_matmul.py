@@ -19,10 +19,12 @@ The tensors are a GPTQ checkpoint's, as AutoGPTQ and GPTQModel save them (``chec
 ``x`` (M, K) is f16 or bf16 and so is the result (M, N); ``bias`` (N,) f16/bf16/f32 optional.
 ``group_size`` is -1 (one group: per-column scales) or a power of two from 16 to 4096 dividing K.
 
-The kernel (:func:`w4a16_tile_kernel`) is a matmul whose B tile is computed rather than loaded,
-Marlin's design: each K step reads the packed words of a (BK, BN) weight tile, unpacks the
-nibbles, subtracts the zero point and multiplies by the group's scale in registers, and feeds the
-resulting f16/bf16 tile to ``kt.dot`` on tensor cores with the x tile, accumulating in f32. Only
+The kernel (:func:`w4a16_tile_kernel`) is a matmul whose B operand is computed rather than
+loaded, Marlin's design: each K step of 128 rows reads the packed words of the (128, BN) weight
+tile once, as a (16, BN) rectangle, and for each of the 8 nibbles of a word (K is summed in any
+order: nibble j of every word is the rows ``k0 + 8 i + j``) unpacks it, subtracts the zero point
+and multiplies by the group's scale in registers, and feeds that f16/bf16 (16, BN) tile to
+``kt.dot`` on tensor cores beside the same 16 columns of x (gathered), accumulating in f32. Only
 the 4-bit weights cross DRAM: a quarter of an f16 matmul's weight bytes.
 """
 
