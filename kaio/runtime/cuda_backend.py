@@ -45,6 +45,7 @@ _TMA_TYPES = {
     "f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32", "f64": "FLOAT64",
     "i8": "UINT8", "u8": "UINT8", "bool": "UINT8", "i16": "UINT16", "u16": "UINT16",
     "i32": "INT32", "u32": "UINT32", "i64": "INT64", "u64": "UINT64",
+    "f8e4m3": "UINT8", "f8e5m2": "UINT8",  # TMA has no fp8 type: bytes are bytes
 }  # fmt: skip
 
 _current = threading.local()  # .ctx: the context kaio last made current on this thread
