@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from xdsl.dialects.builtin import I32, IntegerAttr, StringAttr, i32
+from xdsl.ir import SSAValue
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -26,7 +27,6 @@ from xdsl.irdl import (
     result_def,
     traits_def,
 )
-from xdsl.ir import SSAValue
 from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-from xdsl.dialects.builtin import bf16, f16, f32, f64, i16, i32
-from xdsl.ir import Attribute, SSAValue
-
 from kaio.dialects import ptx
 from kaio.passes.to_ptx.emitter import FP8_TYPES, PtxEmitter
+from xdsl.dialects.builtin import bf16, f16, f32, f64, i16, i32
+from xdsl.ir import Attribute, SSAValue
 
 _NUMPY = {"e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "e5m2": np.dtype(ml_dtypes.float8_e5m2)}
 
@@ -38,7 +37,10 @@ def fp8_bits(value: float, t: Attribute) -> int:
 
 def to_fp8(em: PtxEmitter, v: SSAValue, src: Attribute, dst: Attribute) -> SSAValue:
     """``v`` (a float of type ``src``) converted to the FP8 type ``dst``, in a 16-bit register."""
-    from kaio.passes.to_ptx.arith_math import _f32_rounded_to_odd, _to_f32  # (arith_math imports us)
+    from kaio.passes.to_ptx.arith_math import (  # (arith_math imports us)
+        _f32_rounded_to_odd,
+        _to_f32,
+    )
 
     if src == f64:
         v = _f32_rounded_to_odd(em, v, "f64", "f64")

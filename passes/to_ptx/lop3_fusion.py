@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kaio.dialects import ptx
+from kaio.passes.to_ptx.emitter import PtxEmitter
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerAttr, i32
 from xdsl.ir import Operation, SSAValue
-
-from kaio.dialects import ptx
-from kaio.passes.to_ptx.emitter import PtxEmitter
 
 _LOGIC: dict[type[Operation], Callable[[int, int], int]] = {
     arith.AndIOp: lambda a, b: a & b,

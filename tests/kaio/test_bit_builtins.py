@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kaio.targets.ptx.toolchain import assemble, find_ptxas
 
 import kaio
 import kaio.tile as kt
@@ -27,7 +28,6 @@ from kaio.prelude import (
     u32,
     unpack_nibble,
 )
-from kaio.targets.ptx.toolchain import assemble, find_ptxas
 
 M32 = (1 << 32) - 1
 
@@ -321,13 +321,12 @@ def test_planted_bug_a_wrong_lop3_table_is_caught(tmp_path: Path, rng: np.random
 
 
 def test_bit_ops_verify_and_round_trip_through_text() -> None:
+    from kaio.dialects import kernel_bits, ptx
+    from kaio.dialects.kernel import Kernel
     from xdsl.context import Context
     from xdsl.dialects import arith as xarith
     from xdsl.dialects.builtin import Builtin
     from xdsl.parser import Parser
-
-    from kaio.dialects import kernel_bits, ptx
-    from kaio.dialects.kernel import Kernel
 
     ir = bit_ops.build()  # every kernel_bits op but prmt's mode, which the frontend never sets
     text = str(ir.module)

@@ -6,12 +6,24 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from kaio.targets.ptx.toolchain import assemble, find_ptxas
 
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
-from kaio.prelude import Array, MutArray, block_dim_x, block_idx_x, f8e4m3, f8e5m2, f16, f32, i32, thread_idx_x, u8
-from kaio.targets.ptx.toolchain import assemble, find_ptxas
+from kaio.prelude import (
+    Array,
+    MutArray,
+    block_dim_x,
+    block_idx_x,
+    f8e4m3,
+    f8e5m2,
+    f16,
+    f32,
+    i32,
+    thread_idx_x,
+    u8,
+)
 
 E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
 

@@ -130,7 +130,12 @@ def test_planted_bug_dp2a_hi_reading_the_low_bytes_is_caught(elementwise, rng, m
     from kaio.targets.sim import ops_bits
 
     real = ops_bits._lanes
-    monkeypatch.setattr(ops_bits, "_lanes", lambda x, width, signed: (lambda v: v[:2] * 2 if width == 8 else v)(real(x, width, signed)))
+
+    def low_bytes_twice(x, width, signed):  # type: ignore[no-untyped-def]
+        v = real(x, width, signed)
+        return v[:2] * 2 if width == 8 else v
+
+    monkeypatch.setattr(ops_bits, "_lanes", low_bytes_twice)
     with pytest.raises(AssertionError):
         run_dots(elementwise, rng)
 

@@ -8,6 +8,7 @@ each code's exact value, computed from its bits. ml_dtypes must agree on every f
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_left
 from fractions import Fraction
 from functools import cache
@@ -78,7 +79,7 @@ def interesting_floats(rng: np.random.Generator, name: str) -> np.ndarray:
     """Every fp8 value, the midpoints between neighbours (ties) and a hair either side, values
     beyond the range, subnormals, zeros, infinities, NaNs and random floats."""
     values = [float(v) for v, _ in finite_codes(name)]
-    mids = [(a + b) / 2 for a, b in zip(values, values[1:])]
+    mids = [(a + b) / 2 for a, b in itertools.pairwise(values)]
     largest = values[-1]
     step = values[-1] - values[-2]
     extra = [largest + step / 2, largest + step / 2 - 1e-3, largest * 4, 1e30, 3e38, values[1] / 2, values[1] / 4, 0.0]
