@@ -59,7 +59,7 @@ class BlockFormat:
     nbytes: int
     d_at: int
     dmin_at: int = -1
-    decode_step: int = 32  # elements of K per trip of the decoding kernel: every quant byte read once
+    decode_step: int = 32  # elements of K per trip of the decoding kernel (K-quants: both nibbles of a byte)
 
 
 FORMATS = {
@@ -69,7 +69,7 @@ FORMATS = {
         BlockFormat("Q4_0", Q4_0, 32, 18, 0),
         BlockFormat("Q4_K", Q4_K, 256, 144, 0, 1, 64),
         BlockFormat("Q5_K", Q5_K, 256, 176, 0, 1, 64),
-        BlockFormat("Q6_K", Q6_K, 256, 210, 104, -1, 128),
+        BlockFormat("Q6_K", Q6_K, 256, 210, 104),
     )
 }
 

@@ -9,22 +9,26 @@ block bytes, uint8 ``(N, K / QK * NB)``, in one of the formats ``Q8_0``, ``Q4_0`
 ``Q5_K``, ``Q6_K`` (their layouts: :mod:`kaio.ops_library.gguf_blocks`). W is decoded in the
 kernel, never dequantised to a full matrix.
 
-One tile kernel (:func:`gguf_tile_kernel`) walks K in steps of 32 elements (one Q8_0/Q4_0
-block, one K-quant sub-block or two of Q6_K's), reads the (32, BN) weight tile's bytes and
-decodes them as integers ``w = d * S * q - dmin * M`` (``gguf_blocks``), then, by the number of
-rows of x:
+By the number of rows of x:
 
-* **decoding** (M <= 8): llama.cpp's mmvq. A small kernel first quantises x to int8 per block of
-  32 with one f32 scale (``dx = max|x| / 127``); each program then takes one row of x and BN
-  rows of W, and per step adds ``dx * (d * sum(S q qx) - dmin * sum(M qx))``: the products
-  and sums over the block exact in integers, two multiplies by scales per step.
-* **prefill** (larger M): the weight tile is dequantised to x's type in registers and fed to
-  ``kt.dot`` (tensor cores) with the x tile, accumulating in f32: Marlin's design with GGUF's
-  blocks.
+* **decoding** (M <= 8, :func:`gguf_decode_kernel`): llama.cpp's mmvq. A small kernel first
+  quantises x to int8 per block of 32 with one f32 scale (``dx = max|x| / 127``), stored as
+  32-bit words; one program then takes every row of x and 128 rows of W (W is read once), and
+  per step reads each W row's quants as 32-bit words, splits nibbles with a shift and a mask per
+  word and sums products with ``dp4a``, exact in integers. Zero points and the K-quants' mins
+  need ``sum(qx)`` (``dp4a`` with ones); block and sub-block scales are applied once per 32
+  elements (per 16 for Q6_K). Steps are 32 elements, 64 for Q4_K/Q5_K (a byte's two nibbles
+  belong to sub-blocks 2c and 2c + 1).
+* **prefill** (larger M, :func:`gguf_tile_kernel`): K in steps of 32; the (32, BN) weight tile's
+  bytes are decoded as integers ``w = d * S * q - dmin * M`` (``gguf_blocks``), dequantised to
+  x's type in registers and fed to ``kt.dot`` (tensor cores) with the x tile, accumulating in
+  f32: Marlin's design with GGUF's blocks.
 
 The super-scales ``d`` and ``dmin`` are f16 fields at even byte offsets of blocks whose sizes
 are all even, so the kernel reads them through a second view of the same weight bytes as f16
-(``(N, K_bytes / 2)``, no copy) instead of assembling halves from bytes.
+(``(N, K_bytes / 2)``, no copy) instead of assembling halves from bytes; the decoding kernel
+reads its quant words through the same view (every format's blocks are 2-byte aligned, Q8_0's,
+Q4_0's and Q6_K's no more).
 """
 
 # No `from __future__ import annotations`: the kernel's annotations name the factory's types.
@@ -189,22 +193,21 @@ def gguf_decode_kernel(T: dtypes.ScalarType) -> Any:
                 dmin = f32(kt.load(wh, block + DMIN_AT, in_cols))
                 acc = acc + kt.load(xd, dx, in_rows) * (d * f32(sclo * lo) - dmin * f32(mlo * slo))
                 acc = acc + kt.load(xd, dx + 1, in_rows) * (d * f32(schi * hi) - dmin * f32(mhi * shi))
-            if F == Q6_K:  # half c of the block: four groups t of 32 elements, one scale per 16 (g)
-                c = k0 % QK // 128
-                for t in static_range(4):
-                    it = kt.zeros((BM, BN), i32)
-                    sc = i32(bitcast(kt.load(wh, block + 96 + 4 * c + t, in_cols), u16))  # its two int8 scales
-                    for g in static_range(2):
-                        dots, sx = kt.zeros((BM, BN), i32), kt.zeros((BM, 1), i32)
-                        for u in static_range(4 * g, 4 * g + 4):
-                            at = block + 32 * c + 16 * (t & 1) + 2 * u  # ql: groups 0 and 2, 1 and 3 share bytes
-                            ah = block + 64 + 16 * c + 2 * u  # qh: all four groups share its bytes
-                            ql = join(kt.load(wh, at, in_cols), kt.load(wh, at + 1, in_cols))
-                            q = q6_word(ql, join(kt.load(wh, ah, in_cols), kt.load(wh, ah + 1, in_cols)), t)
-                            x0 = kt.load(xq, xw + 8 * t + u, in_rows)
-                            dots, sx = dp4a(q, x0, dots), dp4a(x0, ONES, sx)
-                        it = it + i32(i8(sc >> 8 * g)) * (dots - 32 * sx)  # w = d * scale * (q - 32)
-                    acc = acc + kt.load(xd, dx + t, in_rows) * (d * f32(it))
+            if F == Q6_K:  # group t of 32 elements of half c of the block, one scale per 16 (g)
+                c, t = k0 % QK // 128, k0 % 128 // 32
+                it = kt.zeros((BM, BN), i32)
+                sc = i32(bitcast(kt.load(wh, block + 96 + 4 * c + t, in_cols), u16))  # the group's two int8 scales
+                for g in static_range(2):
+                    dots, sx = kt.zeros((BM, BN), i32), kt.zeros((BM, 1), i32)
+                    for u in static_range(4 * g, 4 * g + 4):
+                        at = block + 32 * c + 16 * (t & 1) + 2 * u  # ql: groups 0 and 2, 1 and 3 share bytes
+                        ah = block + 64 + 16 * c + 2 * u  # qh: all four groups share its bytes
+                        ql = join(kt.load(wh, at, in_cols), kt.load(wh, at + 1, in_cols))
+                        q = q6_word(ql, join(kt.load(wh, ah, in_cols), kt.load(wh, ah + 1, in_cols)), t)
+                        x0 = kt.load(xq, xw + u, in_rows)
+                        dots, sx = dp4a(q, x0, dots), dp4a(x0, ONES, sx)
+                    it = it + i32(i8(sc >> 8 * g)) * (dots - 32 * sx)  # w = d * scale * (q - 32)
+                acc = acc + kt.load(xd, dx, in_rows) * (d * f32(it))
         kt.store(y, (0, n0), T(acc), (m, n))
 
     return gguf_decode

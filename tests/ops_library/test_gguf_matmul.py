@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 from kaio.ops_library import gguf_matmul
 from kaio.ops_library.gguf_blocks import FORMATS
-from kaio.ops_library.gguf_matmul import DECODE_ROWS, gguf_tile_kernel, quantize_tile_kernel
+from kaio.ops_library.gguf_matmul import (
+    DECODE_COLS,
+    DECODE_ROWS,
+    decode_rows,
+    gguf_decode_kernel,
+    gguf_tile_kernel,
+    quantize_tile_kernel,
+)
 from kaio.targets.ptx import toolchain
 
 import kaio
@@ -59,27 +66,32 @@ def bound(x: np.ndarray, w: np.ndarray, dtype: str) -> np.ndarray:
     return err + eps * np.abs(x @ w.T) + 1e-30
 
 
+# Every format at M 1 and 3 (decode: one program for every row of x, BM 1 and 4 with a masked
+# row) and 16 and 100 (prefill), ragged N (37: one partial program; 136 = 128 + 8: a decode
+# program past the first), K of one or two blocks. One case per format runs by default, the
+# dtypes and archs rotating; the rest are slow (the simulator runs every thread of every program).
+slow = pytest.mark.slow
 CASES = [  # qtype, m, k, n, x dtype, arch
-    ("Q8_0", 1, 256, 72, "f16", "sm_80"),
-    ("Q8_0", 3, 512, 37, "bf16", "sm_90a"),
-    ("Q8_0", 16, 256, 72, "f32", "sm_80"),
-    ("Q8_0", 100, 256, 37, "f16", "sm_90a"),
-    ("Q4_0", 1, 512, 37, "bf16", "sm_80"),
-    ("Q4_0", 3, 256, 72, "f32", "sm_80"),
-    ("Q4_0", 16, 256, 37, "f16", "sm_90a"),
-    ("Q4_0", 100, 256, 72, "bf16", "sm_80"),
-    ("Q4_K", 1, 512, 72, "f32", "sm_90a"),
-    ("Q4_K", 3, 256, 37, "f16", "sm_80"),
-    ("Q4_K", 16, 256, 72, "bf16", "sm_80"),
-    ("Q4_K", 100, 256, 37, "f16", "sm_80"),
-    ("Q5_K", 1, 256, 37, "f16", "sm_80"),
-    ("Q5_K", 3, 512, 72, "f16", "sm_90a"),
-    ("Q5_K", 16, 256, 37, "f32", "sm_80"),
-    ("Q5_K", 100, 256, 72, "bf16", "sm_90a"),
-    ("Q6_K", 1, 256, 72, "bf16", "sm_80"),
-    ("Q6_K", 3, 256, 37, "f32", "sm_80"),
-    ("Q6_K", 16, 512, 72, "f16", "sm_90a"),
-    ("Q6_K", 100, 256, 37, "f16", "sm_80"),
+    ("Q8_0", 1, 64, 37, "f16", "sm_80"),
+    pytest.param("Q8_0", 3, 128, 136, "bf16", "sm_90a", marks=slow),
+    pytest.param("Q8_0", 16, 64, 37, "f32", "sm_80", marks=slow),
+    pytest.param("Q8_0", 100, 64, 37, "f16", "sm_90a", marks=slow),
+    pytest.param("Q4_0", 1, 64, 136, "bf16", "sm_80", marks=slow),
+    ("Q4_0", 3, 64, 37, "f32", "sm_90a"),
+    pytest.param("Q4_0", 16, 64, 37, "f16", "sm_90a", marks=slow),
+    pytest.param("Q4_0", 100, 64, 37, "bf16", "sm_80", marks=slow),
+    pytest.param("Q4_K", 1, 512, 37, "f32", "sm_90a", marks=slow),
+    pytest.param("Q4_K", 3, 256, 37, "f16", "sm_80", marks=slow),
+    ("Q4_K", 16, 256, 37, "bf16", "sm_80"),
+    pytest.param("Q4_K", 100, 256, 37, "f16", "sm_80", marks=slow),
+    pytest.param("Q5_K", 1, 256, 37, "f16", "sm_80", marks=slow),
+    ("Q5_K", 3, 256, 37, "bf16", "sm_80"),
+    pytest.param("Q5_K", 16, 256, 37, "f32", "sm_80", marks=slow),
+    pytest.param("Q5_K", 100, 256, 37, "bf16", "sm_90a", marks=slow),
+    ("Q6_K", 1, 256, 37, "f16", "sm_80"),
+    pytest.param("Q6_K", 3, 512, 136, "f32", "sm_80", marks=slow),
+    pytest.param("Q6_K", 16, 256, 37, "f16", "sm_90a", marks=slow),
+    pytest.param("Q6_K", 100, 256, 37, "f16", "sm_80", marks=slow),
 ]
 
 
@@ -171,22 +183,31 @@ def test_bad_input_is_named(what, changes, error, message):
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-cuda-nvcc-cu12 not installed")
 
 
-@needs_ptxas
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("qtype", ["Q5_K", "Q6_K"])  # the most bytes per element (the others are lighter)
-def test_assembles_without_spills(arch, qtype):
-    """Both paths of the heaviest decoders (and the activation quantiser) assemble without
-    spills; the prefill dot is on tensor cores."""
+def builds(qtype, arch, m):
+    """The kernels a call with M rows of x launches (the activation quantiser with decode)."""
     f = FORMATS[qtype]
     formats = {"F": f.code, "QK": f.elements, "NB": f.nbytes, "D_AT": f.d_at, "DMIN_AT": f.dmin_at}
-    kernel = gguf_tile_kernel(dtypes.f16)
-    builds = [kaio.compile(kernel, arch, BM=1, BN=64, DECODE=True, **formats),
-              kaio.compile(kernel, arch, BM=64, BN=64, DECODE=False, **formats),
-              kaio.compile(quantize_tile_kernel(dtypes.f16), arch, R=32)]  # fmt: skip
-    for compiled in builds:
+    if m > DECODE_ROWS:
+        return [kaio.compile(gguf_tile_kernel(dtypes.f16), arch, BM=64, BN=64, **formats)]
+    decode = gguf_decode_kernel(dtypes.f16)
+    return [kaio.compile(decode, arch, BM=decode_rows(m), BN=DECODE_COLS, STEP=f.decode_step, **formats),
+            kaio.compile(quantize_tile_kernel(dtypes.f16), arch, R=32)]  # fmt: skip
+
+
+@needs_ptxas
+@pytest.mark.parametrize("qtype,arch,m", [("Q6_K", "sm_80", 1), ("Q6_K", "sm_90a", 8), ("Q5_K", "sm_80", 64),
+                                          pytest.param("Q5_K", "sm_90a", 64, marks=slow),
+                                          pytest.param("Q4_K", "sm_80", 8, marks=slow)])  # fmt: skip
+def test_assembles_without_spills(qtype, arch, m):
+    """The heaviest decoders (Q6_K: the most code per step, Q5_K: the most bytes per element)
+    assemble without spills on both paths; the decode products are dp4a, the prefill dot is on
+    tensor cores."""
+    for compiled in builds(qtype, arch, m):
         report = toolchain.assemble(compiled.ptx, arch)
         print(f"{arch} {qtype} {compiled.name}: {report.registers[compiled.name]} registers")
         assert report.spill_stores[compiled.name] == 0 and report.spill_loads[compiled.name] == 0
-    if arch == "sm_80" and toolchain.find_cuobjdump() is not None and toolchain.find_nvdisasm() is not None:
-        sass = toolchain.disassemble(toolchain.assemble(builds[1].ptx, arch).cubin)
+        if compiled.name == "gguf_decode":
+            assert "dp4a.s32.s32" in compiled.ptx
+    if m > DECODE_ROWS and arch == "sm_80" and toolchain.find_cuobjdump() is not None and toolchain.find_nvdisasm() is not None:
+        sass = toolchain.disassemble(toolchain.assemble(compiled.ptx, arch).cubin)
         assert re.search(r"\bHMMA\.16816\.F32", sass), "the prefill dot is not on tensor cores"
