@@ -48,7 +48,7 @@ _BARRIER = ("BAR", "SYNCS", "MEMBAR", "WARPSYNC", "DEPBAR", "LDGDEPBAR", "ERRBAR
             "WARPGROUP", "ARRIVES", "UCGABAR")  # fmt: skip
 
 OPCODE_CLASSES: dict[str, str] = {
-    **dict.fromkeys(("HMMA", "IMMA", "HGMMA", "IGMMA", "QGMMA", "BMMA", "DMMA", "BGMMA"), "mma"),
+    **dict.fromkeys(("HMMA", "IMMA", "QMMA", "HGMMA", "IGMMA", "QGMMA", "BMMA", "DMMA", "BGMMA"), "mma"),
     **dict.fromkeys(("LDSM", "STSM"), "ldsm"),
     "LDGSTS": "ldgsts",
     **dict.fromkeys(("UTMALDG", "UTMASTG", "UTMAPF", "UTMACCTL", "UBLKCP", "UTMAREDG"), "tma"),
