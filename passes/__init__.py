@@ -60,6 +60,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return FastMathPass
 
+    def reuse_dead_shared() -> type[ModulePass]:
+        from kaio.passes.reuse_dead_shared import ReuseDeadSharedPass
+
+        return ReuseDeadSharedPass
+
     def lower_to_ptx() -> type[ModulePass]:
         from kaio.passes.lower_to_ptx import LowerToPtxPass
 
@@ -91,6 +96,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "lower-to-wgmma": lower_to_wgmma,
         "vectorize-loads": vectorize_loads,
         "fast-math": fast_math,
+        "reuse-dead-shared": reuse_dead_shared,
         "lower-to-ptx": lower_to_ptx,
         "ptx-fold": ptx_fold,
         "ptx-strength-reduce": ptx_strength_reduce,

@@ -94,17 +94,22 @@ def dead_buffers(em: PtxEmitter, op: Operation) -> list[tuple[SSAValue, int]]:
 
 
 def reuse_or_declare(em: PtxEmitter, op: Operation, hint: str, nbytes: int, align: int) -> tuple[SSAValue, bool]:
-    """(address, reused): the largest buffer dead at ``op`` if it holds ``nbytes``, else all
+    """(address, reused): the smallest buffer dead at ``op`` that holds ``nbytes``, else all
     the dead buffers laid out as one region (grown to ``nbytes`` if they are smaller together),
     else a new buffer."""
     dead = dead_buffers(em, op)
     if not dead:
         return em.shared(hint, nbytes, align), False
-    address, size = max(dead, key=lambda d: d[1])
+    fits = [d for d in dead if d[1] >= nbytes]  # the smallest that holds it leaves the rest for later buffers
+    address, size = min(fits, key=lambda d: d[1]) if fits else max(dead, key=lambda d: d[1])
     if size >= nbytes:
         em.grow_shared(address, nbytes, align)
         return address, True
     return em.merge_shared([a for a, _ in dead], nbytes, align), True
+
+
+touching_ops = _touching_ops  # for passes that plan reuse before lowering (``reuse-dead-shared``)
+precedes = _precedes
 
 
 def wait_for_async_accesses(em: PtxEmitter) -> None:
