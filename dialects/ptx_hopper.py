@@ -103,13 +103,14 @@ class WgmmaWaitOp(_HopperInstr):
 
 WGMMA_N = tuple(range(8, 257, 8))
 WGMMA_INPUTS = frozenset(("f16", "bf16"))
+WGMMA_FP8 = frozenset(("e4m3", "e5m2"))  # K = 32, K-major descriptors, no imm-trans
 
 
-def wgmma_shape(n: int) -> str:
-    return f"m64n{n}k16"
+def wgmma_shape(n: int, k: int = 16) -> str:
+    return f"m64n{n}k{k}"
 
 
-_WGMMA_SHAPES = {wgmma_shape(n): n for n in WGMMA_N}
+_WGMMA_SHAPES = {wgmma_shape(n, k): n for n in WGMMA_N for k in (16, 32)}
 
 
 @irdl_op_definition
@@ -129,7 +130,7 @@ class WgmmaMmaAsyncOp(_HopperInstr):
         mnemonic="wgmma.mma_async",
         n_args=(4 + 7, 128 + 9),
         n_types=3,
-        types=frozenset(("f32",)) | WGMMA_INPUTS,
+        types=frozenset(("f32",)) | WGMMA_INPUTS | WGMMA_FP8,
         mods=_SYNC_ALIGNED | frozenset(_WGMMA_SHAPES),
     )
     imm = opt_prop_def(DenseArrayBase)
@@ -162,6 +163,10 @@ class WgmmaMmaAsyncOp(_HopperInstr):
         return values  # type: ignore[return-value]
 
     @property
+    def fp8(self) -> bool:
+        return self.ptx_types[1] in WGMMA_FP8
+
+    @property
     def a_from_registers(self) -> bool:
         return register_bits(self.srcs[self.n // 2].type) == 32
 
@@ -174,9 +179,14 @@ class WgmmaMmaAsyncOp(_HopperInstr):
     def check(self, mods: list[str], types: list[str]) -> None:
         n = self.n
         if not n or not _SYNC_ALIGNED <= set(mods):
-            raise VerifyException(f"wgmma.mma_async.{self.spec_text}: needs .sync.aligned and a m64nNk16 shape (N = 8..256 by 8)")
-        if types[0] != "f32" or types[1] != types[2] or types[1] not in WGMMA_INPUTS:
-            raise VerifyException(f"wgmma.mma_async.{self.spec_text}: kaio supports f32 += f16*f16 and bf16*bf16")
+            raise VerifyException(f"wgmma.mma_async.{self.spec_text}: needs .sync.aligned and a m64nNk16/k32 shape (N = 8..256 by 8)")
+        k = 32 if wgmma_shape(n, 32) in mods else 16
+        half = types[1] == types[2] and types[1] in WGMMA_INPUTS
+        fp8 = types[1] in WGMMA_FP8 and types[2] in WGMMA_FP8
+        if types[0] != "f32" or not ((half and k == 16) or (fp8 and k == 32)):
+            raise VerifyException(
+                f"wgmma.mma_async.{self.spec_text}: kaio supports f32 += f16*f16 and bf16*bf16 (k16) and e4m3/e5m2 (k32)"
+            )
         if self.results:
             raise VerifyException("wgmma.mma_async updates its accumulator operands in place; it has no results")
         if len(self.srcs) < n // 2 + 3:
@@ -201,6 +211,8 @@ class WgmmaMmaAsyncOp(_HopperInstr):
             raise VerifyException("wgmma.mma_async: imm-scale-a/b are 1 or -1, imm-trans-a/b 0 or 1")
         if len(a) == 4 and trans_a:
             raise VerifyException("wgmma.mma_async: A from registers cannot be transposed")
+        if fp8 and (trans_a or trans_b):
+            raise VerifyException("wgmma.mma_async: fp8 operands are K-major (imm-trans 0)")
 
     def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
         acc, a, b, scale_d = self.operand_groups()
@@ -208,6 +220,8 @@ class WgmmaMmaAsyncOp(_HopperInstr):
         group = lambda xs: "{" + ", ".join(xs) + "}"
         a_text = reg(a[0]) if len(a) == 1 else group([reg(v) for v in a])
         trans = [str(trans_a), str(trans_b)] if len(a) == 1 else [str(trans_b)]
+        if self.fp8:  # the ISA spells no imm-trans for 8-bit inputs
+            trans = []
         return [group([reg(v) for v in acc]), a_text, reg(b), reg(scale_d), str(scale_a), str(scale_b), *trans]
 
     def print_extra_props(self, printer: Printer) -> None:

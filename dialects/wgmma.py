@@ -36,18 +36,20 @@ from typing import ClassVar
 from kaio.dialects.mma import FragType
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.dialects.tma import GLOBAL_ADDRESS
-from xdsl.dialects.builtin import I64, IntAttr, IntegerAttr, StringAttr, TensorType, bf16, f16, f32, i32, i64
+from xdsl.dialects.builtin import I64, IntAttr, IntegerAttr, StringAttr, TensorType, bf16, f8E4M3FN, f8E5M2, f16, f32, i32, i64
 from xdsl.ir import Attribute, Dialect, ParametrizedAttribute, SSAValue, TypeAttribute
 from xdsl.irdl import (
     AnyOf,
     BaseAttr,
     EqAttrConstraint,
     IRDLOperation,
+    ParsePropInAttrDict,
     VarConstraint,
     base,
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
+    opt_prop_def,
     prop_def,
     result_def,
     traits_def,
@@ -180,7 +182,9 @@ class MmaAsyncOp(IRDLOperation):
     """``%d = wgmma.mma_async %acc, %a_desc, %b_desc {element = f16, trans_b = 1}``: issue
     ``D = A * B + acc`` (``accumulate = 0``: ``D = A * B``). ``trans_a``/``trans_b`` 1: A is
     M-major / B is N-major in shared memory (0: K-major). A is a descriptor, or an
-    ``!mma.frag<a, T>``: each warp's m16n8k16 A fragment of its 16 rows of the 64 (registers)."""
+    ``!mma.frag<a, T>``: each warp's m16n8k16 A fragment of its 16 rows of the 64 (registers).
+    fp8 (``element`` e4m3 or e5m2, ``element_b`` the other when they differ): K = 32 per
+    instruction, both operands K-major descriptors."""
 
     name = "wgmma.mma_async"
     T: ClassVar = VarConstraint("T", base(AccType))
@@ -188,24 +192,38 @@ class MmaAsyncOp(IRDLOperation):
     a = operand_def(AnyOf((EqAttrConstraint(i64), BaseAttr(FragType))))
     b = operand_def(i64)
     element = prop_def(TypeAttribute)
+    element_b = opt_prop_def(TypeAttribute)  # B's type where it differs from A's (fp8 mixes)
     trans_a = prop_def(IntegerAttr[I64])
     trans_b = prop_def(IntegerAttr[I64])
     accumulate = prop_def(IntegerAttr[I64])
     result = result_def(T)
+    irdl_options = (ParsePropInAttrDict(),)  # element_b, where present, in the attribute dictionary
     assembly_format = "$acc `,` $a `,` $b `element` $element `trans` $trans_a `,` $trans_b `accumulate` $accumulate attr-dict `:` type($acc) `,` type($a)"
 
-    def __init__(self, acc: SSAValue, a: SSAValue, b: SSAValue, element: Attribute = f16, trans_a: int = 0, trans_b: int = 0, accumulate: int = 1):
+    def __init__(self, acc: SSAValue, a: SSAValue, b: SSAValue, element: Attribute = f16, trans_a: int = 0, trans_b: int = 0,
+                 accumulate: int = 1, element_b: Attribute | None = None):  # fmt: skip
         props = {
             "element": element,
             "trans_a": IntegerAttr(trans_a, i64),
             "trans_b": IntegerAttr(trans_b, i64),
             "accumulate": IntegerAttr(accumulate, i64),
         }
+        if element_b is not None and element_b != element:
+            props["element_b"] = element_b
         super().__init__(operands=[acc, a, b], properties=props, result_types=[acc.type])
 
+    @property
+    def b_element(self) -> Attribute:
+        return self.element_b or self.element
+
     def verify_(self) -> None:
-        if self.element not in (f16, bf16):
-            raise VerifyException(f"wgmma.mma_async multiplies f16 or bf16, not {self.element}")
+        fp8 = (f8E4M3FN, f8E5M2)
+        if self.element not in (f16, bf16, *fp8):
+            raise VerifyException(f"wgmma.mma_async multiplies f16, bf16 or fp8, not {self.element}")
+        if self.b_element != self.element and not (self.element in fp8 and self.b_element in fp8):
+            raise VerifyException(f"wgmma.mma_async: A and B are one type (e4m3 and e5m2 may mix), not {self.element} and {self.b_element}")
+        if self.element in fp8 and (self.trans_a.value.data or self.trans_b.value.data or isinstance(self.a.type, FragType)):
+            raise VerifyException("fp8 wgmma reads K-major A and B descriptors (no transpose, no A in registers)")
         a = self.a.type
         if isinstance(a, FragType) and (a != FragType("a", self.element) or self.trans_a.value.data):
             raise VerifyException("an A from registers is an untransposed A fragment of the element type")

@@ -83,11 +83,12 @@ class OperandPlan:
         return SWIZZLE_NAMES[self.span]
 
     def offset(self, mn: int, kk: int) -> int:
-        """Byte offset of the 16-deep K slice ``kk`` starting at M/N index ``mn``."""
+        """Byte offset of the K slice ``kk`` (32 bytes deep: 16 elements of 16 bits, 32 of 8;
+        MN-major operands are 16-bit) starting at M/N index ``mn``."""
         panel = self.rows * self.span
         if self.mn_major:
             return (mn * self.elem_bytes // self.span) * panel + 16 * kk * self.span
-        k_bytes = 16 * kk * self.elem_bytes
+        k_bytes = 32 * kk
         return (k_bytes // self.span) * panel + mn * self.span + k_bytes % self.span
 
 
@@ -95,8 +96,10 @@ def operand_plan(t: Attribute, mn_major: bool, mn_step: int) -> OperandPlan | st
     """The plan for a buffer read with M/N offsets in multiples of ``mn_step``, or why not."""
     if not isinstance(t, smem.BufferType):
         return "operands must be in shared memory (run promote-to-shared first)"
-    if t.element_type not in (f16, bf16):
-        return f"wgmma multiplies f16/bf16 here, not {t.element_type}"
+    if t.element_type not in (f16, bf16, *tile.FP8_ELEMENTS):
+        return f"wgmma multiplies f16/bf16 or fp8 here, not {t.element_type}"
+    if mn_major and t.element_type in tile.FP8_ELEMENTS:
+        return "8-bit wgmma operands are K-major in shared memory (B as kt.trans of an (N, K) tile)"
     if t.layout.kind.data != "wgmma":
         return f"operand buffer is in the {t.layout.kind.data} layout, not wgmma"
     rows, cols = t.tile
@@ -122,11 +125,12 @@ def dot_plan(dot: tile.DotOp, num_warps: int) -> tuple[list[int], OperandPlan | 
     in_registers = not ta and mma.register_a_operand(dot.a.type, dot.acc.type)
     if not (in_registers or isinstance(dot.a.type, smem.BufferType)) or not isinstance(dot.b.type, smem.BufferType):
         return "operands must be in shared memory (run promote-to-shared first), or A in registers in the accumulator's layout"
-    if tile.element_of(dot.a.type) != tile.element_of(dot.b.type):
+    ea, eb = tile.element_of(dot.a.type), tile.element_of(dot.b.type)
+    if ea != eb and not (ea in tile.FP8_ELEMENTS and eb in tile.FP8_ELEMENTS):
         return "A and B differ in element type"
     k = tile.operand_shape(dot.a.type, ta)[1]
-    if k % 16:
-        return f"K={k} is not a multiple of 16"
+    if k % mma.k_step(ea):
+        return f"K={k} is not a multiple of {mma.k_step(ea)}"
     a = None if in_registers else operand_plan(dot.a.type, ta, 64)
     b = operand_plan(dot.b.type, not tb, chunks[0])
     for p in (a, b):
@@ -183,7 +187,8 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
               overlap: bool = False) -> None:  # fmt: skip
     ta, tb = dot.trans
     k = tile.operand_shape(dot.a.type, ta)[1]
-    elem = dot.a.type.element_type  # type: ignore[attr-defined]
+    elem, elem_b = tile.element_of(dot.a.type), tile.element_of(dot.b.type)
+    step = mma.k_step(elem)  # K per wgmma: 16, or 32 for fp8
     loop = overlap_loop(dot) if overlap else None
     ix = IndexBuilder(Builder(InsertPoint.before(dot)))
     insert = ix.b.insert
@@ -207,12 +212,12 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
     if not all(filled_by_tma(x) for x in ([dot.a] if pa else []) + [dot.b]):
         insert(tma.FenceOp())  # generic-proxy writes of the operands -> wgmma's async proxy
     insert(wgmma.FenceOp())
-    for kk in range(k // 16):
+    for kk in range(k // step):
         a = a_frags[kk] if pa is None else at(a_desc, pa.offset(0, kk))  # type: ignore[arg-type]
         n0 = 0
         for c, width in enumerate(chunks):
             b = at(b_desc, pb.offset(n0, kk))
-            accs[c] = insert(wgmma.MmaAsyncOp(accs[c], a, b, elem, int(ta), int(not tb))).result
+            accs[c] = insert(wgmma.MmaAsyncOp(accs[c], a, b, elem, int(ta), int(not tb), element_b=elem_b)).result
             n0 += width
     insert(wgmma.CommitGroupOp())
     done = insert(wgmma.WaitGroupOp(accs, 1 if loop else 0)).results_

@@ -297,7 +297,8 @@ def wgmma_fits(op: tile.DotOp, num_warps: int) -> bool:
     m, n = _shape(op.result)
     k = _shape(op.a)[1]
     elem = op.a.type.element_type  # type: ignore[attr-defined]
-    if num_warps % 4 or m != 16 * num_warps or n % 8 or k % 16 or elem not in (f16, bf16):
+    fp8 = elem in tile.FP8_ELEMENTS  # K-major operands only (lower-to-wgmma's operand_plan)
+    if num_warps % 4 or m != 16 * num_warps or n % 8 or k % mma.k_step(elem) or elem not in (f16, bf16, *tile.FP8_ELEMENTS):
         return False
     eb = element_bytes(elem)
     layout = smem.LayoutAttr("wgmma")
@@ -312,7 +313,7 @@ def wgmma_fits(op: tile.DotOp, num_warps: int) -> bool:
         except VerifyException:
             return False
         mn_step = 64 if operand is op.a else wgmma.column_chunks(n)[0]
-        if mn_axis == 1 and (mn_step * eb) % layout.panel_span(cols, eb):  # MN-major
+        if mn_axis == 1 and (fp8 or (mn_step * eb) % layout.panel_span(cols, eb)):  # MN-major
             return False
     return True
 

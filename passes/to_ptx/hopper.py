@@ -20,10 +20,10 @@ Most rules are one instruction; the exceptions say why:
 
 from __future__ import annotations
 
-from kaio.dialects import kernel, mbarrier, ptx, tma, wgmma
+from kaio.dialects import kernel, mbarrier, mma, ptx, tma, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.to_ptx import lowering, register_parts
-from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
+from kaio.passes.to_ptx.emitter import PtxEmitter
 from kaio.passes.to_ptx.kernel_ops import linear_thread_id
 from xdsl.dialects import scf
 from xdsl.dialects.builtin import f32, i1, i32, i64
@@ -155,8 +155,8 @@ def lower_mma_async(em: PtxEmitter, op: wgmma.MmaAsyncOp) -> None:
     elif shared:  # D = A * B ignores the input: any fresh registers do
         acc = em.regs(op.acc.type)
     n = op.acc.type.n.data  # type: ignore[attr-defined]
-    elem = float_spec(op.element)
-    spec = f"sync.aligned.m64n{n}k16.f32.{elem}.{elem}"
+    a, b = (mma.OPERAND_PTX[t] for t in (op.element, op.b_element))
+    spec = f"sync.aligned.m64n{n}k{mma.k_step(op.element)}.f32.{a}.{b}"
     scale_d = _predicate(em, op.accumulate.value.data)
     em.emit(
         hp.WgmmaMmaAsyncOp(

@@ -150,3 +150,40 @@ def test_fp8_dot_with_an_integer_tile_names_both_types():
         def mixed(a: Array[f8e4m3], b: Array[i8], c: MutArray[f32]):
             acc = kt.dot(kt.load(a, (0, 0), (32, 32), (32, 32)), kt.load(b, (0, 0), (32, 32), (32, 32)), kt.zeros((32, 32), f32))
             kt.store(c, (0, 0), acc, (32, 32))
+
+
+@kaio.tile_kernel(num_warps=4, num_stages=2)
+def fp8_dot_k_major(a: Array[f8e4m3], b: Array[f8e5m2], c: MutArray[f32], m: i32, n: i32, k: i32,
+                    BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BK: kaio.constexpr = 64):  # fmt: skip
+    """B given (N, K): both operands K-major in shared memory, as 8-bit wgmma reads them."""
+    m0, n0 = i32(kt.program_id(0)) * BM, i32(kt.program_id(1)) * BN
+    acc = kt.zeros((BM, BN), f32)
+    for k0 in range(0, k, BK):
+        acc = kt.dot(kt.load(a, (m0, k0), (BM, BK), (m, k)), kt.trans(kt.load(b, (n0, k0), (BN, BK), (n, k))), acc)
+    kt.store(c, (m0, n0), acc, (m, n))
+
+
+def test_fp8_dot_on_wgmma(rng):
+    m, n, k = 70, 80, 192
+    a, b = _fp8(rng, "e4m3", (m, k)), _fp8(rng, "e5m2", (n, k))
+    dev = kaio.Device("sim", arch="sm_90a")
+    c = dev.alloc_from(np.full((m, n), np.nan, np.float32))
+    fp8_dot_k_major[(2, 2)](dev.alloc_from(a), dev.alloc_from(b), c, m, n, k)
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c.to_host(), want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+    facts = {"a": 16, "b": 16, "c": 16, "m": 16, "n": 16, "k": 64}
+    ptx = kaio.compile(fp8_dot_k_major, "sm_90a", specialization=facts).ptx
+    assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e5m2" in ptx and "mma.sync" not in ptx
+    check_ptx(ptx, "sm_90a")
+
+
+def test_fp8_wgmma_refuses_transposed_operands():
+    from xdsl.dialects.builtin import f8E4M3FN, i64
+    from xdsl.utils.exceptions import VerifyException
+    from xdsl.utils.test_value import create_ssa_value
+
+    from kaio.dialects import wgmma
+
+    acc, desc = create_ssa_value(wgmma.AccType(64)), create_ssa_value(i64)
+    with pytest.raises(VerifyException, match="fp8 wgmma reads K-major"):
+        wgmma.MmaAsyncOp(acc, desc, desc, f8E4M3FN, trans_b=1).verify()
