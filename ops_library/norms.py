@@ -49,9 +49,12 @@ def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
                 kt.store(mean_out, (r0,), mean, (rows,))
                 kt.store(rstd_out, (r0,), rstd, (rows,))
             out = d * kt.expand_dims(rstd, 1)
-            if HAS_W:
+            if HAS_W and HAS_B:  # one rounding: out * w + b
+                wt = kt.expand_dims(f32(kt.load(w, (0,), (C,), (cols,))), 0)
+                out = kt.fma(out, wt, kt.expand_dims(f32(kt.load(b, (0,), (C,), (cols,))), 0))
+            elif HAS_W:
                 out = out * kt.expand_dims(f32(kt.load(w, (0,), (C,), (cols,))), 0)
-            if HAS_B:
+            elif HAS_B:
                 out = out + kt.expand_dims(f32(kt.load(b, (0,), (C,), (cols,))), 0)
             kt.store(y, (r0, 0), T(out), (rows, cols))
         else:

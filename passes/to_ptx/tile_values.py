@@ -22,6 +22,7 @@ from xdsl.dialects.builtin import IntegerAttr, TensorType, bf16, f16, f32, f64, 
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from kaio.dialects import ptx, smem, tile
+from kaio.dialects.kernel import Combine
 from kaio.dialects.tile_layout import Bit, Distribution, layout_of
 from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering, register_parts
@@ -983,15 +984,26 @@ def lower_reduce(em: PtxEmitter, op: tile.ReduceOp) -> None:
     axis = op.axis.value.data
     kind = op.combine.data
     t = op.input.type.element_type  # type: ignore[attr-defined]
-    parts = em.parts(op.input)
+    parts = em.parts(op.input) if op.input not in em.deferred else ()
 
     def key(off: tuple[int, ...]) -> tuple[int, ...]:
         return off[:axis] + off[axis + 1 :]
 
     partial: dict[tuple[int, ...], SSAValue] = {}
-    for r, off in enumerate(dist.offsets):  # 1. within the thread
-        k = key(off)
-        partial[k] = parts[r] if k not in partial else combine(em, kind, partial[k], parts[r], t)
+    if op.input in em.deferred:  # 1. within the thread: a sum of products, by fma
+        elements, product = MapElements(em, op.input.owner), _product(op)  # type: ignore[arg-type]
+        assert product is not None
+        for r, off in enumerate(dist.offsets):
+            k = key(off)
+            value = elements.value(r)  # binds the product's operands for register r
+            if k in partial:
+                args = [em.value(product.lhs), em.value(product.rhs), partial[k]]
+                value = em.instr(ptx.FmaOp, "rn.f32", args, f32)  # the multiply above goes unused
+            partial[k] = value
+    else:
+        for r, off in enumerate(dist.offsets):  # 1. within the thread
+            k = key(off)
+            partial[k] = parts[r] if k not in partial else combine(em, kind, partial[k], parts[r], t)
     mask = em.const(-1, i32)
     for i, b in enumerate(dist.lane):  # 2. across the lanes holding the axis
         if b is not None and b[0] == axis:
@@ -1006,6 +1018,22 @@ def lower_reduce(em: PtxEmitter, op: tile.ReduceOp) -> None:
         em.bind(op.result, [partial[off] for off in out_dist.offsets])
     else:
         em.bind(op.result, partial[()])
+
+
+def _product(op: tile.ReduceOp) -> arith.MulfOp | None:
+    """The f32 product a sum reduces, when a map of this reduction's alone ends in one."""
+    source = op.input.owner
+    if op.combine.data != Combine.ADDF or not isinstance(source, tile.MapOp) or not op.input.has_one_use():
+        return None
+    product = source.block.last_op.operands[0].owner  # type: ignore[union-attr]
+    if not isinstance(product, arith.MulfOp) or product.result.type != f32:
+        return None
+    return product
+
+
+# A sum of products streams its map (one register at a time) into fma: the partial sums round
+# once per element instead of twice (the order of a reduction's additions is unspecified anyway)
+STREAMING_USERS[tile.ReduceOp] = lambda em, op: _product(op) is not None  # type: ignore[assignment]
 
 
 def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list[int],

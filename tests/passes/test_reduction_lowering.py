@@ -43,6 +43,12 @@ def _kernels():  # type: ignore[no-untyped-def]
         inside = kt.expand_dims(kt.arange(B) < n, 0)  # a mask tile of its own (layer_norm's)
         kt.store(out, (0, 0), kt.where(inside, t, -1.0), (1, B))
 
+    @kaio.tile_kernel(num_warps=4)
+    def sums_of_squares(x: Array[f32], out: MutArray[f32], rows: i32, cols: i32, B: kaio.constexpr = C):
+        t = kt.load(x, (0, 0), (4, B), (rows, cols))
+        kt.store(out, (0,), kt.sum(t * t, 1), (rows,))
+
+    sum_and_max.sums_of_squares = sums_of_squares  # type: ignore[attr-defined]
     return sum_and_max, looped_sums, masked_copy
 
 
@@ -111,3 +117,18 @@ def test_planted_a_run_longer_than_the_known_multiple_is_caught(dev, rng, monkey
     _, _, masked_copy = _kernels()
     with pytest.raises(AssertionError):
         _masked(dev, masked_copy, rng, 1012)  # 4-aligned: groups of 8 are not all on one side
+
+
+def test_a_sum_of_products_accumulates_by_fma(dev, rng):
+    """kt.sum(t * t): the map streams into the reduction, each thread's partial sum one fma per
+    element after the first (one rounding each, as Triton's contraction does)."""
+    kernel = _kernels()[0].sums_of_squares
+    compiled = kaio.compile(kernel, "sm_80")
+    per_thread = 4 * C // 128
+    assert compiled.ptx.count("fma.rn.f32") == per_thread - 1  # a warp per row: 32 of one row each
+    rows, cols = 3, 1000
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    out = dev.alloc_from(np.full(4, np.nan, np.float32))
+    kernel[1](dev.alloc_from(x), out, rows, cols)
+    np.testing.assert_allclose(out.to_host()[:rows], (x.astype(np.float64) ** 2).sum(1), rtol=1e-5)
+    assert np.isnan(out.to_host()[3])  # row 3 is outside: never written
