@@ -72,6 +72,17 @@ def cp_async_wgmma(arch: str) -> Pipeline:
     return tile_pipeline(arch, 2).without("pipeline-tma").without("store-tma")
 
 
+def warp_specialised(arch: str) -> Pipeline:
+    """A producer warpgroup fills the ring; each consumer warp releases a stage with one arrival."""
+    return Pipeline.parse(str(tile_pipeline(arch, 2)).replace("warp_specialize=false", "warp_specialize=true"))
+
+
+def overlap_past_refill(ptx: str) -> str:
+    """The K loop's wgmmas left in flight (``wait_group 1``) although a 2-stage ring refills
+    the stage they read at the top of the next iteration."""
+    return ptx.replace("wgmma.wait_group.sync.aligned 0;", "wgmma.wait_group.sync.aligned 1;", 1)
+
+
 def run(kernel, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     dev = kaio.Device("sim", arch="sm_90a")
     a = rng.standard_normal((M, K)).astype(np.float16)
@@ -98,6 +109,7 @@ PATHS = {
     "tma-wgmma": None,  # the default: TMA ring, wgmma, TMA store
     "tma-mma-sync": mma_sync_on_tma,
     "cp-async-wgmma": cp_async_wgmma,
+    "tma-ws-wgmma": warp_specialised,
 }
 
 
@@ -119,6 +131,7 @@ CASES = {
     "cp-async-operand-fence": ("cp-async-wgmma", without(r"fence\.proxy\.async"), r"missing fence\.proxy\.async: a generic-proxy write"),
     "mbarrier-wait": ("tma-wgmma", wait_passes_at_once, r"still writing: wait on its mbarrier"),
     "wgmma-wait": ("tma-wgmma", without(r"wgmma\.wait_group"), r"still being read asynchronously"),
+    "wgmma-overlap-past-refill": ("tma-wgmma", overlap_past_refill, r"bulk copy into shared memory that is still being read asynchronously"),
 }
 
 
