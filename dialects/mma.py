@@ -72,7 +72,7 @@ si8 = IntegerType(8, Signedness.SIGNED)
 ui8 = IntegerType(8, Signedness.UNSIGNED)
 # fragment element type -> its PTX type in mma.sync; families may mix A and B (s8 x u8, e4m3 x e5m2)
 OPERAND_PTX: dict[Attribute, str] = {f16: "f16", bf16: "bf16", si8: "s8", ui8: "u8", f8E4M3FN: "e4m3", f8E5M2: "e5m2"}
-_FAMILY = {f16: "f16", bf16: "bf16", si8: "int8", ui8: "int8", f8E4M3FN: "fp8", f8E5M2: "fp8"}
+FAMILY = {f16: "f16", bf16: "bf16", si8: "int8", ui8: "int8", f8E4M3FN: "fp8", f8E5M2: "fp8"}
 BUFFER_ELEMENTS = (f16, bf16, i8, f8E4M3FN, f8E5M2)  # what fragments load from (ints signless)
 
 
@@ -304,7 +304,7 @@ class MmaOp(IRDLOperation):
         assert isinstance(a, FragType) and isinstance(b, FragType) and isinstance(c, FragType)
         if (a.role.data, b.role.data, c.role.data) != ("a", "b", "acc"):
             raise VerifyException("mma.mma takes an A, a B and an accumulator fragment")
-        if _FAMILY.get(a.element_type) != _FAMILY.get(b.element_type):
+        if FAMILY.get(a.element_type) != FAMILY.get(b.element_type):
             raise VerifyException(f"A and B fragments are of one family (f16, bf16, s8/u8, e4m3/e5m2), not {a.element_type} and {b.element_type}")
         if c.element_type != accumulator_of(a.element_type):
             raise VerifyException(f"{a.element_type} fragments accumulate in {accumulator_of(a.element_type)}, not {c.element_type}")

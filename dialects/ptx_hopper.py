@@ -104,6 +104,8 @@ class WgmmaWaitOp(_HopperInstr):
 WGMMA_N = tuple(range(8, 257, 8))
 WGMMA_INPUTS = frozenset(("f16", "bf16"))
 WGMMA_FP8 = frozenset(("e4m3", "e5m2"))  # K = 32, K-major descriptors, no imm-trans
+WGMMA_INT8 = frozenset(("s8", "u8"))  # K = 32, K-major, s32 accumulators, no imm-scale/imm-trans
+WGMMA_INT8_N = (8, 16, 24, *range(32, 257, 16))  # as wgmma.INT8_N (this dialect imports no other)
 
 
 def wgmma_shape(n: int, k: int = 16) -> str:
@@ -130,7 +132,7 @@ class WgmmaMmaAsyncOp(_HopperInstr):
         mnemonic="wgmma.mma_async",
         n_args=(4 + 7, 128 + 9),
         n_types=3,
-        types=frozenset(("f32",)) | WGMMA_INPUTS | WGMMA_FP8,
+        types=frozenset(("f32", "s32")) | WGMMA_INPUTS | WGMMA_FP8 | WGMMA_INT8,
         mods=_SYNC_ALIGNED | frozenset(_WGMMA_SHAPES),
     )
     imm = opt_prop_def(DenseArrayBase)
@@ -167,6 +169,10 @@ class WgmmaMmaAsyncOp(_HopperInstr):
         return self.ptx_types[1] in WGMMA_FP8
 
     @property
+    def integer(self) -> bool:
+        return self.ptx_types[0] == "s32"
+
+    @property
     def a_from_registers(self) -> bool:
         return register_bits(self.srcs[self.n // 2].type) == 32
 
@@ -183,10 +189,14 @@ class WgmmaMmaAsyncOp(_HopperInstr):
         k = 32 if wgmma_shape(n, 32) in mods else 16
         half = types[1] == types[2] and types[1] in WGMMA_INPUTS
         fp8 = types[1] in WGMMA_FP8 and types[2] in WGMMA_FP8
-        if types[0] != "f32" or not ((half and k == 16) or (fp8 and k == 32)):
+        int8 = types[1] in WGMMA_INT8 and types[2] in WGMMA_INT8
+        if not ((types[0] == "f32" and ((half and k == 16) or (fp8 and k == 32))) or (types[0] == "s32" and int8 and k == 32)):
             raise VerifyException(
-                f"wgmma.mma_async.{self.spec_text}: kaio supports f32 += f16*f16 and bf16*bf16 (k16) and e4m3/e5m2 (k32)"
+                f"wgmma.mma_async.{self.spec_text}: kaio supports f32 += f16*f16 and bf16*bf16 (k16), e4m3/e5m2 (k32) "
+                "and s32 += s8/u8 (k32)"
             )
+        if int8 and n not in WGMMA_INT8_N:
+            raise VerifyException(f"wgmma.mma_async.{self.spec_text}: integer wgmma takes N in {WGMMA_INT8_N}")
         if self.results:
             raise VerifyException("wgmma.mma_async updates its accumulator operands in place; it has no results")
         if len(self.srcs) < n // 2 + 3:
@@ -194,8 +204,8 @@ class WgmmaMmaAsyncOp(_HopperInstr):
         acc, a, b, scale_d = self.operand_groups()
         for v in acc:
             _check_width(v, 32, "wgmma accumulator")
-            if v.type != f32:
-                raise VerifyException("wgmma.mma_async accumulators are f32 registers")
+            if v.type != (i32 if types[0] == "s32" else f32):
+                raise VerifyException(f"wgmma.mma_async accumulators are {types[0]} registers")
         if len(a) == 1:
             _check_width(a[0], 64, "wgmma A descriptor")
         elif len(a) == 4:
@@ -211,8 +221,15 @@ class WgmmaMmaAsyncOp(_HopperInstr):
             raise VerifyException("wgmma.mma_async: imm-scale-a/b are 1 or -1, imm-trans-a/b 0 or 1")
         if len(a) == 4 and trans_a:
             raise VerifyException("wgmma.mma_async: A from registers cannot be transposed")
-        if fp8 and (trans_a or trans_b):
-            raise VerifyException("wgmma.mma_async: fp8 operands are K-major (imm-trans 0)")
+        if (fp8 or int8) and (trans_a or trans_b):
+            raise VerifyException("wgmma.mma_async: 8-bit operands are K-major (imm-trans 0)")
+        if int8 and (scale_a, scale_b) != (1, 1):
+            raise VerifyException("wgmma.mma_async: integer wgmma has no imm-scale-a/b")
+
+    def requirements(self) -> Iterable[Requirement]:
+        yield from super().requirements()
+        if self.integer and self.ptx_types[1] != self.ptx_types[2]:  # mixed s8/u8 came with PTX 8.4
+            yield Requirement("wgmma.mma_async with mixed s8/u8 inputs", 90, (8, 4), True)
 
     def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
         acc, a, b, scale_d = self.operand_groups()
@@ -222,6 +239,8 @@ class WgmmaMmaAsyncOp(_HopperInstr):
         trans = [str(trans_a), str(trans_b)] if len(a) == 1 else [str(trans_b)]
         if self.fp8:  # the ISA spells no imm-trans for 8-bit inputs
             trans = []
+        if self.integer:  # nor imm-scale for integer ones
+            return [group([reg(v) for v in acc]), a_text, reg(b), reg(scale_d)]
         return [group([reg(v) for v in acc]), a_text, reg(b), reg(scale_d), str(scale_a), str(scale_b), *trans]
 
     def print_extra_props(self, printer: Printer) -> None:

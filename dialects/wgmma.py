@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kaio.dialects.mma import FragType
+from kaio.dialects.mma import FAMILY, FragType, accumulator_of, si8, ui8
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.dialects.tma import GLOBAL_ADDRESS
 from xdsl.dialects.builtin import I64, IntAttr, IntegerAttr, StringAttr, TensorType, bf16, f8E4M3FN, f8E5M2, f16, f32, i32, i64
@@ -89,13 +89,15 @@ def check_descriptor_fields(lbo: int, sbo: int, swizzle: str) -> None:
 
 @irdl_attr_definition
 class AccType(ParametrizedAttribute, TypeAttribute):
-    """``!wgmma.acc<N>``: a 64xN f32 accumulator of a warpgroup (N/2 registers per thread)."""
+    """``!wgmma.acc<N>``: a 64xN f32 accumulator of a warpgroup (N/2 registers per thread);
+    ``!wgmma.acc<N, i32>`` the int32 one of 8-bit integer inputs."""
 
     name = "wgmma.acc"
     n: IntAttr
+    element: Attribute
 
-    def __init__(self, n: int):
-        super().__init__(IntAttr(n))
+    def __init__(self, n: int, element: Attribute = f32):
+        super().__init__(IntAttr(n), element)
 
     @property
     def registers(self) -> int:
@@ -104,14 +106,21 @@ class AccType(ParametrizedAttribute, TypeAttribute):
     def verify(self) -> None:
         if self.n.data % 8 or not 8 <= self.n.data <= 256:
             raise VerifyException(f"wgmma N is 8..256 in steps of 8, not {self.n.data}")
+        if self.element not in (f32, i32):
+            raise VerifyException(f"wgmma accumulators are f32 or i32, not {self.element}")
 
     def print_parameters(self, printer: Printer) -> None:
-        printer.print_string(f"<{self.n.data}>")
+        printer.print_string(f"<{self.n.data}" + (">" if self.element == f32 else ", "))
+        if self.element != f32:
+            printer.print_attribute(self.element)
+            printer.print_string(">")
 
     @classmethod
-    def parse_parameters(cls, parser: AttrParser) -> tuple[IntAttr]:
+    def parse_parameters(cls, parser: AttrParser) -> tuple[IntAttr, Attribute]:
         with parser.in_angle_brackets():
-            return (IntAttr(parser.parse_integer()),)
+            n = IntAttr(parser.parse_integer())
+            element = parser.parse_type() if parser.parse_optional_punctuation(",") else f32
+            return n, element
 
 
 @irdl_op_definition
@@ -217,13 +226,16 @@ class MmaAsyncOp(IRDLOperation):
         return self.element_b or self.element
 
     def verify_(self) -> None:
-        fp8 = (f8E4M3FN, f8E5M2)
-        if self.element not in (f16, bf16, *fp8):
-            raise VerifyException(f"wgmma.mma_async multiplies f16, bf16 or fp8, not {self.element}")
-        if self.b_element != self.element and not (self.element in fp8 and self.b_element in fp8):
-            raise VerifyException(f"wgmma.mma_async: A and B are one type (e4m3 and e5m2 may mix), not {self.element} and {self.b_element}")
-        if self.element in fp8 and (self.trans_a.value.data or self.trans_b.value.data or isinstance(self.a.type, FragType)):
-            raise VerifyException("fp8 wgmma reads K-major A and B descriptors (no transpose, no A in registers)")
+        eight_bit = (f8E4M3FN, f8E5M2, si8, ui8)
+        if self.element not in (f16, bf16, *eight_bit):
+            raise VerifyException(f"wgmma.mma_async multiplies f16, bf16, fp8 or s8/u8, not {self.element}")
+        if self.b_element != self.element and FAMILY.get(self.b_element) != FAMILY.get(self.element):
+            raise VerifyException(f"wgmma.mma_async: A and B are of one family (e4m3/e5m2, s8/u8 may mix), not {self.element} and {self.b_element}")
+        if self.element in eight_bit and (self.trans_a.value.data or self.trans_b.value.data or isinstance(self.a.type, FragType)):
+            raise VerifyException("8-bit wgmma reads K-major A and B descriptors (no transpose, no A in registers)")
+        acc = self.acc.type
+        if isinstance(acc, AccType) and acc.element != accumulator_of(self.element):
+            raise VerifyException(f"{self.element} inputs accumulate in {accumulator_of(self.element)}, not {acc.element}")
         a = self.a.type
         if isinstance(a, FragType) and (a != FragType("a", self.element) or self.trans_a.value.data):
             raise VerifyException("an A from registers is an untransposed A fragment of the element type")
@@ -255,17 +267,25 @@ class WaitGroupOp(IRDLOperation):
 
 
 def tile_chunks(t: Attribute) -> list[int]:
-    """The accumulator widths an f32 tile in the #tile.mma<[W, 1]> layout (M = 16 W, W a
-    multiple of 4) splits into: N in equal chunks of at most 256 columns. VerifyException if
-    the tile is not such a tile."""
+    """The accumulator widths an f32 (or i32) tile in the #tile.mma<[W, 1]> layout (M = 16 W,
+    W a multiple of 4) splits into: N in equal chunks of at most 256 columns. VerifyException
+    if the tile is not such a tile."""
     layout = layout_of(t)
-    if not isinstance(t, TensorType) or not isinstance(layout, MmaLayout) or t.element_type != f32:
-        raise VerifyException(f"wgmma accumulators are an f32 tile in the #tile.mma layout, not {t}")
+    if not isinstance(t, TensorType) or not isinstance(layout, MmaLayout) or t.element_type not in (f32, i32):
+        raise VerifyException(f"wgmma accumulators are an f32 or i32 tile in the #tile.mma layout, not {t}")
     m, n = t.get_shape()
     wm, wn = layout.warp_grid
     if wn != 1 or wm % 4 or m != 16 * wm or n % 8:
         raise VerifyException(f"a {m}x{n} tile over {wm}x{wn} warps is not made of m64 wgmma accumulators (needs warps [W, 1], W a multiple of 4, M = 16 W)")
     return column_chunks(n)
+
+
+def accumulators(t: Attribute) -> list[Attribute]:
+    """The accumulator types of a tile (see :func:`tile_chunks`)."""
+    return [AccType(c, t.element_type) for c in tile_chunks(t)]  # type: ignore[attr-defined]
+
+
+INT8_N = (8, 16, 24, *range(32, 257, 16))  # the N of integer (s8/u8) wgmma
 
 
 def column_chunks(n: int) -> list[int]:
@@ -287,10 +307,10 @@ class SplitOp(IRDLOperation):
     assembly_format = "$tile attr-dict `:` type($tile) `->` type($accs)"
 
     def __init__(self, tile: SSAValue):
-        super().__init__(operands=[tile], result_types=[[AccType(c) for c in tile_chunks(tile.type)]])
+        super().__init__(operands=[tile], result_types=[accumulators(tile.type)])
 
     def verify_(self) -> None:
-        if [a.type for a in self.accs] != [AccType(c) for c in tile_chunks(self.tile.type)]:
+        if [a.type for a in self.accs] != accumulators(self.tile.type):
             raise VerifyException("wgmma.split gives the tile's column chunks, in order")
 
 
@@ -308,7 +328,7 @@ class JoinOp(IRDLOperation):
         super().__init__(operands=[accs], result_types=[tile_type])
 
     def verify_(self) -> None:
-        if [a.type for a in self.accs] != [AccType(c) for c in tile_chunks(self.result.type)]:
+        if [a.type for a in self.accs] != accumulators(self.result.type):
             raise VerifyException("wgmma.join takes the tile's column chunks, in order")
 
 

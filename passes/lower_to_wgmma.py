@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32
+from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32, i8, i32
 from xdsl.dialects import arith, scf
 from xdsl.ir import Attribute, BlockArgument, SSAValue
 from xdsl.passes import ModulePass
@@ -96,9 +96,9 @@ def operand_plan(t: Attribute, mn_major: bool, mn_step: int) -> OperandPlan | st
     """The plan for a buffer read with M/N offsets in multiples of ``mn_step``, or why not."""
     if not isinstance(t, smem.BufferType):
         return "operands must be in shared memory (run promote-to-shared first)"
-    if t.element_type not in (f16, bf16, *tile.FP8_ELEMENTS):
-        return f"wgmma multiplies f16/bf16 or fp8 here, not {t.element_type}"
-    if mn_major and t.element_type in tile.FP8_ELEMENTS:
+    if t.element_type not in (f16, bf16, i8, *tile.FP8_ELEMENTS):
+        return f"wgmma multiplies f16/bf16, fp8 or 8-bit integers here, not {t.element_type}"
+    if mn_major and t.element_type in (i8, *tile.FP8_ELEMENTS):
         return "8-bit wgmma operands are K-major in shared memory (B as kt.trans of an (N, K) tile)"
     if t.layout.kind.data != "wgmma":
         return f"operand buffer is in the {t.layout.kind.data} layout, not wgmma"
@@ -131,6 +131,8 @@ def dot_plan(dot: tile.DotOp, num_warps: int) -> tuple[list[int], OperandPlan | 
     k = tile.operand_shape(dot.a.type, ta)[1]
     if k % mma.k_step(ea):
         return f"K={k} is not a multiple of {mma.k_step(ea)}"
+    if ea == i8 and chunks[0] not in wgmma.INT8_N:
+        return f"integer wgmma takes N in {wgmma.INT8_N}, not {chunks[0]}"
     a = None if in_registers else operand_plan(dot.a.type, ta, 64)
     b = operand_plan(dot.b.type, not tb, chunks[0])
     for p in (a, b):
@@ -187,8 +189,10 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
               overlap: bool = False) -> None:  # fmt: skip
     ta, tb = dot.trans
     k = tile.operand_shape(dot.a.type, ta)[1]
-    elem, elem_b = tile.element_of(dot.a.type), tile.element_of(dot.b.type)
-    step = mma.k_step(elem)  # K per wgmma: 16, or 32 for fp8
+    ua, ub = dot.signs  # i8 operands read as u8
+    elem = mma.fragment_element(tile.element_of(dot.a.type), ua)
+    elem_b = mma.fragment_element(tile.element_of(dot.b.type), ub)
+    step = mma.k_step(elem)  # K per wgmma: 16, or 32 for 8-bit inputs
     loop = overlap_loop(dot) if overlap else None
     ix = IndexBuilder(Builder(InsertPoint.before(dot)))
     insert = ix.b.insert
@@ -288,7 +292,7 @@ class LowerToWgmmaPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for dot in [o for o in op.walk() if isinstance(o, tile.DotOp)]:
-            if dot.acc.type.element_type != f32:  # type: ignore[attr-defined]
+            if dot.acc.type.element_type not in (f32, i32):  # type: ignore[attr-defined]
                 continue
             func = enclosing_kernel(dot)
             num_warps = max(func.block_shape[0] * func.block_shape[1] * func.block_shape[2] // 32, 1)

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
-from xdsl.dialects.builtin import ModuleOp, TensorType, bf16, f16
+from xdsl.dialects.builtin import ModuleOp, TensorType, bf16, f16, i8
 from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -297,8 +297,8 @@ def wgmma_fits(op: tile.DotOp, num_warps: int) -> bool:
     m, n = _shape(op.result)
     k = _shape(op.a)[1]
     elem = op.a.type.element_type  # type: ignore[attr-defined]
-    fp8 = elem in tile.FP8_ELEMENTS  # K-major operands only (lower-to-wgmma's operand_plan)
-    if num_warps % 4 or m != 16 * num_warps or n % 8 or k % mma.k_step(elem) or elem not in (f16, bf16, *tile.FP8_ELEMENTS):
+    fp8 = elem in tile.FP8_ELEMENTS or elem == i8  # 8-bit: K-major operands only (lower-to-wgmma's operand_plan)
+    if num_warps % 4 or m != 16 * num_warps or n % 8 or k % mma.k_step(elem) or elem not in mma.BUFFER_ELEMENTS:
         return False
     eb = element_bytes(elem)
     layout = smem.LayoutAttr("wgmma")
@@ -313,6 +313,8 @@ def wgmma_fits(op: tile.DotOp, num_warps: int) -> bool:
         except VerifyException:
             return False
         mn_step = 64 if operand is op.a else wgmma.column_chunks(n)[0]
+        if elem == i8 and operand is op.b and mn_step not in wgmma.INT8_N:
+            return False
         if mn_axis == 1 and (fp8 or (mn_step * eb) % layout.panel_span(cols, eb)):  # MN-major
             return False
     return True

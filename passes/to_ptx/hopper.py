@@ -37,7 +37,7 @@ _MBAR = "shared::cta.b64"
 @register_parts(wgmma.AccType)
 def accumulator_parts(t: Attribute, em: PtxEmitter) -> list[Attribute]:
     assert isinstance(t, wgmma.AccType)
-    return [f32] * t.registers
+    return [t.element] * t.registers
 
 
 def _predicate(em: PtxEmitter, value: int) -> SSAValue:
@@ -156,7 +156,8 @@ def lower_mma_async(em: PtxEmitter, op: wgmma.MmaAsyncOp) -> None:
         acc = em.regs(op.acc.type)
     n = op.acc.type.n.data  # type: ignore[attr-defined]
     a, b = (mma.OPERAND_PTX[t] for t in (op.element, op.b_element))
-    spec = f"sync.aligned.m64n{n}k{mma.k_step(op.element)}.f32.{a}.{b}"
+    d = "f32" if op.acc.type.element == f32 else "s32"  # type: ignore[attr-defined]
+    spec = f"sync.aligned.m64n{n}k{mma.k_step(op.element)}.{d}.{a}.{b}"
     scale_d = _predicate(em, op.accumulate.value.data)
     em.emit(
         hp.WgmmaMmaAsyncOp(

@@ -185,5 +185,5 @@ def test_fp8_wgmma_refuses_transposed_operands():
     from kaio.dialects import wgmma
 
     acc, desc = create_ssa_value(wgmma.AccType(64)), create_ssa_value(i64)
-    with pytest.raises(VerifyException, match="fp8 wgmma reads K-major"):
+    with pytest.raises(VerifyException, match="8-bit wgmma reads K-major"):
         wgmma.MmaAsyncOp(acc, desc, desc, f8E4M3FN, trans_b=1).verify()

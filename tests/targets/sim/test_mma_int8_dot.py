@@ -124,3 +124,30 @@ def test_k_below_one_mma_step_is_refused():
         @kaio.tile_kernel(num_warps=4)
         def short(a: Array[i8], b: Array[i8], c: MutArray[i32]):
             kt.store(c, (0, 0), kt.dot(kt.load(a, (0, 0), (16, 16), (16, 16)), kt.load(b, (0, 0), (16, 16), (16, 16)), kt.zeros((16, 16), i32)), (16, 16))
+
+
+@kaio.tile_kernel(num_warps=4, num_stages=2)
+def int8_dot_k_major(a: Array[u8], b: Array[i8], c: MutArray[i32], m: i32, n: i32, k: i32,
+                     BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BK: kaio.constexpr = 64):  # fmt: skip
+    """B given (N, K): both operands K-major in shared memory, as 8-bit wgmma reads them."""
+    m0, n0 = i32(kt.program_id(0)) * BM, i32(kt.program_id(1)) * BN
+    acc = kt.zeros((BM, BN), i32)
+    for k0 in range(0, k, BK):
+        acc = kt.dot(kt.load(a, (m0, k0), (BM, BK), (m, k)), kt.trans(kt.load(b, (n0, k0), (BN, BK), (n, k))), acc)
+    kt.store(c, (m0, n0), acc, (m, n))
+
+
+def test_int8_dot_on_wgmma(rng):
+    m, n, k = 70, 80, 192
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    b = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    dev = kaio.Device("sim", arch="sm_90a")
+    c = dev.alloc_from(np.full((m, n), -0x5A5A5A5A, np.int32))
+    int8_dot_k_major[(2, 2)](dev.alloc_from(a), dev.alloc_from(b), c, m, n, k)
+    np.testing.assert_array_equal(c.to_host(), (a.astype(np.int64) @ b.astype(np.int64).T).astype(np.int32))
+    facts = {"a": 16, "b": 16, "c": 16, "m": 16, "n": 16, "k": 64}
+    ptx = kaio.compile(int8_dot_k_major, "sm_90a", specialization=facts).ptx
+    assert "wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8" in ptx and "mma.sync" not in ptx
+    if toolchain.find_ptxas() is not None:
+        report = toolchain.assemble(ptx, "sm_90a")
+        assert report.spill_stores[next(iter(report.registers))] == 0
