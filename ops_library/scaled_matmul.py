@@ -8,8 +8,11 @@ column scale (in that order, each product rounded to f32), adds the bias and rou
 output type. A scale is per row/column or per tensor (one value): the kernel reads
 ``scale[i * STEP]`` with STEP 1 or 0, so both are the same gather.
 
-B is row-major (K, N), as the ops take it: the tensor cores want K-major B columns, so its
-fragments are gathered byte by byte from shared memory (see ``passes/to_ptx/mma_sync.py``).
+B (K, N) may be row-major or column-major (the transpose of a row-major (N, K) array, as
+``torch._scaled_mm`` takes it: ``w.T`` of a linear layer's weight). Column-major is what 8-bit
+tensor cores read (K-major B columns): ``ldmatrix`` on sm_80/89, and wgmma on sm_90a for tiles
+of 64 rows. A row-major B's fragments are gathered byte by byte from shared memory (see
+``passes/to_ptx/mma_sync.py``) and it stays on ``mma.sync``.
 """
 
 # No `from __future__ import annotations`: the kernel's annotations name the factory's types.
@@ -18,12 +21,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from kaio.ops_library.operands import Operand, Operands
+import numpy as np
 
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTargetError, KaioTypeError, KaioValueError
+from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, f32, i32
 
 OUT_TYPES = {"f16": dtypes.f16, "bf16": dtypes.bf16, "f32": dtypes.f32}
@@ -38,11 +42,16 @@ def scaled_matmul_kernel(A: dtypes.ScalarType, B: dtypes.ScalarType, ACC: dtypes
     def scaled_matmul(a: Array[A], b: Array[B], scale_a: Array[f32], scale_b: Array[f32], bias: Array[BIAS],
                       y: MutArray[OUT], m: i32, n: i32, k: i32,
                       BM: kaio.constexpr = 64, BN: kaio.constexpr = 128, BK: kaio.constexpr = 64,
-                      SA_STEP: kaio.constexpr = 1, SB_STEP: kaio.constexpr = 1, HAS_BIAS: kaio.constexpr = False):  # fmt: skip
+                      SA_STEP: kaio.constexpr = 1, SB_STEP: kaio.constexpr = 1, HAS_BIAS: kaio.constexpr = False,
+                      B_K_MAJOR: kaio.constexpr = False):  # fmt: skip
         m0, n0 = i32(kt.program_id(1)) * BM, i32(kt.program_id(0)) * BN
         acc = kt.zeros((BM, BN), ACC)
         for k0 in range(0, k, BK):
-            acc = kt.dot(kt.load(a, (m0, k0), (BM, BK), (m, k)), kt.load(b, (k0, n0), (BK, BN), (k, n)), acc)
+            if B_K_MAJOR:  # b holds B^T, (N, K) row-major
+                b_tile = kt.trans(kt.load(b, (n0, k0), (BN, BK), (n, k)))
+            else:
+                b_tile = kt.load(b, (k0, n0), (BK, BN), (k, n))
+            acc = kt.dot(kt.load(a, (m0, k0), (BM, BK), (m, k)), b_tile, acc)
         rows, cols = m0 + kt.arange(BM), n0 + kt.arange(BN)
         sa = kt.expand_dims(kt.load(scale_a, rows * SA_STEP, rows < m), 1)  # STEP 0: the one scale
         sb = kt.expand_dims(kt.load(scale_b, cols * SB_STEP, cols < n), 0)
@@ -67,6 +76,17 @@ class Inputs:
     m: int
     n: int
     k: int
+    b_k_major: bool  # ``b`` holds B^T (N, K) row-major: B was given column-major
+
+
+def column_major(b: Any) -> bool:
+    """Whether a 2-D numpy array or torch tensor is stored column-major (and not also row-major)."""
+    if isinstance(b, np.ndarray):
+        return b.ndim == 2 and b.flags.f_contiguous and not b.flags.c_contiguous
+    is_contiguous = getattr(b, "is_contiguous", None)
+    if is_contiguous is None or getattr(b, "dim", lambda: 0)() != 2:
+        return False
+    return not is_contiguous() and b.t().is_contiguous()  # type: ignore[no-any-return]
 
 
 def _scale(op: str, ops: Any, name: str, value: Any, length: int, what: str, per_tensor: bool) -> Operand:
@@ -85,13 +105,14 @@ def check(op: str, ops: Any, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: A
     names = "/".join(t.name for t in inputs)
     if out_dtype not in OUT_TYPES:
         raise KaioValueError(f"{op}: `out_dtype` must be one of {', '.join(repr(t) for t in OUT_TYPES)}, got {out_dtype!r}")
-    oa, ob = ops.take("a", a), ops.take("b", b)
+    k_major = column_major(b)
+    oa, ob = ops.take("a", a), ops.take("b", b.T if k_major else b)
     for name, o in (("a", oa), ("b", ob)):
         if o.dtype not in inputs or len(o.shape) != 2:
             raise KaioTypeError(f"{op}: `{name}` must be a 2-D {names} array, got {o.dtype.name} {o.shape}")
-    (m, k), (k2, n) = oa.shape, ob.shape
+    (m, k), (k2, n) = oa.shape, (ob.shape[::-1] if k_major else ob.shape)
     if k != k2:
-        raise KaioValueError(f"{op}: `a` is (M, K) = {oa.shape} and `b` is (K, N) = {ob.shape}: K differs")
+        raise KaioValueError(f"{op}: `a` is (M, K) = {oa.shape} and `b` is (K, N) = {(k2, n)}: K differs")
     osa = _scale(op, ops, "scale_a", scale_a, m, "row of a", per_tensor)
     osb = _scale(op, ops, "scale_b", scale_b, n, "column of b", per_tensor)
     obias = None
@@ -102,7 +123,7 @@ def check(op: str, ops: Any, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: A
             raise KaioTypeError(f"{op}: `bias` must be f32 or {out.name} of shape ({n},), got {obias.dtype.name} {obias.shape}")
     if any(size >= 2**31 for size in (m * k, k * n, m * n)):
         raise KaioValueError(f"{op}: arrays must have fewer than 2**31 elements")
-    return Inputs(oa, ob, osa, osb, obias, out, m, n, k)
+    return Inputs(oa, ob, osa, osb, obias, out, m, n, k, k_major)
 
 
 def require_arch(op: str, device: Any, min_sm: int, feature: str) -> None:
@@ -129,5 +150,5 @@ def run(op: str, ops: Operands, a: Inputs, acc: dtypes.ScalarType) -> Any:
         kernel.launch(ops.device, a.a.value, a.b.value, a.scale_a.value, a.scale_b.value, bias.value, oy.value,
                       a.m, a.n, a.k, grid=(math.ceil(a.n / bn), math.ceil(a.m / bm)), BM=bm, BN=bn, BK=64,
                       SA_STEP=int(a.scale_a.shape == (a.m,)), SB_STEP=int(a.scale_b.shape == (a.n,)),
-                      HAS_BIAS=a.bias is not None)  # fmt: skip
+                      HAS_BIAS=a.bias is not None, B_K_MAJOR=a.b_k_major)  # fmt: skip
     return ops.result(oy)

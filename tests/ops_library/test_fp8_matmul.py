@@ -47,6 +47,13 @@ def test_matches_numpy(rng, poison, arch, ta, tb, m, n, k, per_row):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
+def test_column_major_b_on_wgmma(rng, poison):
+    a, w = fp8(rng, "e4m3", (64, 96)), fp8(rng, "e5m2", (40, 96))
+    got = fp8_matmul(a, w.T, np.float32([0.5]), np.ones(40, np.float32), out_dtype="f32", device=kaio.Device("sim", arch="sm_90a"))
+    want = reference(a, w.T, np.float32([0.5]), np.ones(40, np.float32))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("out", ["bf16"])
 def test_bias_and_output_types(rng, poison, out):
     a, b = fp8(rng, "e4m3", (20, 64)), fp8(rng, "e4m3", (64, 40))

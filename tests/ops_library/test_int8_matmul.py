@@ -36,6 +36,15 @@ def test_int32_products_are_bit_exact(rng, poison, arch, m, n, k):
     np.testing.assert_array_equal(got, want.astype(np.float32))
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_column_major_b(rng, poison, arch):
+    """b = w.T of an (N, K) weight (torch._scaled_mm's B): read K-major (ldmatrix; wgmma on sm_90a)."""
+    m, n, k = 70, 80, 128
+    a, w = int8(rng, (m, k)), int8(rng, (n, k))
+    got = int8_matmul(a, w.T, np.ones(m, np.float32), np.ones(n, np.float32), out_dtype="f32", device=kaio.Device("sim", arch=arch))
+    np.testing.assert_array_equal(got, exact(a, w.T).astype(np.float32))
+
+
 @pytest.mark.parametrize("out,bias", [("f16", None), ("bf16", "f32"), ("f32", "out")])
 def test_scales_and_bias_in_the_epilogue(rng, poison, out, bias):
     m, n, k = 40, 24, 96
@@ -94,7 +103,7 @@ def test_torch_tensors_in_tensor_out(rng):
     x = torch.from_numpy(rng.standard_normal((4, 64)).astype(np.float32))
     q, s = quantize_int8(x)
     assert isinstance(q, torch.Tensor) and q.dtype == torch.int8 and s.dtype == torch.float32
-    b = torch.from_numpy(int8(rng, (64, 16)))
+    b = torch.from_numpy(int8(rng, (16, 64))).t()  # column-major, as torch._int_mm / _scaled_mm take B
     y = int8_matmul(q, b, s, torch.ones(16), out_dtype="bf16")
     assert isinstance(y, torch.Tensor) and y.dtype == torch.bfloat16 and tuple(y.shape) == (4, 16)
     want = (exact(q.numpy(), b.numpy()).astype(np.float32) * s.numpy()[:, None]).astype(ml_dtypes.bfloat16)
@@ -144,12 +153,13 @@ needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-
 
 @needs_ptxas
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("m", [1, 64])
-def test_assembles_without_spills(arch, m):
+@pytest.mark.parametrize("m,k_major", [(1, False), (64, False), (64, True)])
+def test_assembles_without_spills(arch, m, k_major):
     kernel = scaled_matmul_kernel(dtypes.i8, dtypes.i8, dtypes.i32, dtypes.bf16, dtypes.f32)
-    compiled = kaio.compile(kernel, arch, BM=block_m(m), BN=128, BK=64, HAS_BIAS=True,
+    compiled = kaio.compile(kernel, arch, BM=block_m(m), BN=128, BK=64, HAS_BIAS=True, B_K_MAJOR=k_major,
                             specialization={"a": 16, "b": 16, "y": 16, "m": 16, "n": 16, "k": 64})  # fmt: skip
-    assert "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32" in compiled.ptx
+    wgmma = arch == "sm_90a" and k_major
+    assert ("wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8" if wgmma else "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32") in compiled.ptx
     report = toolchain.assemble(compiled.ptx, arch)
     print(f"{arch} m={m}: {report.registers[compiled.name]} registers")
     assert report.spill_stores[compiled.name] == 0 and report.spill_loads[compiled.name] == 0
