@@ -4,6 +4,8 @@ The ops load on first use (PEP 562): ``import kaio.ops_library`` imports none of
 xDSL, so it costs nothing until an op is called. A new op adds its public names to ``_OPS``.
 """
 
+# ruff: noqa: F401 - the TYPE_CHECKING imports name what the lazy attributes resolve to
+
 from __future__ import annotations
 
 import importlib
@@ -42,7 +44,10 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.fp8_matmul import fp8_matmul
     from kaio.ops_library.gguf_matmul import gguf_matmul
     from kaio.ops_library.int8_matmul import int8_matmul
-    from kaio.ops_library.linear_cross_entropy import linear_cross_entropy, linear_cross_entropy_backward
+    from kaio.ops_library.linear_cross_entropy import (
+        linear_cross_entropy,
+        linear_cross_entropy_backward,
+    )
     from kaio.ops_library.matmul import Matmul, matmul
     from kaio.ops_library.matmul_backward import matmul_backward
     from kaio.ops_library.matmul_config import MatmulConfig
