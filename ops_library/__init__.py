@@ -86,4 +86,4 @@ class _OpsPackage(types.ModuleType):
 
 sys.modules[__name__].__class__ = _OpsPackage
 
-__all__ = sorted(_OPS)
+__all__ = sorted(_OPS)  # noqa: PLE0605 - the table above is the list of public names
