@@ -18,7 +18,15 @@ from kaio.pass_contracts import check_options
 from kaio.pass_registry import available_passes, register_pass
 from kaio.pipeline_text import parse_passes
 
-__all__ = ["Pipeline", "as_pipeline", "available_passes", "kernel_pipeline", "register_pass", "tile_pipeline"]
+__all__ = [
+    "SCALAR_PASSES", "Pipeline", "as_pipeline", "available_passes", "kernel_pipeline", "register_pass", "tile_pipeline",
+]  # fmt: skip
+
+SCALAR_PASSES: tuple[str, ...] = ("ptx-strength-reduce", "ptx-licm", "ptx-fold")
+"""What every default pipeline runs after ``lower-to-ptx``: turn multiplies, divisions and
+remainders by constants into shifts, masks and multiply-highs, move loop-invariant instructions
+out of loops, then fold constants, merge repeats and drop what nobody reads (see
+``docs/dialect_stack.md``, "Scalar passes")."""
 
 
 @dataclass(frozen=True)
@@ -159,8 +167,8 @@ def as_pipeline(pipeline: Any, what: str = "pipeline") -> Pipeline:
 
 
 def kernel_pipeline(arch: str) -> Pipeline:
-    """The default pipeline of a ``@kaio.gpu_kernel``: clean up, vectorize, lower to PTX
-    (an arch kaio does not know: KaioTargetError)."""
+    """The default pipeline of a ``@kaio.gpu_kernel``: clean up, vectorize, lower to PTX, the
+    scalar passes (an arch kaio does not know: KaioTargetError)."""
     from xdsl.transforms.canonicalize import CanonicalizePass
     from xdsl.transforms.common_subexpression_elimination import (
         CommonSubexpressionElimination,
@@ -171,8 +179,9 @@ def kernel_pipeline(arch: str) -> Pipeline:
     from kaio.targets.ptx.arch import get_arch
 
     get_arch(arch)
+    scalar = Pipeline.parse(",".join(SCALAR_PASSES)).passes
     return Pipeline(
-        (CanonicalizePass(), CommonSubexpressionElimination(), VectorizeLoadsPass(), LowerToPtxPass(arch))
+        (CanonicalizePass(), CommonSubexpressionElimination(), VectorizeLoadsPass(), LowerToPtxPass(arch), *scalar)
     )
 
 
@@ -187,7 +196,8 @@ def has_wgmma(arch: str) -> bool:
 def tile_pipeline(arch: str, stages: int = 3, layout: str | None = None, maxnreg: int = 0) -> Pipeline:
     """The default pipeline of a ``@kaio.tile_kernel``: fused elementwise code, layouts,
     shared-memory staging of dot operands, the cp.async ring (``stages`` >= 2), tensor cores,
-    clean up, PTX (with a ``.maxnreg`` cap when ``maxnreg`` > 0). On sm_90a the dots wgmma can
+    clean up, PTX (with a ``.maxnreg`` cap when ``maxnreg`` > 0), the scalar passes
+    (:data:`SCALAR_PASSES`). On sm_90a the dots wgmma can
     take get its warp grid and shared layout and run on warpgroup tensor cores
     (``lower-to-wgmma``); the others keep mma.sync; and the K loops whose operands a tensor map
     can describe fill their ring by TMA (``pipeline-tma``), the others by cp.async; a dot's
@@ -203,5 +213,5 @@ def tile_pipeline(arch: str, stages: int = 3, layout: str | None = None, maxnreg
     if hopper:
         spec.append("lower-to-wgmma")
     cap = f" maxnreg={maxnreg}" if maxnreg else ""
-    spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}"]
+    spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}", *SCALAR_PASSES]
     return Pipeline.parse(",".join(spec))

@@ -70,9 +70,12 @@ def delta_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
 
 @cache
 def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> Any:  # noqa: N803
-    """dK and dV (and, with ``ATOMIC_DQ``, dQ's f32 partial sums) for one input type."""
+    """dK and dV (and, with ``ATOMIC_DQ``, dQ's f32 partial sums) for one input type.
+    ``maxnreg=255`` tells ptxas every register is available: without it, its occupancy
+    heuristic may squeeze this kernel (about 170 registers at D=64) into 128 for a second
+    block per SM and spill."""
 
-    @kaio.tile_kernel(num_warps=warps, num_stages=stages)
+    @kaio.tile_kernel(num_warps=warps, num_stages=stages, maxnreg=255)
     def attention_dkdv(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
                        dk: MutArray[T], dv: MutArray[T], dq_acc: MutArray[f32], kv_lens: Array[i32],
                        H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,

@@ -182,10 +182,10 @@ def _key(op: Operation) -> tuple[object, ...]:
     return (op.name, tuple(op.properties.items()), tuple(op.operands), tuple(r.type for r in op.results))
 
 
-def fold_entry(entry: ptx.EntryOp) -> None:
+def fold_entry(entry: ptx.EntryOp, window: int = 8) -> None:
     pool = ConstPool(entry)
-    seen: dict[tuple[object, ...], Operation] = {}
-    for op in list(entry.body.block.ops):
+    seen: dict[tuple[object, ...], tuple[Operation, int]] = {}
+    for position, op in enumerate(list(entry.body.block.ops)):
         cls = type(op)
         if cls is ptx.LabelOp:
             seen.clear()  # another path may join here: earlier values no longer dominate
@@ -200,9 +200,9 @@ def fold_entry(entry: ptx.EntryOp) -> None:
                 continue
         if is_pure(op) and op.results and not reads_registers(op):
             key = _key(op)
-            twin = seen.get(key)
-            if twin is None:
-                seen[key] = op
+            twin, at = seen.get(key, (None, 0))
+            if twin is None or position - at > window:
+                seen[key] = (op, position)
             else:
                 for old, new in zip(op.results, twin.results):
                     old.replace_all_uses_with(new)
@@ -215,6 +215,11 @@ def fold_entry(entry: ptx.EntryOp) -> None:
 class PtxFoldPass(ModulePass):
     name = "ptx-fold"
 
+    window: int = 8
+    """How far back (in instructions) a repeat may find its twin: merging distant repeats
+    stretches a register's life across everything between them, and ptxas does not undo that
+    (a long kernel then holds more registers or spills). 0: no merging."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for entry in entries(op):
-            fold_entry(entry)
+            fold_entry(entry, self.window)

@@ -25,8 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.dialects.builtin import ModuleOp, f64, i64
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from kaio.dialects import ptx
@@ -71,28 +71,56 @@ def _hoistable_load(op: Operation, before_control: bool, read_only: bool) -> boo
     )  # fmt: skip
 
 
-def hoist_loop(ops: list[Operation], loop: Loop) -> int:
-    """Move the loop's invariant instructions before its label; returns how many moved."""
-    body = ops[loop.head + 1 : loop.latch + 1]
+def _words(v: SSAValue) -> int:
+    """Registers a value holds while live (constants are immediates; a predicate counts one)."""
+    if type(v.owner) is ptx.ConstOp:
+        return 0
+    return 2 if v.type in (i64, f64) else 1
+
+
+def invariant_ops(body: list[Operation]) -> list[Operation]:
+    """The loop's instructions that may move before it, in program order."""
     inside = set(body)
     assigned = {op.operands[0] for op in body if type(op) is ptx.AssignOp}
     read_only = all(is_pure(op) or type(op) in _READS_OR_CONTROL for op in body)
-    head = ops[loop.head]
-    moved: set[Operation] = set()
+    found: set[Operation] = set()
     before_control = True
     for op in body:
         if type(op) in (ptx.LabelOp, ptx.BraOp):
             before_control = False
         if not (is_pure(op) or _hoistable_load(op, before_control, read_only)) or not op.results:
             continue
-        if all((v.owner not in inside or v.owner in moved) and v not in assigned for v in op.operands):
+        if all((v.owner not in inside or v.owner in found) and v not in assigned for v in op.operands):
+            found.add(op)
+    return [op for op in body if op in found]
+
+
+def within_budget(candidates: list[Operation], budget: int) -> set[Operation]:
+    """The candidates, if the registers they keep live across the loop (moved values read by
+    what stays) fit ``budget``; else only the constants. A moved value lives through every
+    trip, and ptxas neither sinks it back nor rematerialises it: a big loop's invariant math
+    (hundreds of fragment addresses in an attention backward) would spill; ptxas's own
+    scheduling handles such a loop better left alone."""
+    chosen = set(candidates)
+    cost = sum(_words(v) for o in candidates for v in o.results if any(u.operation not in chosen for u in v.uses))
+    if cost <= budget:
+        return chosen
+    return {o for o in candidates if all(_words(v) == 0 for v in o.results)}
+
+
+def hoist_loop(ops: list[Operation], loop: Loop, budget: int) -> int:
+    """Move the loop's invariant instructions before its label; returns how many moved."""
+    candidates = invariant_ops(ops[loop.head + 1 : loop.latch + 1])
+    moved = within_budget(candidates, budget)
+    head = ops[loop.head]
+    for op in candidates:
+        if op in moved:
             op.detach()
             head.parent_block().insert_op_before(op, head)  # type: ignore[union-attr]
-            moved.add(op)
     return len(moved)
 
 
-def licm_entry(entry: ptx.EntryOp) -> int:
+def licm_entry(entry: ptx.EntryOp, budget: int = 32) -> int:
     """Hoist out of every loop of the entry, inner loops first; returns how many moved."""
     total = 0
     block = entry.body.block
@@ -104,13 +132,18 @@ def licm_entry(entry: ptx.EntryOp) -> int:
             return total
         loop = pending[0]
         done.add(ops[loop.head])
-        total += hoist_loop(ops, loop)
+        total += hoist_loop(ops, loop, budget)
 
 
 @dataclass(frozen=True)
 class PtxLicmPass(ModulePass):
     name = "ptx-licm"
 
+    budget: int = 32
+    """Registers (32-bit words; a predicate counts one) that moved values may keep live across
+    one loop; a loop whose invariant instructions would need more keeps them (ptxas
+    rematerialises them where it has the registers)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for entry in entries(op):
-            licm_entry(entry)
+            licm_entry(entry, self.budget)

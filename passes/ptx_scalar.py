@@ -85,6 +85,39 @@ def reads_registers(op: Operation) -> bool:
     return any(type(v.owner) is ptx.RegOp for v in op.operands)
 
 
+def known_nonnegative(v: SSAValue, depth: int = 6) -> bool:
+    """Whether a 32- or 64-bit value's sign bit is clear whatever the inputs (so a signed
+    division of it is an unsigned one): a constant >= 0, a thread or block coordinate, a max
+    with something non-negative, a mask without the sign bit, a logical right shift, ..."""
+    owner = v.owner
+    cls = type(owner)
+    if cls is ptx.ConstOp:
+        c = const_int(v)
+        bits = 32 if v.type == i32 else 64
+        return c is not None and c >> (bits - 1) == 0
+    if depth == 0 or not is_instr(cls) or "guard" in owner.properties:  # type: ignore[union-attr]
+        return False
+    srcs = owner.srcs  # type: ignore[union-attr]
+    if cls is ptx.MovOp:
+        return owner.symbol is not None and owner.symbol.data in _FIXED_SPECIALS  # type: ignore[union-attr]
+    mods, types = spec_parts(owner)  # type: ignore[arg-type]
+    below = lambda x: known_nonnegative(x, depth - 1)  # noqa: E731
+    if cls is ptx.MaxOp:
+        return types[0][0] == "s" and any(below(x) for x in srcs)
+    if cls is ptx.AndOp:
+        return any(below(x) for x in srcs)
+    if cls in (ptx.OrOp, ptx.XorOp, ptx.MinOp):
+        return all(below(x) for x in srcs)
+    if cls is ptx.SelpOp:
+        return below(srcs[0]) and below(srcs[1])
+    if cls is ptx.ShrOp:
+        amount = const_int(srcs[1])
+        return (types[0][0] != "s" and amount is not None and amount >= 1) or below(srcs[0])
+    if cls in (ptx.DivOp, ptx.RemOp):
+        return types[0][0] == "u" and (const_int(srcs[1]) or 0) >= 2 or (types[0][0] == "s" and below(srcs[0]))
+    return False
+
+
 def const_int(v: SSAValue) -> int | None:
     """The integer a ``ptx.const`` holds (as its bits, unsigned), else None."""
     owner = v.owner
@@ -124,10 +157,23 @@ class ConstPool:
     def __init__(self, entry: ptx.EntryOp):
         self.block = entry.body.block
         self.values: dict[tuple[int, Attribute], SSAValue] = {}
-        for op in self.block.ops:
-            if isinstance(op, ptx.ConstOp) and isinstance(op.value, IntegerAttr) and op.result.type in (i32, i64):
-                key = (const_int(op.result), op.result.type)
-                self.values.setdefault(key, op.result)  # type: ignore[arg-type]
+        # Integer constants move to the top (so the one kept for a value dominates every use
+        # of it) and repeats merge into it. A constant has no operands: moving it up is free.
+        top = self.block.first_op
+        for op in list(self.block.ops):
+            if type(op) is not ptx.ConstOp or not isinstance(op.value, IntegerAttr) or op.result.type not in (i32, i64):  # type: ignore[attr-defined]
+                continue
+            key = (const_int(op.results[0]), op.results[0].type)
+            kept = self.values.get(key)  # type: ignore[arg-type]
+            if kept is not None:
+                replace_result(op, kept)
+                continue
+            self.values[key] = op.results[0]  # type: ignore[index]
+            if op is top:
+                top = op.next_op
+            elif top is not None:
+                op.detach()
+                self.block.insert_op_before(op, top)
 
     def get(self, value: int, t: Attribute) -> SSAValue:
         bits = 32 if t == i32 else 64

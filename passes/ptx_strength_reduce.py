@@ -11,8 +11,10 @@ as ``div.u32 x, 4``).
 - ``div``/``rem`` by any other positive constant: one multiply-high by a magic number
   (:mod:`kaio.passes.magic_division`); the remainder is ``x - q * d``.
 
-Only 32- and 64-bit words and positive divisors are rewritten (a divisor of 1 is left to
-``ptx-fold``); guarded instructions stay as they are.
+A signed division of a value known to be non-negative (a thread coordinate, ``max(x, 0)``, a
+mask) takes the unsigned form: no bias, no sign correction. Only 32- and 64-bit words and
+positive divisors are rewritten (a divisor of 1 is left to ``ptx-fold``); guarded instructions
+stay as they are.
 """
 
 from __future__ import annotations
@@ -26,7 +28,18 @@ from xdsl.passes import ModulePass
 
 from kaio.dialects import ptx
 from kaio.passes.magic_division import signed_magic, unsigned_magic
-from kaio.passes.ptx_scalar import ConstPool, Emit, as_typed, const_int, entries, power_of_two, replace_result, spec_parts, word
+from kaio.passes.ptx_scalar import (
+    ConstPool,
+    Emit,
+    as_typed,
+    const_int,
+    entries,
+    known_nonnegative,
+    power_of_two,
+    replace_result,
+    spec_parts,
+    word,
+)
 
 
 def _pow2_quotient(e: Emit, x: SSAValue, k: int, bits: int, is_signed: bool, want_rem: bool) -> SSAValue:
@@ -86,6 +99,8 @@ def reduce(op: ptx.PtxInstr, pool: ConstPool) -> bool:
     d = as_typed(raw, bits, is_signed)
     if d < 2:
         return False
+    if is_signed and known_nonnegative(srcs[0]):  # C truncation and the unsigned quotient agree
+        is_signed = False
     e, x = Emit(op, pool), srcs[0]
     want_rem = isinstance(op, ptx.RemOp)
     k = power_of_two(d)

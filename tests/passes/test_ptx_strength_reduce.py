@@ -115,6 +115,32 @@ def test_signed_powers_of_two_round_toward_zero() -> None:
     assert reduced(entry_with(ptx.DivOp, "s32", 2)) == ["shr.u32", "add.s32", "shr.s32"]  # bias = sign bit
 
 
+def test_a_non_negative_dividend_divides_unsigned() -> None:
+    """max(x, 0), a mask, a thread index: no bias, no sign correction."""
+    from xdsl.dialects.builtin import ModuleOp
+
+    for make in (
+        lambda x, e: ptx.MaxOp("s32", [x, e(0)], [i32]),
+        lambda x, e: ptx.AndOp("b32", [x, e(0x7FFF)], [i32]),
+        lambda x, e: ptx.ShrOp("u32", [x, e(1)], [i32]),
+    ):
+        entry = entry_with(ptx.DivOp, "s32", 32)
+        ops = list(entry.body.block.ops)
+        x, div = ops[0].outs[0], ops[3]
+        consts: list[ptx.ConstOp] = []
+
+        def const(v: int) -> object:
+            consts.append(ptx.ConstOp(v, i32))
+            return consts[-1].result
+
+        bounded = make(x, const)
+        entry.body.block.insert_ops_before([*consts, bounded], div)
+        div.operands[0] = bounded.outs[0]
+        PtxStrengthReducePass().apply(None, ModuleOp([entry]))  # type: ignore[arg-type]
+        assert names(entry)[-2] == "shr.u32" and "shr.s32" not in names(entry)
+    assert reduced(entry_with(ptx.DivOp, "s32", 32))[-1] == "shr.s32"  # x itself may be negative
+
+
 def test_other_constants_take_a_multiply_high() -> None:
     assert reduced(entry_with(ptx.DivOp, "u32", 3)) == ["mul.hi.u32", "shr.u32"]
     assert reduced(entry_with(ptx.DivOp, "u32", 7)) == ["mul.hi.u32", "sub.u32", "shr.u32", "add.u32", "shr.u32"]
