@@ -30,6 +30,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from kaio.dialects import ptx
+from kaio.pass_contracts import PassContract
 from kaio.passes.ptx_scalar import (
     WORD_TYPES,
     ConstPool,
@@ -213,6 +214,7 @@ def fold_entry(entry: ptx.EntryOp, window: int = 8) -> None:
 
 @dataclass(frozen=True)
 class PtxFoldPass(ModulePass):
+    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
     name = "ptx-fold"
 
     window: int = 8

@@ -30,6 +30,7 @@ from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from kaio.dialects import ptx
+from kaio.pass_contracts import PassContract
 from kaio.passes.ptx_scalar import entries, is_pure, spec_parts
 
 _READS_OR_CONTROL = frozenset((ptx.LdOp, ptx.ConstOp, ptx.LabelOp, ptx.BraOp, ptx.AssignOp, ptx.CommentOp))
@@ -137,6 +138,7 @@ def licm_entry(entry: ptx.EntryOp, budget: int = 32) -> int:
 
 @dataclass(frozen=True)
 class PtxLicmPass(ModulePass):
+    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
     name = "ptx-licm"
 
     budget: int = 32

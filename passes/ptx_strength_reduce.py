@@ -27,6 +27,7 @@ from xdsl.ir import SSAValue
 from xdsl.passes import ModulePass
 
 from kaio.dialects import ptx
+from kaio.pass_contracts import PassContract
 from kaio.passes.magic_division import signed_magic, unsigned_magic
 from kaio.passes.ptx_scalar import (
     ConstPool,
@@ -119,6 +120,7 @@ _REDUCIBLE = frozenset((ptx.MulOp, ptx.DivOp, ptx.RemOp))
 
 @dataclass(frozen=True)
 class PtxStrengthReducePass(ModulePass):
+    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
     name = "ptx-strength-reduce"
 
     magic: bool = True

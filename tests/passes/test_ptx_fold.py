@@ -225,3 +225,12 @@ def test_distant_repeats_stay_apart() -> None:
     assert e.instrs().count("add.s32") == 2
     PtxFoldPass(window=100).apply(None, module)  # type: ignore[arg-type]
     assert e.instrs().count("add.s32") == 1
+
+
+def test_the_scalar_passes_come_after_lower_to_ptx() -> None:
+    from kaio.pass_contracts import order_problems
+    from kaio.pipeline import SCALAR_PASSES, Pipeline
+
+    assert order_problems(Pipeline.parse("lower-to-ptx," + ",".join(SCALAR_PASSES)).passes) == []
+    early = order_problems(Pipeline.parse("ptx-fold,ptx-licm,ptx-strength-reduce,lower-to-ptx").passes)
+    assert len(early) == 3 and "'ptx-fold' runs before 'lower-to-ptx'" in early[0]
