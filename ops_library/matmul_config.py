@@ -9,7 +9,7 @@ from kaio.dialects.ptx import MAX_MAXNREG, MIN_MAXNREG
 from kaio.dialects.smem import LAYOUT_KINDS
 from kaio.errors import KaioValueError
 from kaio.ops_library.config_fields import bool_field, choice_field, int_field, int_tuple_field, settle
-from kaio.pipeline import SCALAR_PASSES, Pipeline, has_wgmma
+from kaio.pipeline import SCALAR_STAGE, Pipeline, has_wgmma
 
 MAX_STAGES = 8  # as a tile kernel's num_stages: deeper rings only grow the PTX
 MAX_THREADS = 1024  # a CTA's limit on every arch
@@ -111,7 +111,7 @@ class MatmulConfig:
         if self.tensor_cores:
             spec.append("lower-to-mma-sync")
         cap = f" maxnreg={self.maxnreg}" if self.maxnreg else ""
-        spec += ["canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}", *SCALAR_PASSES]
+        spec += ["canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}", SCALAR_STAGE]
         return Pipeline.parse(",".join(spec))
 
     def suits(self, align: tuple[int, int, int], elem_bytes: int) -> bool:

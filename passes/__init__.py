@@ -85,6 +85,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return PtxLicmPass
 
+    def ptx_optimize() -> type[ModulePass]:
+        from kaio.passes.ptx_optimize import PtxOptimizePass
+
+        return PtxOptimizePass
+
     return {
         "fuse-tile-maps": fuse_tile_maps,
         "tile-layout": tile_layout,
@@ -101,4 +106,5 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "ptx-fold": ptx_fold,
         "ptx-strength-reduce": ptx_strength_reduce,
         "ptx-licm": ptx_licm,
+        "ptx-optimize": ptx_optimize,
     }

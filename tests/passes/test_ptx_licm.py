@@ -17,7 +17,7 @@ import kaio
 from kaio.dialects import ptx
 from kaio.passes import ptx_licm
 from kaio.passes.ptx_licm import PtxLicmPass
-from kaio.pipeline import kernel_pipeline
+from kaio.pipeline import Pipeline, kernel_pipeline
 from kaio.prelude import MutArray, i32 as I32, thread_idx_x
 
 
@@ -178,6 +178,15 @@ def expected(x: np.ndarray, n: int, a: int, b: int) -> tuple[np.ndarray, np.ndar
     return x.astype(np.int32), acc.astype(np.int32)
 
 
+def expanded(pipeline: Pipeline, **planted: object) -> Pipeline:
+    """``pipeline`` with its ptx-optimize stage as the three passes, one of them replaced."""
+    from kaio.passes.ptx_fold import PtxFoldPass
+    from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
+
+    passes = {"strength_reduce": PtxStrengthReducePass(), "licm": PtxLicmPass(), "fold": PtxFoldPass(), **planted}
+    return Pipeline((*pipeline.without("ptx-optimize").passes, *passes.values()))  # type: ignore[arg-type]
+
+
 def run(dev: kaio.Device, kernel, rng: np.random.Generator) -> tuple[bool, bool]:  # type: ignore[no-untyped-def]
     x = rng.integers(-1000, 1000, 32).astype(np.int32)
     n, a, b = 5, int(rng.integers(-50, 50)), int(rng.integers(1, 50))
@@ -200,5 +209,5 @@ def test_a_planted_bug_hoisting_the_load_is_caught(dev: kaio.Device, rng: np.ran
     class Planted(PtxLicmPass):
         name = "test-planted-licm"  # its own pipeline string: no cached PTX is reused
 
-    kernel = running_sum.with_pipeline(lambda arch: kernel_pipeline(arch).replace("ptx-licm", Planted()))
+    kernel = running_sum.with_pipeline(lambda arch: expanded(kernel_pipeline(arch), licm=Planted()))
     assert run(dev, kernel, rng)[0] is False

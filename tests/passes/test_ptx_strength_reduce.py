@@ -26,6 +26,8 @@ from kaio.passes import ptx_strength_reduce as sr
 from kaio.passes.magic_division import SignedMagic, UnsignedMagic, sdiv_model, signed_magic, udiv_model, unsigned_magic
 from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
 from kaio.pipeline import kernel_pipeline
+
+from .test_ptx_licm import expanded
 from kaio.targets.ptx import toolchain
 
 # --------------------------------------------------------------------------- magic numbers
@@ -294,7 +296,7 @@ def test_a_planted_bug_is_caught(dev: kaio.Device, rng: np.random.Generator, tmp
     class Planted(PtxStrengthReducePass):
         name = f"test-planted-{planted}"  # its own pipeline string: no cached PTX is reused
 
-    kernel = load_kernel(tmp_path, case).divide.with_pipeline(lambda arch: kernel_pipeline(arch).replace("ptx-strength-reduce", Planted()))
+    kernel = load_kernel(tmp_path, case).divide.with_pipeline(lambda arch: expanded(kernel_pipeline(arch), strength_reduce=Planted()))
     x = np.resize(rng.permutation(case.values(rng)), 256)
     q, r = run(dev, kernel, case, x)
     assert mismatches(case, x, q, r) > 0
