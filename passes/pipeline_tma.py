@@ -58,6 +58,7 @@ from xdsl.dialects.builtin import IntegerAttr, ModuleOp, UnitAttr, i32, i64
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
+from xdsl.traits import is_side_effect_free
 
 from kaio.dialects import kernel, mbarrier, smem, tile, tma
 from kaio.errors import KaioCompileError
@@ -130,17 +131,23 @@ class _Issuer:
     def barrier(self, ix: IndexBuilder, stage: SSAValue) -> SSAValue:
         return barrier_slot(ix, self.barriers, stage)
 
-    def issue(self, ix: IndexBuilder, k: SSAValue, stage: SSAValue, refill: bool) -> None:
-        """Thread 0, if tile ``k`` is inside the loop: arm the stage's barrier, load the boxes
-        (``refill``: into a stage the block has read before: see :meth:`load`)."""
-        inside = ix.b.insert(arith.CmpiOp(k, self.ub, "slt")).result
+    def issue(self, ix: IndexBuilder, k: SSAValue, stage: SSAValue, refill: bool, ub: SSAValue | None = None,
+              valid: SSAValue | None = None, outer: dict[SSAValue, SSAValue] | None = None) -> None:  # fmt: skip
+        """The issuing thread, if tile ``k`` is inside the loop (below ``ub``, default the
+        loop's, and ``valid``): arm the stage's barrier, load the boxes (``refill``: into a stage
+        the block has read before: see :meth:`load`; ``outer``: values of the enclosing loop's
+        body recomputed for another of its iterations, see :func:`_next_run`)."""
+        inside = ix.b.insert(arith.CmpiOp(k, ub or self.ub, "slt")).result
         go = ix.b.insert(arith.AndIOp(self.leader, inside)).result
+        if valid is not None:
+            go = ix.b.insert(arith.AndIOp(go, valid)).result
         block = Block()
-        self.load(IndexBuilder(Builder(InsertPoint.at_end(block))), k, stage, refill)
+        self.load(IndexBuilder(Builder(InsertPoint.at_end(block))), k, stage, refill, outer)
         block.add_op(scf.YieldOp())
         ix.b.insert(scf.IfOp(go, [], [block]))
 
-    def load(self, body: IndexBuilder, k: SSAValue, stage: SSAValue, refill: bool) -> None:
+    def load(self, body: IndexBuilder, k: SSAValue, stage: SSAValue, refill: bool,
+             outer: dict[SSAValue, SSAValue] | None = None) -> None:  # fmt: skip
         """Arm the stage's barrier with the tile's bytes and load the tile at ``k`` into it.
 
         A refill overwrites, through the async proxy, bytes the block read before: if those
@@ -153,7 +160,7 @@ class _Issuer:
         of the stage is a wgmma (the async proxy already)."""
         if refill:
             body.b.insert(tma.FenceOp()).attributes[REFILL_FENCE] = UnitAttr()
-        mapping: dict[SSAValue, SSAValue] = {self.iv: k}
+        mapping: dict[SSAValue, SSAValue] = {**(outer or {}), self.iv: k}
         for op in self.slice_ops:
             body.b.insert(op.clone(value_mapper=mapping))
         bar = self.barrier(body, stage)
@@ -258,21 +265,31 @@ def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kern
     A K loop inside ``enclosing`` loops (outermost first: a tile loop, a persistent program)
     initialises its barriers once, before them, and continues the ring where its previous run
     left it: the read stage and its phase parity are carried through every enclosing loop, so
-    each barrier's phases keep counting. A run loads only its own tiles, so nothing is in flight
-    when it ends; a block barrier before the next run's prologue makes sure every warp is done
-    reading the stages it refills."""
+    each barrier's phases keep counting. In one enclosing loop whose body computes the run's
+    bounds and coordinates without effects (the persistent matmul's tile loop), the next run's
+    first S - 1 tiles are loaded right after this run (:class:`NextRun`), while the epilogue
+    (the C tile's stores) goes on, and the first run's before the enclosing loop; loads past
+    its last iteration are not issued, so nothing is in flight when it ends. Elsewhere a run
+    loads only its own tiles, and a block barrier before the next run's prologue makes sure
+    every warp is done reading the stages it refills."""
     top = IndexBuilder(Builder(InsertPoint.before(enclosing[0] if enclosing else loop)))
     issuer = _prepare(loop, plans, stages, func, top)
     _init_barriers(top, issuer.leader, [(issuer.barriers, 1)], stages)
     ring = carry_ring_state(enclosing, top) if enclosing else None
+    ahead = _next_run(loop, ring.loops[-1], issuer) if ring is not None and len(ring.loops) == 1 else None
     outer = IndexBuilder(Builder(InsertPoint.before(loop)))
     if ring is None:
         first, phase = outer.const(0), outer.const(0)
     else:
         first, phase = ring.inside
-        outer.b.insert(kernel.BarrierOp())  # the previous run's readers are done with its stages
+        if ahead is None:
+            outer.b.insert(kernel.BarrierOp())  # the previous run's readers are done with its stages
     stage = first
-    for s in range(stages - 1):  # prologue: tiles 0 .. S-2, into the stages from the first on
+    if ahead is not None:  # the previous iteration (or the code before the loop) loaded this run's first tiles
+        ahead.prologue(IndexBuilder(Builder(InsertPoint.before(ring.loops[-1]))), None, stages)  # type: ignore[union-attr]
+        for _ in range(stages - 1):
+            stage = next_stage(outer, stage, stages)
+    for s in range(stages - 1 if ahead is None else 0):  # prologue: tiles 0 .. S-2, into the stages from the first on
         issuer.issue(outer, outer.add(loop.lb, outer.mul(loop.step, outer.const(s))), stage, refill=ring is not None)
         stage = next_stage(outer, stage, stages) if ring is not None else outer.const(s + 1)
 
@@ -289,7 +306,62 @@ def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kern
         new_loop = _rebuild_loop(loop, issuer, stages, refill, [first, stage, phase])
     if ring is not None:
         read, _, next_phase = new_loop.results[-3:]
+        if ahead is not None:
+            after = IndexBuilder(Builder(InsertPoint.after(new_loop)))
+            # every warp is done reading this run's stages (the last iteration's refill barrier
+            # already ordered the reads of the stages loaded here; this keeps the prefetch
+            # independent of where the loop refills)
+            after.b.insert(kernel.BarrierOp())
+            ahead.prologue(after, read, stages)
         ring.close([read, next_phase])
+
+
+@dataclass
+class NextRun:
+    """The first tiles of a K loop's next run, loaded ahead: the ops of the enclosing loop's
+    body that the run's bounds and box coordinates come from (pure, recomputed for another
+    iteration of it)."""
+
+    loop: scf.ForOp  # the K loop
+    enclosing: scf.ForOp
+    ops: list[Operation]
+    issuer: _Issuer
+
+    def prologue(self, ix: IndexBuilder, start: SSAValue | None, stages: int) -> None:
+        """Issue tiles 0 .. S-2 of the run of the enclosing loop's next iteration (``start``:
+        the stage after this run's last; None: the first iteration's, into a fresh ring, placed
+        before the enclosing loop), if there is one."""
+        iv = self.enclosing.body.block.args[0]
+        if start is None:
+            index, stage = self.enclosing.lb, ix.const(0)
+        else:
+            index, stage = ix.add(iv, self.enclosing.step), start
+        valid = ix.b.insert(arith.CmpiOp(index, self.enclosing.ub, "slt")).result
+        mapping: dict[SSAValue, SSAValue] = {iv: index}
+        for op in self.ops:
+            ix.b.insert(op.clone(value_mapper=mapping))
+        lb, ub, step = (mapping.get(v, v) for v in (self.loop.lb, self.loop.ub, self.loop.step))
+        for s in range(stages - 1):
+            k = ix.add(lb, ix.mul(step, ix.const(s))) if s else lb
+            self.issuer.issue(ix, k, stage, refill=start is not None, ub=ub, valid=valid, outer=mapping)
+            if s < stages - 2:
+                stage = next_stage(ix, stage, stages) if start is not None else ix.const(s + 1)
+
+
+def _next_run(loop: scf.ForOp, enclosing: scf.ForOp, issuer: _Issuer) -> NextRun | None:
+    """How to load the next run's first tiles while this run's epilogue goes on (a persistent
+    program's next C tile), or None where the enclosing body's values they need cannot be
+    recomputed for its next iteration (an op with effects or regions, a value carried by it)."""
+    body = enclosing.body.block
+    values = [loop.lb, loop.ub, loop.step, *(v for op in issuer.slice_ops for v in op.operands)]
+    values += [v for plan in issuer.plans for v in plan.coords]
+    ops = load_slice(body, values)
+    if any(op.regions or not is_side_effect_free(op) for op in ops):
+        return None
+    carried = set(body.args[1:])
+    if any(v in carried for v in values) or any(v in carried for op in ops for v in op.operands):
+        return None
+    return NextRun(loop, enclosing, ops, issuer)
 
 
 @dataclass

@@ -14,7 +14,7 @@ lines, and it clips boxes at the tensor's edges, so ragged tiles need no bounds 
     smem.store %value -> %s
     tma.fence                                   # the writes are visible to the async proxy ...
     kernel.barrier                              # ... of every thread
-    if thread 0: tma.store per panel; tma.commit; tma.wait {pending 0, read}
+    if tma.issuer: tma.store per panel; tma.commit; tma.wait {pending 0, read}
 
 The wait (for the buffer's reads only) keeps the buffer alive until the unit has read it, and,
 with the barrier before the next write, makes the buffer safe to refill in a loop.
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
-from xdsl.dialects import arith, scf
+from xdsl.dialects import scf
 from xdsl.dialects.builtin import ModuleOp, UnitAttr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -115,8 +115,8 @@ def plan_store(store: tile.StoreOp, func: kernel.KernelFuncOp) -> TmaStore | str
         return f"a {shape[0]} x {shape[1]} tile of {eb}-byte elements is not whole swizzled panels"
     if buffer.total_bytes > MAX_STAGING_BYTES:
         return f"its {buffer.total_bytes // 1024} KiB would not fit in shared memory beside a K loop's ring"
-    if func.block_shape[1:] != (1, 1):
-        return "the block is not 1-D (thread 0 issues the stores)"
+    if func.block_shape[1:] != (1, 1) or func.block_shape[0] % 32:
+        return "the block is not 1-D whole warps (one thread of warp 0 issues the stores)"
     if _under_branch(store, func):
         return "the store is under a branch (its barriers need every thread)"
     mapped = map_view(store.view.owner, func, shape[0], span, eb)
@@ -137,8 +137,7 @@ def rewrite_store(plan: TmaStore, func: kernel.KernelFuncOp) -> None:
     b.insert(tma.FenceOp())
     b.insert(kernel.BarrierOp())
 
-    ix = IndexBuilder(b)
-    leader = b.insert(arith.CmpiOp(b.insert(kernel.ThreadIdOp("x")).result, ix.const(0), "eq")).result
+    leader = b.insert(tma.IssuerOp(0)).result  # one elected thread of warp 0: uniform operands, no elect loops
     issue = Block()
     body = IndexBuilder(Builder(InsertPoint.at_end(issue)))
     base = body.b.insert(smem.AddressOp(alloc.result)).result

@@ -94,7 +94,7 @@ def uniform_warp(em: PtxEmitter) -> SSAValue:
 
 @lowering(wgmma.WarpgroupIdOp)
 def lower_warpgroup_id(em: PtxEmitter, op: wgmma.WarpgroupIdOp) -> None:
-    build = lambda: em.instr(ptx.ShrOp, "u32", [uniform_warp(em), em.const(2, i32)], i32)  # noqa: E731
+    build = lambda: em.instr(ptx.ShrOp, "u32", [uniform_warp(em), em.const(2, i32)], i32)
     em.bind(op.result, em.invariant(("warpgroup",), build))
 
 

@@ -194,7 +194,11 @@ def test_a_nested_k_loop_carries_the_ring_state_through_the_outer_loop():
     outer = text.index("scf.for")
     assert text.index("mbarrier.init") < outer, "initialised once, before the outer loop"
     inner = text.index("scf.for", outer + 1)
-    assert "kernel.barrier" in text[outer:inner], "the previous run's readers are done before the prologue"
+    # the first run's first tiles load before the outer loop, each next run's after the previous
+    # run (while its epilogue goes on), once every warp is done reading the ring
+    assert "tma.load" in text[:outer] and "tma.load" not in text[outer:inner]
+    last_wait, next_run = text.rindex("mbarrier.wait_parity"), text.rindex("tma.load")
+    assert last_wait < text.rindex("kernel.barrier", 0, next_run), "the previous run's readers are done before the next run's loads"
     assert re.search(r"iter_args\(.*\) -> \(i32, i32\)", text[outer : text.index("\n", outer)])  # read stage, parity
 
 

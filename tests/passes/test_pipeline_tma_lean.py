@@ -8,6 +8,14 @@ import re
 
 import numpy as np
 import pytest
+from kaio.dialects import kernel as k
+from kaio.dialects import tma, wgmma
+from kaio.ops_library.matmul_config import MatmulConfig
+from kaio.ops_library.matmul_kernel import MatmulKernel
+from kaio.passes.lower_to_ptx import LowerToPtxPass
+from kaio.targets.ptx import sass
+from kaio.targets.ptx.printer import print_ptx
+from kaio.targets.sim import Simulator
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
 from xdsl.dialects import arith
@@ -19,17 +27,9 @@ from xdsl.utils.exceptions import VerifyException
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
-from kaio.dialects import kernel as k
-from kaio.dialects import tma, wgmma
-from kaio.ops_library.matmul_config import MatmulConfig
-from kaio.ops_library.matmul_kernel import MatmulKernel
-from kaio.passes.lower_to_ptx import LowerToPtxPass
 from kaio.pipeline import Pipeline, tile_pipeline
 from kaio.prelude import Array, MutArray, f16, f32
 from kaio.prelude import i32 as ki32
-from kaio.targets.ptx import sass, toolchain
-from kaio.targets.ptx.printer import print_ptx
-from kaio.targets.sim import Simulator
 
 needs_sass = pytest.mark.skipif(not sass.tools_available(), reason="ptxas / cuobjdump / nvdisasm wheels not installed")
 THREADS = 256
@@ -200,3 +200,19 @@ def test_consumer_warps_release_a_stage_with_one_arrival_each():
     ptx = kaio.compile(two_stage.with_pipeline(warp_specialised), "sm_90a", specialization=FACTS).ptx
     assert "%laneid" in ptx and ptx.count("mbarrier.arrive.shared::cta.b64") == 1
     assert ptx.count("elect.sync") == 2  # the barriers' initialiser in warp 0, the producer's issuer in warp 4
+
+
+def test_the_persistent_kernel_loads_the_next_tiles_first_stages_before_its_epilogue():
+    """The next C tile's first S - 1 K tiles are issued right after the K loop, before the C
+    tile's stores and their wait; the tile loop's body starts its K loop with no prologue."""
+    config = MatmulConfig((128, 128, 64), (8, 1), 4, "wgmma", persistent=True)
+    ptx = sm90a_matmul(config).ptx
+    load = "cp.async.bulk.tensor.2d.shared::cluster"
+    after_k_loop = ptx.index("wgmma.wait_group.sync.aligned 0;")
+    store_wait = ptx.index("cp.async.bulk.wait_group.read", after_k_loop)
+    assert ptx[after_k_loop:store_wait].count(load) == 3 * (config.stages - 1)  # A and two B boxes a tile
+    assert ptx[after_k_loop:store_wait].index(load) < ptx[after_k_loop:store_wait].index("st.shared")
+    tile_loop = re.findall(r"@%p\d+ bra \$(L_for_\d+);", ptx)[-1]
+    body = ptx[ptx.index(f"${tile_loop}:") :]
+    assert load not in body[: body.index("mbarrier.try_wait")]
+    assert ptx[: ptx.index(f"${tile_loop}:")].count(load) == 3 * (config.stages - 1)  # the first tile's, before the loop

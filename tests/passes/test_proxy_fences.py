@@ -80,9 +80,10 @@ def test_stages_only_wgmma_reads_are_refilled_without_a_fence(config):
 def test_a_nested_run_of_an_ldmatrix_ring_fences_its_prologue():
     persistent = WGMMA_CONFIGS[-1]
     lines = lines_of(persistent, without_wgmma(persistent))
-    tile_loop = first(lines, "$L_for")
-    prologue = first(lines, "bar.sync", tile_loop)  # the previous run's readers are done
-    assert first(lines, FENCE, prologue) < first(lines, TMA_LOAD, prologue) < first(lines, "mbarrier.try_wait", prologue)
+    k_loop = first(lines, "$L_for", first(lines, "$L_for") + 1)
+    k_loop_end = first(lines, "$L_endfor", k_loop)
+    next_run = first(lines, "bar.sync", k_loop_end)  # the next tile's first loads: the run's readers are done
+    assert first(lines, FENCE, next_run) < first(lines, TMA_LOAD, next_run) < first(lines, "st.shared", next_run)
 
 
 def test_the_c_store_is_fenced_by_every_writer_before_its_barrier():
