@@ -29,7 +29,9 @@ dot reads and writes it), the dot waits with ``wait_group 1`` instead: iteration
 run on while iteration i + 1 waits for its tiles, the wait retiring iteration i - 1's, whose
 stage the copies issued right after (behind a barrier: every warpgroup has retired it) refill.
 The accumulators stay in flight across the loop's back edge (they live in the loop's registers,
-which nothing else touches) and a ``wait_group 0`` after the loop makes them final.
+which nothing else touches) and a ``wait_group 0`` after the loop makes them final. A loop that
+``pipeline-tma`` refills before its dot (a 2-stage ring) is not overlapped: its next iteration
+overwrites the stage this one reads before any wait of its own.
 
 Dots that do not qualify are left as they are (``lower-to-mma-sync`` takes them next).
 
