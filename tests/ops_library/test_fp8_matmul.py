@@ -88,6 +88,7 @@ def test_quantize_fp8_matches_ml_dtypes(rng, poison, dtype, per_row):
     assert np.abs(q.astype(np.float32)).max() == QMAX[dtype]  # the largest |x| maps to the type's max
 
 
+@pytest.mark.slow
 def test_quantize_then_matmul_approximates_the_float_product(rng):
     dev = kaio.Device("sim", arch="sm_89")
     x, w = rng.standard_normal((24, 128)).astype(np.float32), rng.standard_normal((128, 40)).astype(np.float32)

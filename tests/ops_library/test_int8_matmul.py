@@ -152,8 +152,7 @@ needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-
 
 
 @needs_ptxas
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("m,k_major", [(1, False), (64, False), (64, True)])
+@pytest.mark.parametrize("arch,m,k_major", [("sm_80", 1, False), ("sm_80", 64, True), ("sm_90a", 64, False), ("sm_90a", 64, True)])
 def test_assembles_without_spills(arch, m, k_major):
     kernel = scaled_matmul_kernel(dtypes.i8, dtypes.i8, dtypes.i32, dtypes.bf16, dtypes.f32)
     compiled = kaio.compile(kernel, arch, BM=block_m(m), BN=128, BK=64, HAS_BIAS=True, B_K_MAJOR=k_major,
