@@ -42,7 +42,7 @@ from kaio.ops_library.matmul_config import MAX_STAGES, MAX_THREADS
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.rows import next_pow2 as padded
 from kaio.ops_library.rows import torch_op
-from kaio.pipeline import Pipeline, tile_pipeline
+from kaio.pipeline import Pipeline, has_wgmma, tile_pipeline
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
 LOG2E = 1.4426950408889634
@@ -91,34 +91,50 @@ class AttentionConfig:
 
     def pipeline(self, arch: str = "sm_80") -> Pipeline:
         from kaio.passes.fast_math import FastMathPass
+        from kaio.passes.reuse_dead_shared import ReuseDeadSharedPass
         from kaio.passes.tile_layout import TileLayoutPass
 
         layout = TileLayoutPass(warps=(self.warps_m, self.warps_n))
-        # the softmax's exp2 as one MUFU.EX2 (.ftz) and 1 / l as one MUFU.RCP (rcp.approx)
         pipeline = tile_pipeline(arch, self.stages).replace("tile-layout", layout)
-        return pipeline.insert(FastMathPass(), before="lower-to-ptx")
+        # the softmax's exp2 as one MUFU.EX2 (.ftz) and 1 / l as one MUFU.RCP (rcp.approx)
+        pipeline = pipeline.insert(FastMathPass(), before="lower-to-ptx")
+        # the masked key loop's Q buffer and K/V rings take the bytes of the unmasked loop's
+        return pipeline.insert(ReuseDeadSharedPass(), before="lower-to-ptx")
 
 
-def choose_config(sq: int, d: int) -> AttentionConfig:
-    """Tiles that keep a thread's registers below ptxas's limit without spills (16 query rows
-    per warp; 32 key rows per step keep the scores and the K and V fragments few) and the
-    shared buffers (Q, the K and V rings) within a block's 48 KiB of static shared memory."""
+def choose_config(sq: int, d: int, arch: str = "sm_80") -> AttentionConfig:
+    """Tiles that keep a thread's registers below ptxas's limit without spills and the shared
+    buffers (Q, the K and V rings) within what a block may have. mma.sync targets: 16 query
+    rows per warp, 32 key rows per step (the scores and the K and V fragments stay few), within
+    48 KiB. sm_90a: FlashAttention-3's 128 query rows over two warpgroups and 128 key rows per
+    step, the scores and P in wgmma's accumulator registers (160 KiB of dynamic shared memory
+    at D=128)."""
     bd = padded(d)
     if bd >= 256:  # 4 warps, the head dim split over 2: a warp's output is 16 x 128 (64 registers)
         return AttentionConfig(32, 16, 2, 2, 0)
     if sq <= 16:  # decoding: one warp on 16 query rows
         return AttentionConfig(16, 16, 1, 1, 2)
+    if has_wgmma(arch):
+        return AttentionConfig(128, 128, 8, 1, 2)
     return AttentionConfig(64, 32, 4, 1, 2)
 
 
 # Configs worth timing, by padded head dim and query-length class (decoding: 16 queries or
-# fewer). Each keeps 16 query rows per warp, fits 48 KiB of shared memory and assembles without
-# spills for sm_80 and sm_90 (tests/ops_library/test_attention_codegen.py checks them all).
+# fewer). Each keeps 16 query rows per warp and assembles without spills for sm_80 and sm_90
+# (within 48 KiB of shared memory), the sm_90a ones for sm_90a
+# (tests/ops_library/test_attention_codegen.py checks them all).
 _PREFILL = {
     32: ((64, 32, 4, 1, 2), (128, 32, 8, 1, 2), (128, 64, 8, 1, 2), (64, 16, 4, 1, 2), (64, 32, 4, 1, 3)),
     64: ((64, 32, 4, 1, 2), (128, 32, 8, 1, 2), (128, 64, 8, 1, 2), (64, 16, 4, 1, 2), (64, 32, 4, 1, 3)),
     128: ((64, 32, 4, 1, 2), (64, 16, 4, 1, 2), (64, 16, 4, 1, 3)),
     256: ((32, 16, 2, 2, 0), (16, 16, 1, 2, 2)),
+}
+# sm_90a adds 8-warp tiles (two warpgroups of 64 query rows) with wide key steps
+_PREFILL_WGMMA = {
+    32: ((128, 128, 8, 1, 2), (128, 64, 8, 1, 2), (128, 128, 8, 1, 3)),
+    64: ((128, 128, 8, 1, 2), (128, 64, 8, 1, 2), (128, 128, 8, 1, 3)),
+    128: ((128, 128, 8, 1, 2), (128, 64, 8, 1, 2), (128, 64, 8, 1, 3)),
+    256: (),
 }
 _DECODE = {
     32: ((16, 16, 1, 1, 2), (16, 32, 1, 1, 2), (16, 64, 1, 1, 2)),
@@ -127,13 +143,15 @@ _DECODE = {
 }
 
 
-def candidates(sq: int, d: int) -> list[AttentionConfig]:
-    """The configs ``config="auto"`` times for ``sq`` queries of head dim ``d``, the rule's
-    choice (:func:`choose_config`) first."""
-    table = _DECODE if sq <= 16 and padded(d) < 256 else _PREFILL
-    pool = [AttentionConfig(*c) for c in table[padded(d)]]
-    first = choose_config(sq, d)
-    return [first, *(c for c in pool if c != first)]
+def candidates(sq: int, d: int, arch: str = "sm_80") -> list[AttentionConfig]:
+    """The configs ``config="auto"`` times for ``sq`` queries of head dim ``d`` on ``arch``,
+    the rule's choice (:func:`choose_config`) first."""
+    bd = padded(d)
+    decode = sq <= 16 and bd < 256
+    specs = _DECODE[bd] if decode else _PREFILL[bd] + (_PREFILL_WGMMA[bd] if has_wgmma(arch) else ())
+    pool = [AttentionConfig(*c) for c in specs]
+    first = choose_config(sq, d, arch)
+    return [first, *(c for c in dict.fromkeys(pool) if c != first)]
 
 
 @cache
@@ -207,7 +225,7 @@ class Attention:
         if not (config is None or auto or isinstance(config, AttentionConfig)):
             raise KaioTypeError(f"attention: config is None, 'auto' or an AttentionConfig, not {config!r}")
         if config is None or (auto and dev.is_simulator):
-            return choose_config(sq, d)
+            return choose_config(sq, d, dev.compile_arch)
         if auto:
             from kaio.runtime.bench import bench
 
@@ -223,7 +241,7 @@ class Attention:
 
     def pipeline(self, d: int = 64, sq: int = 128, arch: str = "sm_80") -> Pipeline:
         """The pass pipeline of the kernel for head dim ``d`` and ``sq`` queries."""
-        return choose_config(sq, d).pipeline(arch)
+        return choose_config(sq, d, arch).pipeline(arch)
 
     def __repr__(self) -> str:
         return "<kaio.ops_library.attention>"
@@ -261,7 +279,7 @@ def autotuned_config(dev: Any, t: dtypes.ScalarType, sq: int, d: int, causal: bo
 
     phase = "decode" if sq <= 16 else "prefill"
     key = f"{tuning.device_key(dev)}|{t.name}|d{d}|{'causal' if causal else 'full'}|{phase}"
-    pool = [c for c in candidates(sq, d) if c.shared_bytes(padded(d)) <= dev.shared_memory_per_block_optin]
+    pool = [c for c in candidates(sq, d, dev.compile_arch) if c.shared_bytes(padded(d)) <= dev.shared_memory_per_block_optin]
     return tuning.tuned("attention", key, pool, time_ms, AttentionConfig.label)
 
 

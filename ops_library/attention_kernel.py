@@ -8,11 +8,12 @@ output accumulator when the max grows; ``p = exp2(s * scale_log2 - m)`` is one F
 ``acc += p @ v``. The row's output is ``acc * (1 / l)`` (one reciprocal per row) and its
 logsumexp ``(m + log2(l)) * ln(2)``. A row that sees no key gets 0 and ``-inf``, never NaN.
 
-As in FlashAttention, only the key blocks that need a mask compute one: with ``CAUSAL`` (aligned
-to the bottom-right: query i sees key j iff j <= i + Sk - Sq) those on the diagonal, and the
-last, ragged block; the key blocks every row of the program sees whole skip the mask by a
-uniform branch. (Two loops, FlashAttention's way, would give each loop its own shared-memory
-rings today, twice the shared memory of one.) Blocks past the diagonal
+As in FlashAttention, the keys are walked in two loops: first the key blocks every row of the
+program sees whole, with no mask at all, then the blocks that need one (with ``CAUSAL``, aligned
+to the bottom-right: query i sees key j iff j <= i + Sk - Sq, those on the diagonal; and the
+last, ragged block). Each loop stages its own Q tile and K/V rings in shared memory; the second
+loop's take the first loop's bytes (``reuse-dead-shared``), so two loops cost the shared memory
+of one. Blocks past the diagonal
 are skipped. ``NEG_SCALE`` (a negative scale) takes the row minimum of the scores instead of the
 maximum. Query head h reads key/value head ``h // (H / HKV)`` (GQA, MQA). ``kv_lens[b]``
 (``HAS_LENS``) shortens batch b's keys. Head dims that are not a power of two (96) run in the
@@ -54,7 +55,6 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any: 
         bh = i32(kt.program_id(1))
         b, h = bh // H, bh % H
         q_row = bh * SQ  # q, o: (B*H*SQ, D); k, v: (B*HKV*SK, D); split outputs: (B*H*splits*SQ, D)
-        o_row = (bh * splits + split) * SQ
         kv_row = (b * HKV + h // (H // HKV)) * SK
         sk = SK
         if HAS_LENS:
@@ -70,33 +70,41 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any: 
         m_i = kt.full((BM,), NEG_INF, f32)  # the row max of the scores, in log2 units
         l_i = kt.zeros((BM,), f32)
         acc = kt.zeros((BM, BD), f32)
-        qt = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
-        for n0 in range(lo, hi, BN):
-            kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
-            s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32))  # raw scores; scaled in exp2
-            if n0 >= full:  # a diagonal or ragged block (uniform branch: whole blocks skip it)
-                cols = kt.expand_dims(n0 + kt.arange(BN), 0)
-                if CAUSAL:
-                    rows = kt.expand_dims(m0 + kt.arange(BM), 1)
-                    visible = (cols < sk) & (cols <= rows + (sk - SQ))
+        for phase in static_range(2):  # FlashAttention's two key loops: whole blocks, then masked ones
+            masked = phase == 1
+            qt = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))  # one copy per loop: see above
+            start, stop = lo, full
+            if masked:
+                start, stop = full, hi
+            for n0 in range(start, stop, BN):
+                kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+                s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32))  # raw scores; scaled in exp2
+                if masked:  # a diagonal or ragged block
+                    cols = kt.expand_dims(n0 + kt.arange(BN), 0)
+                    if CAUSAL:
+                        rows = kt.expand_dims(m0 + kt.arange(BM), 1)
+                        visible = (cols < sk) & (cols <= rows + (sk - SQ))
+                    else:
+                        visible = kt.broadcast_to(cols < sk, (BM, BN))
+                    if NEG_SCALE:
+                        s = kt.where(visible, s, PAST_MAX)
+                    else:
+                        s = kt.where(visible, s, NEG_INF)
+                if NEG_SCALE:  # the largest scaled score is the smallest score
+                    m_new = kt.maximum(m_i, kt.min(s, 1) * scale_log2)
                 else:
-                    visible = kt.broadcast_to(cols < sk, (BM, BN))
-                if NEG_SCALE:
-                    s = kt.where(visible, s, PAST_MAX)
-                else:
-                    s = kt.where(visible, s, NEG_INF)
-            if NEG_SCALE:  # the largest scaled score is the smallest score
-                m_new = kt.maximum(m_i, kt.min(s, 1) * scale_log2)
-            else:
-                m_new = kt.maximum(m_i, kt.max(s, 1) * scale_log2)
-            m_sub = kt.where(m_new == NEG_INF, 0.0, m_new)  # no key seen yet: exp2(-inf - 0) = 0, not NaN
-            p = exp2(fma(s, scale_log2, -kt.expand_dims(m_sub, 1)))  # one FFMA before each exp2
-            alpha = exp2(m_i - m_sub)
-            l_i = l_i * alpha + kt.sum(p, 1)
-            vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
-            acc = kt.dot(T(p), vb, acc * kt.expand_dims(alpha, 1))
-            m_i = m_new
+                    m_new = kt.maximum(m_i, kt.max(s, 1) * scale_log2)
+                m_sub = m_new  # a whole block gives every row a finite max
+                if masked:  # a row with no key seen yet: exp2(-inf - 0) = 0, not NaN
+                    m_sub = kt.where(m_new == NEG_INF, 0.0, m_new)
+                p = exp2(fma(s, scale_log2, -kt.expand_dims(m_sub, 1)))  # one FFMA before each exp2
+                alpha = exp2(m_i - m_sub)
+                l_i = l_i * alpha + kt.sum(p, 1)
+                vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+                acc = kt.dot(T(p), vb, acc * kt.expand_dims(alpha, 1))
+                m_i = m_new
 
+        o_row = (bh * splits + split) * SQ  # computed here: one value fewer held across the key loops
         seen = l_i > 0.0
         out = acc * kt.expand_dims(1.0 / kt.where(seen, l_i, 1.0), 1)  # one reciprocal per row
         kt.store(o, (o_row + m0, 0), OUT(out), (o_row + SQ, D))

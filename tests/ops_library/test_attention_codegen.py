@@ -1,5 +1,6 @@
-"""Every compiled attention variant assembles with the wheel's ptxas for sm_80 and sm_90 without
-spills, and its SASS runs the dots on tensor cores fed by asynchronous copies."""
+"""Every compiled attention variant assembles with the wheel's ptxas for sm_80, sm_90 and sm_90a
+without spills, and its SASS runs the dots on tensor cores fed by asynchronous copies; the key
+blocks are walked in two loops (unmasked, then masked) sharing one set of shared buffers."""
 
 import re
 
@@ -7,22 +8,23 @@ import pytest
 
 import kaio
 from kaio import dtypes
-from kaio.ops_library.attention import candidates, choose_config, configured_kernel, kernel_meta, padded
+from kaio.ops_library.attention import AttentionConfig, candidates, choose_config, configured_kernel, kernel_meta, padded
 from kaio.targets.ptx import toolchain
 
 needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-cuda-nvcc-cu12 not installed")
 
 
 def compile_variant(d: int, sq: int, causal: bool, arch: str, t=dtypes.f16):  # type: ignore[no-untyped-def]
-    config = choose_config(sq, d)
+    config = choose_config(sq, d, arch)
     kernel = configured_kernel(t, config)
     return kaio.compile(kernel, arch, __divisible__=(("D", 16),), **kernel_meta(config, padded(d), causal, True)), config
 
 
 @needs_ptxas
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
 @pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
 def test_every_head_dim_assembles_without_spills(arch, d):
+    """The default configs (sm_90a: 128x128 tiles over 8 warps below D=256)."""
     for causal, sq in ((False, 1024), (True, 1024), (False, 1)):
         compiled, config = compile_variant(d, sq, causal, arch)
         report = toolchain.assemble(compiled.ptx, arch)
@@ -60,45 +62,62 @@ def test_flash_decoding_kernels_assemble_without_spills(arch):
 @pytest.mark.parametrize("d", [64, 128])
 def test_probabilities_feed_the_second_dot_from_registers(d):
     """P = exp2(s - m), cast to bf16, stays in the accumulator layout: the second dot packs its
-    registers into A fragments; only Q, K and V have shared buffers and ldmatrix only reads
-    them (Q's A fragments, K's and V's B fragments)."""
+    registers into A fragments; only Q, K and V have shared buffers (one set per key loop, the
+    masked loop's taking the unmasked loop's bytes) and ldmatrix only reads them (Q's A
+    fragments, K's and V's B fragments)."""
     config = choose_config(1024, d)
     compiled = kaio.compile(configured_kernel(dtypes.bf16, config), "sm_80", BM=config.block_m, BN=config.block_n,
                             BD=d, CAUSAL=True, HAS_LENS=False, __divisible__=(("D", 16),))  # fmt: skip
     stages = compiled.stages
     assert "smem.store" not in stages["promote-to-shared"]
-    assert stages["promote-to-shared"].count("smem.alloc") == 3
+    assert stages["promote-to-shared"].count("smem.alloc") == 2 * 3
+    assert stages["reuse-dead-shared"].count("{kaio.reuse_dead}") == 3
+    assert compiled.shared_bytes + compiled.dynamic_shared_bytes == config.shared_bytes(d)
     mma_ir = stages["lower-to-mma-sync"]
     rows_per_warp = config.block_m // config.warps_m
-    assert mma_ir.count("mma.pack_a") == (rows_per_warp // 16) * (config.block_n // 16)
-    assert mma_ir.count("mma.load_a") == (rows_per_warp // 16) * (d // 16)  # Q only
+    assert mma_ir.count("mma.pack_a") == 2 * (rows_per_warp // 16) * (config.block_n // 16)
+    assert mma_ir.count("mma.load_a") == 2 * (rows_per_warp // 16) * (d // 16)  # Q only
     lines = compiled.ptx.splitlines()
-    head = next(i for i, line in enumerate(lines) if line.startswith("$L_for"))
-    end = next(i for i, line in enumerate(lines) if line.startswith("$L_endfor"))
-    loop = "\n".join(lines[head:end])
-    assert "st.shared" not in loop  # only cp.async writes shared memory in the main loop
-    assert loop.count("bar.sync") == 1  # the ring's barrier; none orders a store of P
+    heads = [i for i, line in enumerate(lines) if line.startswith("$L_for")]
+    ends = [i for i, line in enumerate(lines) if line.startswith("$L_endfor")]
+    assert len(heads) == len(ends) == 2  # the unmasked key loop, then the masked one
+    for head, end in zip(heads, ends):
+        loop = "\n".join(lines[head:end])
+        assert "st.shared" not in loop  # only cp.async writes shared memory in the key loops
+        assert loop.count("bar.sync") == 1  # the ring's barrier; none orders a store of P
+    first, second = ("\n".join(lines[h:e]) for h, e in zip(heads, ends))
+    assert "selp.f32" not in first and "selp.f32" in second  # masks (and the -inf guard) only in the second
 
 
-AUTOTUNE = sorted({(padded(d), sq, c) for d in (32, 64, 128, 256) for sq in (1, 1024) for c in candidates(sq, d)},
-                  key=lambda x: (x[0], x[1], x[2].label()))  # fmt: skip
+AUTOTUNE = sorted({(arch, padded(d), sq, c) for arch in ("sm_80", "sm_90", "sm_90a") for d in (32, 64, 128, 256)
+                   for sq in (1, 1024) for c in candidates(sq, d, arch)},
+                  key=lambda x: (x[0], x[1], x[2], x[3].label()))  # fmt: skip
 
 
 @pytest.mark.slow
 @needs_ptxas
-@pytest.mark.parametrize("bd, sq, config", AUTOTUNE, ids=[f"d{d}-sq{sq}-{c.label()}" for d, sq, c in AUTOTUNE])
-def test_every_autotune_candidate_assembles_without_spills(bd, sq, config):
-    """config="auto" only times configs that assemble without spills on sm_80 and sm_90."""
+@pytest.mark.parametrize("arch, bd, sq, config", AUTOTUNE, ids=[f"{a}-d{d}-sq{sq}-{c.label()}" for a, d, sq, c in AUTOTUNE])
+def test_every_autotune_candidate_assembles_without_spills(arch, bd, sq, config):
+    """config="auto" only times configs that assemble without spills on the arch it runs."""
     outs = (dtypes.f16, dtypes.f32) if sq == 1 else (dtypes.f16,)  # decoding's split kernel writes f32
-    for arch in ("sm_80", "sm_90"):
-        for out in outs:
-            for causal in (False, True):
-                compiled = kaio.compile(configured_kernel(dtypes.f16, config, out), arch, BM=config.block_m,
-                                        BN=config.block_n, BD=bd, CAUSAL=causal, HAS_LENS=True,
-                                        __divisible__=(("D", 16),))  # fmt: skip
-                report = toolchain.assemble(compiled.ptx, arch)
-                print(f"D={bd} {config.label()} {arch} out={out.name} causal={causal}: {report.registers['attention']} registers")
-                assert report.spill_stores["attention"] == 0 and report.spill_loads["attention"] == 0
+    for out in outs:
+        for causal in (False, True):
+            compiled = kaio.compile(configured_kernel(dtypes.f16, config, out), arch, BM=config.block_m,
+                                    BN=config.block_n, BD=bd, CAUSAL=causal, HAS_LENS=True,
+                                    __divisible__=(("D", 16),))  # fmt: skip
+            report = toolchain.assemble(compiled.ptx, arch)
+            print(f"D={bd} {config.label()} {arch} out={out.name} causal={causal}: {report.registers['attention']} registers")
+            assert report.spill_stores["attention"] == 0 and report.spill_loads["attention"] == 0
+
+
+def test_sm90a_takes_two_warpgroup_tiles_and_other_targets_keep_theirs():
+    assert choose_config(1024, 128, "sm_90a") == AttentionConfig(128, 128, 8, 1, 2)
+    assert choose_config(1024, 128, "sm_90") == choose_config(1024, 128) == AttentionConfig(64, 32, 4, 1, 2)
+    assert choose_config(1, 128, "sm_90a") == AttentionConfig(16, 16, 1, 1, 2)  # decoding
+    assert choose_config(1024, 256, "sm_90a") == choose_config(1024, 256)
+    wide = {c for c in candidates(1024, 64, "sm_90a") if c.warps == 8 and c.block_n >= 64}
+    assert {(128, 64), (128, 128)} <= {(c.block_m, c.block_n) for c in wide}
+    assert all(c.shared_bytes(64) <= 48 * 1024 for c in candidates(1024, 64, "sm_80"))
 
 
 def test_softmax_is_one_ffma_and_one_ftz_exp2_per_score():
@@ -110,6 +129,6 @@ def test_softmax_is_one_ffma_and_one_ftz_exp2_per_score():
     ptx = compiled.ptx
     scores = config.block_m * config.block_n // (32 * config.warps)  # per thread
     rows = 2 * (config.block_m // config.warps_m // 16)  # a thread's rows of an m16 tile
-    assert ptx.count("ex2.approx.ftz.f32") == scores + rows and "ex2.approx.f32" not in ptx
+    assert ptx.count("ex2.approx.ftz.f32") == 2 * (scores + rows) and "ex2.approx.f32" not in ptx  # two key loops
     assert ptx.count("fma.rn.f32") >= scores
     assert "div.rn.f32" not in ptx and ptx.count("rcp.approx.ftz.f32") == rows

@@ -1,4 +1,4 @@
-"""attention on an sm_90a device: with 64 query rows over 4 warps (one warpgroup) both dots run
+"""attention on an sm_90a device: with 128 query rows over 8 warps (two warpgroups) both dots run
 on wgmma: S = Q K^T with both operands K-major in shared memory, O += P V with P straight from
 registers (each warp's A fragments, mma.pack_a). The result matches the float64 reference
 (tiny sizes: the simulator is slow)."""
@@ -18,14 +18,15 @@ from .test_attention_sim import BOUND, reference
 
 
 def test_both_attention_dots_take_wgmma_on_sm90a():
-    config = choose_config(128, 64)
+    config = choose_config(128, 64, "sm_90a")
     kernel = configured_kernel(dtypes.f16, config)
     meta = {"BM": config.block_m, "BN": config.block_n, "BD": 64, "CAUSAL": True, "HAS_LENS": False}
     ptx = kaio.compile(kernel, "sm_90a", **meta).ptx
-    assert config.block_n == 32 and "mma.sync" not in ptx
-    assert ptx.count("wgmma.mma_async") == 4 + 2  # S: D/16 = 4 k16 steps; P V: BN/16 = 2
+    assert (config.block_m, config.block_n, config.warps) == (128, 128, 8) and "mma.sync" not in ptx
+    # per key loop (two: unmasked, masked) S: D/16 = 4 k16 steps; P V: BN/16 = 8
+    assert ptx.count("wgmma.mma_async") == 2 * (4 + 8)
     pv = [line for line in ptx.splitlines() if "wgmma.mma_async.sync.aligned.m64n64k16" in line]
-    assert len(pv) == 2 and all(re.search(r"\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+", line) for line in pv)
+    assert len(pv) == 2 * 8 and all(re.search(r"\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+", line) for line in pv)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -45,7 +46,7 @@ def test_attention_on_sm90a_matches_the_reference(causal):
 def test_keys_and_values_come_by_rank_3_tensor_maps():
     """K and V of head g are rows g * SK .. g * SK + SK of a (B * HKV * SK, D) array: a map
     over (D, SK, groups) whose box stops at the head's last key (pipeline-tma's split_batch)."""
-    config = choose_config(128, 64)
+    config = choose_config(128, 64, "sm_90a")
     kernel = configured_kernel(dtypes.f16, config)
     meta = {"BM": config.block_m, "BN": config.block_n, "BD": 64, "CAUSAL": False, "HAS_LENS": False}
     compiled = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16),), **meta)
@@ -54,7 +55,7 @@ def test_keys_and_values_come_by_rank_3_tensor_maps():
         **{name: (("D", "SK", "2147483647"), ("D", "(SK * D)"), (64, config.block_n, 1)) for name in ("k", "v")},
         "o": (("D", "SQ", "2147483647"), ("D", "(SQ * D)"), (64, config.block_m, 1)),  # store-tma's, by head too
     }
-    assert compiled.ptx.count("cp.async.bulk.tensor.3d.shared::cluster") == 2 * 2  # prologue + loop, K and V
+    assert compiled.ptx.count("cp.async.bulk.tensor.3d.shared::cluster") == 2 * 2 * 2  # 2 key loops: prologue + loop, K and V
     assert compiled.ptx.count("cp.async.bulk.tensor.3d.global.shared::cta") == 1  # O
     lens = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16),), **{**meta, "HAS_LENS": True})
     assert [t.array for t in lens.tensor_maps] == ["o"], "a per-batch key count read from memory: no map describes K, V"
@@ -88,7 +89,7 @@ def test_attention_with_tma_matches_the_reference(rng, h, hkv, sq, sk, causal, l
 @pytest.mark.skipif(None in (toolchain.find_ptxas(), toolchain.find_cuobjdump(), toolchain.find_nvdisasm()), reason="no ptxas/cuobjdump wheels")
 @pytest.mark.parametrize("d", [64, 128])
 def test_sm90a_attention_assembles_with_utmaldg_3d_and_no_spills(d):
-    config = choose_config(128, d)
+    config = choose_config(128, d, "sm_90a")
     meta = {"BM": config.block_m, "BN": config.block_n, "BD": d, "CAUSAL": True, "HAS_LENS": False}
     compiled = kaio.compile(configured_kernel(dtypes.bf16, config), "sm_90a", __divisible__=(("D", 16),), **meta)
     report = toolchain.assemble(compiled.ptx, "sm_90a")
