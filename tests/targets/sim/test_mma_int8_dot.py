@@ -151,3 +151,23 @@ def test_int8_dot_on_wgmma(rng):
     if toolchain.find_ptxas() is not None:
         report = toolchain.assemble(ptx, "sm_90a")
         assert report.spill_stores[next(iter(report.registers))] == 0
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_every_stage_round_trips_through_text(arch):
+    """tile.dot's unsigned operands, i8 mma fragments and !wgmma.acc<N, i32> print and parse back."""
+    from xdsl.parser import Parser
+
+    from kaio.compiler import kaio_context
+    from kaio.locations import print_with_locations
+
+    kernel = int8_dot_k_major if arch == "sm_90a" else dot_kernel("u8", "i8", False)
+    stages = kaio.compile(kernel, arch, specialization={"a": 16, "b": 16, "c": 16, "m": 16, "n": 16, "k": 64}).stages
+    assert "unsigned = [#builtin.int<1>, #builtin.int<0>]" in stages["tile-layout"]  # A is u8
+    assert ("!wgmma.acc<64, i32>" if arch == "sm_90a" else "!mma.frag<a, ui8>") in "".join(stages.values())
+    for name, text in stages.items():
+        if not text.startswith("builtin.module"):  # the PTX text itself
+            continue
+        module = Parser(kaio_context(), text).parse_module()
+        module.verify()
+        assert print_with_locations(module) == text, name
