@@ -171,3 +171,14 @@ def test_every_stage_round_trips_through_text(arch):
         module = Parser(kaio_context(), text).parse_module()
         module.verify()
         assert print_with_locations(module) == text, name
+
+
+def test_a_transposed_8bit_a_is_refused_by_name():
+    # ldmatrix.trans moves 16-bit elements: an 8-bit A stored (K, M) has no fragment load
+    @kaio.tile_kernel(num_warps=4)
+    def a_km(a: Array[i8], b: Array[i8], c: MutArray[i32], UNUSED: kaio.constexpr = 0):  # compiled at kaio.compile
+        acc = kt.dot(kt.trans(kt.load(a, (0, 0), (32, 32), (32, 32))), kt.load(b, (0, 0), (32, 32), (32, 32)), kt.zeros((32, 32), i32))
+        kt.store(c, (0, 0), acc, (32, 32))
+
+    with pytest.raises(KaioCompileError, match="lower-to-mma-sync: 8-bit A operands are read from shared memory row-major"):
+        kaio.compile(a_km, "sm_80")
