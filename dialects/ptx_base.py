@@ -69,13 +69,16 @@ REGISTER_CLASSES: dict[Attribute, tuple[str, str]] = {
 }
 
 
+_REGISTER_BITS: dict[Attribute, int] = {t: 1 if t == i1 else int(t.bitwidth) for t in REGISTER_CLASSES}  # type: ignore[attr-defined]
+# the same by identity: most types are these very objects, and hashing a type is not free
+_REGISTER_BITS_BY_ID: dict[int, int] = {id(t): bits for t, bits in _REGISTER_BITS.items()}
+
+
 def register_bits(t: Attribute) -> int:
-    if t == i1:
-        return 1
-    width = getattr(t, "bitwidth", None)
-    if width is None or t not in REGISTER_CLASSES:
+    bits = _REGISTER_BITS_BY_ID.get(id(t)) or _REGISTER_BITS.get(t)
+    if bits is None:
         raise VerifyException(f"{t} is not a PTX register type")
-    return int(width)
+    return bits
 
 
 def register_type(ptx_type: str) -> Attribute:

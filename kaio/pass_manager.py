@@ -2,7 +2,9 @@
 
 - The module is verified before the first pass and after every pass (MLIR's default); invalid
   IR stops the compile with a ``KaioCompileError`` naming the pass and the offending op, instead
-  of printing PTX from it. ``Pipeline(..., verify_each=False)`` turns it off.
+  of printing PTX from it. ``Pipeline(..., verify_each=False)`` turns it off. After the first
+  pass only the ops a pass changed are re-verified (:mod:`kaio.verifier`); a failure is
+  re-verified in full for its message.
 - Pass contracts (:mod:`kaio.pass_contracts`): passes out of order and missing work are warned
   about, a pass that leaves what it promised to remove is an error.
 - The pipeline's ``callback(previous_pass, module, next_pass)`` is called as xDSL's
@@ -30,6 +32,7 @@ from xdsl.passes import ModulePass, PassPipeline
 from kaio.errors import KaioCompileError, KaioError, KaioPipelineWarning
 from kaio.locations import print_with_locations
 from kaio.pass_contracts import check_postconditions, missing_work, op_text, order_problems
+from kaio.verifier import IncrementalVerifier
 
 DumpCallback = Callable[[str, str], None]
 PipelineCallback = Callable[[ModulePass | None, ModuleOp, ModulePass | None], None]
@@ -83,8 +86,9 @@ def run_pipeline(
     names = stage_names(passes)
     for problem in order_problems(passes):
         warnings.warn(problem, KaioPipelineWarning, stacklevel=3)
+    verifier = IncrementalVerifier()
     if verify_each:
-        _verify(module, "the module given to the pipeline does not verify")
+        _verify(module, "the module given to the pipeline does not verify", verifier)
     callback = _guarded(pipeline.callback)
     if callback is not None:
         callback(None, module, passes[0] if passes else None)
@@ -102,7 +106,7 @@ def run_pipeline(
             raise KaioCompileError(f"pass '{name}' failed: {e}") from e
         seconds = time.perf_counter() - start
         if verify_each:
-            _verify(module, f"pass '{name}' produced invalid IR")
+            _verify(module, f"pass '{name}' produced invalid IR", verifier)
             check_postconditions(p, name, module)
         ops_after = _count_ops(module)
         times.append(PassTiming(name, seconds, ops, ops_after))
@@ -160,12 +164,15 @@ def _count_ops(module: ModuleOp) -> int:
     return sum(1 for _ in module.walk())
 
 
-def _verify(module: ModuleOp, what: str) -> None:
-    """Verify the whole module (cheap when valid); on failure find the first op that does not
-    verify on its own, for a message that shows it rather than the whole module."""
+def _verify(module: ModuleOp, what: str, verifier: IncrementalVerifier) -> None:
+    """Verify the module (only what changed since ``verifier`` last saw it); on failure verify
+    it whole and find the first op that does not verify on its own, for a message that shows
+    it rather than the whole module."""
+    if verifier.verifies(module):
+        return
     try:
         module.verify()
-        return
+        return  # not reached while the verifier agrees with module.verify()
     except Exception as whole:
         culprit: tuple[Operation, BaseException] | None = None
         for op in module.walk():

@@ -1,0 +1,98 @@
+"""Verification after every pass, at the price of what the pass changed.
+
+MLIR verifies the IR after every pass; done naively that re-verifies every op of a 2000-op PTX
+module after each pass, and costs more than the passes. Most passes change few ops, and an op's
+own checks (its IRDL constraints, its ``verify_``, its traits) read only what is local to it:
+its operands and their types, its result types, its properties and attributes, its
+successors, and where it sits (its block, whether it ends it, the region's op). So
+:class:`IncrementalVerifier` keeps, per op, a *fingerprint* of exactly those things (by
+identity: attributes are immutable, so the same object means the same value) and re-verifies
+an op only when its fingerprint changed, or it is new; ops of the simplest IRDL shape skip
+xDSL's generic definition interpreter (:mod:`kaio.irdl_shortcut`). Ops with regions are always verified
+(their traits, ``IsolatedFromAbove`` say, read their whole body), as is the structure
+(parent pointers, empty blocks).
+
+The verifier only answers *whether* the module verifies. On a failure the caller re-verifies
+the whole module the ordinary way (``ModuleOp.verify``) to find and print the culprit, so the
+error text is exactly the full verifier's.
+"""
+
+from __future__ import annotations
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, Operation
+from xdsl.traits import NoTerminator
+
+from kaio.irdl_shortcut import install_shortcut
+
+Fingerprint = tuple[object, ...]
+
+
+def fingerprint(op: Operation, block: Block) -> Fingerprint:
+    """Everything an op's own verification reads (see the module docstring)."""
+    operands = op._operands  # pyright: ignore[reportPrivateUsage]  # the tuple: no wrapper
+    region = block.parent
+    last = block.last_op is op
+    props = op.properties
+    attrs = op.attributes
+    return (
+        operands,
+        *[v.type for v in operands],
+        None,  # separates the operand types from the result types
+        *[r.type for r in op.results],
+        *props.keys(),
+        *props.values(),
+        *(attrs.items() if attrs else ()),
+        op._successors,  # pyright: ignore[reportPrivateUsage]
+        block,
+        region,
+        region.parent if region is not None else None,
+        last,
+        # a block's last op must be a terminator unless its region has one block under a
+        # NoTerminator op: both facts matter only for the last op
+        len(region.blocks) if last and region is not None else 0,
+    )
+
+
+class IncrementalVerifier:
+    """Verifies one module again and again (after each pass), re-checking only changed ops."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Operation, Fingerprint] = {}  # holds the ops: no id is reused
+        self._classes: set[type[Operation]] = set()
+
+    def verifies(self, module: ModuleOp) -> bool:
+        """Whether ``module`` verifies (the same answer as ``module.verify()`` not raising)."""
+        try:
+            module.verify(verify_nested_ops=False)
+            self._verify_body(module)
+        except Exception:
+            self._seen.clear()  # the caller reports it; start afresh if asked again
+            return False
+        return True
+
+    def _verify_body(self, op: Operation) -> None:
+        seen = self._seen
+        for region in op.regions:
+            if region.parent is not op:
+                raise ValueError("region parent pointer")
+            single = len(region.blocks) == 1
+            for block in region.blocks:
+                if block.parent is not region:
+                    raise ValueError("block parent pointer")
+                if block.first_op is None and single and not op.has_trait(NoTerminator):
+                    raise ValueError("empty block in a single-block region")
+                for child in block.ops:
+                    if child.parent is not block:
+                        raise ValueError("op parent pointer")
+                    if child.regions:
+                        child.verify(verify_nested_ops=False)
+                        self._verify_body(child)
+                        continue
+                    key = fingerprint(child, block)
+                    if seen.get(child) != key:
+                        if type(child) not in self._classes:  # once per class
+                            install_shortcut(type(child))
+                            self._classes.add(type(child))
+                        child.verify(verify_nested_ops=False)
+                        seen[child] = key

@@ -1,0 +1,111 @@
+"""The pass manager's verifier: re-verifying only changed ops (kaio.verifier) and the IRDL
+shortcut for simple op definitions (kaio.irdl_shortcut) answer as ``module.verify()`` does."""
+
+from __future__ import annotations
+
+import pytest
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32, i64
+from xdsl.utils.exceptions import VerifyException
+
+from kaio import irdl_shortcut
+from kaio import verifier as verifier_module
+from kaio.dialects import ptx
+from kaio.verifier import IncrementalVerifier
+
+
+def small_module() -> tuple[ModuleOp, ptx.AddOp, ptx.ConstOp]:
+    one = ptx.ConstOp(1, i32)
+    wide = ptx.ConstOp(1, i64)
+    add = ptx.AddOp("s32", [one.result, one.result], [i32])
+    return ModuleOp([one, wide, add]), add, wide
+
+
+def whole_verifies(module: ModuleOp) -> bool:
+    try:
+        module.verify()
+    except Exception:
+        return False
+    return True
+
+
+def test_an_unchanged_module_verifies_again_without_rechecking(monkeypatch: pytest.MonkeyPatch):
+    module, add, _ = small_module()
+    verifier = IncrementalVerifier()
+    assert verifier.verifies(module)
+    checked: list[str] = []
+    original = ptx.AddOp.verify
+
+    def counting(self: ptx.AddOp, verify_nested_ops: bool = True) -> None:
+        checked.append(self.name)
+        original(self, verify_nested_ops)
+
+    monkeypatch.setattr(ptx.AddOp, "verify", counting)
+    assert verifier.verifies(module) and checked == []
+    add.properties["spec"] = StringAttr("u32")  # changed in place: checked again
+    assert verifier.verifies(module) and checked == ["ptx.add"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["operand", "property", "result type", "extra property"],
+)
+def test_an_op_changed_in_place_after_verifying_is_caught(change: str):
+    """Each in-place change the fingerprint must see; a verifier that trusted its first answer
+    (or left one of these out of the fingerprint) would let the broken op through."""
+    module, add, wide = small_module()
+    verifier = IncrementalVerifier()
+    assert verifier.verifies(module)
+    if change == "operand":
+        add.operands[1] = wide.result  # an i64 into a 32-bit add
+    elif change == "property":
+        add.properties["spec"] = StringAttr("banana.s32")
+    elif change == "result type":
+        add.results[0]._type = i64  # type: ignore[attr-defined]  # as a pass retyping a value would
+    elif change == "extra property":
+        add.properties["bogus"] = IntegerAttr(1, i32)
+    assert not whole_verifies(module)
+    assert not verifier.verifies(module)
+
+
+def test_a_fingerprint_blind_to_operands_would_miss_the_change(monkeypatch: pytest.MonkeyPatch):
+    """The planted bug: with a constant fingerprint nothing is verified twice, and the
+    operand change of the test above goes through; so those tests can fail."""
+    monkeypatch.setattr(verifier_module, "fingerprint", lambda op, block: ())
+    module, add, wide = small_module()
+    verifier = IncrementalVerifier()
+    assert verifier.verifies(module)
+    add.operands[1] = wide.result
+    assert not whole_verifies(module) and verifier.verifies(module)
+
+
+def test_the_shortcut_keeps_xdsl_messages_for_every_bad_shape():
+    irdl_shortcut.install_shortcut(ptx.AddOp)
+    assert "verify" in vars(ptx.AddOp.get_irdl_definition())  # the simple shape: installed
+    one = ptx.ConstOp(1, i32)
+    missing = ptx.AddOp("s32", [one.result, one.result], [i32])
+    del missing.properties["spec"]
+    with pytest.raises(VerifyException, match="property 'spec' expected"):
+        missing.verify()
+    wrong = ptx.AddOp("s32", [one.result, one.result], [i32])
+    wrong.properties["spec"] = IntegerAttr(1, i32)
+    with pytest.raises(VerifyException, match="should be of base attribute string"):
+        wrong.verify()
+    extra = ptx.AddOp("s32", [one.result, one.result], [i32])
+    extra.properties["bogus"] = StringAttr("x")
+    with pytest.raises(VerifyException, match="property 'bogus' is not defined"):
+        extra.verify()
+
+
+def test_fixed_counts_are_checked_by_the_shortcut():
+    irdl_shortcut.install_shortcut(ptx.ConstOp)
+    assert "verify" in vars(ptx.ConstOp.get_irdl_definition())  # one single result
+    one = ptx.ConstOp(1, i32)
+    two = ptx.ConstOp.create(properties=dict(one.properties), result_types=[i32, i32])
+    with pytest.raises(VerifyException):
+        two.verify()
+
+
+def test_an_op_with_regions_keeps_the_generic_verifier():
+    entry = next(c for c in vars(ptx).values() if isinstance(c, type) and getattr(c, "name", "") == "ptx.entry")
+    irdl_shortcut.install_shortcut(entry)
+    assert "verify" not in vars(entry.get_irdl_definition())
