@@ -7,10 +7,11 @@ its operands and their types, its result types, its properties and attributes, i
 successors, and where it sits (its block, whether it ends it, the region's op). So
 :class:`IncrementalVerifier` keeps, per op, a *fingerprint* of exactly those things (by
 identity: attributes are immutable, so the same object means the same value) and re-verifies
-an op only when its fingerprint changed, or it is new; ops of the simplest IRDL shape skip
-xDSL's generic definition interpreter (:mod:`kaio.irdl_shortcut`). Ops with regions are always verified
-(their traits, ``IsolatedFromAbove`` say, read their whole body), as is the structure
-(parent pointers, empty blocks).
+an op only when its fingerprint changed, or it is new. An op with regions is verified again
+when it or anything inside changed (its traits, ``IsolatedFromAbove`` say, read its body):
+an op inside verified again, or the number of ops inside changed. The structure (parent
+pointers, empty blocks) is checked every time. Ops of the simplest IRDL shape skip xDSL's
+generic definition interpreter (:mod:`kaio.irdl_shortcut`).
 
 The verifier only answers *whether* the module verifies. On a failure the caller re-verifies
 the whole module the ordinary way (``ModuleOp.verify``) to find and print the culprit, so the
@@ -59,6 +60,7 @@ class IncrementalVerifier:
 
     def __init__(self) -> None:
         self._seen: dict[Operation, Fingerprint] = {}  # holds the ops: no id is reused
+        self._sizes: dict[Operation, int] = {}  # ops directly inside each op with regions
         self._classes: set[type[Operation]] = set()
 
     def verifies(self, module: ModuleOp) -> bool:
@@ -68,11 +70,16 @@ class IncrementalVerifier:
             self._verify_body(module)
         except Exception:
             self._seen.clear()  # the caller reports it; start afresh if asked again
+            self._sizes.clear()
             return False
         return True
 
-    def _verify_body(self, op: Operation) -> None:
+    def _verify_body(self, op: Operation) -> bool:
+        """Verify the ops inside ``op``; whether any of them changed (was verified again, or
+        the number of ops inside changed: one erased or moved out)."""
         seen = self._seen
+        changed = False
+        count = 0
         for region in op.regions:
             if region.parent is not op:
                 raise ValueError("region parent pointer")
@@ -83,16 +90,30 @@ class IncrementalVerifier:
                 if block.first_op is None and single and not op.has_trait(NoTerminator):
                     raise ValueError("empty block in a single-block region")
                 for child in block.ops:
+                    count += 1
                     if child.parent is not block:
                         raise ValueError("op parent pointer")
-                    if child.regions:
-                        child.verify(verify_nested_ops=False)
-                        self._verify_body(child)
-                        continue
                     key = fingerprint(child, block)
-                    if seen.get(child) != key:
-                        if type(child) not in self._classes:  # once per class
-                            install_shortcut(type(child))
-                            self._classes.add(type(child))
-                        child.verify(verify_nested_ops=False)
+                    if child.regions:
+                        # its traits (IsolatedFromAbove, say) read its body: verified again
+                        # when the body or the op changed
+                        inner = self._verify_body(child)
+                        key = (*key, self._sizes[child])
+                        if inner or seen.get(child) != key:
+                            self._verify_one(child)
+                            seen[child] = key
+                            changed = True
+                    elif seen.get(child) != key:
+                        self._verify_one(child)
                         seen[child] = key
+                        changed = True
+        if self._sizes.get(op) != count:
+            self._sizes[op] = count
+            changed = True
+        return changed
+
+    def _verify_one(self, op: Operation) -> None:
+        if type(op) not in self._classes:  # once per class
+            install_shortcut(type(op))
+            self._classes.add(type(op))
+        op.verify(verify_nested_ops=False)
