@@ -4,7 +4,9 @@ shortcut for simple op definitions (kaio.irdl_shortcut) answer as ``module.verif
 from __future__ import annotations
 
 import pytest
+from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32, i64
+from xdsl.ir import Block, Region
 from xdsl.utils.exceptions import VerifyException
 
 from kaio import irdl_shortcut
@@ -109,3 +111,29 @@ def test_an_op_with_regions_keeps_the_generic_verifier():
     entry = next(c for c in vars(ptx).values() if isinstance(c, type) and getattr(c, "name", "") == "ptx.entry")
     irdl_shortcut.install_shortcut(entry)
     assert "verify" not in vars(entry.get_irdl_definition())
+
+
+def isolated_function() -> tuple[ModuleOp, func.FuncOp, arith.ConstantOp, arith.AddiOp]:
+    """func.func (IsolatedFromAbove) holding a constant and an add of it."""
+    one = arith.ConstantOp(IntegerAttr(1, i32))
+    add = arith.AddiOp(one.result, one.result)
+    body = Block([one, add, func.ReturnOp()])
+    function = func.FuncOp("f", ((), ()), Region(body))
+    return ModuleOp([function]), function, one, add
+
+
+@pytest.mark.parametrize("change", ["a new op uses a value from outside", "a used op moved out"])
+def test_an_isolated_op_is_verified_again_when_its_body_changed(change: str):
+    """The op itself is unchanged; its IsolatedFromAbove trait fails because of its body."""
+    module, function, one, add = isolated_function()
+    verifier = IncrementalVerifier()
+    assert verifier.verifies(module)
+    if change == "a new op uses a value from outside":
+        outside = arith.ConstantOp(IntegerAttr(2, i32))
+        module.body.block.insert_op_before(outside, function)
+        function.body.block.insert_op_before(arith.AddiOp(outside.result, outside.result), add)
+    else:
+        one.detach()  # its user, the add, is untouched
+        module.body.block.insert_op_before(one, function)
+    assert not whole_verifies(module)
+    assert not verifier.verifies(module)
