@@ -180,10 +180,13 @@ def _commute(op: ptx.PtxInstr) -> None:
 
 
 def _key(op: Operation) -> tuple[object, ...]:
-    return (op.name, tuple(op.properties.items()), tuple(op.operands), tuple(r.type for r in op.results))
+    """What makes two pure instructions compute the same: the op, its spec, its symbol (a ``mov``
+    of ``%tid.x``), its operands and result types (a guarded one is never pure)."""
+    props = op.properties
+    return (type(op), props.get("spec"), props.get("symbol"), props.get("offset"), *op.operands, *(r.type for r in op.results))
 
 
-def fold_entry(entry: ptx.EntryOp, window: int = 8) -> None:
+def fold_entry(entry: ptx.EntryOp, window: int = 4) -> None:
     pool = ConstPool(entry)
     seen: dict[tuple[object, ...], tuple[Operation, int]] = {}
     for position, op in enumerate(list(entry.body.block.ops)):
@@ -193,7 +196,7 @@ def fold_entry(entry: ptx.EntryOp, window: int = 8) -> None:
             continue
         if not is_instr(cls) or "guard" in op.properties or not op.results:
             continue
-        if cls in _FOLDABLE:
+        if cls in _FOLDABLE and (cls is ptx.SelpOp or any(type(v.owner) is ptx.ConstOp for v in op.operands)):
             _commute(op)  # type: ignore[arg-type]
             value = _fold_constant(op, pool) or _simplify(op, pool)  # type: ignore[arg-type]
             if value is not None:
@@ -217,7 +220,7 @@ class PtxFoldPass(ModulePass):
     contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
     name = "ptx-fold"
 
-    window: int = 8
+    window: int = 4
     """How far back (in instructions) a repeat may find its twin: merging distant repeats
     stretches a register's life across everything between them, and ptxas does not undo that
     (a long kernel then holds more registers or spills). 0: no merging."""

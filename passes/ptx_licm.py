@@ -121,7 +121,7 @@ def hoist_loop(ops: list[Operation], loop: Loop, budget: int) -> int:
     return len(moved)
 
 
-def licm_entry(entry: ptx.EntryOp, budget: int = 32) -> int:
+def licm_entry(entry: ptx.EntryOp, budget: int = 64) -> int:
     """Hoist out of every loop of the entry, inner loops first; returns how many moved."""
     total = 0
     block = entry.body.block
@@ -141,7 +141,7 @@ class PtxLicmPass(ModulePass):
     contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
     name = "ptx-licm"
 
-    budget: int = 32
+    budget: int = 64
     """Registers (32-bit words; a predicate counts one) that moved values may keep live across
     one loop; a loop whose invariant instructions would need more keeps them (ptxas
     rematerialises them where it has the registers)."""
