@@ -122,7 +122,9 @@ def isolated_function() -> tuple[ModuleOp, func.FuncOp, arith.ConstantOp, arith.
     return ModuleOp([function]), function, one, add
 
 
-@pytest.mark.parametrize("change", ["a new op uses a value from outside", "a used op moved out"])
+@pytest.mark.parametrize(
+    "change", ["a new op uses a value from outside", "an op now uses a value from outside", "a used op moved out"]
+)
 def test_an_isolated_op_is_verified_again_when_its_body_changed(change: str):
     """The op itself is unchanged; its IsolatedFromAbove trait fails because of its body."""
     module, function, one, add = isolated_function()
@@ -132,6 +134,10 @@ def test_an_isolated_op_is_verified_again_when_its_body_changed(change: str):
         outside = arith.ConstantOp(IntegerAttr(2, i32))
         module.body.block.insert_op_before(outside, function)
         function.body.block.insert_op_before(arith.AddiOp(outside.result, outside.result), add)
+    elif change == "an op now uses a value from outside":  # as many ops inside as before
+        outside = arith.ConstantOp(IntegerAttr(2, i32))
+        module.body.block.insert_op_before(outside, function)
+        add.operands[0] = outside.result
     else:
         one.detach()  # its user, the add, is untouched
         module.body.block.insert_op_before(one, function)
