@@ -66,8 +66,12 @@ class IncrementalVerifier:
     def verifies(self, module: ModuleOp) -> bool:
         """Whether ``module`` verifies (the same answer as ``module.verify()`` not raising)."""
         try:
-            module.verify(verify_nested_ops=False)
-            self._verify_body(module)
+            inner = self._verify_body(module)
+            # the module's own traits (IsolatedFromAbove) read its body too
+            key = (*module.properties.items(), None, *module.attributes.items(), self._sizes[module])
+            if inner or self._seen.get(module) != key:
+                module.verify(verify_nested_ops=False)
+                self._seen[module] = key
         except Exception:
             self._seen.clear()  # the caller reports it; start afresh if asked again
             self._sizes.clear()
@@ -79,7 +83,7 @@ class IncrementalVerifier:
         the number of ops inside changed: one erased or moved out)."""
         seen = self._seen
         changed = False
-        count = 0
+        count = 0  # ops directly inside
         for region in op.regions:
             if region.parent is not op:
                 raise ValueError("region parent pointer")
