@@ -24,13 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
-
 from kaio.dialects import ptx
-from kaio.pass_contracts import PassContract
 from kaio.passes.ptx_scalar import (
     WORD_TYPES,
     ConstPool,
@@ -42,12 +36,18 @@ from kaio.passes.ptx_scalar import (
     is_instr,
     is_pure,
     power_of_two,
-    spec_parts,
     reads_registers,
     replace_result,
+    spec_parts,
     word,
     word_type,
 )
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.passes import ModulePass
+
+from kaio.pass_contracts import PassContract
 
 _FOLDABLE = frozenset((
     ptx.AddOp, ptx.SubOp, ptx.MulOp, ptx.MadOp, ptx.DivOp, ptx.RemOp, ptx.ShlOp, ptx.ShrOp, ptx.AndOp,
@@ -174,9 +174,8 @@ def _commute(op: ptx.PtxInstr) -> None:
     if type(op) not in _COMMUTATIVE or "guard" in op.properties:
         return
     srcs = op.operands
-    if len(srcs) == 2:
-        if const_int(srcs[0]) is not None and const_int(srcs[1]) is None:
-            op.operands[0], op.operands[1] = srcs[1], srcs[0]
+    if len(srcs) == 2 and const_int(srcs[0]) is not None and const_int(srcs[1]) is None:
+        op.operands[0], op.operands[1] = srcs[1], srcs[0]
 
 
 def _key(op: Operation) -> tuple[object, ...]:

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kaio.dialects import ptx
+from kaio.passes.ptx_scalar import entries, is_pure, spec_parts
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, f64, i64
 from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
-from kaio.dialects import ptx
 from kaio.pass_contracts import PassContract
-from kaio.passes.ptx_scalar import entries, is_pure, spec_parts
 
 _READS_OR_CONTROL = frozenset((ptx.LdOp, ptx.ConstOp, ptx.LabelOp, ptx.BraOp, ptx.AssignOp, ptx.CommentOp))
 _ORDERED_LOADS = frozenset(("volatile", "relaxed", "acquire", "mmio"))

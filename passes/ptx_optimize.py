@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kaio.passes.ptx_fold import PtxFoldPass
+from kaio.passes.ptx_licm import PtxLicmPass
+from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from kaio.pass_contracts import PassContract
-from kaio.passes.ptx_fold import PtxFoldPass
-from kaio.passes.ptx_licm import PtxLicmPass
-from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,12 @@ Only the 32- and 64-bit integer forms are rewritten; 16-bit and 8-bit ones are l
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 
+from kaio.dialects import ptx
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32, i64
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
-
-from kaio.dialects import ptx
 
 WORD_TYPES = {"s32": (32, True), "u32": (32, False), "b32": (32, False),
               "s64": (64, True), "u64": (64, False), "b64": (64, False)}  # fmt: skip
@@ -39,7 +38,7 @@ _FIXED_SPECIALS = frozenset(
 ) | {"%laneid", "%cluster_ctarank"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_instr(cls: type[Operation]) -> bool:
     """Whether ops of this class are PTX instructions (the passes dispatch on exact types: an
     ``isinstance`` against xDSL's abstract classes costs more than the rewrite)."""
@@ -100,8 +99,11 @@ def known_nonnegative(v: SSAValue, depth: int = 6) -> bool:
     srcs = owner.srcs  # type: ignore[union-attr]
     if cls is ptx.MovOp:
         return owner.symbol is not None and owner.symbol.data in _FIXED_SPECIALS  # type: ignore[union-attr]
-    mods, types = spec_parts(owner)  # type: ignore[arg-type]
-    below = lambda x: known_nonnegative(x, depth - 1)  # noqa: E731
+    types = spec_parts(owner)[1]  # type: ignore[arg-type]
+
+    def below(x: SSAValue) -> bool:
+        return known_nonnegative(x, depth - 1)
+
     if cls is ptx.MaxOp:
         return types[0][0] == "s" and any(below(x) for x in srcs)
     if cls is ptx.AndOp:

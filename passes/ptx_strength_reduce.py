@@ -21,13 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
-from xdsl.passes import ModulePass
-
 from kaio.dialects import ptx
-from kaio.pass_contracts import PassContract
 from kaio.passes.magic_division import signed_magic, unsigned_magic
 from kaio.passes.ptx_scalar import (
     ConstPool,
@@ -41,6 +35,12 @@ from kaio.passes.ptx_scalar import (
     spec_parts,
     word,
 )
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+from xdsl.passes import ModulePass
+
+from kaio.pass_contracts import PassContract
 
 
 def _pow2_quotient(e: Emit, x: SSAValue, k: int, bits: int, is_signed: bool, want_rem: bool) -> SSAValue:

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from kaio.ops_library import rows as rowops
 
 import kaio
 from kaio import dtypes
-from kaio.ops_library import rows as rowops
 
 POW2_DIVISION = re.compile(r"\b(?:div|rem)\.[su](?:16|32|64)\s+%\w+,\s*%\w+,\s*(\d+);")
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xdsl.dialects.builtin import ModuleOp, f32, i1, i32, i64
-from xdsl.ir import SSAValue
-
 from kaio.dialects import ptx
 from kaio.passes import ptx_fold
 from kaio.passes.ptx_fold import PtxFoldPass
 from kaio.targets.ptx import toolchain
 from kaio.targets.ptx.printer import print_ptx
 from kaio.targets.sim import Simulator
+from xdsl.dialects.builtin import ModuleOp, f32, i1, i32, i64
+from xdsl.ir import SSAValue
 
 
 class Entry:

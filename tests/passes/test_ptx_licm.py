@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kaio.dialects import ptx
+from kaio.passes import ptx_licm
+from kaio.passes.ptx_licm import PtxLicmPass
 from xdsl.dialects.builtin import ModuleOp, i1, i32, i64
 from xdsl.ir import Operation, SSAValue
 
 import kaio
-from kaio.dialects import ptx
-from kaio.passes import ptx_licm
-from kaio.passes.ptx_licm import PtxLicmPass
 from kaio.pipeline import Pipeline, kernel_pipeline
-from kaio.prelude import MutArray, i32 as I32, thread_idx_x
+from kaio.prelude import MutArray, thread_idx_x
+from kaio.prelude import i32 as I32
 
 
 class Loop:

@@ -18,17 +18,24 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from kaio.dialects import ptx
+from kaio.passes import ptx_strength_reduce as sr
+from kaio.passes.magic_division import (
+    SignedMagic,
+    UnsignedMagic,
+    sdiv_model,
+    signed_magic,
+    udiv_model,
+    unsigned_magic,
+)
+from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
+from kaio.targets.ptx import toolchain
 from xdsl.dialects.builtin import i32, i64
 
 import kaio
-from kaio.dialects import ptx
-from kaio.passes import ptx_strength_reduce as sr
-from kaio.passes.magic_division import SignedMagic, UnsignedMagic, sdiv_model, signed_magic, udiv_model, unsigned_magic
-from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
 from kaio.pipeline import kernel_pipeline
 
 from .test_ptx_licm import expanded
-from kaio.targets.ptx import toolchain
 
 # --------------------------------------------------------------------------- magic numbers
 
@@ -131,7 +138,7 @@ def test_a_non_negative_dividend_divides_unsigned() -> None:
         x, div = ops[0].outs[0], ops[3]
         consts: list[ptx.ConstOp] = []
 
-        def const(v: int) -> object:
+        def const(v: int, consts: list[ptx.ConstOp] = consts) -> object:
             consts.append(ptx.ConstOp(v, i32))
             return consts[-1].result
 
