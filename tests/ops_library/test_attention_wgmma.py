@@ -96,3 +96,23 @@ def test_sm90a_attention_assembles_with_utmaldg_3d_and_no_spills(d):
     assert report.spill_stores.get("attention", 0) == 0
     sass = toolchain.disassemble(report.cubin)
     assert "UTMALDG.3D" in sass and "HGMMA" in sass and "LDGSTS" not in sass
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_whole_key_blocks_take_the_unmasked_loop_on_sm90a(rng, causal):
+    """Keys over two 128-row blocks: the unmasked loop runs (non-causal: 2 whole blocks, then the
+    ragged one; causal: the off-band blocks of the later query blocks), then the masked loop in
+    the same shared bytes, its TMA ring refilled after the barrier."""
+    dev = kaio.Device("sim", arch="sm_90a")
+    assert choose_config(130, 64, "sm_90a").block_n == 128
+    q = rng.standard_normal((1, 1, 260, 64)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 1, 300, 64)).astype(np.float16) for _ in range(2))
+    out = dev.alloc_from(np.full(q.shape, np.nan, np.float16))
+    previous, dev.simulator.race_check = dev.simulator.race_check, True  # shared-memory hazards are errors
+    try:
+        attention(dev.alloc_from(q), dev.alloc_from(k), dev.alloc_from(v), causal=causal, out=out)
+    finally:
+        dev.simulator.race_check = previous
+    want, _ = reference(q, k, v, causal)
+    got = out.to_host().astype(np.float64)
+    assert not np.isnan(got).any() and np.abs(got - want).max() <= BOUND
