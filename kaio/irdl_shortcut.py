@@ -91,8 +91,14 @@ def _shortcut(op_def: OpDef) -> Callable[[Operation], None] | None:
     return verify
 
 
+_considered: set[type[Operation]] = set()
+
+
 def install_shortcut(cls: type[Operation]) -> None:
     """Give ``cls``'s definition the direct check if it has the simple shape (once per class)."""
+    if cls in _considered:
+        return
+    _considered.add(cls)
     if not issubclass(cls, IRDLOperation):
         return
     op_def = cls.get_irdl_definition()

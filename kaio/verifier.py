@@ -61,7 +61,6 @@ class IncrementalVerifier:
     def __init__(self) -> None:
         self._seen: dict[Operation, Fingerprint] = {}  # holds the ops: no id is reused
         self._sizes: dict[Operation, int] = {}  # ops directly inside each op with regions
-        self._classes: set[type[Operation]] = set()
 
     def verifies(self, module: ModuleOp) -> bool:
         """Whether ``module`` verifies (the same answer as ``module.verify()`` not raising)."""
@@ -117,7 +116,5 @@ class IncrementalVerifier:
         return changed
 
     def _verify_one(self, op: Operation) -> None:
-        if type(op) not in self._classes:  # once per class
-            install_shortcut(type(op))
-            self._classes.add(type(op))
+        install_shortcut(type(op))
         op.verify(verify_nested_ops=False)
