@@ -161,3 +161,14 @@ def test_negative_and_zero_scales(dev, rng, scale):
         got = attention(dev.alloc_from(q), dev.alloc_from(k), dev.alloc_from(v), causal=causal, scale=scale).to_host()
         want, _ = reference(q, k, v, causal, scale=scale)
         assert np.abs(got.astype(np.float64) - want).max() <= BOUND
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_two_key_loops_share_shared_memory_without_races(dev, rng, causal):
+    """Whole key blocks (unmasked loop), then the diagonal and ragged ones (masked loop) in the
+    same shared bytes: the race checker sees every access of both loops."""
+    previous, dev.simulator.race_check = dev.simulator.race_check, True
+    try:
+        run(dev, rng, 1, 1, 1, 100, 150, 64, causal=causal)
+    finally:
+        dev.simulator.race_check = previous
