@@ -11,9 +11,10 @@ visible as instructions, constants and casts included).
   ``x & (2^k - 1)`` when c's low k bits are zero.
 - A constant first operand of a commutative instruction moves second (where PTX takes an
   immediate).
-- A pure instruction identical to an earlier one in the same straight-line stretch (no label
-  between them, so the earlier one dominates it) reads the earlier result instead; one that
-  reads a ``ptx.reg`` is left alone, since an assign may change the register between them.
+- With ``window`` > 0, a pure instruction identical to one at most ``window`` instructions
+  earlier in the same straight-line stretch (no label between them, so the earlier one
+  dominates it) reads the earlier result instead; one that reads a ``ptx.reg`` is left alone,
+  since an assign may change the register between them.
 - Pure instructions nobody reads go.
 
 Only 32- and 64-bit integer forms are rewritten; floating point is left exactly as it is.
@@ -185,7 +186,7 @@ def _key(op: Operation) -> tuple[object, ...]:
     return (type(op), props.get("spec"), props.get("symbol"), props.get("offset"), *op.operands, *(r.type for r in op.results))
 
 
-def fold_entry(entry: ptx.EntryOp, window: int = 4) -> None:
+def fold_entry(entry: ptx.EntryOp, window: int = 0) -> None:
     pool = ConstPool(entry)
     seen: dict[tuple[object, ...], tuple[Operation, int]] = {}
     for position, op in enumerate(list(entry.body.block.ops)):
@@ -219,10 +220,11 @@ class PtxFoldPass(ModulePass):
     contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
     name = "ptx-fold"
 
-    window: int = 4
-    """How far back (in instructions) a repeat may find its twin: merging distant repeats
-    stretches a register's life across everything between them, and ptxas does not undo that
-    (a long kernel then holds more registers or spills). 0: no merging."""
+    window: int = 0
+    """How far back (in instructions) a repeat may find its twin (0, the default: repeats stay).
+    Merging stretches a register's life across everything between the two, ptxas does not undo
+    it and merges repeats itself: near its register limit, one merge is enough for it to spill
+    (a log_softmax row kernel at 40 registers, the D=256 dK/dV kernel at 255)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for entry in entries(op):

@@ -46,9 +46,9 @@ class Entry:
         self.stores += 1
         return self.stores - 1
 
-    def fold(self) -> ModuleOp:
+    def fold(self, window: int = 64) -> ModuleOp:
         module = ModuleOp([self.entry])
-        PtxFoldPass().apply(None, module)  # type: ignore[arg-type]
+        PtxFoldPass(window=window).apply(None, module)  # type: ignore[arg-type]
         module.verify()
         return module
 
@@ -222,6 +222,8 @@ def test_distant_repeats_stay_apart() -> None:
     module = ModuleOp([e.entry])
     PtxFoldPass(window=8).apply(None, module)  # type: ignore[arg-type]
     assert e.instrs().count("add.s32") == 2
+    PtxFoldPass().apply(None, module)  # type: ignore[arg-type]
+    assert e.instrs().count("add.s32") == 2  # the default merges none
     PtxFoldPass(window=100).apply(None, module)  # type: ignore[arg-type]
     assert e.instrs().count("add.s32") == 1
 
