@@ -166,6 +166,10 @@ class InstrInfo:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
+# (op class, spec) pairs whose spec verified, with its split: most ops share a few specs
+_CHECKED_SPECS: dict[tuple[type, str], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+
 class PtxInstr(IRDLOperation):
     """Base of every PTX instruction op; concrete ops mostly only name themselves."""
 
@@ -240,6 +244,36 @@ class PtxInstr(IRDLOperation):
     # -- verification -----------------------------------------------------------------------
 
     def verify_(self) -> None:
+        info = self.INFO
+        props = self.properties
+        key = (type(self), props["spec"].data)  # type: ignore[attr-defined]
+        split = _CHECKED_SPECS.get(key)
+        if split is None:  # the spec's checks depend on the op class and the spec alone
+            split = self._checked_spec()
+            _CHECKED_SPECS[key] = split
+        mods, types = split
+        n_results = len(self.results)
+        lo, hi = info.n_outs
+        if not lo <= n_results <= hi:
+            raise VerifyException(f"{self.mnemonic} has {lo}..{hi} results, got {n_results}")
+        guard = props.get("guard")
+        operands = self.operands
+        srcs = operands[:-1] if guard is not None else operands
+        lo, hi = info.n_args
+        if not lo <= len(srcs) <= hi:
+            raise VerifyException(f"{self.mnemonic} takes {lo}..{hi} operands, got {len(srcs)}")
+        if guard is not None:
+            if guard.data not in ("@", "@!") or operands[-1].type != i1:  # type: ignore[attr-defined]
+                raise VerifyException(f"{self.mnemonic}: the guard must be an i1 predicate")
+        for pos in info.imm_required:
+            if not isinstance(srcs[pos].owner, ConstOp):
+                raise VerifyException(f"{self.mnemonic}: operand {pos} must be a ptx.const immediate")
+        if info.has_address and "symbol" not in props and not srcs:
+            raise VerifyException(f"{self.mnemonic} needs an address operand or a symbol")
+        self.check(list(mods), list(types))
+
+    def _checked_spec(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The spec's modifiers and types, once they are known to be this op's."""
         mods, types = self.split_spec()
         name = self.mnemonic
         if len(types) != self.INFO.n_types or any(t not in self.INFO.types for t in types):
@@ -249,21 +283,7 @@ class PtxInstr(IRDLOperation):
         bad = [m for m in mods if m not in self.INFO.mods]
         if bad:
             raise VerifyException(f"{name}.{self.spec_text}: unknown modifier(s) {bad}")
-        lo, hi = self.INFO.n_outs
-        if not lo <= len(self.results) <= hi:
-            raise VerifyException(f"{name} has {lo}..{hi} results, got {len(self.results)}")
-        lo, hi = self.INFO.n_args
-        if not lo <= len(self.srcs) <= hi:
-            raise VerifyException(f"{name} takes {lo}..{hi} operands, got {len(self.srcs)}")
-        if self.guard is not None:
-            if self.guard.data not in ("@", "@!") or self.operands[-1].type != i1:
-                raise VerifyException(f"{name}: the guard must be an i1 predicate")
-        for pos in self.INFO.imm_required:
-            if not isinstance(self.srcs[pos].owner, ConstOp):
-                raise VerifyException(f"{name}: operand {pos} must be a ptx.const immediate")
-        if self.INFO.has_address and self.symbol is None and not self.srcs:
-            raise VerifyException(f"{name} needs an address operand or a symbol")
-        self.check(mods, types)
+        return tuple(mods), tuple(types)
 
     def check(self, mods: list[str], types: list[str]) -> None:
         """Register widths; the default: all outs and value sources have the type's width."""
