@@ -10,8 +10,8 @@ It runs, each section in its own process:
 ============  ==========================================================  ========  ==========
 section       what                                                        limit     no progress
 ============  ==========================================================  ========  ==========
-tests         ``pytest -m gpu`` (each Hopper test on sm_90 and on sm_90a)  480 s     180 s
-matmul        ``benchmarks/matmul.py`` at 1024, 4096, 8192 and the skinny  360 s     150 s
+tests         ``pytest -m gpu`` (each Hopper test on sm_90 and on sm_90a)  420 s     180 s
+matmul        ``benchmarks/matmul.py`` at 1024, 4096, 8192 and the skinny  300 s     150 s
               shapes, f16 and bf16, beside cuBLAS and Triton; on Hopper
               with ``KAIO_ARCH=sm_90a`` (columns: wgmma, warp-specialised,
               cp.async, persistent, mma.sync, autotuned)
@@ -21,6 +21,10 @@ sm_90a
 memory_bound  ``benchmarks/memory_bound.py`` beside torch eager, a copy     120 s     60 s
 training      ``benchmarks/training.py``: backward kernels beside torch's   120 s     60 s
               FLASH backward, eager, F.linear + F.cross_entropy
+quantized     ``benchmarks/quantized.py``: GGUF Q4_K/Q8_0 decode against   120 s     90 s
+              a copy's bandwidth, W4A16 against the f16 matmul, int8 and
+              fp8 GEMMs against kaio's f16 GEMM and ``torch._int_mm`` /
+              ``torch._scaled_mm``
 launch        ``benchmarks/launch_overhead.py``                             60 s      60 s
 ============  ==========================================================  ========  ==========
 

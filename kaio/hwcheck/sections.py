@@ -92,14 +92,16 @@ def plan(root: Path, *, sim: bool, hopper: bool) -> list[Section]:
                     (python, bench + "memory_bound.py", "--sim-smoke"), 120, 60),
             Section("training", "backward kernels on the simulator (script check, no GPU figure)",
                     (python, bench + "training.py", "--sim-smoke"), 120, 60),
+            Section("quantized", "quantized ops on the simulator (script check, no GPU figure)",
+                    (python, bench + "quantized.py", "--sim-smoke"), 120, 60),
             Section("launch", "launch overhead, host path on the simulator",
                     (python, bench + "launch_overhead.py", "--launches", "500", "--repeats", "2"), 120, 60),
         ]  # fmt: skip
     sm_90a = {"KAIO_ARCH": "sm_90a"} if hopper else {}
     sections = [
-        Section("tests", "GPU tests (`pytest -m gpu`)", tests, 480, 180, is_pytest=True),
+        Section("tests", "GPU tests (`pytest -m gpu`)", tests, 420, 180, is_pytest=True),
         Section("matmul", "matmul throughput (TFLOP/s) beside cuBLAS and Triton",
-                (python, bench + "matmul.py", "--sizes", "1024", "4096", "8192"), 360, 150, sm_90a),
+                (python, bench + "matmul.py", "--sizes", "1024", "4096", "8192"), 300, 150, sm_90a),
         Section("attention", "attention throughput beside torch SDPA (FLASH, cuDNN)",
                 (python, bench + "attention.py"), 150, 120),
     ]  # fmt: skip
@@ -111,6 +113,8 @@ def plan(root: Path, *, sim: bool, hopper: bool) -> list[Section]:
                 (python, bench + "memory_bound.py"), 120, 60),
         Section("training", "backward kernels beside torch (FLASH backward, eager, F.linear + F.cross_entropy)",
                 (python, bench + "training.py"), 120, 60),
+        Section("quantized", "quantized ops: GGUF decode bandwidth, W4A16, int8/fp8 GEMMs beside f16 and torch",
+                (python, bench + "quantized.py"), 120, 90),
         Section("launch", "launch overhead", (python, bench + "launch_overhead.py"), 60, 60),
     ]  # fmt: skip
     return sections

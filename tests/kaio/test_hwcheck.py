@@ -22,7 +22,7 @@ from kaio.hwcheck.runner import run_section
 from kaio.hwcheck.sections import CheckoutMissing, Section, find_checkout, plan
 
 ROOT = Path(__file__).resolve().parents[2]
-SIM_SECTIONS = ["tests", "matmul", "attention", "memory_bound", "training", "launch"]
+SIM_SECTIONS = ["tests", "matmul", "attention", "memory_bound", "training", "quantized", "launch"]
 
 
 def script(code: str) -> tuple[str, ...]:
@@ -50,6 +50,7 @@ def test_the_sim_run_writes_a_dated_report_with_every_section(tmp_path: Path) ->
     assert f"{len(SIM_SECTIONS)} of {len(SIM_SECTIONS)} sections passed" in report and "FAILED" not in report
     assert "| tests | passed: 0 passed, 0 failed, " in report  # the GPU tests skip, none fails
     assert "kaio/cuBLAS" in report and "softmax" in report and "bind + check + pack" in report
+    assert "gguf Q4_K decode" in report and "int8 GEMM" in report, "the quantized rows ran"
     assert "hwcheck: running" not in report and str(ROOT) not in report, "no markers, no paths"
 
     start = time.monotonic()  # a rerun resumes: every section is done, none runs again
@@ -193,9 +194,11 @@ def test_a_gpu_run_without_a_gpu_stops_and_points_to_sim(
 def test_the_gpu_plan_fits_in_25_minutes_and_runs_sm_90a_on_hopper() -> None:
     hopper = plan(ROOT, sim=False, hopper=True)
     assert [s.name for s in hopper] == [
-        "tests", "matmul", "attention", "attention_sm_90a", "memory_bound", "training", "launch"
+        "tests", "matmul", "attention", "attention_sm_90a", "memory_bound", "training", "quantized",
+        "launch",
     ]  # fmt: skip
     assert sum(s.timeout_s for s in hopper) + cli.PROBE_TIMEOUT_S <= 25 * 60
+    assert sum(s.timeout_s for s in hopper) == 24 * 60, "the package doc's time table says 24 min"
     assert all(s.marker_timeout_s <= s.timeout_s for s in hopper)
     by_name = {s.name: s for s in hopper}
     assert by_name["matmul"].command.startswith("KAIO_ARCH=sm_90a python benchmarks/matmul.py")
