@@ -1,14 +1,15 @@
-"""A shortcut through xDSL's generic IRDL verification for ops of the simplest shape.
+"""A shortcut through xDSL's generic IRDL verification for ops of a simple shape.
 
 ``OpDef.verify`` interprets an op's definition for every op it checks (variadic segment
-sizes, a constraint context, each operand's constraint); for PTX instructions that is three
-times the cost of their own checks, and a matmul's PTX has 2000 of them. Most instruction ops
-have a simple shape: operands and results unconstrained (one variadic list, or a fixed number
-of single ones), properties whose constraints are base classes, no attributes, regions,
-successors or traits.
-For such a definition :func:`install_shortcut` replaces its ``verify`` with a direct check of
-the same facts. A failing op is re-checked by the generic ``OpDef.verify``, so the error text
-is xDSL's own.
+sizes, a constraint context shared by type variables, each operand's constraint); for PTX
+instructions that is three times the cost of their own checks, and a matmul's PTX has 2000 of
+them. Most ops have a simple shape: operands (and results) that are single values with at most
+one variadic list among them, constraints that are base classes, type variables (``T``: the
+first value binds it, the others must equal it) or anything else without a variable inside,
+no regions or successors, no attribute definitions. For such a definition
+:func:`install_shortcut` replaces its ``verify`` with a direct check of the same facts, in the
+same order (counts, operand and result types, properties, traits). A failing op is re-checked
+by the generic ``OpDef.verify``, so the error text is xDSL's own.
 """
 
 from __future__ import annotations
@@ -16,77 +17,158 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from xdsl.ir import Attribute, Operation
-from xdsl.irdl import IRDLOperation, OpDef, OptPropertyDef, VarOperandDef, VarResultDef
-from xdsl.irdl.constraints import AnyAttr, BaseAttr, EqIntConstraint, RangeLengthConstraint, RangeOf
+from xdsl.irdl import (
+    IRDLOperation,
+    OpDef,
+    OptionalDef,
+    OptPropertyDef,
+    VarOperandDef,
+    VarResultDef,
+)
+from xdsl.irdl.constraints import (
+    AnyAttr,
+    AttrConstraint,
+    BaseAttr,
+    EqIntConstraint,
+    RangeLengthConstraint,
+    RangeOf,
+    VarConstraint,
+    VerificationContext,
+)
+
+Variables = dict[str, Attribute]  # the values type variables took in one op
+Check = Callable[[Attribute, Variables], bool]  # whether one value (a type, a property) meets a constraint
 
 
-def _any_range(constr: object) -> bool:
-    """``RangeOf(AnyAttr())``: any number of values of any type."""
-    return type(constr) is RangeOf and isinstance(constr.constr, AnyAttr)
-
-
-def _count_check(defs: Sequence[tuple[str, object]], variadic: type) -> Callable[[int], bool] | None:
-    """How many operands (results) the unconstrained ``defs`` accept: any number for one
-    variadic, exactly ``len(defs)`` for single ones; None for any other definition."""
-    if len(defs) == 1 and isinstance(defs[0][1], variadic):
-        return (lambda n: True) if _any_range(defs[0][1].constr) else None  # type: ignore[attr-defined]
-    for _, d in defs:
-        constr = getattr(d, "constr", None)
-        single = (
-            not isinstance(d, variadic)
-            and type(constr) is RangeLengthConstraint
-            and _any_range(constr.constraint)
-            and type(constr.length) is EqIntConstraint
-            and constr.length.value == 1
-        )
-        if not single:
-            return None
-    count = len(defs)
-    return lambda n: n == count
-
-
-def _property_class(constr: object) -> type | None:
+def _check(constr: object) -> Check | None:
+    """A check of one attribute against a constraint (None when it is too involved: a
+    variable inside another constraint)."""
+    if type(constr) is AnyAttr:
+        return lambda a, env: True
     if type(constr) is BaseAttr:
-        return constr.attr
-    return Attribute if type(constr) is AnyAttr else None
+        base = constr.attr
+        return lambda a, env: isinstance(a, base)
+    if type(constr) is VarConstraint:  # the first value binds the name; the others must equal it
+        inner = _check(constr.constraint)
+        name = constr.name
+        if inner is None or constr.constraint.variables():
+            return None
+
+        def bound(a: Attribute, env: Variables) -> bool:
+            if name in env:
+                return env[name] == a
+            env[name] = a
+            return inner(a, env)
+
+        return bound
+    if not isinstance(constr, AttrConstraint) or constr.variables():
+        return None
+
+    def check(a: Attribute, env: Variables) -> bool:
+        try:
+            constr.verify(a, VerificationContext())
+        except Exception:
+            return False
+        return True
+
+    return check
+
+
+def _element(d: object, variadic: type) -> tuple[bool, Check] | None:
+    """(is variadic, the check of each value) for one operand or result definition."""
+    constr = getattr(d, "constr", None)
+    if isinstance(d, variadic):
+        if isinstance(d, OptionalDef) or type(constr) is not RangeOf:
+            return None
+        check = _check(constr.constr)
+        return None if check is None else (True, check)
+    if not (
+        type(constr) is RangeLengthConstraint
+        and type(constr.constraint) is RangeOf
+        and type(constr.length) is EqIntConstraint
+        and constr.length.value == 1
+    ):
+        return None
+    check = _check(constr.constraint.constr)
+    return None if check is None else (False, check)
+
+
+ValuesCheck = Callable[[Sequence[object], Variables], bool]  # over op.operands or op.results
+
+
+def _values_check(defs: Sequence[tuple[str, object]], variadic: type) -> ValuesCheck | None:
+    """The check of an op's operands (results): their count and each one's type."""
+    elements = [_element(d, variadic) for _, d in defs]
+    if any(e is None for e in elements):
+        return None
+    flags = [e[0] for e in elements if e is not None]
+    checks = [e[1] for e in elements if e is not None]
+    if flags.count(True) > 1:
+        return None  # several variadics: segment sizes, left to xDSL
+    if True not in flags:
+        count = len(checks)
+
+        def fixed(values: Sequence[object], env: Variables) -> bool:
+            return len(values) == count and all(c(v.type, env) for c, v in zip(checks, values))  # type: ignore[attr-defined]
+
+        return fixed
+    at = flags.index(True)
+    before, each, after = checks[:at], checks[at], checks[at + 1 :]
+
+    def with_variadic(values: Sequence[object], env: Variables) -> bool:
+        n = len(values)
+        if n < len(before) + len(after):
+            return False
+        rest = n - len(after)
+        return (
+            all(c(v.type, env) for c, v in zip(before, values))  # type: ignore[attr-defined]
+            and all(each(values[i].type, env) for i in range(len(before), rest))  # type: ignore[attr-defined]
+            and all(c(v.type, env) for c, v in zip(after, values[rest:]))  # type: ignore[attr-defined]
+        )
+
+    return with_variadic
 
 
 def _shortcut(op_def: OpDef) -> Callable[[Operation], None] | None:
     """The direct check of ``op_def`` when it has the simple shape, else None."""
-    operands = _count_check(op_def.operands, VarOperandDef)
-    results = _count_check(op_def.results, VarResultDef)
-    classes = {name: _property_class(p.constr) for name, p in op_def.properties.items()}
-    simple = (
-        operands is not None
-        and results is not None
-        and not (op_def.regions or op_def.successors or op_def.attributes or tuple(op_def.traits))
-        and not op_def.options
-        and None not in classes.values()
-    )
-    if not simple or operands is None or results is None:
+    operands = _values_check(op_def.operands, VarOperandDef)
+    results = _values_check(op_def.results, VarResultDef)
+    props = {name: _check(p.constr) for name, p in op_def.properties.items()}
+    if (
+        operands is None
+        or results is None
+        or None in props.values()
+        or op_def.regions
+        or op_def.successors
+        or op_def.attributes
+        or op_def.options
+    ):
         return None
-    props = op_def.properties.items()
-    required = tuple((name, classes[name]) for name, p in props if not isinstance(p, OptPropertyDef))
-    optional = tuple((name, classes[name]) for name, p in props if isinstance(p, OptPropertyDef))
-    known = frozenset(op_def.properties)
+    required = tuple((n, c) for n, c in props.items() if not isinstance(op_def.properties[n], OptPropertyDef))
+    optional = tuple((n, c) for n, c in props.items() if isinstance(op_def.properties[n], OptPropertyDef))
+    known = frozenset(props)
+    traits = tuple(op_def.traits)
     generic = OpDef.verify.__get__(op_def)
 
     def verify(op: Operation) -> None:
         values = op.properties
+        env: Variables = {}  # shared by operands, results and properties, as xDSL's context
         ok = (
             not op.regions
             and not op.successors
-            and operands(len(op.operands))
-            and results(len(op.results))
+            and operands(op.operands, env)
+            and results(op.results, env)
             and values.keys() <= known
         )
-        for name, base in required:
-            ok = ok and isinstance(values.get(name), base)
-        for name, base in optional:
-            value = values.get(name)
-            ok = ok and (value is None or isinstance(value, base))
+        for name, check in required:
+            ok = ok and name in values and check(values[name], env)  # type: ignore[misc]
+        for name, check in optional:
+            ok = ok and (name not in values or check(values[name], env))  # type: ignore[misc]
         if not ok:
             generic(op)  # raises xDSL's own message
+            return
+        for trait in traits:  # as the generic verifier ends
+            trait.verify(op)
 
     return verify
 

@@ -3,10 +3,34 @@ shortcut for simple op definitions (kaio.irdl_shortcut) answer as ``module.verif
 
 from __future__ import annotations
 
+import itertools
+from typing import ClassVar
+
 import pytest
 from xdsl.dialects import arith, func
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32, i64
-from xdsl.ir import Block, Region
+from xdsl.dialects.builtin import (
+    Float32Type,
+    IndexType,
+    IntegerAttr,
+    IntegerType,
+    ModuleOp,
+    StringAttr,
+    f32,
+    i32,
+    i64,
+)
+from xdsl.ir import Block, Operation, Region
+from xdsl.irdl import (
+    IRDLOperation,
+    OpDef,
+    VarConstraint,
+    base,
+    irdl_op_definition,
+    operand_def,
+    opt_prop_def,
+    result_def,
+    var_operand_def,
+)
 from xdsl.utils.exceptions import VerifyException
 
 from kaio import irdl_shortcut
@@ -143,3 +167,47 @@ def test_an_isolated_op_is_verified_again_when_its_body_changed(change: str):
         module.body.block.insert_op_before(one, function)
     assert not whole_verifies(module)
     assert not verifier.verifies(module)
+
+
+@irdl_op_definition
+class MixedOp(IRDLOperation):
+    """Singles around one variadic, a type variable shared by an operand and the result."""
+
+    name = "test.mixed"
+    T: ClassVar = VarConstraint("T", base(IntegerType) | base(IndexType))
+    first = operand_def(T)
+    middle = var_operand_def(Float32Type)
+    last = operand_def(IndexType)
+    out = result_def(T)
+    flag = opt_prop_def(IntegerAttr)
+
+
+def generic_verdict(op: Operation) -> bool:
+    try:
+        OpDef.verify(type(op).get_irdl_definition(), op)
+    except VerifyException:
+        return False
+    return True
+
+
+def test_the_shortcut_agrees_with_xdsl_on_every_small_operand_list():
+    """Every operand list of up to four values over four types, with two result types and the
+    optional property present or not, judged by the generic verifier and the shortcut."""
+    irdl_shortcut.install_shortcut(MixedOp)
+    assert "verify" in vars(MixedOp.get_irdl_definition())
+    block = Block(arg_types=[i32, i64, f32, IndexType()])
+    judged = 0
+    for n in range(5):
+        for values in itertools.product(block.args, repeat=n):
+            for result in (i32, i64):
+                for props in ({}, {"flag": IntegerAttr(1, i32)}, {"flag": StringAttr("x")}):
+                    op = MixedOp.create(operands=values, result_types=[result], properties=props)
+                    expected = generic_verdict(op)
+                    try:
+                        op.verify_()
+                        got = True
+                    except VerifyException:
+                        got = False
+                    assert got == expected, (values, result, props)
+                    judged += 1
+    assert judged == 6 * sum(4**n for n in range(5))
