@@ -322,10 +322,8 @@ class PtxInstr(IRDLOperation):
             outs = [f"{outs[0]}|{outs[1]}"]
         srcs = self.value_srcs()
         first = 1 if self.INFO.has_address and self.symbol is None else 0
-        texts = [
-            imm(v) if (i + first) in self.INFO.imm_args | self.INFO.imm_required else reg(v)
-            for i, v in enumerate(srcs)
-        ]
+        immediates = self.INFO.imm_args | self.INFO.imm_required
+        texts = [imm(v) if (i + first) in immediates else reg(v) for i, v in enumerate(srcs)]
         if self.INFO.has_address:
             texts.insert(0, self.address_text(reg))
         return outs + texts

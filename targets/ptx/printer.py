@@ -15,6 +15,8 @@ cuda-gdb and kaio's simulator map instructions back to the Python line. No ``.se
 from __future__ import annotations
 
 from collections import defaultdict
+from enum import Enum, auto
+from functools import cache
 from io import StringIO
 from typing import IO
 
@@ -119,6 +121,34 @@ def _param_decl(name: str, ptx_type: str) -> str:
     return f".param .{ptx_type} {name}"
 
 
+class _Kind(Enum):
+    """How the entry's body prints an op of some class."""
+
+    SKIP = auto()  # ptx.reg (declared by the register table), dynamic shared (at module scope)
+    CONST = auto()  # printed as a mov unless every use inlines it
+    ARRAY = auto()  # a declaration, before the body
+    LABEL = auto()
+    COMMENT = auto()
+    INSTR = auto()
+    OTHER = auto()  # not PTX: an error
+
+
+@cache
+def _kind(cls: type[Operation]) -> _Kind:
+    """Per op class, once: isinstance on xDSL's ABC-derived ops is slow, and runs per op."""
+    if issubclass(cls, ptx.RegOp | ptx.DynamicSharedDeclOp):
+        return _Kind.SKIP
+    if issubclass(cls, ptx.ArrayDecl):
+        return _Kind.ARRAY
+    if issubclass(cls, ptx.LabelOp):
+        return _Kind.LABEL
+    if issubclass(cls, ptx.CommentOp):
+        return _Kind.COMMENT
+    if issubclass(cls, ptx.ConstOp):
+        return _Kind.CONST
+    return _Kind.INSTR if issubclass(cls, ptx.PtxInstr) else _Kind.OTHER
+
+
 def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool, lines: _LineInfo) -> None:
     regs = _Registers(entry)
     lines.current = None
@@ -137,28 +167,26 @@ def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool, lines: _LineI
         out.write(line + "\n")
     body: list[str] = []
     for op in entry.body.block.ops:
-        if op in regs.inlined or isinstance(op, ptx.RegOp):
+        kind = _kind(type(op))
+        if kind is _Kind.SKIP or (kind is _Kind.CONST and op in regs.inlined):
             continue
-        if isinstance(op, ptx.DynamicSharedDeclOp):
+        if kind is _Kind.ARRAY:
+            out.write("\t" + op.ptx(regs.reg, regs.imm) + "\n")  # type: ignore[attr-defined]
             continue
-        if isinstance(op, ptx.ArrayDecl):
-            out.write("\t" + op.ptx(regs.reg, regs.imm) + "\n")
+        if kind is _Kind.LABEL:
+            body.append(op.ptx(regs.reg, regs.imm))  # type: ignore[attr-defined]
             continue
-        if isinstance(op, ptx.LabelOp):
-            body.append(op.ptx(regs.reg, regs.imm))
+        if kind is _Kind.COMMENT and not comments:
             continue
-        if isinstance(op, ptx.CommentOp) and not comments:
+        if kind is _Kind.OTHER:
+            raise ValueError(f"'{op.name}' is not a PTX instruction; lower it before printing")
+        loc = lines.directive(op)
+        if loc is not None and kind is _Kind.COMMENT:
+            body.append(f"{loc}  {op.ptx(regs.reg, regs.imm)}")  # type: ignore[attr-defined]  # the statement's text
             continue
-        if isinstance(op, ptx.PtxInstr | ptx.ConstOp | ptx.CommentOp):
-            loc = lines.directive(op)
-            if loc is not None and isinstance(op, ptx.CommentOp):
-                body.append(f"{loc}  {op.ptx(regs.reg, regs.imm)}")  # the statement's text
-                continue
-            if loc is not None:
-                body.append(loc)
-            body.append("\t" + op.ptx(regs.reg, regs.imm))
-            continue
-        raise ValueError(f"'{op.name}' is not a PTX instruction; lower it before printing")
+        if loc is not None:
+            body.append(loc)
+        body.append("\t" + op.ptx(regs.reg, regs.imm))  # type: ignore[attr-defined]
     out.write("\n")
     out.write("\n".join(body))
     out.write("\n}\n")
