@@ -1,5 +1,5 @@
-"""Fill the IR dumps of ``docs/dialect_stack.md``, ``docs/tile_language.md`` and
-``docs/attention.md`` from real compiles.
+"""Fill the IR dumps of ``docs/dialect_stack.md``, ``docs/tile_language.md``,
+``docs/attention.md`` and ``docs/quantization.md`` from real compiles.
 
     python docs/regenerate_dumps.py          # rewrite the dumps in place
     python docs/regenerate_dumps.py --check  # exit 1 if a doc is out of date (a test runs this)
@@ -17,7 +17,12 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = (ROOT / "docs" / "dialect_stack.md", ROOT / "docs" / "tile_language.md", ROOT / "docs" / "attention.md")
+DOCS = (
+    ROOT / "docs" / "dialect_stack.md",
+    ROOT / "docs" / "tile_language.md",
+    ROOT / "docs" / "attention.md",
+    ROOT / "docs" / "quantization.md",
+)
 MARKER = re.compile(r"(<!-- dump: (?P<name>[\w./-]+) -->\n)(?P<body>.*?)(<!-- end dump -->)", re.S)
 
 
@@ -87,6 +92,33 @@ def attention_stages() -> dict[str, str]:
     return kaio.compile(kernel, "sm_80", __divisible__=(("D", 16),), **meta).stages
 
 
+@cache
+def w4a16_stages() -> dict[str, str]:
+    """The GPTQ int4 decode tile (16 rows of x, 64 columns of W, 128 rows of K per step) with
+    zero points, as ``w4a16_matmul`` launches it for M = 1 on sm_80."""
+    import kaio
+    from kaio import dtypes
+    from kaio.ops_library.w4a16_matmul import w4a16_tile_kernel
+
+    kernel = w4a16_tile_kernel(dtypes.f16, dtypes.f16, dtypes.f16)
+    meta = {"BM": 16, "BN": 64, "BK": 128, "HAS_ZEROS": True, "SCALES_IN_T": True}
+    return kaio.compile(kernel, "sm_80", __divisible__=(*DIVISIBLE, ("group", 16)), **meta).stages
+
+
+def pieces(text: str, *parts: tuple[str, int]) -> str:
+    """Several excerpts of one stage in order, without source locations: for each
+    ``(start, lines)``, ``lines`` lines from the first line after the previous excerpt that
+    contains ``start``, each followed by an elision mark."""
+    no_locs = re.sub(r' loc\((?:"[^"]*":\d+:\d+|unknown)\)', "", text)
+    all_lines = [line for line in no_locs.splitlines() if "kernel.loc " not in line]
+    out, at = ["..."], 0
+    for start, lines in parts:
+        first = next(i for i in range(at, len(all_lines)) if start in all_lines[i])
+        out += [*all_lines[first : first + lines], "..."]
+        at = first + lines
+    return "\n".join(out)
+
+
 def excerpt(text: str, start: str, lines: int) -> str:
     """``lines`` lines from the first one containing ``start``, with an elision mark."""
     all_lines = text.splitlines()
@@ -125,6 +157,21 @@ DUMPS: dict[str, Callable[[], str]] = {
     "hopper-matmul/store-tma": lambda: excerpt(hopper_matmul_stages()["store-tma"], '"tma_store"', 18),
     "attention/lower-to-mma-sync": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "mma.split", 14),
     "attention/pack-a": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "= mma.pack_a", 8),
+    "w4a16/fuse-tile-maps": lambda: pieces(
+        w4a16_stages()["fuse-tile-maps"], ("tile.view %1[", 2), ("tile.gather %2[", 1), ("tile.gather %3[", 1),
+        ("tensor<16x64xi32>, tensor<16x64xi32>, tensor<16x64xf16> -> tensor<16x64xf16> {", 9),
+        ("tile.gather %0[", 2),
+    ),
+    "w4a16/promote-to-shared": lambda: pieces(
+        w4a16_stages()["promote-to-shared"], ("smem.alloc", 2), ("smem.store", 4),
+    ),
+    "w4a16/lower-to-mma-sync": lambda: pieces(
+        w4a16_stages()["lower-to-mma-sync"], ("mma.load_a", 1), ("mma.load_b", 3),
+    ),
+    "w4a16/ptx": lambda: pieces(
+        w4a16_stages()["ptx"], ("ld.global.v4.u32", 5), ("// scale = kt.load(scales", 5),
+        ("ld.global.b16", 2), (", 15;", 11), ("ldmatrix.sync", 1), ("ldmatrix.sync.aligned.m8n8.x4.trans", 3),
+    ),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("doc", ["dialect_stack.md", "tile_language.md"])
+@pytest.mark.parametrize("doc", ["dialect_stack.md", "tile_language.md", "quantization.md"])
 def test_doc_has_dumps(doc):
     text = (ROOT / "docs" / doc).read_text()
     assert text.count("<!-- dump: ") == text.count("<!-- end dump -->") >= 4
