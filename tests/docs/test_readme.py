@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize(
     ("section", "expected"),
-    [("A kernel", "["), ("A tile kernel", "True")],  # y.to_host()[:4]; the rows sum to 1
+    [("A kernel", "["), ("A tile kernel", "True"), ("Quantized ops", "True")],  # y.to_host()[:4]; the rows sum to 1; int8 ~ f16
 )
 def test_readme_kernel_example_runs(tmp_path, section, expected):
     readme = (ROOT / "README.md").read_text()
