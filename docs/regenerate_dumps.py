@@ -158,19 +158,31 @@ DUMPS: dict[str, Callable[[], str]] = {
     "attention/lower-to-mma-sync": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "mma.split", 14),
     "attention/pack-a": lambda: excerpt(attention_stages()["lower-to-mma-sync"], "= mma.pack_a", 8),
     "w4a16/fuse-tile-maps": lambda: pieces(
-        w4a16_stages()["fuse-tile-maps"], ("tile.view %1[", 2), ("tile.gather %2[", 1), ("tile.gather %3[", 1),
+        w4a16_stages()["fuse-tile-maps"],
+        ("tile.view %1[", 2),
+        ("tile.gather %2[", 1),
+        ("tile.gather %3[", 1),
         ("tensor<16x64xi32>, tensor<16x64xi32>, tensor<16x64xf16> -> tensor<16x64xf16> {", 9),
         ("tile.gather %0[", 2),
     ),
     "w4a16/promote-to-shared": lambda: pieces(
-        w4a16_stages()["promote-to-shared"], ("smem.alloc", 2), ("smem.store", 4),
+        w4a16_stages()["promote-to-shared"],
+        ("smem.alloc", 2),
+        ("smem.store", 4),
     ),
     "w4a16/lower-to-mma-sync": lambda: pieces(
-        w4a16_stages()["lower-to-mma-sync"], ("mma.load_a", 1), ("mma.load_b", 3),
+        w4a16_stages()["lower-to-mma-sync"],
+        ("mma.load_a", 1),
+        ("mma.load_b", 3),
     ),
     "w4a16/ptx": lambda: pieces(
-        w4a16_stages()["ptx"], ("ld.global.v4.u32", 5), ("// scale = kt.load(scales", 5),
-        ("ld.global.b16", 2), (", 15;", 11), ("ldmatrix.sync", 1), ("ldmatrix.sync.aligned.m8n8.x4.trans", 3),
+        w4a16_stages()["ptx"],
+        ("ld.global.v4.u32", 5),
+        ("// scale = kt.load(scales", 5),
+        ("ld.global.b16", 2),
+        (", 15;", 11),
+        ("ldmatrix.sync", 1),
+        ("ldmatrix.sync.aligned.m8n8.x4.trans", 3),
     ),
 }
 
