@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "quantization.md").read_text(), re.DOTALL)
+BLOCKS = re.findall(
+    r"```python\n(.*?)```", (ROOT / "docs" / "quantization.md").read_text(), re.DOTALL
+)
 EXCERPT = "for k0 in range(0, k, BK):"
 RUNNABLE = [b for b in BLOCKS if not b.startswith(EXCERPT)]
 
