@@ -26,7 +26,9 @@ what is needed to be at least as strict as the hardware:
   at its issue: it may land at any moment after), without such a fence is a ``KaioSimError``.
   An async write then a generic read needs no fence: the mbarrier's phase completion orders it,
   and a read before the copy landed is the in-flight error. Whether T and I are ordered at all
-  (a barrier between them) is the race check's business (``race.py``).
+  (a barrier between them) is the race check's business (``race.py``): with ``race_check`` on,
+  each async read is handed to it when it retires (a read by its warpgroup or thread that a
+  later write of another thread must be barrier-ordered after), and each bulk load at its issue.
 * An mbarrier a bulk load completes on must have been initialised with a fence after the init
   by the initialising thread, before the copy is issued: ``fence.mbarrier_init.release.cluster``
   (CUTLASS's ``fence_barrier_init``) or a shared ``fence.proxy.async`` (the CUDA guide's).
@@ -80,6 +82,7 @@ class _Read:
 
     what: str  # "wgmma" or "store"
     owner: int  # the thread whose wait retires it (a warpgroup's first thread for wgmma)
+    last: int  # the last thread it reads for (a warpgroup's last; the owner for a store)
     group: int  # its group in the owner's wgmma or bulk groups
     pc: int
     granules: np.ndarray
@@ -228,7 +231,7 @@ class AsyncProxy:
             async_access = "read (wgmma.mma_async operand)" if what == "wgmma" else "read (TMA store source)"
             raise self._proxy_fault(owner, g, "write", int(self.w_thread[g]), int(self.w_pc[g]), async_access)
         read_id = self._new_id()
-        self.reads[read_id] = _Read(what, owner, group, ctx.pc, granules, store)
+        self.reads[read_id] = _Read(what, owner, int(issuers[-1]), group, ctx.pc, granules, store)
         self.readers[granules] += 1
         self.reader[granules] = read_id
 
@@ -252,6 +255,8 @@ class AsyncProxy:
 
     def _finish_read(self, ctx: ExecContext, rid: int, r: _Read) -> None:
         del self.reads[rid]
+        if ctx.race is not None:  # the read ends here: writes of other threads must come after a barrier
+            ctx.race.retire_async_read(r.owner, r.last, r.granules, r.pc)
         self.readers[r.granules] -= 1
         self.reader[r.granules] = np.where(self.reader[r.granules] == rid, NONE, self.reader[r.granules])
         if r.store is not None:
@@ -301,6 +306,8 @@ class AsyncProxy:
             if bad.any():
                 g = int(granules[int(np.flatnonzero(bad)[0])])
                 raise self._proxy_fault(thread, g, generic, int(who[g]), int(pc[g]), "write (this bulk copy)")
+        if ctx.race is not None:  # it may land from now on: accesses of other threads must be ordered before
+            ctx.race.issue_bulk(thread, offsets)
         load_id = self._new_id()
         self.loads[load_id] = _Load(thread, ctx.pc, key, offsets, data, granules)
         self.landing[granules] = load_id

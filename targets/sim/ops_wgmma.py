@@ -223,7 +223,9 @@ def _read_late(ctx: ExecContext, warpgroup: np.ndarray, where: np.ndarray, what:
     """The async proxy reads a descriptor operand from issue until the wait_group that retires
     the wgmma (``async_proxy.py``): it must not be in flight, generic writes to it need a
     fence.proxy.async, and writes before the retiring wait are errors. The race check sees it
-    as a read by the warpgroup (a writer outside it, not ordered by a barrier, races)."""
+    as a read by the warpgroup: at issue, a writer outside it not ordered before by a barrier
+    races; from the retiring wait on (``RaceChecker.retire_async_read``), a writer outside it
+    not ordered after by a barrier does."""
     if ctx.race is not None:
         ctx.race.async_read(int(warpgroup[0]), int(warpgroup[-1]), where.reshape(-1), f"wgmma.mma_async {what} operand read")
     if ctx.async_proxy is not None:

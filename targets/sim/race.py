@@ -21,8 +21,15 @@ issue and landing its bytes are *in flight*, and any access to them by another t
 with it (the hardware may land the copy at any moment in between). ``ldmatrix`` reads each
 16-byte row on behalf of the lane that supplied the row's address. The async proxy's reads (wgmma
 descriptor operands, TMA store sources) are checked at issue against writers outside the issuing
-warpgroup or thread (``async_read``); a bulk copy's landing starts its bytes afresh (``forget``):
-its mbarrier orders it, and its in-flight window is checked, always, by ``async_proxy.py``.
+warpgroup or thread (``async_read``), and last until the wait that retires them: until then
+``async_proxy.py`` reports any write to their bytes; at that wait they are recorded as reads by
+the warpgroup or thread (``retire_async_read``, a separate two-slot record, ``late``, made at
+the first one), so a write by a thread outside it races unless a barrier released both after the
+wait (a barrier between the issue and the wait does not order the read's end). A bulk load is
+checked at issue like a ``cp.async`` (``issue_bulk``: a write to bytes another thread or
+warpgroup accessed in the interval races), and its landing starts its bytes afresh
+(``forget``): its mbarrier orders it, and its in-flight window is checked, always, by
+``async_proxy.py``.
 
 Per CTA batch the checker keeps a record of 13 int32 fields per shared byte (``state``): the
 writers of the byte in its epoch (one plain writer, or up to two atomic writers: two distinct
@@ -70,6 +77,10 @@ _RECORD = np.dtype((np.void, 4 * FIELDS))
 BARRIER_IDS = 16  # named barriers per CTA (0..15)
 _STEPS = np.arange(64, dtype=np.int64)  # granule offsets within one access
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32}  # how to compare the values of a granule
+# a retired async read's slot in RaceChecker.late (two slots per granule): the first and last
+# thread it was made for (a warpgroup, or a TMA store's one thread), its PC, its epoch
+LATE_FIRST, LATE_LAST, LATE_PC, LATE_EPOCH = range(4)
+LATE_SLOTS = (0, 4)
 
 
 class _Access:
@@ -120,6 +131,9 @@ class RaceChecker:
         self.clock = 0  # the last epoch number given out
         self.arrived = np.full(ctx.n, NONE, dtype=np.int8)  # the barrier id a thread arrived at
         self.pc = 0
+        # retired async reads (two slots of LATE_* fields per granule), made at the first one:
+        # a kernel without wgmma or TMA stores pays nothing
+        self.late: np.ndarray | None = None
 
     def barrier(self, ctas: np.ndarray | None = None) -> None:
         """CTA-wide barriers released for ``ctas`` (default: every CTA of the batch)."""
@@ -205,6 +219,7 @@ class RaceChecker:
         flight = a.not_only(F)
         if (waw | war | flight).any():
             raise self._fault("atomic", a, [(waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)])
+        self._check_late(a, "atomic")
         self._add(a, live, W1)
         c[WHOW] = np.where(live, c[WHOW], ATOMIC)
         c[WEPOCH] = a.epoch
@@ -252,11 +267,52 @@ class RaceChecker:
         extra = {"hazard": "read-after-write", "other_thread": self.geometry.thread_coords(other % self.cta_threads), "other_ptx_line": self.ops[other_pc].line}
         raise SimFault("memory", message, lo, int(granules[k]) % self.stride * self.granule, extra=extra)
 
+    def retire_async_read(self, first: int, last: int, granules: np.ndarray, pc: int) -> None:
+        """The async read of PTX ``pc`` (a wgmma operand for the threads ``first..last`` of a
+        warpgroup, or a TMA store source for one thread) of the shared ``granules`` (batch-wide)
+        ended at the wait that retired it, now: recorded as a read by those threads in the
+        current epoch of ``first``, which later writes by other threads must be ordered after.
+        Two slots per granule, like the readers of a record: a slot whose read is ordered before
+        this one, or that holds the same threads, is reused; two live reads by other threads
+        are enough to find one outside any writer's warpgroup."""
+        if self.late is None:
+            self.late = np.full((self.state.shape[0], 8), NONE, dtype=np.int32)
+        g = np.unique(np.asarray(granules, dtype=np.int64))
+        rows = self.late[g].T  # a copy: written back below
+        epoch = self.epoch[first]
+
+        def free(slot: int) -> np.ndarray:
+            held = rows[slot + LATE_FIRST]
+            valid = held >= 0
+            now = self.epoch[np.where(valid, held, 0)]
+            ordered = (now != rows[slot + LATE_EPOCH]) & (now == epoch)
+            return ~valid | ordered
+
+        same_second = rows[4 + LATE_FIRST] == first
+        into_first = ~same_second & ((rows[LATE_FIRST] == first) | free(0))
+        into_second = same_second | (~into_first & free(4))
+        for slot, take in zip(LATE_SLOTS, (into_first, into_second)):
+            for field, value in ((LATE_FIRST, first), (LATE_LAST, last), (LATE_PC, pc), (LATE_EPOCH, epoch)):
+                rows[slot + field] = np.where(take, value, rows[slot + field])
+        self.late[g] = rows.T
+
+    def issue_bulk(self, thread: int, offsets: np.ndarray) -> None:
+        """A bulk (TMA) load issued by ``thread`` into the shared ``offsets`` (batch-wide): it may
+        land at any moment from now, so, like a ``cp.async``, it races with an access of another
+        thread (or a retired async read of another warpgroup) in this interval. Not recorded:
+        its bytes are in flight (``async_proxy.py``) until it lands, then start afresh."""
+        g = np.unique(np.asarray(offsets, dtype=np.int64) // self.granule)
+        a = self._access(np.full(g.shape, thread, dtype=np.int32), g * self.granule, self.granule)
+        self._check_write(a, "bulk copy (TMA load) write")
+
     def forget(self, offsets: np.ndarray) -> None:
         """A bulk copy landed on the shared bytes ``offsets``: what happened to them before is
-        ordered before it (the async proxy checked its issue) and what follows its mbarrier
-        wait after it, so the bytes start afresh."""
-        self.state[np.unique(np.asarray(offsets, dtype=np.int64) // self.granule)] = NONE
+        ordered before it (its issue was checked) and what follows its mbarrier wait after it,
+        so the bytes start afresh."""
+        g = np.unique(np.asarray(offsets, dtype=np.int64) // self.granule)
+        self.state[g] = NONE
+        if self.late is not None:
+            self.late[g] = NONE
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -306,6 +362,45 @@ class RaceChecker:
         flight = a.not_only(F)
         if (same | waw | war | flight).any():
             raise self._fault(access, a, [(same, "write", None), (waw, "writer", W1), (war, "read", R1), (flight, "cp.async", F)])
+        self._check_late(a, access)
+
+    def _check_late(self, a: _Access, access: str) -> None:
+        """Raise for a write to bytes a retired async read of threads outside the writer's
+        (another warpgroup's wgmma, another thread's TMA store) read in this interval."""
+        if self.late is None:
+            return
+        rows = self.late[a.u].T
+        hazard = []
+        for slot in LATE_SLOTS:
+            first, last = rows[slot + LATE_FIRST], rows[slot + LATE_LAST]
+            valid = first >= 0
+            now = self.epoch[np.where(valid, first, 0)]
+            unordered = (now == rows[slot + LATE_EPOCH]) | (now != a.epoch)
+            hazard.append(valid & unordered & ((a.lo < first) | (a.hi > last)))
+        if not (hazard[0] | hazard[1]).any():
+            return
+        # the lowest writing thread outside a flagged read's threads (the first in execution order)
+        which = self._granule_of_each(a)
+        best: tuple[int, int, int] | None = None  # (thread, element, slot)
+        for slot, flagged in zip(LATE_SLOTS, hazard):
+            first, last = rows[slot + LATE_FIRST][which], rows[slot + LATE_LAST][which]
+            hit = np.flatnonzero(flagged[which] & ((a.t < first) | (a.t > last)))
+            if hit.size and (best is None or int(a.t[hit[0]]) < best[0]):
+                best = (int(a.t[hit[0]]), int(hit[0]), slot)
+        assert best is not None
+        me, k, slot = best
+        j = int(which[k])
+        first, last, pc = (int(rows[slot + f][j]) for f in (LATE_FIRST, LATE_LAST, LATE_PC))
+        op = self.ops[pc]
+        if first == last:
+            reader = f"TMA store source read by thread {self.geometry.thread_coords(first % self.cta_threads)}"
+        else:
+            low, high = (self.geometry.thread_coords(t % self.cta_threads) for t in (first, last))
+            reader = f"wgmma.mma_async operand read by the warpgroup of threads {low}..{high}"
+        other_text = f"{reader} at PTX line {op.line}, retired by its wait with no barrier between that wait and this write"
+        message = f"shared memory race (write-after-read; this access: {self._describe(access)}; other access: {other_text})"
+        extra = {"hazard": "write-after-read", "other_thread": self.geometry.thread_coords(first % self.cta_threads), "other_ptx_line": op.line}
+        raise SimFault("memory", message, me, int(a.b[k]) % self.stride * self.granule, extra=extra)
 
     def _different_values(self, a: _Access, stored: np.ndarray) -> np.ndarray:
         """Per distinct granule: whether the threads of this instruction store different values
@@ -349,6 +444,20 @@ class RaceChecker:
         c[two + 1] = np.where(second >= 0, c[two + 1], pc)
         c[two] = np.where(second >= 0, second, candidate)
 
+    def _granule_of_each(self, a: _Access) -> np.ndarray:
+        """Per element of ``a`` (thread-major), the index of its distinct granule in ``a.u``."""
+        if a.rep is None:
+            return np.arange(a.u.size)
+        s = self.scratch
+        s[a.u] = np.arange(a.u.size)
+        return s[a.b]
+
+    def _describe(self, access: str) -> str:
+        """This access, for a message (``landing:PC``: a cp.async landing at its wait)."""
+        if access.startswith("landing:"):
+            return f"the cp.async of PTX line {self.ops[int(access.split(':')[1])].line} landing at this wait"
+        return access
+
     def _fault(self, access: str, a: _Access, masks: list[tuple[np.ndarray, str, int | None]]) -> SimFault:
         """The hazard of the lowest thread that has one (the first in execution order), named for
         the error message. The masks flag distinct granules; here they are resolved per thread.
@@ -359,9 +468,7 @@ class RaceChecker:
         if a.rep is None:
             per, lo = a.c, t  # elements are the distinct granules
         else:
-            s = self.scratch
-            s[a.u] = np.arange(a.u.size)
-            which = s[a.b]  # the distinct granule of each element
+            which = self._granule_of_each(a)
             per, lo = a.c[:, which], a.lo[which]
         hits = []
         for mask, kind, field in masks:
@@ -388,9 +495,7 @@ class RaceChecker:
                 first_kind = _WRITE_KINDS[int(per[WHOW][k])]
         other_thread = self.geometry.thread_coords(other % self.cta_threads)
         other_line = self.ops[other_pc].line
-        this = access
-        if access.startswith("landing:"):
-            this = f"the cp.async of PTX line {self.ops[int(access.split(':')[1])].line} landing at this wait"
+        this = self._describe(access)
         if first_kind == "read":
             hazard = "write-after-read"
         else:
