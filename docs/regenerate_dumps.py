@@ -149,7 +149,7 @@ DUMPS: dict[str, Callable[[], str]] = {
     "attention/tile-layout": lambda: excerpt(attention_stages()["tile-layout"], "= scf.for", 40),
     "attention/promote-to-shared": lambda: excerpt(attention_stages()["promote-to-shared"], "= scf.for", 30),
     "hopper-matmul/pipeline": lambda: hopper_matmul_stages()["pipeline"],
-    "hopper-matmul/lower-to-wgmma": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "= kernel.warp_id", 25),
+    "hopper-matmul/lower-to-wgmma": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "= wgmma.warpgroup_id", 25),
     "hopper-matmul/after-loop": lambda: excerpt(hopper_matmul_stages()["lower-to-wgmma"], "scf.yield", 5),
     "hopper-matmul/ptx": lambda: short_registers(excerpt(hopper_matmul_stages()["ptx"], "wgmma.fence.sync.aligned", 15)),
     "hopper-matmul/pipeline-tma": lambda: excerpt(hopper_matmul_stages()["pipeline-tma"], "= scf.for", 48),
