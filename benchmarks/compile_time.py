@@ -8,7 +8,10 @@ the ops_library tile kernel (128x128x32 tiles, 3 stages, f16 -> f32, sizes multi
 a launch would specialize it). With triton installed, Triton's tutorial matmul is compiled to
 PTX for the same sm_80 target in the same run. Every figure is a median.
 
-    python benchmarks/compile_time.py [--repeat 7]
+    python benchmarks/compile_time.py [--repeat 7] [--paired]
+
+``--paired``: only the matmuls beside Triton, kaio's (sm_80 and the sm_90a default) and
+Triton's compiles alternating, so both see the same machine load.
 """
 
 from __future__ import annotations
@@ -125,9 +128,10 @@ def kaio_rows(repeat: int) -> list[tuple[str, float, float, float]]:
 
 
 
-def triton_to_ptx_seconds(repeat: int) -> float | None:
-    """Median time of triton.compile up to its PTX stage (ptxas excluded), fresh cache each run,
-    for the tutorial matmul specialized as Triton's JIT would (16-divisible pointers and sizes)."""
+def triton_to_ptx() -> Callable[[], float] | None:
+    """A function timing one triton.compile up to its PTX stage (ptxas excluded), fresh cache
+    each run, for the tutorial matmul specialized as Triton's JIT would (16-divisible pointers
+    and sizes); None without triton."""
     try:
         import triton
         from triton import knobs
@@ -161,25 +165,76 @@ def triton_to_ptx_seconds(repeat: int) -> float | None:
 
         stages["ptx"] = ptx_then_stop
 
-    knobs.runtime.add_stages_inspection_hook = hook
-    times = []
-    for _ in range(repeat):
+    def once() -> float:
+        knobs.runtime.add_stages_inspection_hook = hook
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="kaio-bench-triton-cache-")
         source = ASTSource(fn=tm.matmul_kernel, signature=signature, constexprs=constexprs, attrs=attrs)
         start = time.perf_counter()
         compiled = triton.compile(source, target=GPUTarget("cuda", 80, 32), options={"num_warps": 4, "num_stages": 3})
-        times.append(marks["ptx"] - start)
-    knobs.runtime.add_stages_inspection_hook = None
-    ptx = compiled.asm["ptx"]
+        knobs.runtime.add_stages_inspection_hook = None
+        marks["asm"] = compiled.asm["ptx"]  # type: ignore[assignment]
+        return marks["ptx"] - start
+
+    once.marks = marks  # type: ignore[attr-defined]
+    return once
+
+
+def triton_to_ptx_seconds(repeat: int) -> float | None:
+    """Median of :func:`triton_to_ptx` runs (None without triton)."""
+    once = triton_to_ptx()
+    if once is None:
+        return None
+    seconds = statistics.median(once() for _ in range(repeat))
+    ptx = once.marks["asm"]  # type: ignore[attr-defined]
     print(f"(Triton's PTX: {ptx.count('mma.sync')} mma.sync, {ptx.count('ldmatrix')} ldmatrix, "
           f"{ptx.count('cp.async.cg')} cp.async.cg)")  # fmt: skip
-    return statistics.median(times)
+    return seconds
+
+
+def paired(repeat: int) -> None:
+    """kaio's and Triton's matmul compiles alternating, ``repeat`` rounds: on a shared machine
+    whose load changes by the minute, the ratio of two separate medians says little."""
+    once = triton_to_ptx()
+    if once is None:
+        print("triton not installed: nothing to pair with")
+        return
+    import kaio
+    from kaio import dtypes
+    from kaio.ops_library.matmul_config import DEFAULT_CONFIG, default_config
+    from kaio.ops_library.matmul_kernel import MatmulKernel
+
+    os.environ["KAIO_CACHE"] = "0"
+    kernels = {
+        "sm_80": MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), DEFAULT_CONFIG),
+        "sm_90a": MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), default_config(True, (16, 16, 16), 2, arch="sm_90a")),
+    }
+    times: dict[str, list[float]] = {"triton": [], **{arch: [] for arch in kernels}}
+    for arch, kernel in kernels.items():
+        kaio.compile(kernel, arch)  # passes loaded, as in the table
+    once()
+    for _ in range(repeat):
+        times["triton"].append(once())
+        for arch, kernel in kernels.items():
+            start = time.perf_counter()
+            kaio.compile(kernel, arch)
+            times[arch].append(time.perf_counter() - start)
+    triton_s = statistics.median(times["triton"])
+    print(f"\nPython -> PTX, f16 -> f32 matmul, alternating, median of {repeat} rounds (ms)")
+    print(f"  Triton sm_80 128x128x32 s3      {triton_s * 1e3:8.1f}")
+    for arch, kernel in kernels.items():
+        block = "x".join(map(str, kernel.config.block))
+        kaio_s = statistics.median(times[arch])
+        print(f"  kaio   {arch:6} {block:11} s{kernel.config.stages}  {kaio_s * 1e3:8.1f}   kaio / Triton = {kaio_s / triton_s:.2f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--paired", action="store_true", help="only the matmul beside Triton, compiles alternating")
     args = parser.parse_args()
+    if args.paired:
+        paired(args.repeat)
+        return
 
     rows = kaio_rows(args.repeat)
     print(f"\ncompile times, sm_80, median of {args.repeat} (ms)")
