@@ -160,6 +160,8 @@ def _arrive(ins: Instruction, mods: Modifiers, dc: DecodeContext, expect_tx: boo
         ]
         if write is not None:
             write(ctx, idx, np.array(phases, dtype=np.uint64))
+        if ctx.race is not None:  # an arrival releases what its thread did before (race.py)
+            ctx.race.mbarrier_arrive(threads_of(ctx, idx), keys, np.array(phases))
 
     return Behaviour(run=run, klass="mbarrier.arrive", shared_access=8)
 
@@ -205,6 +207,9 @@ def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext, parity: bool) ->
         if proxy is not None and not ready.all() and proxy.land_for(ctx, [k for k, r in zip(key_list, ready) if not r]):
             ready = poll()
         done(ctx, idx, ready)
+        if ctx.race is not None and ready.any():  # a wait that succeeds acquires the arrivals before
+            now = np.array([state.get(k, t, name).phase for k, t in zip(key_list, threads)])
+            ctx.race.mbarrier_acquire(threads_of(ctx, idx)[ready], keys[ready], now[ready])
         if not ready.all():  # a poll that failed: let the threads that could complete it run
             ctx.spinning = threads_of(ctx, idx)[~ready]
 

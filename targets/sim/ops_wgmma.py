@@ -403,6 +403,8 @@ def make_wgmma(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
             ctx.wgmma.land(ctx, idx, keep)
             if ctx.async_proxy is not None:  # the operand reads of the retired groups are done
                 ctx.async_proxy.retire(ctx, idx, "wgmma", ctx.wgmma.committed, keep)
+        if ctx.race is not None:  # an mbarrier arrival from now on releases them (race.py)
+            ctx.race.wgmma_waited(ctx.thread_index if idx is None else idx)
 
     return Behaviour(run=wait, klass="wgmma.wait_group")
 

@@ -78,9 +78,12 @@ BARRIER_IDS = 16  # named barriers per CTA (0..15)
 _STEPS = np.arange(64, dtype=np.int64)  # granule offsets within one access
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32}  # how to compare the values of a granule
 # a retired async read's slot in RaceChecker.late (two slots per granule): the first and last
-# thread it was made for (a warpgroup, or a TMA store's one thread), its PC, its epoch
-LATE_FIRST, LATE_LAST, LATE_PC, LATE_EPOCH = range(4)
-LATE_SLOTS = (0, 4)
+# thread it was made for (a warpgroup, or a TMA store's one thread), its PC, its epoch, and the
+# event number of its retiring wait (mbarrier arrivals after it release it)
+LATE_FIRST, LATE_LAST, LATE_PC, LATE_EPOCH, LATE_EVENT = range(5)
+LATE_SLOTS = (0, 5)
+LATE_FIELDS = 10
+WARPGROUP = 128
 
 
 class _Access:
@@ -134,6 +137,14 @@ class RaceChecker:
         # retired async reads (two slots of LATE_* fields per granule), made at the first one:
         # a kernel without wgmma or TMA stores pays nothing
         self.late: np.ndarray | None = None
+        # mbarrier release/acquire, for retired wgmma reads only (see ``mbarrier_arrive``)
+        self.events = 0  # numbers retirements of async reads and wgmma waits, in execution order
+        self.waited = np.full(ctx.n, NONE, dtype=np.int32)  # each thread's latest wgmma.wait_group
+        # per thread and warpgroup of its CTA: the latest wait of that warpgroup whose release
+        # (an mbarrier arrival after it) the thread acquired
+        self.acquired: np.ndarray | None = None
+        self.arrivals: dict[int, dict[int, dict[int, int]]] = {}  # barrier -> phase -> warpgroup -> wait
+        self.released: dict[int, dict[int, int]] = {}  # barrier -> warpgroup -> wait, completed phases
 
     def barrier(self, ctas: np.ndarray | None = None) -> None:
         """CTA-wide barriers released for ``ctas`` (default: every CTA of the batch)."""
@@ -276,10 +287,11 @@ class RaceChecker:
         this one, or that holds the same threads, is reused; two live reads by other threads
         are enough to find one outside any writer's warpgroup."""
         if self.late is None:
-            self.late = np.full((self.state.shape[0], 8), NONE, dtype=np.int32)
+            self.late = np.full((self.state.shape[0], LATE_FIELDS), NONE, dtype=np.int32)
         g = np.unique(np.asarray(granules, dtype=np.int64))
         rows = self.late[g].T  # a copy: written back below
         epoch = self.epoch[first]
+        self.events += 1
 
         def free(slot: int) -> np.ndarray:
             held = rows[slot + LATE_FIRST]
@@ -288,22 +300,63 @@ class RaceChecker:
             ordered = (now != rows[slot + LATE_EPOCH]) & (now == epoch)
             return ~valid | ordered
 
-        same_second = rows[4 + LATE_FIRST] == first
+        second = LATE_SLOTS[1]
+        same_second = rows[second + LATE_FIRST] == first
         into_first = ~same_second & ((rows[LATE_FIRST] == first) | free(0))
-        into_second = same_second | (~into_first & free(4))
+        into_second = same_second | (~into_first & free(second))
+        fields = ((LATE_FIRST, first), (LATE_LAST, last), (LATE_PC, pc), (LATE_EPOCH, epoch), (LATE_EVENT, self.events))
         for slot, take in zip(LATE_SLOTS, (into_first, into_second)):
-            for field, value in ((LATE_FIRST, first), (LATE_LAST, last), (LATE_PC, pc), (LATE_EPOCH, epoch)):
+            for field, value in fields:
                 rows[slot + field] = np.where(take, value, rows[slot + field])
         self.late[g] = rows.T
 
     def issue_bulk(self, thread: int, offsets: np.ndarray) -> None:
         """A bulk (TMA) load issued by ``thread`` into the shared ``offsets`` (batch-wide): it may
-        land at any moment from now, so, like a ``cp.async``, it races with an access of another
-        thread (or a retired async read of another warpgroup) in this interval. Not recorded:
-        its bytes are in flight (``async_proxy.py``) until it lands, then start afresh."""
+        land at any moment from now, so it races with another thread's ``cp.async`` in flight
+        there and with a retired async read of another warpgroup not ordered before it (by a
+        barrier, or by an mbarrier the warpgroup arrived at after the read and this thread
+        waited on). Generic reads and writes are not checked here: warp-specialised kernels
+        order them before the refill with mbarriers alone, which the epochs do not model. Not
+        recorded: its bytes are in flight (``async_proxy.py``) until it lands, then start afresh."""
         g = np.unique(np.asarray(offsets, dtype=np.int64) // self.granule)
         a = self._access(np.full(g.shape, thread, dtype=np.int32), g * self.granule, self.granule)
-        self._check_write(a, "bulk copy (TMA load) write")
+        access = "bulk copy (TMA load) write"
+        flight = a.not_only(F)
+        if flight.any():
+            raise self._fault(access, a, [(flight, "cp.async", F)])
+        self._check_late(a, access)
+
+    def wgmma_waited(self, threads: np.ndarray) -> None:
+        """``threads`` executed a ``wgmma.wait_group`` (after the async proxy retired the reads it
+        covers): what they do from now on follows the end of those reads."""
+        self.events += 1
+        self.waited[threads] = self.events
+
+    def mbarrier_arrive(self, threads: np.ndarray, keys: np.ndarray, phases: np.ndarray) -> None:
+        """Arrivals (each a release) of ``threads`` at the mbarriers ``keys`` in ``phases``. An
+        arrival releases the wgmma reads its thread's latest ``wgmma.wait_group`` followed, for
+        its whole warpgroup (a wgmma is one warpgroup-wide operation: any of its threads' wait
+        ends it); kept per warpgroup, as that wait's event number."""
+        for t, key, phase in zip(np.asarray(threads).tolist(), np.asarray(keys).tolist(), np.asarray(phases).tolist()):
+            groups = self.arrivals.setdefault(key, {}).setdefault(phase, {})
+            group = t % self.cta_threads // WARPGROUP
+            groups[group] = max(groups.get(group, NONE), int(self.waited[t]))
+
+    def mbarrier_acquire(self, threads: np.ndarray, keys: np.ndarray, phases: np.ndarray) -> None:
+        """Successful waits of ``threads`` on the mbarriers ``keys``, now in ``phases``: they
+        acquire every arrival in the phases before (all completed)."""
+        if self.acquired is None:
+            self.acquired = np.full((self.threads.size, -(-self.cta_threads // WARPGROUP)), NONE, dtype=np.int32)
+        threads, keys, phases = np.asarray(threads), np.asarray(keys), np.asarray(phases)
+        for key in np.unique(keys).tolist():
+            phase = int(phases[keys == key].max())
+            pending, released = self.arrivals.get(key, {}), self.released.setdefault(key, {})
+            for done in [p for p in pending if p < phase]:
+                for group, event in pending.pop(done).items():
+                    released[group] = max(released.get(group, NONE), event)
+            waiters = threads[keys == key]
+            for group, event in released.items():
+                self.acquired[waiters, group] = np.maximum(self.acquired[waiters, group], event)
 
     def forget(self, offsets: np.ndarray) -> None:
         """A bulk copy landed on the shared bytes ``offsets``: what happened to them before is
@@ -374,8 +427,13 @@ class RaceChecker:
         for slot in LATE_SLOTS:
             first, last = rows[slot + LATE_FIRST], rows[slot + LATE_LAST]
             valid = first >= 0
-            now = self.epoch[np.where(valid, first, 0)]
+            anyone = np.where(valid, first, 0)
+            now = self.epoch[anyone]
             unordered = (now == rows[slot + LATE_EPOCH]) | (now != a.epoch)
+            if self.acquired is not None:  # an mbarrier the warpgroup arrived at after the read, waited on
+                group = anyone % self.cta_threads // WARPGROUP
+                wgmma = first != last  # a TMA store's thread arrives for itself only: not followed
+                unordered &= ~(wgmma & (self.acquired[a.lo, group] > rows[slot + LATE_EVENT]) & (self.acquired[a.hi, group] > rows[slot + LATE_EVENT]))
             hazard.append(valid & unordered & ((a.lo < first) | (a.hi > last)))
         if not (hazard[0] | hazard[1]).any():
             return
