@@ -156,3 +156,44 @@ def test_the_same_warpgroup_may_write_after_its_own_wait(sim, dev, rng):
     sim.load(assembled(ptx)).launch("mma", 1, 256, dev.params(dev.array(image), out))
     want = a.astype(np.float64) @ b.astype(np.float64).T
     assert np.abs(accumulators(dev.read(out)[:128]) - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def test_kaio_attention_without_its_reuse_barrier_is_reported_on_sm90a(rng, monkeypatch):
+    """kaio's own case: on sm_90a the second key loop's Q copy takes the first loop's dead bytes
+    (reuse-dead-shared), behind a barrier; without it, warpgroup 1 stores Q where warpgroup 0's
+    last wgmma read. The race check used to pass it, and passes the kernel with the barrier."""
+    import sys
+
+    import kaio
+    from kaio.ops_library import attention
+
+    from ...ops_library.test_attention_sim import BOUND, reference
+    from ...passes.test_reuse_dead_shared import DropReuseBarriers
+
+    module = sys.modules["kaio.ops_library.attention"]  # the package exports the function by that name
+    configured = module.configured_kernel
+
+    def run_attention(planted: bool) -> None:
+        def kernel(*args, **kwargs):  # type: ignore[no-untyped-def]
+            k = configured(*args, **kwargs)
+            if not planted:
+                return k
+            return k.with_pipeline(lambda target: k.default_pipeline(target).insert(DropReuseBarriers(), before="lower-to-ptx"))
+
+        monkeypatch.setattr(module, "configured_kernel", kernel)
+        dev = kaio.Device("sim", arch="sm_90a")
+        q = rng.standard_normal((1, 1, 260, 64)).astype(np.float16)
+        k, v = (rng.standard_normal((1, 1, 300, 64)).astype(np.float16) for _ in range(2))
+        out = dev.alloc_from(np.full(q.shape, np.nan, np.float16))
+        previous, dev.simulator.race_check = dev.simulator.race_check, True
+        try:
+            attention(dev.alloc_from(q), dev.alloc_from(k), dev.alloc_from(v), causal=True, out=out)
+        finally:
+            dev.simulator.race_check = previous
+        want, _ = reference(q, k, v, True)
+        got = out.to_host().astype(np.float64)
+        assert not np.isnan(got).any() and np.abs(got - want).max() <= BOUND
+
+    run_attention(planted=False)
+    with pytest.raises(KaioMemoryError, match=r"write-after-read.*wgmma.mma_async operand read by the warpgroup"):
+        run_attention(planted=True)
