@@ -25,11 +25,13 @@ warpgroup or thread (``async_read``), and last until the wait that retires them:
 ``async_proxy.py`` reports any write to their bytes; at that wait they are recorded as reads by
 the warpgroup or thread (``retire_async_read``, a separate two-slot record, ``late``, made at
 the first one), so a write by a thread outside it races unless a barrier released both after the
-wait (a barrier between the issue and the wait does not order the read's end). A bulk load is
-checked at issue like a ``cp.async`` (``issue_bulk``: a write to bytes another thread or
-warpgroup accessed in the interval races), and its landing starts its bytes afresh
-(``forget``): its mbarrier orders it, and its in-flight window is checked, always, by
-``async_proxy.py``.
+wait (a barrier between the issue and the wait does not order the read's end), or, for a wgmma,
+unless the writer acquired an mbarrier that a thread of the warpgroup arrived at after its own
+``wgmma.wait_group`` (``mbarrier_arrive``/``mbarrier_acquire``: the one release/acquire pair
+followed, as warp-specialised producers refill a stage). A bulk load is checked at issue
+against another thread's ``cp.async`` in flight and those retired reads (``issue_bulk``), and
+its landing starts its bytes afresh (``forget``): its mbarrier orders it, and its in-flight
+window is checked, always, by ``async_proxy.py``.
 
 Per CTA batch the checker keeps a record of 13 int32 fields per shared byte (``state``): the
 writers of the byte in its epoch (one plain writer, or up to two atomic writers: two distinct
