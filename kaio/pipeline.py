@@ -23,10 +23,10 @@ __all__ = [
     "register_pass", "tile_pipeline",
 ]  # fmt: skip
 
-SCALAR_PASSES: tuple[str, ...] = ("ptx-strength-reduce", "ptx-licm", "ptx-fold")
+SCALAR_PASSES: tuple[str, ...] = ("ptx-strength-reduce", "ptx-licm", "ptx-iv-reduce", "ptx-fold")
 """The scalar passes on PTX, in order: turn multiplies, divisions and remainders by constants
-into shifts, masks and multiply-highs, move loop-invariant instructions out of loops, then
-fold constants, merge repeats and drop what nobody reads (see ``docs/dialect_stack.md``).
+into shifts, masks and multiply-highs, move loop-invariant instructions out of loops, give
+values linear in a loop counter registers advanced with it, then fold constants, merge repeats and drop what nobody reads (see ``docs/dialect_stack.md``).
 Every default pipeline runs them after ``lower-to-ptx`` as the one stage
 :data:`SCALAR_STAGE` (one verification instead of three); name them separately to see the IR
 between them."""

@@ -85,6 +85,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return PtxLicmPass
 
+    def ptx_iv_reduce() -> type[ModulePass]:
+        from kaio.passes.ptx_iv_reduce import PtxIvReducePass
+
+        return PtxIvReducePass
+
     def ptx_optimize() -> type[ModulePass]:
         from kaio.passes.ptx_optimize import PtxOptimizePass
 
@@ -106,5 +111,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "ptx-fold": ptx_fold,
         "ptx-strength-reduce": ptx_strength_reduce,
         "ptx-licm": ptx_licm,
+        "ptx-iv-reduce": ptx_iv_reduce,
         "ptx-optimize": ptx_optimize,
     }

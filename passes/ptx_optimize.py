@@ -1,5 +1,5 @@
 """``ptx-optimize``: the scalar passes as one pipeline stage: ``ptx-strength-reduce``, then
-``ptx-licm``, then ``ptx-fold``, each switchable.
+``ptx-licm``, then ``ptx-iv-reduce``, then ``ptx-fold``, each switchable.
 
 The default pipelines use this stage rather than the three separately because the pass manager
 verifies the whole module after every stage, and a verification of a kernel's PTX costs more
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaio.passes.ptx_fold import PtxFoldPass
+from kaio.passes.ptx_iv_reduce import PtxIvReducePass
 from kaio.passes.ptx_licm import PtxLicmPass
 from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
 from xdsl.context import Context
@@ -33,6 +34,9 @@ class PtxOptimizePass(ModulePass):
     licm: bool = True
     """Run ``ptx-licm`` (loop-invariant code motion)."""
 
+    iv_reduce: bool = True
+    """Run ``ptx-iv-reduce`` (values linear in a loop counter carried in registers)."""
+
     fold: bool = True
     """Run ``ptx-fold`` (constant folding, identities, nearby repeats, dead code)."""
 
@@ -41,5 +45,7 @@ class PtxOptimizePass(ModulePass):
             PtxStrengthReducePass().apply(ctx, op)
         if self.licm:
             PtxLicmPass().apply(ctx, op)
+        if self.iv_reduce:
+            PtxIvReducePass().apply(ctx, op)
         if self.fold:
             PtxFoldPass().apply(ctx, op)
