@@ -6,11 +6,17 @@ ordering removed) is rejected naming both PTX lines; each ordered kernel compute
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
+from kaio.ops_library import attention
 
+import kaio
 from kaio.errors import KaioMemoryError
 
+from ...ops_library.test_attention_sim import BOUND, reference
+from ...passes.test_reuse_dead_shared import DropReuseBarriers
 from .test_async_faithful import DESC, HEADER, accumulators, assembled, core_matrix_image, line_of
 
 # The default (lockstep) schedule: the overwrite runs after both warpgroups' waits, the case the
@@ -162,14 +168,6 @@ def test_kaio_attention_without_its_reuse_barrier_is_reported_on_sm90a(rng, monk
     """kaio's own case: on sm_90a the second key loop's Q copy takes the first loop's dead bytes
     (reuse-dead-shared), behind a barrier; without it, warpgroup 1 stores Q where warpgroup 0's
     last wgmma read. The race check used to pass it, and passes the kernel with the barrier."""
-    import sys
-
-    import kaio
-    from kaio.ops_library import attention
-
-    from ...ops_library.test_attention_sim import BOUND, reference
-    from ...passes.test_reuse_dead_shared import DropReuseBarriers
-
     module = sys.modules["kaio.ops_library.attention"]  # the package exports the function by that name
     configured = module.configured_kernel
 
