@@ -37,10 +37,13 @@ instruction per trip: a value is taken only if the instructions its replacement 
 and the linear math only it reads) exceed that, by at least one per trip, and only while the
 loop's new registers fit ``budget``.
 
-What ptxas does. ptxas performs induction-variable strength reduction of its own on simple
-loops (a strided SIMT sum compiles to the same SASS per trip with or without this pass); the
-pass makes the PTX say it for every kernel, where ptxas does not look through the lowering's
-index math, and keeps the rewrite inspectable in the dumps.
+What it changes. ptxas does not do this itself on the strided SIMT sum above: with the pass
+its loop (unrolled four times by ptxas) takes 20 SASS instructions per trip instead of 23 on
+sm_80 (19 instead of 22 on sm_90a). The library's tile loops barely change: their linear values
+are single adds from the counter shared by several coordinates (``k0 + 64`` then ``+ col``,
+``+ row``: carrying them saves nothing per register), and their global addresses widen
+``k0 + col``, which may wrap in 32 bits, so the 64-bit pointer increments stay out of reach of
+an exact rewrite (a bounds proof from the copy's mask would be needed).
 """
 
 from __future__ import annotations
