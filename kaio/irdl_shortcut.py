@@ -37,7 +37,9 @@ from xdsl.irdl.constraints import (
 )
 
 Variables = dict[str, Attribute]  # the values type variables took in one op
-Check = Callable[[Attribute, Variables], bool]  # whether one value (a type, a property) meets a constraint
+Check = Callable[
+    [Attribute, Variables], bool
+]  # whether one value (a type, a property) meets a constraint
 
 
 def _check(constr: object) -> Check | None:
@@ -67,7 +69,7 @@ def _check(constr: object) -> Check | None:
     def check(a: Attribute, env: Variables) -> bool:
         try:
             constr.verify(a, VerificationContext())
-        except Exception:
+        except Exception:  # noqa: BLE001  (a failing constraint: the generic verifier says why)
             return False
         return True
 
@@ -144,8 +146,12 @@ def _shortcut(op_def: OpDef) -> Callable[[Operation], None] | None:
         or op_def.options
     ):
         return None
-    required = tuple((n, c) for n, c in props.items() if not isinstance(op_def.properties[n], OptPropertyDef))
-    optional = tuple((n, c) for n, c in props.items() if isinstance(op_def.properties[n], OptPropertyDef))
+    required = tuple(
+        (n, c) for n, c in props.items() if not isinstance(op_def.properties[n], OptPropertyDef)
+    )
+    optional = tuple(
+        (n, c) for n, c in props.items() if isinstance(op_def.properties[n], OptPropertyDef)
+    )
     known = frozenset(props)
     traits = tuple(op_def.traits)
     generic = OpDef.verify.__get__(op_def)

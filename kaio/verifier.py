@@ -67,11 +67,16 @@ class IncrementalVerifier:
         try:
             inner = self._verify_body(module)
             # the module's own traits (IsolatedFromAbove) read its body too
-            key = (*module.properties.items(), None, *module.attributes.items(), self._sizes[module])
+            key = (
+                *module.properties.items(),
+                None,
+                *module.attributes.items(),
+                self._sizes[module],
+            )
             if inner or self._seen.get(module) != key:
                 module.verify(verify_nested_ops=False)
                 self._seen[module] = key
-        except Exception:
+        except Exception:  # noqa: BLE001  (any failure: the caller re-verifies whole for the message)
             self._seen.clear()  # the caller reports it; start afresh if asked again
             self._sizes.clear()
             return False
