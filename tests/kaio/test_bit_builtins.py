@@ -29,36 +29,7 @@ from kaio.prelude import (
     unpack_nibble,
 )
 
-M32 = (1 << 32) - 1
-
-
-def lanes(x: int, width: int, signed: bool) -> list[int]:
-    vals = [(x >> (width * k)) & ((1 << width) - 1) for k in range(32 // width)]
-    return [v - (1 << width) if signed and v >> (width - 1) else v for v in vals]
-
-
-def dot_model(a: int, b: int, c: int, sa: bool, sb: bool, pairs: int = 4, hi: bool = False) -> int:
-    xs = lanes(a, 8 if pairs == 4 else 16, sa)
-    ys = lanes(b, 8, sb)[2 if hi else 0 :][:pairs]
-    return (c + sum(x * y for x, y in zip(xs, ys))) & M32
-
-
-def prmt_model(a: int, b: int, sel: int) -> int:
-    src, out = (b << 32) | a, 0
-    for k in range(4):
-        s = (sel >> (4 * k)) & 0xF
-        byte = (src >> (8 * (s & 7))) & 0xFF
-        out |= ((0xFF if byte & 0x80 else 0) if s & 8 else byte) << (8 * k)
-    return out
-
-
-def lop3_model(a: int, b: int, c: int, lut: int) -> int:
-    return sum(((lut >> ((((a >> i) & 1) << 2) | (((b >> i) & 1) << 1) | ((c >> i) & 1))) & 1) << i for i in range(32))
-
-
-def words(rng: np.random.Generator, n: int) -> np.ndarray:
-    edges = np.array([0, M32, 0x80808080, 0x7F7F7F7F, 0x01FF80FF, 0x00000001, 0xFFFF0000, 0x8000_7FFF], np.uint64)
-    return np.concatenate([edges, rng.integers(0, 1 << 32, n - len(edges), dtype=np.uint64)]).astype(np.uint32)
+from ..targets.sim.isa_int_models import M32, dot_model, lanes, lop3_model, prmt_model, words  # noqa: F401
 
 
 @kaio.gpu_kernel(block_size=64)

@@ -9,36 +9,10 @@ import pytest
 
 from .conftest import Device, check_ptx
 
-M32 = (1 << 32) - 1
-
-
-def lanes(x: int, width: int, signed: bool) -> list[int]:
-    vals = [(x >> (width * k)) & ((1 << width) - 1) for k in range(32 // width)]
-    return [v - (1 << width) if signed and v >> (width - 1) else v for v in vals]
-
-
-def dot(a: int, b: int, c: int, sa: bool, sb: bool, pairs: int, hi: bool = False) -> int:
-    xs = lanes(a, 8 if pairs == 4 else 16, sa)
-    ys = lanes(b, 8, sb)[2 if hi else 0 :][:pairs]
-    return (c + sum(x * y for x, y in zip(xs, ys))) & M32
-
-
-def prmt(a: int, b: int, sel: int) -> int:
-    src, out = (b << 32) | a, 0
-    for k in range(4):
-        s = (sel >> (4 * k)) & 0xF
-        byte = (src >> (8 * (s & 7))) & 0xFF
-        out |= ((0xFF if byte & 0x80 else 0) if s & 8 else byte) << (8 * k)
-    return out
-
-
-def lop3(a: int, b: int, c: int, lut: int) -> int:
-    return sum(((lut >> ((((a >> i) & 1) << 2) | (((b >> i) & 1) << 1) | ((c >> i) & 1))) & 1) << i for i in range(32))
-
-
-def words(rng: np.random.Generator, n: int) -> np.ndarray:
-    edges = [0, M32, 0x80808080, 0x7F7F7F7F, 0x8000_8000, 0x7FFF_7FFF, 0x01FF_80FF, 1, 0xFF00_00FF]
-    return np.concatenate([np.array(edges, np.uint64), rng.integers(0, 1 << 32, n - len(edges), dtype=np.uint64)]).astype(np.uint32)
+from .isa_int_models import M32, lanes, words  # noqa: F401
+from .isa_int_models import dot_model as dot
+from .isa_int_models import lop3_model as lop3
+from .isa_int_models import prmt_model as prmt
 
 
 DOT_FORMS = [(op, sa, sb, half) for op in ("dp4a", "dp2a") for sa in ("s32", "u32") for sb in ("s32", "u32")
