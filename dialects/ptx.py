@@ -100,6 +100,7 @@ from kaio.dialects.ptx_memory import (
     CpAsyncOp,
     CpAsyncWaitAllOp,
     CpAsyncWaitGroupOp,
+    LdIntoOp,
     LdOp,
     RedOp,
     StOp,
@@ -208,6 +209,7 @@ BASE_OPS: list[type[Operation]] = [
         AssignOp,
         # memory
         LdOp,
+        LdIntoOp,
         StOp,
         AtomOp,
         RedOp,
@@ -275,6 +277,7 @@ __all__ = [
     "FmaOp",
     "InstrInfo",
     "LabelOp",
+    "LdIntoOp",
     "LdOp",
     "LdmatrixOp",
     "Lg2Op",

@@ -12,6 +12,7 @@ from kaio.dialects.ptx_base import (
     InstrInfo,
     PtxInstr,
     RegName,
+    RegOp,
     Requirement,
     _check_address,
     _check_width,
@@ -78,6 +79,45 @@ class LdOp(PtxInstr):
             )
         for v in self.results:
             _check_width(v, TYPE_BITS[types[0]], "ld")
+
+
+@irdl_op_definition
+class LdIntoOp(PtxInstr):
+    """``@p ld.global.v4.b32 {a, b, c, d}, [%rd]`` into *existing* registers (``ptx.reg``; args:
+    the address, then the destinations): a masked load whose destinations were first set to the
+    masked-off value, as nvcc and Triton write it. Where the guard is false the registers keep
+    that value, so no select follows the load (ptxas zeroes pairs with one CS2R)."""
+
+    name = "ptx.ld_into"
+    INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(
+        mnemonic="ld",
+        n_outs=(0, 0),
+        n_args=(2, 5),
+        types=frozenset(TYPE_BITS) - {"pred"},
+        mods=_SPACES | _CACHE | frozenset(_VECTOR),
+        has_address=True,
+    )
+
+    @property
+    def destinations(self) -> tuple:
+        return self.srcs[1:]
+
+    def check(self, mods: list[str], types: list[str]) -> None:
+        _check_address(self, mods)
+        if self.symbol is not None:
+            raise VerifyException("ld_into takes a register address")
+        if len(self.destinations) != _vector_count(mods):
+            raise VerifyException(
+                f"ld.{self.spec_text} writes {_vector_count(mods)} registers, got {len(self.destinations)}"
+            )
+        for v in self.destinations:
+            if not isinstance(v.owner, RegOp):
+                raise VerifyException("ld_into writes registers declared by ptx.reg")
+            _check_width(v, TYPE_BITS[types[0]], "ld")
+
+    def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
+        outs = [reg(v) for v in self.destinations]
+        return ["{" + ", ".join(outs) + "}" if len(outs) > 1 else outs[0], self.address_text(reg)]
 
 
 @irdl_op_definition

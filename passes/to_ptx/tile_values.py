@@ -593,6 +593,22 @@ def view_of(value: SSAValue) -> tile.ViewOp:
     return owner
 
 
+def masked_load(em: PtxEmitter, spec: str, addr: SSAValue, imm: int, types: list[Attribute], fill: SSAValue,
+                ok: SSAValue | None) -> list[SSAValue]:
+    """Registers loaded from ``addr + imm`` where ``ok``, else ``fill``: the registers are set to
+    ``fill`` first and the load, guarded by ``ok``, writes over them (as nvcc and Triton do: no
+    select after the load, and masked-off lanes never touch memory)."""
+    if ok is None:
+        load = ptx.LdOp(spec, [addr], types, offset=imm)
+        em.emit(load)
+        return list(load.outs)
+    regs = [em.reg(rt) for rt in types]
+    for r in regs:
+        em.assign(r, fill)
+    em.emit(ptx.LdIntoOp(spec, [addr, *regs], guard=ok, offset=imm))
+    return regs
+
+
 class _LoadGroups:
     """A tile load, one vector access (``vec`` registers) at a time. 16-bit elements stay in
     their 32-bit words (``Lanes``) until an op needs them one by one."""
@@ -621,13 +637,9 @@ class _LoadGroups:
         off = self.dist.offsets[r]
         addr, imm = self.access.address(off)
         if not self.ragged:
-            ok = self.access.ok(off)
-            load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=ok, offset=imm)
-            em.emit(load)
-            if self.words:  # outside the bound: both lanes are `other`
-                other = Lanes(t, self.other, self.other).packed(em)
-                return [Lanes(t, word=em.instr(ptx.SelpOp, "b32", [w, other, ok], i32)) for w in load.outs]
-            return [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, ok], reg_type(t)) for v in load.outs]
+            fill = Lanes(t, self.other, self.other).packed(em) if self.words else self.other
+            outs = masked_load(em, f"global.{spec}", addr, imm, [reg] * count, fill, self.access.ok(off))
+            return [Lanes(t, word=w) for w in outs] if self.words else outs
         full, elements = self.access.split(off, vec)
         load = ptx.LdOp(f"global.{spec}", [addr], [reg] * count, guard=full, offset=imm)
         em.emit(load)
