@@ -42,11 +42,16 @@ Check = Callable[
 ]  # whether one value (a type, a property) meets a constraint
 
 
+def _any(a: Attribute, env: Variables) -> bool:
+    """The check of ``AnyAttr``: values checked only by it need no look at all."""
+    return True
+
+
 def _check(constr: object) -> Check | None:
     """A check of one attribute against a constraint (None when it is too involved: a
     variable inside another constraint)."""
     if type(constr) is AnyAttr:
-        return lambda a, env: True
+        return _any
     if type(constr) is BaseAttr:
         base = constr.attr
         return lambda a, env: isinstance(a, base)
@@ -109,6 +114,8 @@ def _values_check(defs: Sequence[tuple[str, object]], variadic: type) -> ValuesC
         return None  # several variadics: segment sizes, left to xDSL
     if True not in flags:
         count = len(checks)
+        if all(c is _any for c in checks):  # only the count to check (most PTX instructions)
+            return lambda values, env: len(values) == count
 
         def fixed(values: Sequence[object], env: Variables) -> bool:
             return len(values) == count and all(c(v.type, env) for c, v in zip(checks, values))  # type: ignore[attr-defined]
@@ -116,6 +123,9 @@ def _values_check(defs: Sequence[tuple[str, object]], variadic: type) -> ValuesC
         return fixed
     at = flags.index(True)
     before, each, after = checks[:at], checks[at], checks[at + 1 :]
+    if all(c is _any for c in checks):  # only the count to check (a PTX instruction's operands)
+        least = len(before) + len(after)
+        return lambda values, env: len(values) >= least
 
     def with_variadic(values: Sequence[object], env: Variables) -> bool:
         n = len(values)

@@ -202,7 +202,7 @@ def fold_entry(entry: ptx.EntryOp, window: int = 0) -> None:
             if value is not None:
                 replace_result(op, value)
                 continue
-        if is_pure(op) and op.results and not reads_registers(op):
+        if window > 0 and is_pure(op) and op.results and not reads_registers(op):  # 0: no merging, no keys
             key = _key(op)
             twin, at = seen.get(key, (None, 0))
             if twin is None or position - at > window:

@@ -220,3 +220,45 @@ def test_the_shortcut_agrees_with_xdsl_on_every_small_operand_list():
                     assert got == expected, (values, result, props)
                     judged += 1
     assert judged == 6 * sum(4**n for n in range(5))
+
+
+@irdl_op_definition
+class AnyVariadicOp(IRDLOperation):
+    """Operands constrained by nothing but their count: one, then any number, then one."""
+
+    name = "test.any_variadic"
+    first = operand_def()
+    rest = var_operand_def()
+    last = operand_def()
+    out = result_def()
+
+
+@irdl_op_definition
+class AnyFixedOp(IRDLOperation):
+    name = "test.any_fixed"
+    a = operand_def()
+    b = operand_def()
+    out = result_def()
+
+
+@pytest.mark.parametrize("cls", [AnyVariadicOp, AnyFixedOp])
+def test_values_of_any_type_are_only_counted_and_agree_with_xdsl(cls: type[IRDLOperation]):
+    """Unconstrained operands and results skip the per-value look; the count is still checked
+    (too few operands for the variadic op, anything but two for the fixed one)."""
+    irdl_shortcut.install_shortcut(cls)
+    assert "verify" in vars(cls.get_irdl_definition())
+    block = Block(arg_types=[i32, f32])
+    rejected = 0
+    for n in range(5):
+        for values in itertools.product(block.args, repeat=n):
+            for results in ([i32], [f32], [], [i32, i32]):
+                op = cls.create(operands=values, result_types=results)
+                expected = generic_verdict(op)
+                try:
+                    op.verify_()
+                    got = True
+                except VerifyException:
+                    got = False
+                assert got == expected, (cls.name, n, results)
+                rejected += not got
+    assert rejected > 0
