@@ -93,7 +93,7 @@ def run_pipeline(
     if callback is not None:
         callback(None, module, passes[0] if passes else None)
     times = []
-    ops = _count_ops(module)
+    ops = verifier.op_count if verify_each else _count_ops(module)
     for i, (name, p) in enumerate(zip(names, passes)):
         for problem in missing_work(p, [q.name for q in passes[:i]], [q.name for q in passes[i + 1 :]], module):
             warnings.warn(problem, KaioPipelineWarning, stacklevel=3)
@@ -108,7 +108,8 @@ def run_pipeline(
         if verify_each:
             _verify(module, f"pass '{name}' produced invalid IR", verifier)
             check_postconditions(p, name, module)
-        ops_after = _count_ops(module)
+        # the verifier counted the ops as it walked them
+        ops_after = verifier.op_count if verify_each else _count_ops(module)
         times.append(PassTiming(name, seconds, ops, ops_after))
         ops = ops_after
         if callback is not None:

@@ -61,9 +61,14 @@ class IncrementalVerifier:
     def __init__(self) -> None:
         self._seen: dict[Operation, Fingerprint] = {}  # holds the ops: no id is reused
         self._sizes: dict[Operation, int] = {}  # ops directly inside each op with regions
+        self._walked = 0  # ops counted by the walk under way
+        self.op_count = 0
+        """The ops of the module last verified, itself included (as ``module.walk()``
+        counts them): the pass manager's op counts, without a walk of its own."""
 
     def verifies(self, module: ModuleOp) -> bool:
         """Whether ``module`` verifies (the same answer as ``module.verify()`` not raising)."""
+        self._walked = 1  # the module
         try:
             inner = self._verify_body(module)
             # the module's own traits (IsolatedFromAbove) read its body too
@@ -80,6 +85,7 @@ class IncrementalVerifier:
             self._seen.clear()  # the caller reports it; start afresh if asked again
             self._sizes.clear()
             return False
+        self.op_count = self._walked
         return True
 
     def _verify_body(self, op: Operation) -> bool:
@@ -115,6 +121,7 @@ class IncrementalVerifier:
                         self._verify_one(child)
                         seen[child] = key
                         changed = True
+        self._walked += count
         if self._sizes.get(op) != count:
             self._sizes[op] = count
             changed = True

@@ -307,3 +307,19 @@ def test_bad_edits_are_kaio_errors_naming_the_argument(edit, names: str):
     with pytest.raises(KaioPipelineError, match=names) as info:
         edit(Pipeline.parse("canonicalize,cse,lower-to-ptx"))
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("verify_each", [True, False])
+def test_op_counts_are_those_of_a_walk(verify_each: bool):
+    """With verification the counts come from the verifier's walk, without it from a walk of
+    their own: either way each stage's count is the module's op count after it."""
+    walked: list[int] = []
+
+    def callback(previous, module, following):
+        walked.append(sum(1 for _ in module.walk()))
+
+    stages = "canonicalize,cse,lower-to-ptx,ptx-optimize"
+    pipeline = Pipeline.parse(stages).configured(callback=callback, verify_each=verify_each)
+    times = kaio.compile(triple, "sm_80", pipeline=pipeline).pass_times
+    assert [t.ops_before for t in times] + [times[-1].ops_after] == walked
+    assert len(set(walked)) > 1  # the stages change the module: stale counts would show
