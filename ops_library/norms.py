@@ -30,7 +30,7 @@ from kaio.prelude import Array, MutArray, f32, i32, min, rsqrt  # noqa: A004
 def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
     @kaio.tile_kernel(num_warps=4)
     def layer_norm(x: Array[T], w: Array[T], b: Array[T], y: MutArray[T], mean_out: MutArray[f32],
-                   rstd_out: MutArray[f32], rows: i32, cols: i32, eps: f32,
+                   rstd_out: MutArray[f32], rows: i32, cols: i32, eps: f32, inv_cols: f32,
                    R: kaio.constexpr = 1, C: kaio.constexpr = 1024, SINGLE: kaio.constexpr = True,
                    HAS_W: kaio.constexpr = False, HAS_B: kaio.constexpr = False, SAVE: kaio.constexpr = False,
                    BASE_X: kaio.constexpr = 16,
@@ -38,13 +38,12 @@ def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
         x, y = kt.multiple_of(x, BASE_X), kt.multiple_of(y, BASE_Y)
         w, b = kt.multiple_of(w, BASE_W), kt.multiple_of(b, BASE_B)
         r0 = i32(kt.program_id(0)) * R
-        n = f32(cols)
         if SINGLE:
             t = f32(kt.load(x, (r0, 0), (R, C), (rows, cols)))
             inside = kt.expand_dims(kt.arange(C) < cols, 0)
-            mean = kt.sum(t, 1) / n
+            mean = kt.sum(t, 1) * inv_cols
             d = kt.where(inside, t - kt.expand_dims(mean, 1), 0.0)
-            rstd = rsqrt(kt.sum(d * d, 1) / n + eps)
+            rstd = rsqrt(kt.sum(d * d, 1) * inv_cols + eps)
             if SAVE:  # for the backward: per-row statistics in f32
                 kt.store(mean_out, (r0,), mean, (rows,))
                 kt.store(rstd_out, (r0,), rstd, (rows,))
@@ -71,7 +70,7 @@ def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
                 delta = bmean - mean
                 mean = mean + delta * (nb / (seen + nb))
                 m2 = m2 + kt.sum(d * d, 1) + delta * delta * (seen * nb / (seen + nb))
-            row_rstd = rsqrt(m2 / n + eps)
+            row_rstd = rsqrt(m2 * inv_cols + eps)
             if SAVE:
                 kt.store(mean_out, (r0,), mean, (rows,))
                 kt.store(rstd_out, (r0,), row_rstd, (rows,))
@@ -92,7 +91,7 @@ def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
 def rms_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
     @kaio.tile_kernel(num_warps=4)
     def rms_norm(x: Array[T], res: Array[T], w: Array[T], y: MutArray[T], h: MutArray[T],
-                 rstd_out: MutArray[f32], rows: i32, cols: i32, eps: f32,
+                 rstd_out: MutArray[f32], rows: i32, cols: i32, eps: f32, inv_cols: f32,
                  R: kaio.constexpr = 1, C: kaio.constexpr = 1024, SINGLE: kaio.constexpr = True,
                  HAS_W: kaio.constexpr = False, HAS_RES: kaio.constexpr = False, SAVE: kaio.constexpr = False,
                  BASE_X: kaio.constexpr = 16,
@@ -101,7 +100,6 @@ def rms_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
         x, res, w = kt.multiple_of(x, BASE_X), kt.multiple_of(res, BASE_R), kt.multiple_of(w, BASE_W)
         y, h = kt.multiple_of(y, BASE_Y), kt.multiple_of(h, BASE_H)
         r0 = i32(kt.program_id(0)) * R
-        n = f32(cols)
         if SINGLE:
             if HAS_RES:
                 hv = T(f32(kt.load(x, (r0, 0), (R, C), (rows, cols))) + f32(kt.load(res, (r0, 0), (R, C), (rows, cols))))
@@ -109,7 +107,7 @@ def rms_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
                 t = f32(hv)
             else:
                 t = f32(kt.load(x, (r0, 0), (R, C), (rows, cols)))
-            rstd = rsqrt(kt.sum(t * t, 1) / n + eps)
+            rstd = rsqrt(kt.sum(t * t, 1) * inv_cols + eps)
             if SAVE:  # for the backward: per-row rstd in f32
                 kt.store(rstd_out, (r0,), rstd, (rows,))
             out = t * kt.expand_dims(rstd, 1)
@@ -126,7 +124,7 @@ def rms_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
                 else:
                     t = f32(kt.load(x, (r0, k0), (R, C), (rows, cols)))
                 ss = ss + kt.sum(t * t, 1)
-            row_rstd = rsqrt(ss / n + eps)
+            row_rstd = rsqrt(ss * inv_cols + eps)
             if SAVE:
                 kt.store(rstd_out, (r0,), row_rstd, (rows,))
             rstd = kt.expand_dims(row_rstd, 1)
@@ -182,7 +180,8 @@ def run_layer_norm(x: Any, weight: Any, bias: Any, eps: float, device: Any, save
     om = rowops.row_stats(ops, ox, save) if save else orstd  # one stand-in for both when not saving
     if rows and cols:
         blk = rowops.blocks(rows, cols, one_pass=rowops.ONE_PASS, aligned=rowops.rows_aligned(cols, ox, ow, ob, oy))
-        args = (ox.value, (ow or ox).value, (ob or ox).value, oy.value, om.value, orstd.value, rows, cols, eps)
+        args = (ox.value, (ow or ox).value, (ob or ox).value, oy.value, om.value, orstd.value, rows, cols, eps,
+                rowops.reciprocal(cols))  # fmt: skip
         rowops.launch(layer_norm_kernel(ox.dtype), blk, blk.grid(rows), args, ops.device,
                       HAS_W=ow is not None, HAS_B=ob is not None, SAVE=save, BASE_X=_align(ox), BASE_W=_align(ow),
                       BASE_B=_align(ob), BASE_Y=_align(oy))  # fmt: skip
@@ -227,7 +226,7 @@ def run_rms_norm(x: Any, weight: Any, eps: float, residual: Any, device: Any, sa
         blk = rowops.blocks(rows, cols, one_pass=rowops.ONE_PASS_LIGHT if ox.dtype.bits == 16 else rowops.ONE_PASS,
                             aligned=rowops.rows_aligned(cols, ox, orr, ow, oy, oh))  # fmt: skip
         args = (ox.value, (orr or ox).value, (ow or ox).value, oy.value, (oh or oy).value, orstd.value,
-                rows, cols, eps)  # fmt: skip
+                rows, cols, eps, rowops.reciprocal(cols))  # fmt: skip
         rowops.launch(rms_norm_kernel(ox.dtype), blk, blk.grid(rows), args, ops.device,
                       HAS_W=ow is not None, HAS_RES=orr is not None, SAVE=save, BASE_X=_align(ox), BASE_R=_align(orr),
                       BASE_W=_align(ow), BASE_Y=_align(oy), BASE_H=_align(oh))  # fmt: skip

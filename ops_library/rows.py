@@ -81,6 +81,16 @@ def blocks(rows: int, cols: int, max_block: int | None = None, one_pass: int = 0
     return Blocks(r, c, warps, cols <= c)
 
 
+def reciprocal(cols: int) -> float:
+    """``1 / f32(cols)`` rounded to f32, for kernels that average over a row: they multiply by it
+    (one FMUL, the f32 quotient within an ulp) where a division by the run-time ``cols`` costs an
+    IEEE ``div.rn.f32`` with its slow-path call, whose calling convention also makes ptxas rebuild
+    the addresses and masks live across it."""
+    import numpy as np
+
+    return float(np.float32(1.0) / np.float32(cols))
+
+
 def rows_aligned(cols: int, *operands: Any) -> bool:
     """Whether every row of these (rows, cols) arrays (None: absent) starts 16-byte aligned."""
     return all(o is None or (base_alignment(o.ptr) == 16 and cols * o.dtype.nbytes % 16 == 0) for o in operands)
