@@ -170,6 +170,20 @@ class InstrInfo:
 _CHECKED_SPECS: dict[tuple[type, str], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
+# (op class, spec) -> its requirements: the printer asks for every instruction's
+_SPEC_REQUIREMENTS: dict[tuple[type, str], tuple["Requirement", ...]] = {}
+
+
+def spec_requirements(op: "PtxInstr") -> tuple["Requirement", ...]:
+    """``op.requirements()``, computed once per (op class, spec): a kernel has thousands of
+    instructions but few distinct specs."""
+    key = (type(op), op.properties["spec"].data)  # type: ignore[attr-defined]
+    found = _SPEC_REQUIREMENTS.get(key)
+    if found is None:
+        found = _SPEC_REQUIREMENTS[key] = tuple(op.requirements())
+    return found
+
+
 class PtxInstr(IRDLOperation):
     """Base of every PTX instruction op; concrete ops mostly only name themselves."""
 
@@ -300,6 +314,9 @@ class PtxInstr(IRDLOperation):
     # -- targets ------------------------------------------------------------------------------
 
     def requirements(self) -> Iterable[Requirement]:
+        """The features this instruction needs. They depend on the op class and its spec alone
+        (:func:`spec_requirements` keeps them per pair): an override reads ``INFO``, the spec
+        and what derives from it (``mods``, ``ptx_types``, ``opcode()``), nothing else."""
         if self.INFO.min_sm or self.INFO.min_ptx > (1, 0):
             yield Requirement(f"{self.mnemonic}", self.INFO.min_sm, self.INFO.min_ptx)
 

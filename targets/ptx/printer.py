@@ -24,6 +24,7 @@ from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from kaio.dialects import ptx
+from kaio.dialects.ptx_base import spec_requirements
 from kaio.errors import KaioTargetError
 from kaio.targets.ptx.arch import MAX_PTX, get_arch, ptx_version_text
 
@@ -149,6 +150,11 @@ def _kind(cls: type[Operation]) -> _Kind:
     return _Kind.INSTR if issubclass(cls, ptx.PtxInstr) else _Kind.OTHER
 
 
+@cache
+def _is_instr(cls: type[Operation]) -> bool:
+    return issubclass(cls, ptx.PtxInstr)
+
+
 def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool, lines: _LineInfo) -> None:
     regs = _Registers(entry)
     lines.current = None
@@ -201,7 +207,7 @@ def print_ptx(module: ModuleOp, arch: str, comments: bool = True) -> str:
     Raises KaioTargetError if an instruction needs a newer GPU than ``arch``.
     """
     target = get_arch(arch)
-    needed = [req for _, req in ptx.requirements(module)]
+    needed = [req for op in module.walk() if _is_instr(type(op)) for req in spec_requirements(op)]  # type: ignore[arg-type]
     for req in needed:
         if not req.met_by(target.sm, target.arch_specific):
             raise req.error(target.name)

@@ -128,3 +128,28 @@ def test_local_array_declaration_round_trips_and_assembles():
     assert ".local .align 8 .b8 k_stack[64];" in out and "st.local.u32 [%rd1+8]" in out
     if toolchain.find_ptxas() is not None:
         toolchain.assemble(out, "sm_80")
+
+
+def test_requirements_are_kept_per_op_class_and_spec():
+    """The printer's per-(class, spec) cache gives what each op says: an f32 add printed first
+    does not make a later bf16 add (sm_90, PTX 7.8) look free, nor the reverse."""
+    from kaio.dialects.ptx_base import spec_requirements
+
+    a = ptx.ConstOp(1, i32)
+    b = ptx.ConstOp(1, i32)
+    plain = ptx.AddOp("f32", [a.result, a.result], [i32])
+    half = ptx.AddOp("bf16", [b.result, b.result], [i32])
+    for op in (plain, half, plain, half):
+        assert spec_requirements(op) == tuple(op.requirements())
+    assert spec_requirements(plain) == () and spec_requirements(half)[0].min_sm == 90
+
+    def module_with(op_spec: str) -> ModuleOp:
+        entry = ptx.EntryOp("k", [])
+        x = ptx.MovOp("u32", [], [i32], symbol="%tid.x")
+        add = ptx.AddOp(op_spec, [x.outs[0], x.outs[0]], [i32])
+        entry.body.block.add_ops([x, add, ptx.RetOp("")])
+        return ModuleOp([entry])
+
+    assert "add.s32" in print_ptx(module_with("s32"), "sm_80")
+    with pytest.raises(KaioTargetError, match="sm_90"):
+        print_ptx(module_with("bf16"), "sm_80")
