@@ -58,8 +58,9 @@ def _warp_id(em: PtxEmitter) -> SSAValue:
     return em.invariant(("warp",), lambda: em.instr(ptx.ShrOp, "u32", [linear_thread_id(em), em.const(5, i32)], i32))
 
 
-def _bits_value(em: PtxEmitter, source: SSAValue, picks: list[tuple[int, int]]) -> SSAValue | None:
-    """Sum of ((source >> i) & 1) << o over (i, o) pairs, in runs of consecutive bits."""
+def _bits_value(em: PtxEmitter, source: SSAValue, picks: list[tuple[int, int]], width: int = 32) -> SSAValue | None:
+    """Sum of ((source >> i) & 1) << o over (i, o) pairs, in runs of consecutive bits. ``width``:
+    the bits ``source`` can have set (a run that reaches its top needs no mask)."""
     picks = sorted(picks)
     runs: list[list[int]] = []  # [first input bit, first output bit, length]
     for i, o in picks:
@@ -70,10 +71,20 @@ def _bits_value(em: PtxEmitter, source: SSAValue, picks: list[tuple[int, int]]) 
     total = None
     for i, o, n in runs:
         v = em.instr(ptx.ShrOp, "u32", [source, em.const(i, i32)], i32) if i else source
-        v = em.instr(ptx.AndOp, "b32", [v, em.const((1 << n) - 1, i32)], i32)
+        if i + n < width:
+            v = em.instr(ptx.AndOp, "b32", [v, em.const((1 << n) - 1, i32)], i32)
         v = em.instr(ptx.ShlOp, "b32", [v, em.const(o, i32)], i32) if o else v
         total = v if total is None else em.instr(ptx.OrOp, "b32", [total, v], i32)
     return total
+
+
+def _source_bits(em: PtxEmitter, source: str) -> int:
+    """Bits a lane id (5) or warp id can have set: the block (``.maxntid``) holds ``num_warps``
+    warps, so a power of two has no bit above its log."""
+    if source == "laneid":
+        return 5
+    warps = num_warps(em)
+    return (warps - 1).bit_length() if warps & (warps - 1) == 0 else 32
 
 
 def thread_base(em: PtxEmitter, dist: Distribution) -> list[SSAValue]:
@@ -85,7 +96,7 @@ def thread_base(em: PtxEmitter, dist: Distribution) -> list[SSAValue]:
             picks = [(i, b[1]) for i, b in enumerate(bits) if b is not None and b[0] == d]
             if picks:
                 src = em.special("laneid") if source == "laneid" else _warp_id(em)
-                terms.append(_bits_value(em, src, picks))
+                terms.append(_bits_value(em, src, picks, _source_bits(em, source)))
         if not terms:
             return em.const(0, i32)
         total = terms[0]
@@ -490,6 +501,10 @@ class _Access:
         self.start = [em.instr(ptx.AddOp, "s32", [em.value(o), b], i32) for o, b in zip(view.offsets, base, strict=True)]
         self.bounds = [extent(em, b) for b in view.bounds]
         self.strides = [em.value(s) for s in view.strides]
+        # dims whose offset is a constant in [0, 2^30): there start + o (o >= 0) is a thread base
+        # (< 2^16) plus constants, never negative, so one signed compare with the bound itself
+        # is exact (a negative bound has nothing inside) and its max(bound, 0) is not needed
+        self._from_zero = [(c := constant_int(o)) is not None and 0 <= c < 1 << 30 for o in view.offsets]
         self._oks: dict[tuple[int, int], SSAValue] = {}
         self._addrs: dict[tuple[int, ...], SSAValue] = {}
 
@@ -498,7 +513,12 @@ class _Access:
         preds = []
         for d, o in enumerate(off[:upto]):
             if (d, o) not in self._oks:
-                self._oks[(d, o)] = inside(self.em, add32(self.em, self.start[d], o), self.bounds[d])
+                index = add32(self.em, self.start[d], o)
+                if self._from_zero[d] and 0 <= o < 1 << 30:
+                    bound = self.em.value(self.view.bounds[d])
+                    self._oks[(d, o)] = self.em.instr(ptx.SetpOp, "lt.s32", [index, bound], i1)
+                else:
+                    self._oks[(d, o)] = inside(self.em, index, self.bounds[d])
             preds.append(self._oks[(d, o)])
         return and_pred(self.em, preds)  # type: ignore[return-value]
 
@@ -1061,7 +1081,8 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
     groups = 1 << len(warp_bits)
     scratch = em.shared("reduce", groups * count * eb, 16)
     warp = _warp_id(em)
-    slot = _bits_value(em, warp, [(i, n) for n, i in enumerate(warp_bits)])
+    picks = [(i, n) for n, i in enumerate(warp_bits)]
+    slot = em.invariant(("reduce-slot", tuple(warp_bits)), lambda: _bits_value(em, warp, picks, _source_bits(em, "warp")))
     base = thread_base(em, dist)
     rest_base = [b for d, b in enumerate(base) if d != axis]
     # the lanes holding the axis hold the same total now: one writes it

@@ -160,3 +160,31 @@ def test_unaligned_rows_are_kept_whole_only_as_long_as_their_registers_allow(dty
             if toolchain.find_ptxas() is not None:
                 report = toolchain.assemble(c.ptx, arch)
                 assert report.spill_stores[c.name] == 0 and report.spill_loads[c.name] == 0, name
+
+
+# SASS instructions per element of Triton 3's one-row kernels (benchmarks/triton_kernels.py) for
+# f16 rows of 4096 on sm_80, as benchmarks/codegen.py measures them: kaio's may not exceed them
+TRITON_PER_ELEMENT = {"rms_norm": 10.0, "layer_norm": 15.75, "softmax": 17.3125}
+
+
+@pytest.mark.parametrize("op", sorted(TRITON_PER_ELEMENT))
+def test_f16_rows_of_4096_take_no_more_sass_per_element_than_triton(op):
+    from kaio.targets.ptx import sass
+
+    if not sass.tools_available():
+        pytest.skip("ptxas/cuobjdump wheels not installed")
+    t = dtypes.f16
+    kernel, extra = {
+        "rms_norm": (rms_norm_kernel(t), {"HAS_W": True}),
+        "layer_norm": (layer_norm_kernel(t), {"HAS_W": True, "HAS_B": True}),
+        "softmax": (softmax_kernel(t), {"LOG": False}),
+    }[op]
+    b = rowops.blocks(8192, 4096)
+    c = compiled(kernel, "sm_80", {"R": b.rows, "C": b.cols, "SINGLE": b.single, **extra},
+                 (("cols", 16), ("rows", 16)), b.warps)  # fmt: skip
+    report = sass.analyze(c.ptx, "sm_80")[c.name]
+    assert report.spill_bytes == 0
+    opcodes = [i.opcode for i in report.instructions]
+    if op != "softmax":  # masks preset (no select after a load), no division's slow-path call
+        assert not [o for o in opcodes if o.startswith(("SEL", "CALL"))]
+    assert report.counts["total"] * b.warps * 32 / 4096 <= TRITON_PER_ELEMENT[op]
