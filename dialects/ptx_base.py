@@ -171,10 +171,10 @@ _CHECKED_SPECS: dict[tuple[type, str], tuple[tuple[str, ...], tuple[str, ...]]] 
 
 
 # (op class, spec) -> its requirements: the printer asks for every instruction's
-_SPEC_REQUIREMENTS: dict[tuple[type, str], tuple["Requirement", ...]] = {}
+_SPEC_REQUIREMENTS: dict[tuple[type, str], tuple[Requirement, ...]] = {}
 
 
-def spec_requirements(op: "PtxInstr") -> tuple["Requirement", ...]:
+def spec_requirements(op: PtxInstr) -> tuple[Requirement, ...]:
     """``op.requirements()``, computed once per (op class, spec): a kernel has thousands of
     instructions but few distinct specs."""
     key = (type(op), op.properties["spec"].data)  # type: ignore[attr-defined]
