@@ -48,7 +48,7 @@ from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, bf16, f16, f32, i8, i32
 from xdsl.dialects import arith, scf
-from xdsl.ir import Attribute, BlockArgument, SSAValue
+from xdsl.ir import Attribute, BlockArgument, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
@@ -169,6 +169,51 @@ def filled_by_tma(buffer: SSAValue) -> bool:
     return isinstance(stage, smem.StageOp) and TMA_RING in stage.ring.owner.attributes  # type: ignore[union-attr]
 
 
+def fence_point(dot: tile.DotOp, buffers: list[SSAValue]) -> Operation:
+    """The op a proxy fence for the dot's generically written operand ``buffers`` goes before:
+    the dot, or the outermost enclosing loop whose body writes none of them.
+
+    PTX ISA, memory consistency model, "proxies": a generic-proxy write and an async-proxy read
+    of the same location are ordered by a ``fence.proxy.async`` between them in the writing
+    thread (then a barrier orders that thread before the others that issue the wgmma). A buffer
+    defined outside a loop and only read inside it (by dots, or through descriptors) gets no new
+    generic write from the loop: one fence on the way in orders every write before it for every
+    trip, so a loop-invariant operand (attention's Q) is not fenced again per trip. Register
+    operands (A packed from registers) are not shared memory and need none."""
+    point: Operation = dot
+    loop = dot.parent_op()
+    while isinstance(loop, scf.ForOp) and all(read_only_in(b, loop) for b in buffers):
+        point = loop
+        loop = loop.parent_op()
+    return point
+
+
+def read_only_in(buffer: SSAValue, loop: scf.ForOp) -> bool:
+    """Whether ``buffer`` is defined outside ``loop`` and the loop only reads it: every use
+    inside is a dot operand or an address feeding wgmma descriptors or TMA copies' reads."""
+    if loop.is_ancestor(buffer.owner):  # defined by the loop (a stage, an iteration argument)
+        return False
+    for use in buffer.uses:
+        op = use.operation
+        if not loop.is_ancestor(op):
+            continue
+        if isinstance(op, tile.DotOp):
+            continue
+        if isinstance(op, smem.AddressOp) and async_proxy_only(op.result):
+            continue
+        return False
+    return True
+
+
+def fence_generic_writes(dot: tile.DotOp, buffers: list[SSAValue]) -> None:
+    """A ``tma.fence`` before the dot's wgmmas, hoisted out of the loops that only read the
+    operands (:func:`fence_point`); one fence serves every dot hoisted to the same place."""
+    point = fence_point(dot, buffers)
+    if point is not dot and isinstance(point.prev_op, tma.FenceOp):
+        return
+    Builder(InsertPoint.before(point)).insert(tma.FenceOp())
+
+
 def refilled_before(dot: tile.DotOp) -> bool:
     """Whether ``pipeline-tma`` refills the ring before the dot in its iteration (then the
     next iteration's refill overwrites the stage this dot reads)."""
@@ -215,8 +260,9 @@ def lower_dot(dot: tile.DotOp, num_warps: int, chunks: list[int], pa: OperandPla
         return insert(wgmma.AdvanceOp(desc, offset)).result if offset else desc
 
     accs: list[SSAValue] = list(insert(wgmma.SplitOp(dot.acc)).accs)
-    if not all(filled_by_tma(x) for x in ([dot.a] if pa else []) + [dot.b]):
-        insert(tma.FenceOp())  # generic-proxy writes of the operands -> wgmma's async proxy
+    generic = [x for x in ([dot.a] if pa else []) + [dot.b] if not filled_by_tma(x)]
+    if generic:  # generic-proxy writes of the operands -> wgmma's async proxy
+        fence_generic_writes(dot, generic)
     insert(wgmma.FenceOp())
     for kk in range(k // step):
         a = a_frags[kk] if pa is None else at(a_desc, pa.offset(0, kk))  # type: ignore[arg-type]
