@@ -57,8 +57,30 @@ def _signed32(bits: int) -> int:
     return bits - (1 << 32) if bits >= 1 << 31 else bits
 
 
-def _pack(em: PtxEmitter, low: SSAValue, high: SSAValue) -> SSAValue:
-    return em.instr(ptx.MovOp, "b64", [low, high], i64)
+def _descriptor(em: PtxEmitter, low: SSAValue, high: int) -> SSAValue:
+    """The 64-bit descriptor ``{low, high}`` with the constant high word as an immediate
+    (``cvt.u64.u32`` then ``or.b64``, as Triton writes it): ptxas then sees that only the low
+    word varies, keeps it in a uniform register and rematerialises the high word (UMOV) at each
+    wgmma, where a ``mov.b64 {low, high}`` pack kept whole descriptors live in ordinary
+    registers across a K loop and moved them to uniform ones (R2UR) on every trip."""
+    wide = em.instr(ptx.CvtOp, "u64.u32", [low], i64)
+    return em.instr(ptx.OrOp, "b64", [wide, em.const(_signed64(high << 32), i64)], i64)
+
+
+def _signed64(bits: int) -> int:
+    return bits - (1 << 64) if bits >= 1 << 63 else bits
+
+
+def _descriptor_parts(value: SSAValue) -> tuple[SSAValue, int] | None:
+    """(low word, high word) of a descriptor :func:`_descriptor` built, else None."""
+    op = value.owner
+    if not (isinstance(op, ptx.OrOp) and len(op.args) == 2):
+        return None
+    wide, high = op.args
+    cvt, const = wide.owner, high.owner
+    if not (isinstance(cvt, ptx.CvtOp) and isinstance(const, ptx.ConstOp)):
+        return None
+    return cvt.args[0], (int(const.value.value.data) >> 32) & 0xFFFFFFFF
 
 
 @lowering(wgmma.DescriptorOp)
@@ -67,16 +89,17 @@ def lower_descriptor(em: PtxEmitter, op: wgmma.DescriptorOp) -> None:
     start = em.instr(ptx.AndOp, "b32", [units, em.const(0x3FFF, i32)], i32)
     bits = wgmma.descriptor_bits(op.lbo.value.data, op.sbo.value.data, op.swizzle.data)
     low = em.instr(ptx.OrOp, "b32", [start, em.const(_signed32(bits & 0xFFFFFFFF), i32)], i32)
-    em.bind(op.result, _pack(em, low, em.const(_signed32(bits >> 32), i32)))
+    em.bind(op.result, _descriptor(em, low, bits >> 32))
 
 
 @lowering(wgmma.AdvanceOp)
 def lower_advance(em: PtxEmitter, op: wgmma.AdvanceOp) -> None:
-    halves = ptx.MovOp("b64", [em.value(op.desc)], [i32, i32])
-    em.emit(halves)
-    low, high = halves.outs
+    """The start address (low word, 16-byte units) moves; the high word stays the constant."""
+    parts = _descriptor_parts(em.value(op.desc))
+    assert parts is not None, "wgmma.advance of a descriptor wgmma.descriptor did not build"
+    low, high = parts
     moved = em.instr(ptx.AddOp, "s32", [low, em.const(op.bytes.value.data >> 4, i32)], i32)
-    em.bind(op.result, _pack(em, moved, high))
+    em.bind(op.result, _descriptor(em, moved, high))
 
 
 def uniform_warp(em: PtxEmitter) -> SSAValue:
@@ -112,12 +135,16 @@ def lower_split(em: PtxEmitter, op: wgmma.SplitOp) -> None:
     """The tile's registers, in column chunks. wgmma updates them in place, so they are the
     tile's own only when nothing else can read them: a loop-carried tile or a loop's result
     (fresh registers of the loop) or a previous join, used by this split alone; otherwise a
-    copy (never of accumulators still in flight: lower-to-wgmma splits those in place)."""
+    copy (never of accumulators still in flight: lower-to-wgmma splits those in place), into
+    the registers of the loop-carried value the product replaces when those are dead here
+    (:func:`replaced_carried_registers`), else into fresh ones."""
     parts = list(em.parts(op.tile))
     owner = op.tile.owner
     own = isinstance(owner, Block | wgmma.JoinOp | scf.ForOp) and op.tile.uses.get_length() == 1
     if not own or len(set(parts)) != len(parts):
-        fresh = [r for acc in op.accs for r in em.regs(acc.type)]
+        fresh = replaced_carried_registers(em, op, parts)
+        if fresh is None:
+            fresh = [r for acc in op.accs for r in em.regs(acc.type)]
         for r, v in zip(fresh, parts):
             em.assign(r, v)
         parts = fresh
@@ -126,6 +153,65 @@ def lower_split(em: PtxEmitter, op: wgmma.SplitOp) -> None:
         count = acc.type.registers  # type: ignore[attr-defined]
         em.bind(acc, parts[first : first + count])
         first += count
+
+
+def product_join(op: wgmma.SplitOp) -> wgmma.JoinOp | None:
+    """The join that ends the wgmma chain from ``op`` (split -> mma_async... -> wait_group ->
+    join, each value used once), or None."""
+    joins: set[wgmma.JoinOp] = set()
+    for acc in op.accs:
+        v: SSAValue = acc
+        while True:
+            if v.uses.get_length() != 1:
+                return None
+            (use,) = v.uses
+            user = use.operation
+            if isinstance(user, wgmma.MmaAsyncOp) and use.index == 0:
+                v = user.result
+            elif isinstance(user, wgmma.WaitGroupOp):
+                v = user.results_[use.index]
+            elif isinstance(user, wgmma.JoinOp):
+                joins.add(user)
+                break
+            else:
+                return None
+    return joins.pop() if len(joins) == 1 else None
+
+
+def replaced_carried_registers(em: PtxEmitter, op: wgmma.SplitOp, parts: list[SSAValue]) -> list[SSAValue] | None:
+    """The registers of the loop-carried tile this split's product is yielded in place of,
+    when that tile is dead here: FlashAttention's ``acc = acc * alpha`` then ``acc += P V``
+    updates the loop's own accumulator registers (as Triton's PTX does), where a fresh copy
+    left ptxas a register copy of the accumulator per element on every trip (it cannot always
+    coalesce the loop's registers with a wgmma's, whose accumulators it places first).
+
+    Dead here: every use of the carried tile is an op before this split in the loop body (its
+    reads are emitted already), and none of those ops' results share its registers (a view that
+    would read them later). The registers are the loop's own (``ptx.reg``), distinct, and not
+    among the split's sources (the copy would overwrite what it reads)."""
+    join = product_join(op)
+    if join is None or join.result.uses.get_length() != 1:
+        return None
+    (use,) = join.result.uses
+    loop = use.operation.parent_op()
+    block = op.parent_block()
+    if not (isinstance(use.operation, scf.YieldOp) and isinstance(loop, scf.ForOp) and block is loop.body.block):
+        return None
+    carried = block.args[use.index + 1]
+    regs = list(em.parts(carried))
+    if len(regs) != len(parts) or len(set(regs)) != len(regs) or set(regs) & set(parts):
+        return None
+    if not all(isinstance(r.owner, ptx.RegOp) for r in regs):
+        return None
+    for u in carried.uses:
+        anchor = block.find_ancestor_op_in_block(u.operation)
+        if anchor is None or not anchor.is_before_in_block(op):
+            return None
+        for reader in {u.operation, anchor}:
+            for r in reader.results:
+                if (r in em.values or r in em.aggregates) and set(em.parts(r)) & set(regs):
+                    return None
+    return regs
 
 
 @lowering(wgmma.JoinOp)

@@ -97,9 +97,12 @@ def test_the_issuer_is_one_thread_of_its_warp_and_the_warpgroup_is_uniform(warp)
     address = int(descs[0])
     assert int(descs[1]) == wgmma.matrix_descriptor(address, 8192, 1024, "128B")
     assert int(descs[2]) == wgmma.matrix_descriptor(address + offset, 8192, 1024, "128B")
-    # the advance is 32-bit: one add on the low word, the constant high word beside it
+    # the advance is 32-bit: one add on the low word; the constant high word is an immediate
+    # (or.b64 of the widened low word), so ptxas keeps only the low word live (uniform)
     assert re.search(rf"add\.s32 %r\d+, %r\d+, {offset >> 4};", code)
-    assert len(re.findall(r"mov\.b64 %rd\d+, \{%r\d+, %r\d+\};", code)) == 2
+    high = wgmma.matrix_descriptor(0, 8192, 1024, "128B") >> 32 << 32
+    assert len(re.findall(rf"or\.b64 %rd\d+, %rd\d+, {high - (1 << 64) if high >> 63 else high};", code)) == 2
+    assert not re.search(r"mov\.b64 %rd\d+, \{", code)  # no pack of two registers
 
 
 def test_issuer_and_warpgroup_ops_round_trip_and_verify():
