@@ -515,8 +515,8 @@ class _Access:
             if (d, o) not in self._oks:
                 index = add32(self.em, self.start[d], o)
                 if self._from_zero[d] and 0 <= o < 1 << 30:
-                    bound = self.em.value(self.view.bounds[d])
-                    self._oks[(d, o)] = self.em.instr(ptx.SetpOp, "lt.s32", [index, bound], i1)
+                    bound = self.em.value(self.view.bounds[d])  # bound > index: the bound's test
+                    self._oks[(d, o)] = self.em.instr(ptx.SetpOp, "gt.s32", [bound, index], i1)
                 else:
                     self._oks[(d, o)] = inside(self.em, index, self.bounds[d])
             preds.append(self._oks[(d, o)])
