@@ -31,6 +31,7 @@ from kaio.passes.ptx_scalar import (
     ConstPool,
     Emit,
     as_typed,
+    block_ops,
     const_int,
     entries,
     erase_dead,
@@ -189,7 +190,7 @@ def _key(op: Operation) -> tuple[object, ...]:
 def fold_entry(entry: ptx.EntryOp, window: int = 0) -> None:
     pool = ConstPool(entry)
     seen: dict[tuple[object, ...], tuple[Operation, int]] = {}
-    for position, op in enumerate(list(entry.body.block.ops)):
+    for position, op in enumerate(block_ops(entry.body.block)):
         cls = type(op)
         if cls is ptx.LabelOp:
             seen.clear()  # another path may join here: earlier values no longer dominate

@@ -56,6 +56,7 @@ from kaio.passes.ptx_licm import Loop, find_loops
 from kaio.passes.ptx_scalar import (
     ConstPool,
     Emit,
+    block_ops,
     const_int,
     entries,
     is_pure,
@@ -407,7 +408,7 @@ def reduce_loop(ops: list[Operation], loop: Loop, pool: ConstPool, budget: int) 
                 op.erase()
         steps.drop_unused()
         latch = ops[loop.latch]
-        ops[:] = list(head.parent_block().ops)  # type: ignore[union-attr]
+        ops[:] = block_ops(head.parent_block())  # type: ignore[arg-type]
         loop.head, loop.latch = ops.index(head), ops.index(latch)
     return done
 
@@ -454,7 +455,7 @@ def iv_reduce_entry(entry: ptx.EntryOp, budget: int = 8) -> int:
     total = 0
     done: set[Operation] = set()
     while True:
-        ops = list(block.ops)
+        ops = block_ops(block)
         pending = [lp for lp in find_loops(ops) if ops[lp.head] not in done]
         if not pending:
             return total

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
-from kaio.passes.ptx_scalar import entries, is_pure, spec_parts
+from kaio.passes.ptx_scalar import block_ops, entries, is_pure, spec_parts
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, f64, i64
 from xdsl.ir import Operation, SSAValue
@@ -127,7 +127,7 @@ def licm_entry(entry: ptx.EntryOp, budget: int = 64) -> int:
     block = entry.body.block
     done: set[Operation] = set()  # loop labels already handled
     while True:
-        ops = list(block.ops)
+        ops = block_ops(block)
         pending = [lp for lp in find_loops(ops) if ops[lp.head] not in done]
         if not pending:
             return total

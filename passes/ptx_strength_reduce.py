@@ -27,6 +27,7 @@ from kaio.passes.ptx_scalar import (
     ConstPool,
     Emit,
     as_typed,
+    block_ops,
     const_int,
     entries,
     known_nonnegative,
@@ -129,7 +130,7 @@ class PtxStrengthReducePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for entry in entries(op):
             pool = ConstPool(entry)
-            for instr in list(entry.body.block.ops):
+            for instr in block_ops(entry.body.block):
                 if type(instr) in _REDUCIBLE and (self.magic or _power_case(instr)):  # type: ignore[arg-type]
                     reduce(instr, pool)  # type: ignore[arg-type]
 

@@ -13,8 +13,9 @@ import pytest
 from kaio.dialects import ptx
 from kaio.passes import ptx_licm
 from kaio.passes.ptx_licm import PtxLicmPass
+from kaio.passes.ptx_scalar import block_ops
 from xdsl.dialects.builtin import ModuleOp, i1, i32, i64
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 import kaio
 from kaio.pipeline import Pipeline, kernel_pipeline
@@ -212,3 +213,14 @@ def test_a_planted_bug_hoisting_the_load_is_caught(dev: kaio.Device, rng: np.ran
 
     kernel = running_sum.with_pipeline(lambda arch: expanded(kernel_pipeline(arch), licm=Planted()))
     assert run(dev, kernel, rng)[0] is False
+
+
+def test_block_ops_lists_the_block_as_it_is_now():
+    """The one-walk list the scalar passes take of an entry: every op in order, and a block
+    changed since a first call is listed as changed (no stale list kept per block)."""
+    a, b, c = (ptx.ConstOp(n, i32) for n in range(3))
+    block = Block([a, b])
+    assert block_ops(block) == [a, b] == list(block.ops)
+    block.add_op(c)
+    b.detach()
+    assert block_ops(block) == [a, c]
