@@ -13,7 +13,7 @@ import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
@@ -172,6 +172,13 @@ _CHECKED_SPECS: dict[tuple[type, str], tuple[tuple[str, ...], tuple[str, ...]]] 
 
 # (op class, spec) -> its requirements: the printer asks for every instruction's
 _SPEC_REQUIREMENTS: dict[tuple[type, str], tuple[Requirement, ...]] = {}
+
+
+@cache
+def is_instr_class(cls: type[Operation]) -> bool:
+    """Whether ops of this class are PTX instructions, once per class: ``isinstance`` against
+    xDSL's ABC-derived op classes is slow, and the passes and the printer ask for every op."""
+    return issubclass(cls, PtxInstr)
 
 
 def spec_requirements(op: PtxInstr) -> tuple[Requirement, ...]:

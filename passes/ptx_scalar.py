@@ -12,9 +12,10 @@ Only the 32- and 64-bit integer forms are rewritten; 16-bit and 8-bit ones are l
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from functools import cache, lru_cache
+from functools import lru_cache
 
 from kaio.dialects import ptx
+from kaio.dialects.ptx_base import is_instr_class
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -45,11 +46,9 @@ def block_ops(block: Block) -> list[Operation]:
     return list(iter(block.ops))
 
 
-@cache
-def is_instr(cls: type[Operation]) -> bool:
-    """Whether ops of this class are PTX instructions (the passes dispatch on exact types: an
-    ``isinstance`` against xDSL's abstract classes costs more than the rewrite)."""
-    return issubclass(cls, ptx.PtxInstr)
+# Whether ops of a class are PTX instructions (the passes dispatch on exact types: an
+# ``isinstance`` against xDSL's abstract classes costs more than the rewrite)
+is_instr = is_instr_class
 
 
 @lru_cache(maxsize=4096)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kaio.dialects import kernel, ptx
+from kaio.dialects.ptx_base import is_instr_class, spec_requirements
 from kaio.passes.to_ptx import AGGREGATES, LOWERINGS
 from kaio.targets.ptx.arch import Arch
 from xdsl.dialects.builtin import (
@@ -212,8 +213,8 @@ class PtxEmitter:
 
     def _check_target(self, op: Operation) -> None:
         """Refuse an instruction the target lacks here, where the Python line is still known."""
-        if isinstance(op, ptx.PtxInstr):
-            for req in op.requirements():
+        if is_instr_class(type(op)):
+            for req in spec_requirements(op):  # type: ignore[arg-type]  # per (class, spec), kept
                 if not req.met_by(self.arch.sm, self.arch.arch_specific):
                     raise req.error(self.arch.name)
 

@@ -21,13 +21,13 @@ from functools import cache
 from io import StringIO
 from typing import IO
 
+from kaio.dialects import ptx
+from kaio.dialects.ptx_base import is_instr_class, spec_requirements
+from kaio.targets.ptx.arch import MAX_PTX, get_arch, ptx_version_text
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.ir import Operation, SSAValue
 
-from kaio.dialects import ptx
-from kaio.dialects.ptx_base import spec_requirements
 from kaio.errors import KaioTargetError
-from kaio.targets.ptx.arch import MAX_PTX, get_arch, ptx_version_text
 
 # .reg declarations in this order, as nvcc does
 _CLASS_ORDER = ("p", "rs", "r", "rd", "f", "fd")
@@ -39,7 +39,7 @@ def _needs_register(const: ptx.ConstOp) -> bool:
         return True
     for use in const.result.uses:
         user = use.operation
-        if not _is_instr(type(user)):
+        if not is_instr_class(type(user)):
             return True
         position = use.index
         if user.guard is not None and position == len(user.args) - 1:
@@ -154,11 +154,6 @@ def _kind(cls: type[Operation]) -> _Kind:
     return _Kind.INSTR if issubclass(cls, ptx.PtxInstr) else _Kind.OTHER
 
 
-@cache
-def _is_instr(cls: type[Operation]) -> bool:
-    return issubclass(cls, ptx.PtxInstr)
-
-
 def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool, lines: _LineInfo) -> None:
     regs = _Registers(entry)
     lines.current = None
@@ -212,7 +207,7 @@ def print_ptx(module: ModuleOp, arch: str, comments: bool = True) -> str:
     """
     target = get_arch(arch)
     ops = list(module.walk())  # one walk for the requirements and the line table
-    needed = [req for op in ops if _is_instr(type(op)) for req in spec_requirements(op)]  # type: ignore[arg-type]
+    needed = [req for op in ops if is_instr_class(type(op)) for req in spec_requirements(op)]  # type: ignore[arg-type]
     for req in needed:
         if not req.met_by(target.sm, target.arch_specific):
             raise req.error(target.name)
