@@ -132,3 +132,51 @@ def test_softmax_is_one_ffma_and_one_ftz_exp2_per_score():
     assert ptx.count("ex2.approx.ftz.f32") == 2 * (scores + rows) and "ex2.approx.f32" not in ptx  # two key loops
     assert ptx.count("fma.rn.f32") >= scores
     assert "div.rn.f32" not in ptx and ptx.count("rcp.approx.ftz.f32") == rows
+
+
+def key_block_loop(report):  # type: ignore[no-untyped-def]
+    """The unmasked key loop: the first innermost loop with the most MMAs (benchmarks/codegen.py)."""
+    loops = [lp for lp in report.loops if not any(lp.contains(o) for o in report.loops)]
+    most = max(lp.counts["mma"] for lp in loops)
+    return min((lp for lp in loops if lp.counts["mma"] == most), key=lambda lp: lp.head)
+
+
+# Triton 3.x's instructions per score element with the same tiles (sm_90a, f16, non-causal; the
+# key loop's SASS per warp per trip x warps / (BM x BN), benchmarks/codegen.py --only attention)
+TRITON_SM90A = {(128, AttentionConfig(64, 32, 4, 1, 2)): 0.533, (64, AttentionConfig(64, 32, 4, 1, 2)): 0.432,
+                (128, AttentionConfig(128, 128, 8, 1, 2)): 0.250}  # fmt: skip
+
+
+@needs_ptxas
+@pytest.mark.parametrize("d, config", list(TRITON_SM90A), ids=lambda v: v.label() if hasattr(v, "label") else f"D{v}")
+def test_sm90a_key_loop_is_at_or_below_tritons(d, config):
+    """No R2UR of descriptors (the Q descriptors' low words stay uniform), no proxy fence (Q is fenced once
+    before the loop), no copies of the P V accumulator (it is updated in the loop's own
+    registers), and at most Triton's instructions per score element."""
+    from kaio.targets.ptx import sass
+
+    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_90a", __divisible__=(("D", 16),),
+                            **kernel_meta(config, d, False, False))  # fmt: skip
+    report = sass.analyze(compiled.ptx, "sm_90a")[compiled.name]
+    loop = key_block_loop(report)
+    assert report.spill_bytes == 0
+    assert loop.counts["r2ur"] <= 2  # at most the ring's shared base for the TMA issue; none for descriptors
+    assert not any(i.opcode.startswith(("MEMBAR", "FENCE")) for i in loop.instructions)
+    assert loop.counts["move"] <= 2 * loop.counts["mma"] + 32  # hi-word UMOVs and TMA coordinates, no accumulator copies
+    figure = loop.counts["total"] * config.warps / (config.block_m * config.block_n)
+    assert figure <= TRITON_SM90A[d, config]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_sm90a_pv_accumulator_is_updated_in_the_loops_registers(d):
+    """The rescaled O is copied once into the loop's own accumulator registers, which the P V
+    wgmma updates in place: no second copy of every accumulator at the back edge."""
+    config = AttentionConfig(64, 32, 4, 1, 2)
+    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_90a", __divisible__=(("D", 16),),
+                            **kernel_meta(config, d, False, False))  # fmt: skip
+    lines = compiled.ptx.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("$L_for"))
+    tail = next(i for i in range(head, len(lines)) if re.search(r"bra \$L_for", lines[i]))
+    copies = sum(bool(re.search(r"mov\.f32 %f\d+, %f\d+;", line)) for line in lines[head:tail])
+    accumulators = config.block_m * d // (32 * config.warps)  # per thread
+    assert accumulators <= copies <= accumulators + 8  # the rescaled O once; the row max and sum

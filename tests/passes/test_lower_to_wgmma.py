@@ -22,6 +22,7 @@ from kaio.pipeline import Pipeline, tile_pipeline
 from kaio.prelude import Array, MutArray, bf16
 from kaio.prelude import f16 as F16
 from kaio.prelude import f32 as F32
+from kaio.prelude import i32 as I32
 from kaio.targets.sim.ops_wgmma import Descriptor
 
 # --------------------------------------------------------------------------- the layout
@@ -319,3 +320,97 @@ def test_register_a_fragments_verify():
     ):
         with pytest.raises(VerifyException, match="untransposed A fragment"):
             bad.verify_()
+
+
+# --- the proxy fence of an operand the loop only reads ------------------------------------------
+
+
+def fresh_q_loop(arch_stages: int = 2):
+    """S = Q K^T summed over key blocks: Q (a plain buffer, written once by ordinary stores)
+    is read by every trip's wgmma; K comes through the ring."""
+
+    @kaio.tile_kernel(num_warps=4, num_stages=arch_stages)
+    def q_loop(q: Array[F16], k: Array[F16], c: MutArray[F32], n: I32):
+        qt = kt.load(q, (0, 0), (64, 64), (64, 64))
+        acc = kt.zeros((64, 32), F32)
+        for n0 in range(0, n, 32):
+            acc = kt.dot(qt, kt.trans(kt.load(k, (n0, 0), (32, 64), (n, 64))), acc)
+        kt.store(c, (0, 0), acc, (64, 32))
+
+    return q_loop
+
+
+def loop_text(text: str) -> tuple[str, str]:
+    """(before, inside) the first scf.for of a stage's text."""
+    at = text.index("scf.for")
+    return text[:at], text[at:]
+
+
+def test_an_operand_the_loop_only_reads_is_fenced_once_before_the_loop():
+    text = stages_of(fresh_q_loop())["lower-to-wgmma"]
+    before, inside = loop_text(text)
+    assert "tma.fence" not in inside.split("scf.yield")[0]  # the loop body: K comes by TMA, Q was fenced
+    last_copy = before.rindex("smem.copy")
+    assert "tma.fence" in before[last_copy:]  # after Q's generic-proxy writes, on the way in
+
+
+def test_operands_the_loop_writes_keep_their_fence_in_the_loop():
+    """cp.async fills the ring stage (generic proxy) inside the loop: each trip fences it."""
+    def pipeline(arch: str) -> Pipeline:
+        return tile_pipeline(arch, 2).without("pipeline-tma").without("store-tma")
+
+    text = stages_of(fresh_q_loop().with_pipeline(pipeline))["lower-to-wgmma"]
+    _, inside = loop_text(text)
+    body = inside.split("scf.yield")[0]
+    assert body.index("tma.fence") < body.index("wgmma.fence")
+
+
+def run_q_loop(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    n = 96
+    dev = kaio.Device("sim", arch="sm_90a")
+    q = rng.standard_normal((64, 64)).astype(np.float16)
+    k = rng.standard_normal((n, 64)).astype(np.float16)
+    out = dev.alloc_from(np.full((64, 32), np.nan, np.float32))
+    fresh_q_loop()[1](dev.alloc_from(q), dev.alloc_from(k), out, n)
+    k64 = k.astype(np.float64)
+    want = q.astype(np.float64) @ sum(k64[j : j + 32] for j in range(0, n, 32)).T
+    return out.to_host(), want
+
+
+def test_the_hoisted_fence_keeps_the_simulator_rules_and_numpy(rng):
+    got, want = run_q_loop(rng)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+def without_the_hoisted_fence(ptx: str) -> str:
+    """The PTX without the fence before the key loop. The mbarrier init's fence (thread 0's, after
+    its own Q stores) becomes CUTLASS's ``fence.mbarrier_init``, which orders the init only, so
+    no other proxy fence stands between Q's stores and the wgmma."""
+    lines = ptx.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("$L_for"))
+    init = next(i for i, line in enumerate(lines) if "mbarrier.init" in line)
+    init_fence = next(i for i in range(init, head) if "fence.proxy.async" in lines[i])
+    lines[init_fence] = "\tfence.mbarrier_init.release.cluster;"
+    fence = max(i for i in range(head) if "fence.proxy.async" in lines[i])
+    assert fence > init_fence
+    return "\n".join(lines[:fence] + lines[fence + 1 :])
+
+
+def test_a_kernel_without_the_hoisted_fence_is_rejected(rng, monkeypatch):
+    """Planted bug: the fence before the loop deleted; the simulator's proxy rule catches Q's
+    generic writes read by wgmma's async proxy (the same edit that only swaps the init fence
+    passes: the hoisted fence alone orders Q)."""
+    monkeypatch.setenv("KAIO_CACHE", "0")
+    printer = kaio.compiler.print_ptx
+
+    def swap_only(ptx: str) -> str:
+        init_fence = "fence.proxy.async.shared::cta;\n$L_endif"
+        assert init_fence in ptx
+        return ptx.replace(init_fence, "fence.mbarrier_init.release.cluster;\n$L_endif", 1)
+
+    monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch: swap_only(printer(module, arch)))
+    got, want = run_q_loop(rng)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch: without_the_hoisted_fence(printer(module, arch)))
+    with pytest.raises(kaio.KaioSimError, match=r"missing fence\.proxy\.async: a generic-proxy write"):
+        run_q_loop(rng)
