@@ -11,7 +11,8 @@ fragment, so the tile *is* the accumulators of its W/4 warpgroups (warpgroup G: 
 64G..64G+63): ``wgmma.split`` only regroups registers.
 
 The dot becomes ``fence.proxy.async`` (the operands were written by ordinary stores or
-cp.async, the generic proxy; wgmma reads through the async proxy), ``wgmma.fence``, one
+cp.async, the generic proxy; wgmma reads through the async proxy; the fence goes before the
+outermost enclosing loop that only reads them, see :func:`fence_point`), ``wgmma.fence``, one
 ``wgmma.mma_async`` per k16 step and column chunk (N in chunks of at most 256), one
 ``commit_group`` and ``wait_group 0`` (the accumulators are final, the operands read, before
 anything else touches them), and ``wgmma.join``. Descriptors come from the buffer's address
