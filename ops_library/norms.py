@@ -26,6 +26,12 @@ from kaio.ops_library.operands import Operands
 from kaio.prelude import Array, MutArray, f32, i32, min, rsqrt  # noqa: A004
 
 
+# Rows up to this long multiply their sum by 1/cols. rms_norm's longest one-pass rows (32768
+# elements, kept whole in 64 registers a thread) divide: without div.rn's slow-path call ptxas
+# hoists the weight loads above the reduction and spills (20 bytes on sm_80 with a residual).
+MULTIPLY_UP_TO = 16384
+
+
 @cache
 def layer_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
     @kaio.tile_kernel(num_warps=4)
@@ -107,7 +113,10 @@ def rms_norm_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
                 t = f32(hv)
             else:
                 t = f32(kt.load(x, (r0, 0), (R, C), (rows, cols)))
-            rstd = rsqrt(kt.sum(t * t, 1) * inv_cols + eps)
+            if C > MULTIPLY_UP_TO:
+                rstd = rsqrt(kt.sum(t * t, 1) / f32(cols) + eps)
+            else:
+                rstd = rsqrt(kt.sum(t * t, 1) * inv_cols + eps)
             if SAVE:  # for the backward: per-row rstd in f32
                 kt.store(rstd_out, (r0,), rstd, (rows,))
             out = t * kt.expand_dims(rstd, 1)
