@@ -17,13 +17,21 @@ what is needed to be at least as strict as the hardware:
   ``cp.async.bulk.wait_group[.read]`` that covers its group (the store reads shared memory
   and writes global memory then) or the end of the batch. A write to those bytes in between
   is an error naming both lines.
-* **proxy order** (the last generic write and the last generic read: thread, time, PC). The
-  ordering model: a generic access at time t by thread T and a later async access at time u
-  issued by thread I (a warpgroup: any of its threads) are ordered when T or I executed a
-  ``fence.proxy.async`` covering shared memory (plain, ``.shared::cta``, ``.shared::cluster``;
-  ``.global`` does not) in (t, u). A generic write then an async read (wgmma operand, TMA store
-  source), or a generic read or write then an async write (a bulk load into those bytes, checked
-  at its issue: it may land at any moment after), without such a fence is a ``KaioSimError``.
+* **proxy order** (the last generic write and the last generic read: thread, time, PC). A proxy
+  fence orders the *executing thread's* accesses: the PTX ISA's proxy causality order ("Memory
+  Consistency Model", "Causality order" for proxies) has a generic access X precede an async
+  access Y only through a proxy fence Z that X precedes in observation order and that precedes
+  Y; so another thread's fence orders X only once a synchronisation (a barrier, an mbarrier
+  wait) carried X to that thread before its fence. The model: a generic write at time t by
+  thread T is visible to an async read (wgmma operand, TMA store source) issued at time u by I
+  (a warpgroup: any of its threads) when T executed a ``fence.proxy.async`` covering shared
+  memory (plain, ``.shared::cta``, ``.shared::cluster``; ``.global`` does not, nor does
+  ``fence.mbarrier_init``) in (t, u), or a thread of I executed one after a barrier release or
+  mbarrier wait of its own that came after t (``synced``: an approximation that trusts the
+  release to have included T; whether T and I are ordered at all is the race check's). A
+  generic read or write then an async write (a bulk load into those bytes, checked at its issue:
+  it may land at any moment after) needs a fence by T or by the issuing thread in (t, u).
+  A missing fence is a ``KaioSimError``.
   An async write then a generic read needs no fence: the mbarrier's phase completion orders it,
   and a read before the copy landed is the in-flight error. Whether T and I are ordered at all
   (a barrier between them) is the race check's business (``race.py``): with ``race_check`` on,
@@ -110,6 +118,11 @@ class AsyncProxy:
         # each thread's latest fences: fence.proxy.async (shared), fence.mbarrier_init
         self.proxy_fence = np.full(ctx.n, NONE, dtype=np.int64)
         self.init_fence = np.full(ctx.n, NONE, dtype=np.int64)
+        # each thread's latest synchronisation (barrier release, mbarrier wait that succeeded),
+        # and the latest one before its latest proxy fence: the generic writes of other threads
+        # that fence can order for this thread's async reads are the ones before it
+        self.synced = np.full(ctx.n, NONE, dtype=np.int64)
+        self.fence_synced = np.full(ctx.n, NONE, dtype=np.int64)
         self.loads: dict[int, _Load] = {}
         self.reads: dict[int, _Read] = {}
         self.next_id = 0
@@ -171,17 +184,17 @@ class AsyncProxy:
             )
 
     def _unfenced(self, clock: np.ndarray, thread: np.ndarray, issuer_fence: int) -> np.ndarray:
-        """Generic accesses (time, thread) not ordered before now by a fence of theirs or of the
-        async access's issuer (whose latest fence is ``issuer_fence``)."""
+        """Generic accesses (time, thread) not ordered before now by a fence of theirs or one of
+        the async access's issuer (``issuer_fence``: the latest time it orders accesses before)."""
         return (clock >= 0) & (self.proxy_fence[thread] <= clock) & (issuer_fence <= clock)
 
-    def _proxy_fault(self, thread: int, granule: int, generic: str, other_thread: int, other_pc: int, async_access: str) -> SimFault:
+    def _proxy_fault(self, thread: int, granule: int, generic: str, other_thread: int, other_pc: int, async_access: str, fencers: str) -> SimFault:
         line = self._line(other_pc)
         return SimFault(
             "sim",
             f"missing fence.proxy.async: a generic-proxy {generic} of shared memory by thread {other_thread} at PTX line "
             f"{line} is followed by an async-proxy {async_access} of the same bytes (at byte {self._byte(granule)}) with "
-            f"no fence.proxy.async in between by either thread",
+            f"no fence.proxy.async in between by {fencers}",
             thread,
             extra={"other_ptx_line": line},
         )
@@ -210,7 +223,13 @@ class AsyncProxy:
         threads = slice(None) if idx is None else idx
         if proxy:
             self.proxy_fence[threads] = ctx.clock
+            self.fence_synced[threads] = self.synced[threads]
         self.init_fence[threads] = ctx.clock
+
+    def synchronized(self, clock: int, threads: Idx) -> None:
+        """The threads ``threads`` (None: all) were released from a barrier or passed an
+        mbarrier wait at ``clock``: accesses before it may be ordered by their later fences."""
+        self.synced[slice(None) if threads is None else threads] = clock
 
     # --- async reads: wgmma operands, TMA store sources ----------------------------------------
 
@@ -223,13 +242,15 @@ class AsyncProxy:
         me = np.full(granules.shape, owner)
         access = "wgmma.mma_async operand read of" if what == "wgmma" else "TMA store read of"
         self._check_in_flight(me, granules, access)
-        issuer_fence = int(self.proxy_fence[issuers].max())
+        # an issuer's fence counts for the writes before the synchronisation that preceded it
+        issuer_fence = int(self.fence_synced[issuers].max())
         bad = self._unfenced(self.w_clock[granules], self.w_thread[granules], issuer_fence)
         if bad.any():
             k = int(np.flatnonzero(bad)[0])
             g = int(granules[k])
             async_access = "read (wgmma.mma_async operand)" if what == "wgmma" else "read (TMA store source)"
-            raise self._proxy_fault(owner, g, "write", int(self.w_thread[g]), int(self.w_pc[g]), async_access)
+            fencers = "the writing thread (a fence of another thread orders only its own writes, and those a barrier or mbarrier wait before that fence ordered before it)"
+            raise self._proxy_fault(owner, g, "write", int(self.w_thread[g]), int(self.w_pc[g]), async_access, fencers)
         read_id = self._new_id()
         self.reads[read_id] = _Read(what, owner, int(issuers[-1]), group, ctx.pc, granules, store)
         self.readers[granules] += 1
@@ -305,7 +326,7 @@ class AsyncProxy:
             bad = self._unfenced(clock[granules], who[granules], fence)
             if bad.any():
                 g = int(granules[int(np.flatnonzero(bad)[0])])
-                raise self._proxy_fault(thread, g, generic, int(who[g]), int(pc[g]), "write (this bulk copy)")
+                raise self._proxy_fault(thread, g, generic, int(who[g]), int(pc[g]), "write (this bulk copy)", "either thread")
         if ctx.race is not None:  # it may land from now on: accesses of other threads must be ordered before
             ctx.race.issue_bulk(thread, offsets)
         load_id = self._new_id()

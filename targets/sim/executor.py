@@ -235,6 +235,8 @@ class BatchRunner:
                 stats.barrier_releases += ctx.n_ctas
                 if self.race is not None:
                     self.race.barrier()
+                if ctx.async_proxy is not None:  # later proxy fences order the writes before it
+                    ctx.async_proxy.synchronized(ctx.clock, None)
                 continue
             if converged:
                 self._diverge(at, active)
@@ -363,6 +365,8 @@ class BatchRunner:
             self.sched[released] = bar.wait_pc[released] + 1
             self.n_runnable += released.size
             self.n_waiting -= released.size
+            if ctx.async_proxy is not None:  # later proxy fences order the writes before it
+                ctx.async_proxy.synchronized(ctx.clock, released)
         self.stats.barrier_releases += int(ready.sum())
         if self.race is not None:
             # new race epochs: a CTA-wide release orders its whole CTA, a counted barrier that

@@ -207,6 +207,8 @@ def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext, parity: bool) ->
         if proxy is not None and not ready.all() and proxy.land_for(ctx, [k for k, r in zip(key_list, ready) if not r]):
             ready = poll()
         done(ctx, idx, ready)
+        if proxy is not None and ready.any():  # an acquire: later proxy fences order what it saw
+            proxy.synchronized(ctx.clock, threads_of(ctx, idx)[ready])
         if ctx.race is not None and ready.any():  # a wait that succeeds acquires the arrivals before
             now = np.array([state.get(k, t, name).phase for k, t in zip(key_list, threads)])
             ctx.race.mbarrier_acquire(threads_of(ctx, idx)[ready], keys[ready], now[ready])
