@@ -95,3 +95,33 @@ def test_tma_store_source_fenced_only_by_the_issuer_before_the_barrier_is_reject
     assert info.value.ptx_line == line_of(ptx, BULK_STORE)
     assert f"PTX line {line_of(ptx, 'st.shared.u32 [%r5]')} " in str(info.value)
     assert "by thread 1 " in str(info.value)  # thread 0's own write is fenced
+
+
+# --------------------------------------------------------------------------- through an mbarrier
+
+# The writers arrive on an mbarrier instead of a bar.sync and wait on it; thread 0 fences after
+# its wait (legal) or before it (a planted bug) and stores the tile.
+MBARRIER_INIT = (
+    "\tmov.u32 %r6, bar;\n\tsetp.eq.u32 %p1, %r1, 0;\n\t@%p1 mbarrier.init.shared::cta.b64 [%r6], 128;\n"
+    "\t@%p1 fence.mbarrier_init.release.cluster;\n\tbar.sync 0;\n"
+)
+WAIT = "WAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 %p0, [%r6], 0;\n\t@!%p0 bra WAIT;\n"
+
+
+def mbarrier_store_kernel(fence_first: bool) -> str:
+    fence = "\t@%p1 " + PROXY_FENCE + "\n"
+    ptx = store_kernel("\tmbarrier.arrive.shared::cta.b64 _, [%r6];\n" + (fence + WAIT if fence_first else WAIT + fence))
+    ptx = ptx.replace(".b8 tile[512];", ".b8 tile[512];\n\t.shared .align 8 .b64 bar;")
+    return ptx.replace("\tst.shared.u32 [%r5], %r3;\n", MBARRIER_INIT + "\tst.shared.u32 [%r5], %r3;\n")
+
+
+def test_tma_store_issuer_fencing_after_its_mbarrier_wait_is_stored(sim, dev, rng):
+    run_bulk_store(sim, dev, rng, mbarrier_store_kernel(fence_first=False))
+
+
+def test_tma_store_issuer_fencing_before_its_mbarrier_wait_is_rejected(sim, dev, rng):
+    ptx = mbarrier_store_kernel(fence_first=True)
+    with pytest.raises(KaioSimError, match=MISSING) as info:
+        run_bulk_store(sim, dev, rng, ptx)
+    assert info.value.ptx_line == line_of(ptx, BULK_STORE)
+    assert "by thread 1 " in str(info.value)
