@@ -96,7 +96,10 @@ def thread_base(em: PtxEmitter, dist: Distribution) -> list[SSAValue]:
             picks = [(i, b[1]) for i, b in enumerate(bits) if b is not None and b[0] == d]
             if picks:
                 src = em.special("laneid") if source == "laneid" else _warp_id(em)
-                terms.append(_bits_value(em, src, picks, _source_bits(em, source)))
+                # a lane id has no bit above 4; the warp id's bits keep their mask: without it
+                # ptxas's register choice spilled kernels at either end (a 48-register
+                # dequantiser, dK/dV at 255)
+                terms.append(_bits_value(em, src, picks, 5 if source == "laneid" else 32))
         if not terms:
             return em.const(0, i32)
         total = terms[0]
