@@ -52,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
-from kaio.passes.ptx_licm import Loop, find_loops
+from kaio.passes.ptx_licm import Loop, for_each_loop
 from kaio.passes.ptx_scalar import (
     ConstPool,
     Emit,
@@ -451,17 +451,7 @@ def iv_reduce_entry(entry: ptx.EntryOp, budget: int = 8) -> int:
     """Reduce every single-entry loop of the entry, inner loops first; returns how many values
     got registers."""
     pool = ConstPool(entry)
-    block = entry.body.block
-    total = 0
-    done: set[Operation] = set()
-    while True:
-        ops = block_ops(block)
-        pending = [lp for lp in find_loops(ops) if ops[lp.head] not in done]
-        if not pending:
-            return total
-        loop = pending[0]
-        done.add(ops[loop.head])
-        total += reduce_loop(ops, loop, pool, budget)
+    return for_each_loop(entry.body.block, lambda ops, loop: reduce_loop(ops, loop, pool, budget))
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,14 @@ first trip would have read anyway.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
 from kaio.passes.ptx_scalar import block_ops, entries, is_pure, spec_parts
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, f64, i64
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from kaio.pass_contracts import PassContract
@@ -121,10 +122,10 @@ def hoist_loop(ops: list[Operation], loop: Loop, budget: int) -> int:
     return len(moved)
 
 
-def licm_entry(entry: ptx.EntryOp, budget: int = 64) -> int:
-    """Hoist out of every loop of the entry, inner loops first; returns how many moved."""
+def for_each_loop(block: Block, visit: Callable[[list[Operation], Loop], int]) -> int:
+    """``visit(ops, loop)`` once per single-entry loop of ``block``, inner loops first; the block
+    is listed again after each visit (a visit moves ops). Returns the sum of the visits."""
     total = 0
-    block = entry.body.block
     done: set[Operation] = set()  # loop labels already handled
     while True:
         ops = block_ops(block)
@@ -133,7 +134,12 @@ def licm_entry(entry: ptx.EntryOp, budget: int = 64) -> int:
             return total
         loop = pending[0]
         done.add(ops[loop.head])
-        total += hoist_loop(ops, loop, budget)
+        total += visit(ops, loop)
+
+
+def licm_entry(entry: ptx.EntryOp, budget: int = 64) -> int:
+    """Hoist out of every loop of the entry, inner loops first; returns how many moved."""
+    return for_each_loop(entry.body.block, lambda ops, loop: hoist_loop(ops, loop, budget))
 
 
 @dataclass(frozen=True)
