@@ -9,7 +9,8 @@
    vectorises their rows (*flexible*: they can be produced in any layout); ``tile.dot`` results
    get the mma accumulator layout (f16/bf16 operands, with ``mma=true``) or a blocked one
    (*anchored*); elementwise maps take an anchored operand's layout; reductions the slice of
-   their input's; ``expand_dims`` of a slice its parent; loop-carried tiles what their init and
+   their input's; ``expand_dims`` of a slice its parent; an elementwise atomic its index's, or
+   an anchored value's when the index is flexible; loop-carried tiles what their init and
    the loop body agree on (iterated to a fixed point).
 3. **Conversions** (``tile.convert_layout``) where an operand's layout is not the one its user
    needs, then *rematerialisation*: a conversion of a flexible producer (a load, a splat, a
@@ -220,13 +221,29 @@ class LayoutSolver:
         if isinstance(op, tile.ReduceOp):
             c = self.get(op.input)
             return Choice(SliceLayout(op.axis.value.data, c.layout), c.anchored)
-        if isinstance(op, tile.GatherOp | tile.AtomicRMWOp | tile.AtomicCasOp):
+        if isinstance(op, tile.GatherOp):
             return self.get(op.index)
+        if isinstance(op, tile.AtomicRMWOp | tile.AtomicCasOp):
+            return self.atomic_layout(op)
         if isinstance(op, tile.DotOp):
             return Choice(self.dot_layout(op), True)
         if isinstance(op, tile.ConvertLayoutOp):
             return Choice(layout_of(r.type), True)  # type: ignore[arg-type]
         return self.default(r)
+
+    def atomic_layout(self, op: tile.TileAtomic) -> Choice:
+        """An elementwise atomic works in its index's layout, unless a value or the mask is
+        anchored (a dot's accumulator) and the index is not: then in that one, and the index
+        and mask (ranges, broadcasts, maps of them) are remade there. Moving the value into the
+        index's layout instead goes through shared memory, and an index built from broadcasts
+        of small tiles keeps their layout: for a (256, 16) tile of 8 warps, 128 elements per
+        thread, each held by 8 warps (16 in the accumulator's)."""
+        c = self.get(op.index)
+        for x in op.operands[2:]:
+            other = self.get(x)
+            if other.anchored and not c.anchored:
+                c = other
+        return c
 
     def dot_layout(self, op: tile.DotOp) -> TileLayout:
         shape = _shape(op.result)
@@ -366,8 +383,8 @@ def needed_layouts(op: Operation, staged_warps: int | None) -> Iterator[tuple[Op
         yield op, 2, lay(op.index)  # type: ignore[arg-type]
         yield op, 3, lay(op.index)  # type: ignore[arg-type]
     elif isinstance(op, tile.AtomicRMWOp | tile.AtomicCasOp) and isinstance(op.index.type, TensorType):
-        for i in range(2, len(op.operands)):  # values and mask live where their index does
-            yield op, i, lay(op.index)  # type: ignore[arg-type]
+        for i in range(1, len(op.operands)):  # index, values and mask live where the result does
+            yield op, i, lay(op.result)  # type: ignore[arg-type]
     elif isinstance(op, scf.ForOp):
         body = op.body.block
         for i, arg in enumerate(body.args[1:]):

@@ -152,17 +152,9 @@ def test_flags_are_bools(dev):
         attention_backward(z, z, z, z, np.zeros((1, 1, 8), np.float32), z, deterministic="yes")
 
 
-# dK/dV at head dim 256 needs all 255 registers; on sm_90a ptxas 12.9 spills 4 bytes of it since
-# the masked-load change of 2026-11-25 (0 before; neither tiles, stages nor the scalar passes move
-# it). Strict: it fails as soon as the spill is gone, so the mark cannot outlive the fix.
-_D256_SM90A = pytest.mark.xfail(strict=True, reason="ptxas spills 4 bytes of the D=256 dK/dV kernel on sm_90a")
-
-
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("d", [32, 64, 128, pytest.param(256, id="256")])
-def test_every_head_dim_assembles_without_spills(arch, d, request):
-    if d == 256 and arch == "sm_90a":
-        request.applymarker(_D256_SM90A)
+@pytest.mark.parametrize("d", [32, 64, 128, 256])
+def test_every_head_dim_assembles_without_spills(arch, d):
     from kaio.ops_library import attention_backward_kernel as kernels
     from kaio.ops_library.attention_backward import choose_backward_tiles, padded
     from kaio.targets.ptx import toolchain

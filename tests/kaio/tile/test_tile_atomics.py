@@ -127,6 +127,16 @@ def in_a_loop(top: MutArray[i32], hist: MutArray[i32], seen: MutArray[i32], step
     kt.store(seen, i32(kt.program_id(0)) * 64 + kt.arange(64), acc)
 
 
+@kaio.tile_kernel(num_warps=4)
+def add_products(a: Array[f16], b: Array[f16], out: MutArray[f32], rows: i32,
+                 M: kaio.constexpr = 64, N: kaio.constexpr = 16, K: kaio.constexpr = 16):  # fmt: skip
+    """A dot's accumulator added into memory (split-K's shape, attention backward's dQ), at an
+    index and under a mask made of broadcast ranges."""
+    acc = kt.dot(kt.load(a, (0, 0), (M, K), (M, K)), kt.load(b, (0, 0), (K, N), (K, N)), kt.zeros((M, N), f32))
+    r, c = kt.expand_dims(kt.arange(M), 1), kt.expand_dims(kt.arange(N), 0)
+    kt.atomic_add(out, r * N + c, acc, mask=r < rows)
+
+
 # ---------------------------------------------------------------------------- helpers
 
 
@@ -277,6 +287,25 @@ def test_split_reduction_adds_partial_sums_once_per_program(device, rng):
     got = out.to_host()
     np.testing.assert_allclose(got[:cols], x.sum(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got[cols:], 0)  # masked columns untouched
+
+
+def test_an_accumulator_is_added_in_its_own_layout(device, rng):
+    """The atomic takes the accumulator's mma layout and remakes its index and mask there: no
+    move through shared memory, one update per element and thread (the index's own layout,
+    from broadcasts of a (1, N) range, held every element in several warps)."""
+    m, n, k, rows = 64, 16, 16, 50
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    start = rng.standard_normal((m, n)).astype(np.float32)
+    out = device.alloc_from(start)
+    add_products[2](device.alloc_from(a), device.alloc_from(b), out, rows)
+    want = start + np.where(np.arange(m)[:, None] < rows, 2 * (a.astype(np.float32) @ b.astype(np.float32)), 0)
+    np.testing.assert_allclose(out.to_host(), want, rtol=1e-5, atol=1e-4)
+    compiled = kaio.compile(add_products, device.arch)
+    laid = compiled.stages["tile-layout"]
+    assert "tile.convert_layout" not in laid
+    assert re.search(r"tile\.atomic_rmw addf %\w+, %\w+\[%\w+\] mask %\w+ : tensor<64x16xf32, #tile\.mma", laid)
+    assert compiled.ptx.count("red.global.add.f32") == m * n // 128  # 4 warps of 32 threads, no copies
 
 
 def test_scalar_atomics_run_once_per_program(device, rng):
