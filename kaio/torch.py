@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from kaio.errors import KaioTypeError
+from kaio.ops_library.autograd import register_autograd
 from kaio.ops_library.torch_checks import check_matmul
 
 __all__ = ["Saved", "custom_op", "matmul_op", "matmul_out_op"]
@@ -193,38 +194,40 @@ def _schema_arguments(schema: str) -> list[str]:
 @torch.library.custom_op("kaio::matmul", mutates_args=())
 def _matmul(
     a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0, config: str | None = None,
-    bias: Tensor | None = None, activation: str | None = None,
+    bias: Tensor | None = None, activation: str | None = None, *, device: str | None = None,
 ) -> Tensor:  # fmt: skip
     from kaio.ops_library import matmul
-    from kaio.ops_library.autograd import scoped_device
+    from kaio.ops_library.autograd import op_device
 
     check_matmul(a, b, bias, activation)
     return matmul.run(a, b, alpha=alpha, beta=beta, config=config, bias=bias, activation=activation,  # type: ignore[no-any-return]
-                      device=scoped_device())  # fmt: skip
+                      device=op_device(device))  # fmt: skip
 
 
 @_matmul.register_fake
 def _(a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0, config: str | None = None,
-      bias: Tensor | None = None, activation: str | None = None) -> Tensor:  # fmt: skip
+      bias: Tensor | None = None, activation: str | None = None, *, device: str | None = None,
+      ) -> Tensor:  # fmt: skip
     check_matmul(a, b, bias, activation)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("kaio::matmul_backward", mutates_args=())
-def _matmul_backward(grad: Tensor, a: Tensor, b: Tensor, alpha: float, bias_dtype: torch.dtype | None
-                     ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _matmul_backward(grad: Tensor, a: Tensor, b: Tensor, alpha: float, bias_dtype: torch.dtype | None, *,
+                     device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """dA, dB and dbias (an empty tensor without a bias) of ``alpha * A @ B + bias``."""
-    from kaio.ops_library.autograd import scoped_device
+    from kaio.ops_library.autograd import op_device
     from kaio.ops_library.matmul_backward import matmul_backward
     from kaio.runtime import tensors
 
     bias = None if bias_dtype is None else tensors.kaio_type(bias_dtype)
-    da, db, dbias = matmul_backward(grad, a, b, alpha=alpha, bias=bias, device=scoped_device())
+    da, db, dbias = matmul_backward(grad, a, b, alpha=alpha, bias=bias, device=op_device(device))
     return da, db, dbias if dbias is not None else grad.new_empty((0,))
 
 
 @_matmul_backward.register_fake
-def _(grad: Tensor, a: Tensor, b: Tensor, alpha: float, bias_dtype: torch.dtype | None) -> tuple[Tensor, Tensor, Tensor]:
+def _(grad: Tensor, a: Tensor, b: Tensor, alpha: float, bias_dtype: torch.dtype | None, *,
+      device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     check_matmul(a, b, None, None)
     n = b.shape[1] if bias_dtype is not None else 0
     return torch.empty_like(a), torch.empty_like(b), grad.new_empty((n,), dtype=bias_dtype or grad.dtype)
@@ -253,13 +256,13 @@ def _matmul_grad(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
     a, b, bias = ctx.saved_tensors
     grad = grad.contiguous()
     if ctx.activation is not None:  # the pre-activation, recomputed rather than saved
-        pre = torch.ops.kaio.matmul(a, b, ctx.alpha, 0.0, ctx.config, bias, None)
+        pre = torch.ops.kaio.matmul(a, b, ctx.alpha, 0.0, ctx.config, bias, None, device=ctx.kaio_device)
         grad = grad * _activation_slope(pre, ctx.activation)
-    da, db, dbias = torch.ops.kaio.matmul_backward(grad, a, b, ctx.alpha, ctx.bias_dtype)
+    da, db, dbias = torch.ops.kaio.matmul_backward(grad, a, b, ctx.alpha, ctx.bias_dtype, device=ctx.kaio_device)
     return da, db, None, None, None, (dbias if bias is not None else None), None
 
 
-torch.library.register_autograd("kaio::matmul", _matmul_grad, setup_context=_matmul_setup)
+register_autograd(_matmul, _matmul_grad, _matmul_setup)
 
 
 @torch.library.custom_op("kaio::matmul_out", mutates_args=("out",))
@@ -272,16 +275,21 @@ def _matmul_out(
     config: str | None = None,
     bias: Tensor | None = None,
     activation: str | None = None,
+    *,
+    device: str | None = None,
 ) -> None:
     from kaio.ops_library import matmul
+    from kaio.ops_library.autograd import op_device
 
     check_matmul(a, b, bias, activation)
-    matmul.run(a, b, out, alpha=alpha, beta=beta, config=config, bias=bias, activation=activation)
+    matmul.run(a, b, out, alpha=alpha, beta=beta, config=config, bias=bias, activation=activation,
+               device=op_device(device))  # fmt: skip
 
 
 @_matmul_out.register_fake
 def _(a: Tensor, b: Tensor, out: Tensor, alpha: float = 1.0, beta: float = 0.0,
-      config: str | None = None, bias: Tensor | None = None, activation: str | None = None) -> None:  # fmt: skip
+      config: str | None = None, bias: Tensor | None = None, activation: str | None = None, *,
+      device: str | None = None) -> None:  # fmt: skip
     check_matmul(a, b, bias, activation)  # out's shape, type and overlap: the real op only
     return None
 
@@ -291,12 +299,13 @@ def matmul_op(
     activation: str | None = None, config: Any = None, device: Any = None,
 ) -> Tensor:  # fmt: skip
     """``kaio.ops_library.matmul(a, b)`` for torch tensors: ``torch.ops.kaio.matmul`` (f32 result
-    allocated by torch on the inputs' device). ``device=`` with tensors that require grad: the
-    custom op on that device (``kaio.ops_library.autograd``); without grad, the op directly."""
+    allocated by torch on the inputs' device). ``device=`` with tensors that require grad, or
+    traced by ``torch.compile``: the custom op on that device, its backward too
+    (``kaio.ops_library.autograd``); eager without grad, the op directly."""
     from kaio.ops_library.autograd import route
 
     ops = route(torch.ops.kaio, (a, b, bias), device)
-    if ops is None:  # a kaio device is no schema type: run the op directly
+    if ops is None:  # device= in eager mode without grad: run the op directly
         from kaio.ops_library import matmul
 
         return matmul.run(a, b, alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)  # type: ignore[no-any-return]
@@ -308,8 +317,9 @@ def matmul_out_op(
     bias: Tensor | None = None, activation: str | None = None, config: Any = None, device: Any = None,
 ) -> Tensor:  # fmt: skip
     """``kaio.ops_library.matmul(a, b, out=c)`` for torch tensors: ``torch.ops.kaio.matmul_out``
-    (writes ``out``, returns it). Tensors that require grad are refused: an op writing ``out``
-    records no gradient (torch refuses ``out=`` with autograd too)."""
+    (writes ``out``, returns it; ``device=`` carried as the matmul op's). Tensors that require
+    grad are refused: an op writing ``out`` records no gradient (torch refuses ``out=`` with
+    autograd too)."""
     from kaio.ops_library.autograd import needs_grad
 
     if needs_grad(a, b, out, bias):
@@ -317,11 +327,13 @@ def matmul_out_op(
             "matmul: `out=` records no gradient and an input requires grad; call matmul(a, b) "
             "without out= (or under torch.no_grad())"
         )
-    if device is not None:
+    if device is not None and not torch.compiler.is_compiling():  # eager: the op directly
         from kaio.ops_library import matmul
 
         return matmul.run(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)  # type: ignore[no-any-return]
-    torch.ops.kaio.matmul_out(a, b, out, float(alpha), float(beta), config, bias, activation)
+    from kaio.ops_library.autograd import device_label
+
+    torch.ops.kaio.matmul_out(a, b, out, float(alpha), float(beta), config, bias, activation, device=device_label(device))
     return out
 
 

@@ -1,12 +1,15 @@
-"""Torch tensors that require grad through the library ops: the graph is recorded, or an error.
+"""Torch tensors through the library ops: the caller's ``device=`` carried, the graph recorded,
+or an error.
 
 A library op called with torch tensors goes through its ``torch.ops.kaio`` custom op, whose
 ``torch.library.register_autograd`` backward records the graph. Two calls need more than that:
 
-* ``device=`` with tensors that require grad: a kaio device is no schema type, so the call
-  runs the custom op inside :func:`on_device` and the op's implementation launches on
-  :func:`scoped_device` (the backward's kernels run on the tensors' own device: their GPU, or
-  the default simulator for CPU tensors). Without grad, ``device=`` runs the op directly.
+* ``device=``: a kaio device is no schema type, so every kaio custom op takes it as a string,
+  the keyword-only ``device`` argument (:func:`device_label`: ``"sim:sm_90a"``, ``"cuda:0"``,
+  ``"cuda:0@sm_90a"``); the op's implementation launches on :func:`op_device`. A call with
+  tensors that require grad, or one traced by ``torch.compile``, passes it to the custom op
+  (:class:`DeviceOps`), and the op's backward launches its kernels on the same device; eager
+  without grad, ``device=`` runs the op directly.
 * an op whose backward is not registered: a ``KaioTypeError`` at the call, naming the op,
   instead of torch's error at ``backward()`` (or no error at all, had the op been run directly
   as the custom op's implementation does).
@@ -53,6 +56,50 @@ def scoped_device() -> Any:
     return _DEVICE.get()
 
 
+def device_label(device: Any) -> str | None:
+    """``device`` (a kaio Device or what ``Device()`` takes; None: the operands' device) as the
+    custom ops' ``device`` argument carries it: ``"sim:<arch>"``, ``"cuda:<n>"`` or
+    ``"cuda:<n>@<arch>"`` (a compile target asked for). What ``Device()`` refuses raises here,
+    with its error. ``torch_ops`` marks it for ``torch.compile`` as a function whose result is a
+    constant: Dynamo runs it while tracing and keeps the string."""
+    if device is None:
+        return None
+    from kaio.runtime.device import Device
+
+    kind, value, asked = Device(device)._identity
+    if kind == "sim":
+        return f"sim:{value}"
+    return f"cuda:{value}" if asked is None else f"cuda:{value}@{asked}"
+
+
+def op_device(label: str | None) -> Any:
+    """The device a custom op launches on: the one its ``device`` argument names, else the one
+    :func:`on_device` set, else None (the operands' device)."""
+    if label is None:
+        return scoped_device()
+    from kaio.runtime.device import Device
+
+    which, _, arch = label.partition("@")
+    return Device(which, arch=arch or None)
+
+
+def register_autograd(op: Any, backward: Callable[..., Any], setup_context: Callable[..., None]) -> None:
+    """``torch.library.register_autograd`` for a kaio custom op (a ``CustomOpDef`` or its
+    ``"kaio::name"``): ``setup_context(ctx, inputs, output)`` sees the positional arguments as
+    usual, and ``ctx.kaio_device`` holds the op's ``device`` argument, for the backward to pass
+    to the ops it runs (``device=ctx.kaio_device``): the backward launches where the forward
+    did, compiled or not."""
+
+    def setup(ctx: Any, inputs: tuple[Any, ...], keyword_only_inputs: dict[str, Any], output: Any) -> None:
+        ctx.kaio_device = keyword_only_inputs.get("device")
+        setup_context(ctx, inputs, output)
+
+    if isinstance(op, str):
+        sys.modules["torch"].library.register_autograd(op, backward, setup_context=setup)
+    else:
+        op.register_autograd(backward, setup_context=setup)
+
+
 def has_backward(qualname: str) -> bool:
     """Whether the custom op ``namespace::name`` has a backward (``register_autograd``). An op
     torch does not know as a Python custom op counts as having one: torch checks it."""
@@ -80,34 +127,35 @@ def refuse_grad(op: str, *values: Any, why: str = "it has no backward of its own
         )
 
 
-class GradOps:
-    """``torch.ops.kaio`` for a call whose tensors require grad: each op checks that it has a
-    backward and runs on ``device`` (None: the tensors' device)."""
+class DeviceOps:
+    """``torch.ops.kaio`` with the caller's device: each op gets ``device=`` (a
+    :func:`device_label`) and, when ``grad`` is set, first checks that it has a backward."""
 
-    def __init__(self, namespace: Any, device: Any) -> None:
+    def __init__(self, namespace: Any, device: str | None, grad: bool = False) -> None:
         self._namespace = namespace
         self._device = device
+        self._grad = grad
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         op = getattr(self._namespace, name)
 
         def call(*args: Any) -> Any:
-            require_backward(name, f"kaio::{name}")
-            if self._device is None:
-                return op(*args)
-            with on_device(self._device):
-                return op(*args)
+            if self._grad:
+                require_backward(name, f"kaio::{name}")
+            return op(*args, device=self._device)
 
         return call
 
 
 def route(namespace: Any, values: tuple[Any, ...], device: Any) -> Any:
     """What a library op called with torch ``values`` runs: ``namespace`` (``torch.ops.kaio``)
-    when no grad is needed and no device is named, :class:`GradOps` when grad is needed, None
-    (the op runs directly, on ``device``) when a device is named and no grad is needed."""
+    when no device is named and no grad is needed; :class:`DeviceOps` when grad is needed or
+    ``torch.compile`` traces the call (the device carried by the custom op's ``device``
+    argument); None (the op runs directly, on ``device``) when a device is named in eager mode
+    and no grad is needed."""
     torch = sys.modules["torch"]
     if torch.compiler.is_compiling():  # traced: Dynamo needs the ops themselves
-        return namespace
+        return namespace if device is None else DeviceOps(namespace, device_label(device))
     if needs_grad(*values):
-        return GradOps(namespace, device)
+        return DeviceOps(namespace, device_label(device), grad=True)
     return namespace if device is None else None

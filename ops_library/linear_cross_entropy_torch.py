@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kaio.ops_library.autograd import scoped_device
+from kaio.ops_library.autograd import op_device, register_autograd
 from kaio.ops_library.linear_cross_entropy import OP, backward, check, check_saved, forward
 from kaio.ops_library.torch_checks import TensorMetadata
 from torch import Tensor
@@ -24,13 +24,13 @@ def _chunk(chunk: int) -> int | None:
 
 @torch.library.custom_op("kaio::linear_cross_entropy", mutates_args=())
 def _linear_cross_entropy(x: Tensor, weight: Tensor, targets: Tensor, bias: Tensor | None, ignore_index: int,
-                          chunk: int) -> tuple[Tensor, Tensor]:  # fmt: skip
-    return forward(x, weight, targets, bias, ignore_index, _chunk(chunk), scoped_device())  # type: ignore[no-any-return]
+                          chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+    return forward(x, weight, targets, bias, ignore_index, _chunk(chunk), op_device(device))  # type: ignore[no-any-return]
 
 
 @_linear_cross_entropy.register_fake
 def _(x: Tensor, weight: Tensor, targets: Tensor, bias: Tensor | None, ignore_index: int,
-      chunk: int) -> tuple[Tensor, Tensor]:  # fmt: skip
+      chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     check(TensorMetadata(OP), x, weight, targets, bias, ignore_index, _chunk(chunk))
     return x.new_empty(x.shape[:-1], dtype=torch.float32), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
@@ -38,16 +38,16 @@ def _(x: Tensor, weight: Tensor, targets: Tensor, bias: Tensor | None, ignore_in
 @torch.library.custom_op("kaio::linear_cross_entropy_backward", mutates_args=())
 def _linear_cross_entropy_backward(x: Tensor, weight: Tensor, targets: Tensor, lse: Tensor, grad_loss: Tensor,
                                    grad_lse: Tensor | None, bias: Tensor | None, ignore_index: int,
-                                   chunk: int) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                                   chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """``(dx, dweight, dbias)``; ``dbias`` is empty (0 elements) without a bias."""
     dx, dw, db = backward(x, weight, targets, lse, grad_loss, grad_lse, bias, ignore_index, _chunk(chunk),
-                          scoped_device())  # fmt: skip
+                          op_device(device))  # fmt: skip
     return dx, dw, db if db is not None else x.new_empty((0,))
 
 
 @_linear_cross_entropy_backward.register_fake
 def _(x: Tensor, weight: Tensor, targets: Tensor, lse: Tensor, grad_loss: Tensor, grad_lse: Tensor | None,
-      bias: Tensor | None, ignore_index: int, chunk: int) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+      bias: Tensor | None, ignore_index: int, chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     meta = TensorMetadata(OP)
     inputs = check(meta, x, weight, targets, bias, ignore_index, _chunk(chunk))
     check_saved(meta, inputs, lse, grad_loss, grad_lse)
@@ -64,9 +64,10 @@ def _setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> 
 def _grad(ctx: Any, grad_loss: Tensor, grad_lse: Tensor) -> tuple[Tensor | None, ...]:
     x, weight, targets, bias, lse = ctx.saved_tensors
     dx, dw, db = torch.ops.kaio.linear_cross_entropy_backward(
-        x, weight, targets, lse, grad_loss.contiguous(), grad_lse.contiguous(), bias, ctx.ignore_index, ctx.chunk
+        x, weight, targets, lse, grad_loss.contiguous(), grad_lse.contiguous(), bias, ctx.ignore_index, ctx.chunk,
+        device=ctx.kaio_device,
     )
     return dx, dw, None, db if bias is not None else None, None, None
 
 
-_linear_cross_entropy.register_autograd(_grad, setup_context=_setup)
+register_autograd(_linear_cross_entropy, _grad, _setup)

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from kaio.ops_library import norms_backward
-from kaio.ops_library.autograd import scoped_device
+from kaio.ops_library.autograd import op_device, register_autograd
 from kaio.ops_library.norms import run_layer_norm, run_rms_norm
 from kaio.ops_library.rope import run as run_rope
 from kaio.ops_library.rope import take_operands as take_rope_operands
@@ -51,39 +51,39 @@ def _wanted(g: Tensor, param: Tensor | None) -> Tensor | None:
 
 
 @torch.library.custom_op("kaio::rms_norm_fwd", mutates_args=())
-def _rms_norm_fwd(x: Tensor, weight: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
+def _rms_norm_fwd(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     check_rms_norm(x, weight, eps)
-    return run_rms_norm(x, weight, eps, None, scoped_device(), save=True)  # type: ignore[no-any-return]
+    return run_rms_norm(x, weight, eps, None, op_device(device), save=True)  # type: ignore[no-any-return]
 
 
 @_rms_norm_fwd.register_fake
-def _(x: Tensor, weight: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
+def _(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     check_rms_norm(x, weight, eps)
     return torch.empty_like(x), _stats(x)
 
 
 @torch.library.custom_op("kaio::add_rms_norm_fwd", mutates_args=())
 def _add_rms_norm_fwd(x: Tensor, residual: Tensor, weight: Tensor | None,
-                      eps: float) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                      eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     check_rms_norm(x, weight, eps, residual)
-    return run_rms_norm(x, weight, eps, residual, scoped_device(), save=True)  # type: ignore[no-any-return]
+    return run_rms_norm(x, weight, eps, residual, op_device(device), save=True)  # type: ignore[no-any-return]
 
 
 @_add_rms_norm_fwd.register_fake
-def _(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+def _(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
     check_rms_norm(x, weight, eps, residual)
     return torch.empty_like(x), torch.empty_like(x), _stats(x)
 
 
 @torch.library.custom_op("kaio::layer_norm_fwd", mutates_args=())
 def _layer_norm_fwd(x: Tensor, weight: Tensor | None, bias: Tensor | None,
-                    eps: float) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                    eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     check_layer_norm(x, weight, bias, eps)
-    return run_layer_norm(x, weight, bias, eps, scoped_device(), save=True)  # type: ignore[no-any-return]
+    return run_layer_norm(x, weight, bias, eps, op_device(device), save=True)  # type: ignore[no-any-return]
 
 
 @_layer_norm_fwd.register_fake
-def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
     check_layer_norm(x, weight, bias, eps)
     return torch.empty_like(x), _stats(x), _stats(x)
 
@@ -102,29 +102,29 @@ def _param_grad(g: Any, x: Tensor) -> Tensor:
 
 @torch.library.custom_op("kaio::rms_norm_backward", mutates_args=())
 def _rms_norm_backward(grad_y: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor,
-                       grad_h: Tensor | None) -> tuple[Tensor, Tensor]:  # fmt: skip
+                       grad_h: Tensor | None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     dx, dw, _ = norms_backward.run_backward("rms_norm_backward", grad_y, x, weight, None, None, rstd, grad_h,
-                                            scoped_device())  # fmt: skip
+                                            op_device(device))  # fmt: skip
     return dx, _param_grad(dw, x)
 
 
 @_rms_norm_backward.register_fake
-def _(grad_y: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor, grad_h: Tensor | None) -> tuple[Tensor, Tensor]:
+def _(grad_y: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor, grad_h: Tensor | None, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     _check_norm_backward("rms_norm_backward", grad_y, x, weight, None, None, rstd, grad_h)
     return torch.empty_like(x), torch.empty_like(weight) if weight is not None else x.new_empty((0,))
 
 
 @torch.library.custom_op("kaio::layer_norm_backward", mutates_args=())
 def _layer_norm_backward(grad_y: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor,
-                         rstd: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                         rstd: Tensor, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     dx, dw, db = norms_backward.run_backward("layer_norm_backward", grad_y, x, weight, bias, mean, rstd, None,
-                                             scoped_device())  # fmt: skip
+                                             op_device(device))  # fmt: skip
     return dx, _param_grad(dw, x), _param_grad(db, x)
 
 
 @_layer_norm_backward.register_fake
 def _(grad_y: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor,
-      rstd: Tensor) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+      rstd: Tensor, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     _check_norm_backward("layer_norm_backward", grad_y, x, weight, bias, mean, rstd, None)
     vector = (x.shape[-1],)
     return (torch.empty_like(x), x.new_empty(vector if weight is not None else (0,)),
@@ -132,12 +132,12 @@ def _(grad_y: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None, mea
 
 
 @torch.library.custom_op("kaio::rope_backward", mutates_args=())
-def _rope_backward(grad_out: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None) -> Tensor:
-    return run_rope(grad_out, cos, sin, interleaved, layout, scoped_device(), inverse=True)  # type: ignore[no-any-return]
+def _rope_backward(grad_out: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
+    return run_rope(grad_out, cos, sin, interleaved, layout, op_device(device), inverse=True)  # type: ignore[no-any-return]
 
 
 @_rope_backward.register_fake
-def _(grad_out: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None) -> Tensor:
+def _(grad_out: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
     op = "rope_backward"
     take_rope_operands(TensorMetadata(op), op, "grad_out", grad_out, cos, sin, layout)
     return torch.empty_like(grad_out)
@@ -150,7 +150,7 @@ def _rms_backward(ctx: Any, grad_y: Tensor | None, h: Tensor, weight: Tensor | N
                   grad_h: Tensor | None, weight_index: int) -> tuple[Any, Any]:  # fmt: skip
     """(d h, d weight) of ``y = rms_norm(h) * weight``, ``grad_h`` (the residual form) added."""
     gh = None if grad_h is None else grad_h.contiguous()
-    dh, dw = torch.ops.kaio.rms_norm_backward(_gradient(grad_y, h), h, weight, rstd, gh)
+    dh, dw = torch.ops.kaio.rms_norm_backward(_gradient(grad_y, h), h, weight, rstd, gh, device=ctx.kaio_device)
     return dh, _wanted(dw, weight) if ctx.needs_input_grad[weight_index] else None
 
 
@@ -187,7 +187,7 @@ def _setup_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _backward_rms_norm(ctx: Any, grad_y: Tensor | None) -> tuple[Any, ...]:
     x, weight = ctx.saved_tensors
-    _, rstd = torch.ops.kaio.rms_norm_fwd(x, weight, ctx.eps)  # the schema saved none: recompute
+    _, rstd = torch.ops.kaio.rms_norm_fwd(x, weight, ctx.eps, device=ctx.kaio_device)  # the schema saved none
     return *_rms_backward(ctx, grad_y, x, weight, rstd, None, 1), None
 
 
@@ -199,7 +199,7 @@ def _setup_add_rms_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _backward_add_rms_norm(ctx: Any, grad_y: Tensor | None, grad_h: Tensor | None) -> tuple[Any, ...]:
     h, weight = ctx.saved_tensors
-    _, rstd = torch.ops.kaio.rms_norm_fwd(h, weight, ctx.eps)  # of h as stored, as the forward
+    _, rstd = torch.ops.kaio.rms_norm_fwd(h, weight, ctx.eps, device=ctx.kaio_device)  # of h as stored
     dh, dw = _rms_backward(ctx, grad_y, h, weight, rstd, grad_h, 2)
     return dh, dh, dw, None
 
@@ -209,7 +209,8 @@ def _backward_add_rms_norm(ctx: Any, grad_y: Tensor | None, grad_h: Tensor | Non
 
 def _ln_backward(ctx: Any, grad_y: Tensor | None, x: Tensor, weight: Tensor | None, bias: Tensor | None,
                  mean: Tensor, rstd: Tensor) -> tuple[Any, ...]:  # fmt: skip
-    dx, dw, db = torch.ops.kaio.layer_norm_backward(_gradient(grad_y, x), x, weight, bias, mean, rstd)
+    dx, dw, db = torch.ops.kaio.layer_norm_backward(_gradient(grad_y, x), x, weight, bias, mean, rstd,
+                                                    device=ctx.kaio_device)
     want = ctx.needs_input_grad
     return dx, _wanted(dw, weight) if want[1] else None, _wanted(db, bias) if want[2] else None, None
 
@@ -233,7 +234,8 @@ def _setup_layer_norm(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
 
 def _backward_layer_norm(ctx: Any, grad_y: Tensor | None) -> tuple[Any, ...]:
     x, weight, bias = ctx.saved_tensors
-    _, mean, rstd = torch.ops.kaio.layer_norm_fwd(x, weight, bias, ctx.eps)  # the schema saved none: recompute
+    # the schema saved no statistics: recompute them
+    _, mean, rstd = torch.ops.kaio.layer_norm_fwd(x, weight, bias, ctx.eps, device=ctx.kaio_device)
     return _ln_backward(ctx, grad_y, x, weight, bias, mean, rstd)
 
 
@@ -252,7 +254,9 @@ def _backward_rope(ctx: Any, grad: Tensor | None) -> tuple[Any, ...]:
     if grad is None:
         return None, None, None, None, None
     g = grad.contiguous()
-    dx = torch.ops.kaio.rope_backward(g, cos, sin, ctx.interleaved, ctx.layout) if ctx.needs_input_grad[0] else None
+    dx = None
+    if ctx.needs_input_grad[0]:
+        dx = torch.ops.kaio.rope_backward(g, cos, sin, ctx.interleaved, ctx.layout, device=ctx.kaio_device)
     dcos = dsin = None
     if x is not None:
         dcos, dsin = _rope_table_grads(g, x, cos, ctx.interleaved, ctx.layout)
@@ -276,11 +280,10 @@ def _rope_table_grads(g: Tensor, x: Tensor, cos: Tensor, interleaved: bool,
     return dcos.to(cos.dtype), dsin.to(cos.dtype)
 
 
-torch.library.register_autograd("kaio::rms_norm_fwd", _backward_rms_norm_fwd, setup_context=_setup_rms_norm_fwd)
-torch.library.register_autograd("kaio::add_rms_norm_fwd", _backward_add_rms_norm_fwd,
-                                setup_context=_setup_add_rms_norm_fwd)  # fmt: skip
-torch.library.register_autograd("kaio::layer_norm_fwd", _backward_layer_norm_fwd, setup_context=_setup_layer_norm_fwd)
-torch.library.register_autograd("kaio::rms_norm", _backward_rms_norm, setup_context=_setup_rms_norm)
-torch.library.register_autograd("kaio::add_rms_norm", _backward_add_rms_norm, setup_context=_setup_add_rms_norm)
-torch.library.register_autograd("kaio::layer_norm", _backward_layer_norm, setup_context=_setup_layer_norm)
-torch.library.register_autograd("kaio::rope", _backward_rope, setup_context=_setup_rope)
+register_autograd("kaio::rms_norm_fwd", _backward_rms_norm_fwd, _setup_rms_norm_fwd)
+register_autograd("kaio::add_rms_norm_fwd", _backward_add_rms_norm_fwd, _setup_add_rms_norm_fwd)
+register_autograd("kaio::layer_norm_fwd", _backward_layer_norm_fwd, _setup_layer_norm_fwd)
+register_autograd("kaio::rms_norm", _backward_rms_norm, _setup_rms_norm)
+register_autograd("kaio::add_rms_norm", _backward_add_rms_norm, _setup_add_rms_norm)
+register_autograd("kaio::layer_norm", _backward_layer_norm, _setup_layer_norm)
+register_autograd("kaio::rope", _backward_rope, _setup_rope)

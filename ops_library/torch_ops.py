@@ -5,9 +5,10 @@
 Each op called with torch tensors (and no ``device=``) goes through these, as ``matmul`` does,
 so ``torch.compile`` sees one opaque op with a fake implementation instead of tracing into kaio.
 Each op's implementation and fake run the same check (``torch_checks``): what the real op
-refuses, tracing refuses too, with the same kaio error. The implementations launch on the
-operands' device, or on the one a ``device=`` call with tensors that require grad named
-(``autograd.scoped_device``).
+refuses, tracing refuses too, with the same kaio error. Every op takes the keyword-only
+``device`` (a kaio device as a string, ``autograd.device_label``) and launches there, else on
+the operands' device; a library op's ``device=`` reaches it when the call requires grad or is
+traced by ``torch.compile`` (``autograd.route``), and its backward launches there too.
 
 Loaded on an op's first torch call (and by ``kaio.torch``); importing it imports torch.
 """
@@ -22,95 +23,98 @@ from torch import Tensor
 from kaio.ops_library import torch_checks as checks
 from kaio.ops_library.activations import SILU
 from kaio.ops_library.activations import run as run_gated
-from kaio.ops_library.autograd import scoped_device
+from kaio.ops_library.autograd import device_label, op_device, register_autograd
 from kaio.ops_library.cross_entropy import run as run_cross_entropy
 from kaio.ops_library.norms import run_layer_norm, run_rms_norm
 from kaio.ops_library.rope import run as run_rope
 from kaio.ops_library.softmax import run as run_softmax
 
+# Dynamo runs it while tracing a library op's device= and keeps the string it returns
+torch.compiler.assume_constant_result(device_label)
+
 
 @torch.library.custom_op("kaio::softmax", mutates_args=())
-def _softmax(x: Tensor, log: bool = False) -> Tensor:
+def _softmax(x: Tensor, log: bool = False, *, device: str | None = None) -> Tensor:
     checks.check_softmax(x, log)
-    return run_softmax("log_softmax" if log else "softmax", x, log, scoped_device())  # type: ignore[no-any-return]
+    return run_softmax("log_softmax" if log else "softmax", x, log, op_device(device))  # type: ignore[no-any-return]
 
 
 @_softmax.register_fake
-def _(x: Tensor, log: bool = False) -> Tensor:
+def _(x: Tensor, log: bool = False, *, device: str | None = None) -> Tensor:
     checks.check_softmax(x, log)
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("kaio::layer_norm", mutates_args=())
-def _layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+def _layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
     checks.check_layer_norm(x, weight, bias, eps)
-    return run_layer_norm(x, weight, bias, eps, scoped_device())  # type: ignore[no-any-return]
+    return run_layer_norm(x, weight, bias, eps, op_device(device))  # type: ignore[no-any-return]
 
 
 @_layer_norm.register_fake
-def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
     checks.check_layer_norm(x, weight, bias, eps)
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("kaio::rms_norm", mutates_args=())
-def _rms_norm(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+def _rms_norm(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
     checks.check_rms_norm(x, weight, eps)
-    return run_rms_norm(x, weight, eps, None, scoped_device())  # type: ignore[no-any-return]
+    return run_rms_norm(x, weight, eps, None, op_device(device))  # type: ignore[no-any-return]
 
 
 @_rms_norm.register_fake
-def _(x: Tensor, weight: Tensor | None, eps: float) -> Tensor:
+def _(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
     checks.check_rms_norm(x, weight, eps)
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("kaio::add_rms_norm", mutates_args=())
-def _add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
+def _add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     checks.check_rms_norm(x, weight, eps, residual)
-    return run_rms_norm(x, weight, eps, residual, scoped_device())  # type: ignore[no-any-return]
+    return run_rms_norm(x, weight, eps, residual, op_device(device))  # type: ignore[no-any-return]
 
 
 @_add_rms_norm.register_fake
-def _(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float) -> tuple[Tensor, Tensor]:
+def _(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     checks.check_rms_norm(x, weight, eps, residual)
     return torch.empty_like(x), torch.empty_like(x)
 
 
 @torch.library.custom_op("kaio::rope", mutates_args=())
-def _rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None) -> Tensor:
+def _rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
     checks.check_rope(x, cos, sin, layout)
-    return run_rope(x, cos, sin, interleaved, layout, scoped_device())  # type: ignore[no-any-return]
+    return run_rope(x, cos, sin, interleaved, layout, op_device(device))  # type: ignore[no-any-return]
 
 
 @_rope.register_fake
-def _(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None) -> Tensor:
+def _(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
     checks.check_rope(x, cos, sin, layout)
     return torch.empty_like(x)
 
 
 @torch.library.custom_op("kaio::gated_activation", mutates_args=())
-def _gated(x: Tensor, act: int) -> Tensor:
+def _gated(x: Tensor, act: int, *, device: str | None = None) -> Tensor:
     """``silu_and_mul`` (act 0), ``gelu_and_mul`` tanh (1) or erf (2)."""
     name = "silu_and_mul" if act == SILU else "gelu_and_mul"
     checks.check_gated(x, act)
-    return run_gated(name, x, act, scoped_device())  # type: ignore[no-any-return]
+    return run_gated(name, x, act, op_device(device))  # type: ignore[no-any-return]
 
 
 @_gated.register_fake
-def _(x: Tensor, act: int) -> Tensor:
+def _(x: Tensor, act: int, *, device: str | None = None) -> Tensor:
     checks.check_gated(x, act)
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
 
 @torch.library.custom_op("kaio::cross_entropy", mutates_args=())
-def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
+def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
     checks.check_cross_entropy(logits, targets)
-    return run_cross_entropy(logits, targets, ignore_index, scoped_device())  # type: ignore[no-any-return]
+    return run_cross_entropy(logits, targets, ignore_index, op_device(device))  # type: ignore[no-any-return]
 
 
 @_cross_entropy.register_fake
-def _(logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
+def _(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
     checks.check_cross_entropy(logits, targets)
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32)
 
@@ -139,17 +143,17 @@ import kaio.ops_library.gguf_matmul_torch  # noqa: E402, F401
 
 @torch.library.custom_op("kaio::attention", mutates_args=())
 def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
-               config: str | None) -> tuple[Tensor, Tensor]:  # fmt: skip
+               config: str | None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """(out, lse): the output and the f32 logsumexp the backward recomputes P from."""
     from kaio.ops_library.attention import attention, check_tensors, config_from_label
 
     check_tensors("attention", q, k, v, kv_lens)
-    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), scoped_device())  # type: ignore[no-any-return]
+    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device))  # type: ignore[no-any-return]
 
 
 @_attention.register_fake
 def _(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
-      config: str | None) -> tuple[Tensor, Tensor]:  # fmt: skip
+      config: str | None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention import check_tensors
 
     check_tensors("attention", q, k, v, kv_lens)
@@ -159,16 +163,16 @@ def _(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_len
 @torch.library.custom_op("kaio::attention_backward", mutates_args=())
 def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
                         grad_lse: Tensor | None, causal: bool, scale: float | None, kv_lens: Tensor | None,
-                        deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                        deterministic: bool, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention_backward import check_saved, run
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
-    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, scoped_device())  # type: ignore[return-value]
+    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device))  # type: ignore[return-value]
 
 
 @_attention_backward.register_fake
 def _(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, grad_lse: Tensor | None,
-      causal: bool, scale: float | None, kv_lens: Tensor | None, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+      causal: bool, scale: float | None, kv_lens: Tensor | None, deterministic: bool, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention_backward import check_saved
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
@@ -184,9 +188,10 @@ def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Te
 def _attention_grad(ctx: Any, grad_out: Tensor, grad_lse: Tensor) -> tuple[Tensor | None, ...]:
     q, k, v, out, lse, kv_lens = ctx.saved_tensors
     dq, dk, dv = torch.ops.kaio.attention_backward(
-        q, k, v, out, lse, grad_out.contiguous(), grad_lse.contiguous(), ctx.causal, ctx.scale, kv_lens, False
+        q, k, v, out, lse, grad_out.contiguous(), grad_lse.contiguous(), ctx.causal, ctx.scale, kv_lens, False,
+        device=ctx.kaio_device,
     )
     return dq, dk, dv, None, None, None, None
 
 
-_attention.register_autograd(_attention_grad, setup_context=_attention_setup)
+register_autograd(_attention, _attention_grad, _attention_setup)

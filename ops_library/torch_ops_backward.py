@@ -27,7 +27,7 @@ from kaio.ops_library.cross_entropy import check as check_cross_entropy
 from kaio.ops_library.cross_entropy import run as run_cross_entropy
 from kaio.ops_library.softmax_backward import check as check_softmax_backward
 from kaio.ops_library.softmax_backward import run as run_softmax_backward
-from kaio.ops_library.autograd import scoped_device
+from kaio.ops_library.autograd import op_device, register_autograd
 from kaio.ops_library.torch_checks import TensorMetadata
 
 # --- softmax ------------------------------------------------------------------------------------
@@ -38,12 +38,12 @@ def _softmax_name(log: bool) -> str:
 
 
 @torch.library.custom_op("kaio::softmax_backward", mutates_args=())
-def _softmax_backward(grad_y: Tensor, y: Tensor, log: bool) -> Tensor:
-    return run_softmax_backward(_softmax_name(log), grad_y, y, log, scoped_device())  # type: ignore[no-any-return]
+def _softmax_backward(grad_y: Tensor, y: Tensor, log: bool, *, device: str | None = None) -> Tensor:
+    return run_softmax_backward(_softmax_name(log), grad_y, y, log, op_device(device))  # type: ignore[no-any-return]
 
 
 @_softmax_backward.register_fake
-def _(grad_y: Tensor, y: Tensor, log: bool) -> Tensor:
+def _(grad_y: Tensor, y: Tensor, log: bool, *, device: str | None = None) -> Tensor:
     op = _softmax_name(log)
     check_softmax_backward(TensorMetadata(op), op, grad_y, y)
     return torch.empty_like(y)
@@ -56,10 +56,10 @@ def _softmax_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 
 def _softmax_grad(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
     (y,) = ctx.saved_tensors
-    return torch.ops.kaio.softmax_backward(grad.contiguous(), y, ctx.log), None
+    return torch.ops.kaio.softmax_backward(grad.contiguous(), y, ctx.log, device=ctx.kaio_device), None
 
 
-torch.library.register_autograd("kaio::softmax", _softmax_grad, setup_context=_softmax_setup)
+register_autograd("kaio::softmax", _softmax_grad, _softmax_setup)
 
 # --- silu_and_mul, gelu_and_mul -----------------------------------------------------------------
 
@@ -69,12 +69,12 @@ def _gated_name(act: int) -> str:
 
 
 @torch.library.custom_op("kaio::gated_activation_backward", mutates_args=())
-def _gated_backward(grad_out: Tensor, x: Tensor, act: int) -> Tensor:
-    return run_gated_backward(_gated_name(act), grad_out, x, act, scoped_device())  # type: ignore[no-any-return]
+def _gated_backward(grad_out: Tensor, x: Tensor, act: int, *, device: str | None = None) -> Tensor:
+    return run_gated_backward(_gated_name(act), grad_out, x, act, op_device(device))  # type: ignore[no-any-return]
 
 
 @_gated_backward.register_fake
-def _(grad_out: Tensor, x: Tensor, act: int) -> Tensor:
+def _(grad_out: Tensor, x: Tensor, act: int, *, device: str | None = None) -> Tensor:
     op = _gated_name(act)
     check_gated_backward(TensorMetadata(op), op, grad_out, x)
     return torch.empty_like(x)
@@ -87,33 +87,33 @@ def _gated_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
 
 def _gated_grad(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
     (x,) = ctx.saved_tensors
-    return torch.ops.kaio.gated_activation_backward(grad.contiguous(), x, ctx.act), None
+    return torch.ops.kaio.gated_activation_backward(grad.contiguous(), x, ctx.act, device=ctx.kaio_device), None
 
 
-torch.library.register_autograd("kaio::gated_activation", _gated_grad, setup_context=_gated_setup)
+register_autograd("kaio::gated_activation", _gated_grad, _gated_setup)
 
 # --- cross_entropy ------------------------------------------------------------------------------
 
 
 @torch.library.custom_op("kaio::cross_entropy_backward", mutates_args=())
-def _cross_entropy_backward(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int) -> Tensor:
-    return run_cross_entropy(logits, targets, ignore_index, scoped_device(), grad_loss=grad_loss)  # type: ignore[no-any-return]
+def _cross_entropy_backward(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
+    return run_cross_entropy(logits, targets, ignore_index, op_device(device), grad_loss=grad_loss)  # type: ignore[no-any-return]
 
 
 @_cross_entropy_backward.register_fake
-def _(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int) -> Tensor:
+def _(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
     op = "cross_entropy_backward"
     check_cross_entropy(TensorMetadata(op), op, logits, targets, grad_loss)
     return torch.empty_like(logits)
 
 
 @torch.library.custom_op("kaio::cross_entropy_with_grad", mutates_args=())
-def _cross_entropy_with_grad(logits: Tensor, targets: Tensor, ignore_index: int) -> tuple[Tensor, Tensor]:
-    return run_cross_entropy(logits, targets, ignore_index, scoped_device(), grad=True)  # type: ignore[no-any-return]
+def _cross_entropy_with_grad(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:
+    return run_cross_entropy(logits, targets, ignore_index, op_device(device), grad=True)  # type: ignore[no-any-return]
 
 
 @_cross_entropy_with_grad.register_fake
-def _(logits: Tensor, targets: Tensor, ignore_index: int) -> tuple[Tensor, Tensor]:
+def _(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     check_cross_entropy(TensorMetadata("cross_entropy"), "cross_entropy", logits, targets)
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32), torch.empty_like(logits)
 
@@ -126,10 +126,11 @@ def _cross_entropy_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> N
 def _cross_entropy_grad(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
     logits, targets = ctx.saved_tensors
     grad_loss = grad.to(torch.float32).contiguous()
-    return torch.ops.kaio.cross_entropy_backward(logits, targets, grad_loss, ctx.ignore_index), None, None
+    return torch.ops.kaio.cross_entropy_backward(logits, targets, grad_loss, ctx.ignore_index,
+                                                 device=ctx.kaio_device), None, None
 
 
-torch.library.register_autograd("kaio::cross_entropy", _cross_entropy_grad, setup_context=_cross_entropy_setup)
+register_autograd("kaio::cross_entropy", _cross_entropy_grad, _cross_entropy_setup)
 
 
 def _with_grad_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
@@ -144,6 +145,4 @@ def _with_grad_grad(ctx: Any, grad_loss: Tensor, _grad_dlogits: Any) -> tuple[Te
     return dlogits * grad_loss.unsqueeze(-1).to(dlogits.dtype), None, None
 
 
-torch.library.register_autograd(
-    "kaio::cross_entropy_with_grad", _with_grad_grad, setup_context=_with_grad_setup
-)
+register_autograd("kaio::cross_entropy_with_grad", _with_grad_grad, _with_grad_setup)
