@@ -62,7 +62,6 @@ from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.traits import (
     HasParent,
-    IsolatedFromAbove,
     IsTerminator,
     MemoryReadEffect,
     MemoryWriteEffect,
@@ -71,6 +70,8 @@ from xdsl.traits import (
 )
 from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
+
+from kaio.dialects.isolated_from_above import IsolatedFromAbove
 
 SHARED_SPACE = 3  # PTX/NVVM address space number of shared memory
 

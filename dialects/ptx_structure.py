@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
+from kaio.dialects.isolated_from_above import IsolatedFromAbove
 from kaio.dialects.ptx_base import (
     TYPE_BITS,
     RegName,
@@ -29,7 +30,7 @@ from xdsl.irdl import (
     region_def,
     traits_def,
 )
-from xdsl.traits import IsolatedFromAbove, NoTerminator, SymbolOpInterface
+from xdsl.traits import NoTerminator, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
 # --------------------------------------------------------------------------- structure

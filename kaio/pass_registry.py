@@ -61,6 +61,14 @@ def _factory(cls: type[ModulePass]) -> PassFactory:
     return lambda: cls
 
 
+def _kaio_canonicalize() -> type[ModulePass]:
+    """kaio's ``canonicalize`` (:mod:`kaio.passes.canonicalize`): the name stays xDSL's in
+    kaio-opt's universe, where a second definition of it is an error."""
+    from kaio.passes.canonicalize import CanonicalizePass
+
+    return CanonicalizePass
+
+
 @cache
 def _discovered_passes() -> dict[str, PassFactory]:
     """xDSL's passes, kaio's, then the entry points' (the first of a name wins, as in kaio-opt).
@@ -70,6 +78,7 @@ def _discovered_passes() -> dict[str, PassFactory]:
     from kaio.passes import get_all_passes
 
     found: dict[str, PassFactory] = {**xdsl_passes(), **get_all_passes()}
+    found["canonicalize"] = _kaio_canonicalize  # xDSL's rewrites, its per-class look-ups kept
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         if entry.value.startswith("kaio."):
             continue  # kaio's own universe: already in

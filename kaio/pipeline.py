@@ -175,11 +175,11 @@ def as_pipeline(pipeline: Any, what: str = "pipeline") -> Pipeline:
 def kernel_pipeline(arch: str) -> Pipeline:
     """The default pipeline of a ``@kaio.gpu_kernel``: clean up, vectorize, lower to PTX, the
     scalar passes (:data:`SCALAR_STAGE`; an arch kaio does not know: KaioTargetError)."""
-    from xdsl.transforms.canonicalize import CanonicalizePass
     from xdsl.transforms.common_subexpression_elimination import (
         CommonSubexpressionElimination,
     )
 
+    from kaio.passes.canonicalize import CanonicalizePass
     from kaio.passes.lower_to_ptx import LowerToPtxPass
     from kaio.passes.vectorize_loads import VectorizeLoadsPass
     from kaio.targets.ptx.arch import get_arch

@@ -1,0 +1,83 @@
+"""``canonicalize``: xDSL's canonicalization pass, with what depends only on an op's class
+looked up once per class.
+
+xDSL's pass asks, for every op it visits (~800 visits in a matmul's tile IR), whether the op's
+class folds, is constant-like and which canonicalization patterns its traits give, and builds
+those patterns again each time: a third of the pass. Traits belong to the class, so the
+answers are kept per class for the pass's run; the walk, the order of the rewrites (dead-code
+removal, then folding, then the patterns in the traits' order) and so the result are xDSL's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from xdsl.context import Context
+from xdsl.dialects import builtin
+from xdsl.folder import Folder
+from xdsl.ir import Operation
+from xdsl.passes import ModulePass
+from xdsl.pattern_rewriter import (
+    GreedyRewritePatternApplier,
+    PatternRewriter,
+    PatternRewriteWalker,
+    RewritePattern,
+)
+from xdsl.traits import ConstantLike, HasCanonicalizationPatternsTrait, HasFolder
+from xdsl.transforms.dead_code_elimination import is_trivially_dead, region_dce
+
+
+def _class_patterns(cls: type[Operation]) -> RewritePattern | None:
+    """What xDSL's ``CanonicalizationRewritePattern`` applies to an op of ``cls``: its one
+    pattern, or a greedy applier over several (or none: it still removes dead ops)."""
+    traits = cls.get_traits_of_type(HasCanonicalizationPatternsTrait)
+    if not traits:
+        return None
+    patterns = tuple(pattern for trait in traits for pattern in trait.get_patterns(cls))
+    if len(patterns) == 1:
+        return patterns[0]
+    return GreedyRewritePatternApplier(list(patterns))
+
+
+@dataclass(eq=False)
+class _Canonicalizer(RewritePattern):
+    """Dead-code removal, folding and the canonicalization patterns of an op's traits, as
+    xDSL's ``GreedyRewritePatternApplier([CanonicalizationRewritePattern()], folding_enabled=True)``."""
+
+    folder: Folder
+    _folds: dict[type[Operation], bool] = field(default_factory=dict[type[Operation], bool])
+    _patterns: dict[type[Operation], RewritePattern | None] = field(
+        default_factory=dict[type[Operation], RewritePattern | None]
+    )
+
+    def match_and_rewrite(self, op: Operation, rewriter: PatternRewriter, /) -> None:
+        if is_trivially_dead(op):
+            rewriter.erase(op)
+            return
+        cls = type(op)
+        folds = self._folds.get(cls)
+        if folds is None:  # constant ops are not folded: they would fold into themselves forever
+            folds = self._folds[cls] = cls.has_trait(HasFolder, value_if_unregistered=False) and not cls.has_trait(
+                ConstantLike, value_if_unregistered=True
+            )
+        if folds:
+            folded = self.folder.try_fold(op)
+            if folded is not None:
+                values, new_ops = folded
+                rewriter.replace(op, new_ops=new_ops, new_results=values)
+                return
+        if cls in self._patterns:
+            pattern = self._patterns[cls]
+        else:
+            pattern = self._patterns[cls] = _class_patterns(cls)
+        if pattern is not None:
+            pattern.match_and_rewrite(op, rewriter)
+
+
+class CanonicalizePass(ModulePass):
+    """Applies all canonicalization patterns (xDSL's ``canonicalize``)."""
+
+    name = "canonicalize"
+
+    def apply(self, ctx: Context, op: builtin.ModuleOp) -> None:
+        PatternRewriteWalker(_Canonicalizer(Folder(ctx)), post_walk_func=region_dce).rewrite_module(op)
