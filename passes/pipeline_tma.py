@@ -4,7 +4,9 @@
 Where ``pipeline-cp-async`` has every thread copy 16 bytes at a time, one thread here asks the
 TMA unit for whole boxes: the copy of a ``rows x cols`` tile into a ``wgmma``-layout buffer
 is one ``cp.async.bulk.tensor`` per column panel (the box is the panel: S bytes wide, ``rows``
-high, swizzled by the hardware with the S-byte pattern the layout already is). Completion is
+high, swizzled by the hardware with the S-byte pattern the layout already is), or a single one
+of a rank-3 box (panel, rows, panels) where the tile's columns are whole panels of the tensor's
+(``tensor_map_views``: a paneled map). Completion is
 counted in bytes on the stage's mbarrier, which is why no thread waits for more than the data
 it reads, and boxes past the tensor's edges read as zero, like the view's bounds.
 
@@ -77,7 +79,8 @@ log = logging.getLogger("kaio.passes")
 
 @dataclass
 class TmaCopy:
-    """How one tile copy becomes TMA boxes: one per ``span``-byte column panel."""
+    """How one tile copy becomes TMA boxes: one per ``span``-byte column panel, or one for all
+    of them where the operand's map is paneled (``mapped.panels_per_box``)."""
 
     copy: smem.CopyOp
     mapped: MappedView
@@ -89,10 +92,6 @@ class TmaCopy:
     @property
     def coords(self) -> tuple[SSAValue, ...]:
         return self.mapped.coords
-
-    @property
-    def panel_elems(self) -> int:
-        return self.span // self.elem_bytes
 
     @property
     def bytes(self) -> int:
@@ -108,10 +107,11 @@ def plan_copy(copy: smem.CopyOp, func: kernel.KernelFuncOp) -> TmaCopy | str:
     eb = dst.elem_bytes
     rows, cols = dst.tile
     span = dst.layout.panel_span(cols, eb)
-    mapped = map_view(copy.src.owner, func, rows, span, eb)
+    panels = cols * eb // span
+    mapped = map_view(copy.src.owner, func, rows, span, eb, merge_panels=panels)
     if isinstance(mapped, str):
         return mapped
-    return TmaCopy(copy, mapped, rows, span, cols * eb // span, eb)
+    return TmaCopy(copy, mapped, rows, span, panels, eb)
 
 
 def barrier_slot(ix: IndexBuilder, barriers: SSAValue, stage: SSAValue) -> SSAValue:
@@ -166,13 +166,12 @@ class _Issuer:
         bar = self.barrier(body, stage)
         body.b.insert(mbarrier.ArriveExpectTxOp(bar, body.const(self.total)))
         for plan, tmap in zip(self.plans, self.maps):
-            col, *outer = (mapping.get(v, v) for v in plan.coords)
+            coords = [mapping.get(v, v) for v in plan.coords]
             buffer = body.b.insert(smem.StageOp(self.rings[plan.copy.dst], stage)).result
             base = body.b.insert(smem.AddressOp(buffer)).result
-            for p in range(plan.panels):
+            for p in range(0, plan.panels, plan.mapped.panels_per_box):  # a box's panels land one after another
                 dst = body.add(base, body.const(p * plan.rows * plan.span)) if p else base
-                x = body.add(col, body.const(p * plan.panel_elems)) if p else col
-                body.b.insert(tma.LoadOp(tmap, [x, *outer], dst, bar))
+                body.b.insert(tma.LoadOp(tmap, plan.mapped.box_coords(body, coords, p), dst, bar))
 
 
 def _prepare(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.KernelFuncOp,

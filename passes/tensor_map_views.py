@@ -8,10 +8,20 @@ address and row stride are multiples of 16 bytes. A view of one group of S rows 
 them (row offset ``g * S + r``, row bound ``g * S + S``: attention's heads, split-K's partial
 tiles) gets a rank-3 map instead (columns, S rows, groups), so the group's bounds are the box's
 (:func:`split_batch`). ``pipeline-tma`` loads through such maps, ``store-tma`` stores.
+
+A box is at most one swizzle span wide (128 bytes: 64 f16), so a wider tile is several column
+panels. Where the view's column bound and column offset are proven multiples of the panel
+width, a copy can ask for a *paneled* map instead (``merge_panels``): the columns split in two
+dimensions, the panel's elements (stride 1) and the panel index (stride one span), with the
+rows between them, so one box (panel width, rows, panels) lands the panels one after another,
+each swizzled, exactly as the boxes of the 2-D map would (CUTLASS's multimode TMA copies
+describe a tile the same way). A ragged column bound keeps the 2-D map: there the last panel
+would read the next row's first elements where the 2-D map reads zeros past the bound.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from xdsl.dialects import arith
@@ -20,6 +30,8 @@ from xdsl.ir import BlockArgument, SSAValue
 
 from kaio.compiled import TensorMapParam
 from kaio.dialects import kernel, tile
+from kaio.passes.int_builder import IndexBuilder
+from kaio.passes.tile_layout import divisibility
 from kaio.passes.vectorize_loads import require_alignment
 
 MAX_BOX = 256  # elements per box dimension
@@ -97,20 +109,36 @@ class MappedView:
     view: tile.ViewOp
     tensor_map: TensorMapParam
     batch: Batch | None
+    panel_elems: int  # a panel's width in elements (the box's inner extent)
+    panels_per_box: int = 1  # > 1: a paneled map, whose one box is that many panels
 
     @property
     def coords(self) -> tuple[SSAValue, ...]:
-        """The box's first element, innermost (the column) first, read off the ops as they are
+        """The tile's first element, innermost (the column) first, read off the ops as they are
         now (a pass may have replaced their operands since the plan was made)."""
         row, col = self.view.offsets
         if self.batch is None:
             return (col, row)
         return (col, self.batch.within, self.batch.group)
 
+    def box_coords(self, ix: IndexBuilder, coords: Sequence[SSAValue], panel: int) -> list[SSAValue]:
+        """The coordinates of the box that starts at the tile's ``panel``-th column panel, from
+        :attr:`coords` (or values standing for them): the column moved by whole panels in a 2-D
+        map; in a paneled one the column is the panel index, after the rows, and the box starts
+        at the panel's first element."""
+        col, row, *outer = coords
+        if self.panels_per_box == 1:
+            return [ix.add(col, ix.const(panel * self.panel_elems)) if panel else col, row, *outer]
+        index = ix.div(col, ix.const(self.panel_elems))
+        return [ix.const(0), row, ix.add(index, ix.const(panel)) if panel else index, *outer]
 
-def map_view(view: object, func: kernel.KernelFuncOp, rows: int, span: int, elem_bytes: int) -> MappedView | str:
+
+def map_view(view: object, func: kernel.KernelFuncOp, rows: int, span: int, elem_bytes: int,
+             merge_panels: int = 1) -> MappedView | str:  # fmt: skip
     """The view as ``rows`` x ``span``-byte boxes (the span is the swizzle's too), or why no
-    tensor map can describe it."""
+    tensor map can describe it. ``merge_panels`` > 1: a tile that many panels wide, loaded as
+    one box of a paneled map where the view's column bound and offset allow it (see the module
+    doc; else the 2-D map's boxes, one a panel)."""
     if not isinstance(view, tile.ViewOp) or view.rank != 2:
         return "the source or destination is not a 2-D tile.view"
     array = view.array
@@ -129,13 +157,23 @@ def map_view(view: object, func: kernel.KernelFuncOp, rows: int, span: int, elem
     if cols_bound is None or ld is None:
         return "a view's column bound or row stride is not an expression of the kernel's scalar parameters"
     name = func.param_names.data[array.index].data
-    if rows_bound is not None:
-        return MappedView(view, TensorMapParam("", name, (cols_bound, rows_bound), (ld,), box, span), None)
-    if (batch := split_batch(row, view.bounds[0], func)) is not None:
-        size = batch.size
-        tmap = TensorMapParam("", name, (cols_bound, size, str(MAX_GROUPS)), (ld, f"({size} * {ld})"), (*box, 1), span)
-        return MappedView(view, tmap, batch)
-    return "a view's row bound is not an expression of the kernel's scalar parameters"
+    batch = None
+    if rows_bound is None:
+        batch = split_batch(row, view.bounds[0], func)
+        if batch is None:
+            return "a view's row bound is not an expression of the kernel's scalar parameters"
+        rows_bound = batch.size
+    # (extent, stride) of each dimension past the columns, innermost first
+    outer = [(rows_bound, ld)] + ([(str(MAX_GROUPS), f"({rows_bound} * {ld})")] if batch else [])
+    pe = box[0]
+    if merge_panels > 1 and merge_panels <= MAX_BOX and all(divisibility(v) >= pe for v in (view.bounds[1], view.offsets[1])):
+        outer.insert(1, (f"({cols_bound} // {pe})", str(pe)))  # the panels: one span apart
+        box, cols_bound = (pe, rows, merge_panels), str(pe)
+    else:
+        merge_panels = 1
+    dims = (cols_bound, *(e for e, _ in outer))
+    tmap = TensorMapParam("", name, dims, tuple(s for _, s in outer), (*box, *([1] if batch else [])), span)
+    return MappedView(view, tmap, batch, pe, merge_panels)
 
 
 def add_map_param(func: kernel.KernelFuncOp, mapped: MappedView) -> SSAValue:

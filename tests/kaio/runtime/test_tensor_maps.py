@@ -15,10 +15,11 @@ PARAMS = (KernelParam("a", dtypes.f16, True), KernelParam("m", dtypes.i32, False
 A_MAP = TensorMapParam("a_tmap", "a", ("k", "m"), ("(k + 8)",), (64, 128), 128)
 
 
-def test_expressions_take_parameters_integers_and_plus_minus_times():
+def test_expressions_take_parameters_integers_and_plus_minus_times_floor_divide():
     f = compile_expression("((k + 7) * 2 - -m)", ["a", "m", "k"])
     assert f([0, 3, 5]) == (5 + 7) * 2 + 3
-    for bad in ("k / 2", "k // 2", "x + 1", "abs(k)", "1.5", "k if m else 1"):
+    assert compile_expression("(k // 64)", ["a", "m", "k"])([0, 3, 320]) == 5  # a paneled map's panels
+    for bad in ("k / 2", "k % 2", "x + 1", "abs(k)", "1.5", "k if m else 1"):
         with pytest.raises(ValueError, match="not a tensor-map expression"):
             compile_expression(bad, ["a", "m", "k"])
 
@@ -28,6 +29,15 @@ def test_the_simulator_map_describes_the_tensor(dev):
     blob = TensorMapBuilder("mm", A_MAP, PARAMS, dev)([base, 100, 56])
     assert len(blob) == 128
     assert TensorMap.decode(blob) == TensorMap(base, 2, (56, 100), ((56 + 8) * 2,), (64, 128), 3)
+
+
+def test_a_paneled_map_splits_the_columns_in_panels(dev):
+    """(64 elements, rows, panels 128 bytes apart): the recipe pipeline-tma makes for a tile of
+    whole 128-byte panels, evaluated on the launch's values."""
+    paneled = TensorMapParam("b_tmap", "a", ("64", "m", "(k // 64)"), ("k", "64"), (64, 64, 4), 128)
+    base = dev.zeros(4096, np.uint8).ptr
+    blob = TensorMapBuilder("mm", paneled, PARAMS, dev)([base, 100, 320])
+    assert TensorMap.decode(blob) == TensorMap(base, 2, (64, 100, 5), (640, 128), (64, 64, 4), 3)
 
 
 def test_maps_are_remembered_per_argument_values(dev, monkeypatch):
