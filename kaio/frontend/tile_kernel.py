@@ -26,7 +26,10 @@ from kaio.frontend import tile_atomics  # noqa: F401  (registers kt.atomic_*)
 from kaio.frontend.values import ArrayRef, Scalar
 
 MAX_WARPS = 32
-MAX_DIVISOR = 16  # a launch's facts: (name, the power of two up to this dividing the argument)
+# a launch's facts: (name, the power of two up to this dividing the argument). 16 makes views
+# vectorise (Triton's divisibility); 64, a 128-byte swizzle span of 16-bit elements, lets a
+# tensor map load a tile several spans wide as one box (passes/tensor_map_views.py)
+MAX_DIVISOR = 64
 
 
 class TileKernel(GpuKernel):
@@ -56,7 +59,8 @@ class TileKernel(GpuKernel):
 
     def arg_specialization(self, runtime: Any) -> tuple[tuple[str, int], ...]:
         """What a launch specializes on besides constexprs (as Triton does): the largest power
-        of two up to 16 dividing each 32-bit integer argument, so views on them vectorise. (The
+        of two up to 64 dividing each 32-bit integer argument, so views on them vectorise and
+        tensor maps take wide tiles in one box (:data:`MAX_DIVISOR`). (The
         launch adds the base alignment of each array argument below 16 bytes: see
         :meth:`_bind_facts`.)"""
         facts = []

@@ -60,11 +60,11 @@ def test_a_specialized_compile_is_what_the_launch_ran(dev, rng):
 
 def test_specializations_lists_each_launch_and_last_compiled_follows_the_latest(dev, rng):
     kernel = tripled.with_options()
-    run_tripled(kernel, dev, rng, 96)  # a multiple of 16
+    run_tripled(kernel, dev, rng, 96)  # a multiple of 32
     run_tripled(kernel, dev, rng, 30)  # of 2
     run_tripled(kernel, dev, rng, 96)  # the first again: no new specialization
     specs = kernel.specializations(dev)
-    assert [s.facts for s in specs] == [(("n", 16),), (("n", 2),)]
+    assert [s.facts for s in specs] == [(("n", 32),), (("n", 2),)]
     assert all(s.constexprs == {"B": 64} and s.compiled is not None for s in specs)
     assert kernel.last_compiled(dev) is specs[0].compiled
     run_tripled(kernel, dev, rng, 50, B=32)

@@ -340,6 +340,21 @@ def test_a_tma_kernel_gets_its_tensor_maps_from_the_driver(gpu: kaio.Device, fak
     assert [fake.tensor_maps[w[0]]["address"] for w in maps] == [c.ptr, a.ptr, b.ptr]
 
 
+def test_a_tile_of_whole_panels_gets_a_paneled_tensor_map(gpu: kaio.Device, fake: ValidatingDriver) -> None:
+    """n a multiple of 64: B's 64 x 256 tiles are one box of a rank-3 map (64 elements, k rows
+    n * 2 bytes apart, n / 64 panels 128 bytes apart), through the real binding's conversions
+    and the driver's documented requirements."""
+    from kaio.ops_library import matmul
+
+    gpu = kaio.Device(0, arch="sm_90a")
+    m, n, k = 128, 320, 72
+    a, b = gpu.zeros((m, k), np.float16), gpu.zeros((k, n), np.float16)
+    matmul(a, b, gpu.zeros((m, n), np.float32))
+    (b_map,) = [t for t in fake.tensor_maps.values() if t["address"] == b.ptr]
+    assert (b_map["dims"], b_map["strides"], b_map["box"]) == ([64, k, n // 64], [n * 2, 128], [64, 64, 4])
+    assert b_map["swizzle"] == "CU_TENSOR_MAP_SWIZZLE_128B" and b_map["oob"] == "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE"
+
+
 def _tensor_map_arguments(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """cuTensorMapEncodeTiled's arguments as Python values (enums by name, arrays as ints)."""
     kind, rank, base, dims, strides, box, steps, interleave, swizzle, l2, oob = args
