@@ -75,12 +75,22 @@ def _kaio_matmul(config: Any) -> Callable[[], Built]:
         import kaio
         from kaio import dtypes
 
-        kernel = MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), config, alpha_beta=(False, False))
+        kernel = MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), config, alpha_beta=(False, False),
+                              divisible=launch_facts(m=4096, n=4096, k=4096))  # fmt: skip
         c = kaio.compile(kernel, config_arch(config))
         warps = config.warps[0] * config.warps[1] + (4 if config.warp_specialize else 0)
         return Built(c.ptx, c.name, warps, c.shared_bytes + c.dynamic_shared_bytes)
 
     return build
+
+
+def launch_facts(**sizes: int) -> tuple[tuple[str, int], ...]:
+    """The facts a launch with these integer arguments specializes on (``kaio.tile_kernel``:
+    the largest power of two up to its cap dividing each), so a row is the kernel such a
+    launch runs."""
+    from kaio.frontend.tile_kernel import MAX_DIVISOR
+
+    return tuple((name, min(v & -v, MAX_DIVISOR)) for name, v in sizes.items())
 
 
 def config_arch(config: Any) -> str:
@@ -96,7 +106,7 @@ def _kaio_attention(arch: str, d: int, config: Any) -> Callable[[], Built]:
 
         kernel = configured_kernel(dtypes.f16, config)
         c = kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BD=d, CAUSAL=False,
-                         HAS_LENS=False, __divisible__=(("D", 16),))  # fmt: skip
+                         HAS_LENS=False, __divisible__=launch_facts(D=d))  # fmt: skip
         return Built(c.ptx, c.name, config.warps, c.shared_bytes + c.dynamic_shared_bytes)
 
     return build
