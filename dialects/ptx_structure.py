@@ -21,7 +21,7 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Region
+from xdsl.ir import Attribute, Block, Operation, Region
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -165,7 +165,7 @@ class CommentOp(IRDLOperation):
     assembly_format = "$text attr-dict"
 
     def __init__(self, text: str):
-        super().__init__(properties={"text": StringAttr(text)})
+        Operation.__init__(self, properties={"text": StringAttr(text)})  # as ptx.reg's: no IRDL re-check
 
     def ptx(self, reg: RegName, imm: RegName) -> str:
         return f"// {self.text.data}"

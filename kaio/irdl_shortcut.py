@@ -6,9 +6,9 @@ instructions that is three times the cost of their own checks, and a matmul's PT
 them. Most ops have a simple shape: operands (and results) that are single values with at most
 one variadic list among them, constraints that are base classes, type variables (``T``: the
 first value binds it, the others must equal it) or anything else without a variable inside,
-no regions or successors, no attribute definitions. For such a definition
-:func:`install_shortcut` replaces its ``verify`` with a direct check of the same facts, in the
-same order (counts, operand and result types, properties, traits). A failing op is re-checked
+no regions or successors, no attribute definitions, no options but ``ParsePropInAttrDict``.
+For such a definition :func:`install_shortcut` replaces its ``verify`` with a direct check of
+the same facts, in the same order (counts, operand and result types, properties, traits). A failing op is re-checked
 by the generic ``OpDef.verify``, so the error text is xDSL's own.
 """
 
@@ -22,6 +22,7 @@ from xdsl.irdl import (
     OpDef,
     OptionalDef,
     OptPropertyDef,
+    ParsePropInAttrDict,
     VarOperandDef,
     VarResultDef,
 )
@@ -153,7 +154,9 @@ def _shortcut(op_def: OpDef) -> Callable[[Operation], None] | None:
         or op_def.regions
         or op_def.successors
         or op_def.attributes
-        or op_def.options
+        # options shape the variadic segments, except this one, which only lets the text
+        # format read properties from the attribute dictionary
+        or any(type(o) is not ParsePropInAttrDict for o in op_def.options)
     ):
         return None
     required = tuple(

@@ -23,11 +23,13 @@ from xdsl.ir import Block, Operation, Region
 from xdsl.irdl import (
     IRDLOperation,
     OpDef,
+    ParsePropInAttrDict,
     VarConstraint,
     base,
     irdl_op_definition,
     operand_def,
     opt_prop_def,
+    prop_def,
     result_def,
     var_operand_def,
 )
@@ -262,3 +264,34 @@ def test_values_of_any_type_are_only_counted_and_agree_with_xdsl(cls: type[IRDLO
                 assert got == expected, (cls.name, n, results)
                 rejected += not got
     assert rejected > 0
+
+
+@irdl_op_definition
+class PropInAttrDictOp(IRDLOperation):
+    """An op whose text format reads its property from the attribute dictionary: an option
+    that does not touch verification."""
+
+    name = "test.prop_in_attr_dict"
+    a = operand_def(IntegerType)
+    out = result_def()
+    transposed = prop_def(IntegerAttr)
+    irdl_options = (ParsePropInAttrDict(),)
+
+
+def test_the_shortcut_covers_parse_prop_in_attr_dict_and_rejects_a_bad_property():
+    irdl_shortcut.install_shortcut(PropInAttrDictOp)
+    assert "verify" in vars(PropInAttrDictOp.get_irdl_definition())
+    block = Block(arg_types=[i32, f32])
+    for value in block.args:
+        for props in ({"transposed": IntegerAttr(1, i64)}, {"transposed": StringAttr("planted")}, {}):
+            op = PropInAttrDictOp.create(operands=[value], result_types=[i32], properties=props)
+            expected = generic_verdict(op)
+            try:
+                op.verify_()
+                got = True
+            except VerifyException:
+                got = False
+            assert got == expected, (value, props)
+    planted = PropInAttrDictOp.create(operands=[block.args[0]], result_types=[i32], properties={"transposed": StringAttr("x")})
+    with pytest.raises(VerifyException):
+        planted.verify_()
