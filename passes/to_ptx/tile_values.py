@@ -29,6 +29,7 @@ from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
 from kaio.passes.to_ptx.half_pairs import Lanes, lower_pair, worth_pairing
 from kaio.passes.to_ptx.kernel_ops import combine, linear_thread_id, shuffle
+from kaio.passes.to_ptx.reduce_scratch import reduce_slot
 from kaio.passes.to_ptx.shared_reuse import in_loop
 from kaio.passes.tile_layout import divisibility
 from kaio.passes.vectorize_loads import constant_int, require_alignment as record_alignment
@@ -91,6 +92,9 @@ def thread_base(em: PtxEmitter, dist: Distribution) -> list[SSAValue]:
     """This thread's base coordinate along each dim (computed once per kernel)."""
 
     def build(d: int) -> SSAValue:
+        whole = _one_run_of_thread_id(em, dist, d)
+        if whole is not None:
+            return whole
         terms = []
         for source, bits in (("laneid", dist.lane), ("warp", dist.warp)):
             picks = [(i, b[1]) for i, b in enumerate(bits) if b is not None and b[0] == d]
@@ -108,6 +112,21 @@ def thread_base(em: PtxEmitter, dist: Distribution) -> list[SSAValue]:
         return total  # type: ignore[return-value]
 
     return [em.invariant(("tile-base", dist.lane, dist.warp, d), lambda d=d: build(d)) for d in range(len(dist.shape))]
+
+
+def _one_run_of_thread_id(em: PtxEmitter, dist: Distribution, d: int) -> SSAValue | None:
+    """Dim ``d``'s base from the linear thread id, when its lane and warp bits are one run of
+    that id's bits (lane bit i is id bit i, warp bit j is id bit 5 + j): one shift and mask,
+    as if from one register, where separate lane and warp terms take a shift, mask and add
+    more (and a lane id register of their own). The mask stays (see ``build`` above)."""
+    picks = [(i, b[1]) for i, b in enumerate(dist.lane) if b is not None and b[0] == d]
+    picks += [(5 + j, b[1]) for j, b in enumerate(dist.warp) if b is not None and b[0] == d]
+    picks.sort()
+    if not picks or any(i - picks[0][0] != o - picks[0][1] for i, o in picks) or picks[-1][0] - picks[0][0] != len(picks) - 1:
+        return None
+    if all(i < 5 for i, _ in picks) or all(i >= 5 for i, _ in picks):
+        return None  # from one register already
+    return _bits_value(em, linear_thread_id(em), picks, 5 + _source_bits(em, "warp"))
 
 
 def owner_predicate(em: PtxEmitter, dist: Distribution) -> SSAValue | None:
@@ -1047,7 +1066,8 @@ def lower_reduce(em: PtxEmitter, op: tile.ReduceOp) -> None:
     warp_bits = [i for i, b in enumerate(dist.warp) if b is not None and b[0] == axis]
     if warp_bits:  # 3. across the warps holding the axis, through shared memory
         again = in_loop(op.parent_block())  # type: ignore[arg-type]
-        partial = _across_warps(em, dist, axis, warp_bits, partial, kind, t, again)
+        scratch, barrier_first = reduce_slot(em, op, lambda r: _scratch_bytes(em, r))
+        partial = _across_warps(em, dist, axis, warp_bits, partial, kind, t, scratch, barrier_first, again)
     if isinstance(op.result.type, TensorType):
         out_dist = distribution(em, op.result.type)
         em.bind(op.result, [partial[off] for off in out_dist.offsets])
@@ -1071,33 +1091,44 @@ def _product(op: tile.ReduceOp) -> arith.MulfOp | None:
 STREAMING_USERS[tile.ReduceOp] = lambda em, op: _product(op) is not None  # type: ignore[assignment]
 
 
+def _scratch_bytes(em: PtxEmitter, op: tile.ReduceOp) -> int | None:
+    """The shared bytes ``op``'s warps' partials take (None: the reduction stays in a warp)."""
+    dist = distribution(em, op.input.type)
+    axis = op.axis.value.data
+    warp_bits = [b for b in dist.warp if b is not None and b[0] == axis]
+    if not warp_bits:
+        return None
+    rest = [s for d, s in enumerate(dist.shape) if d != axis]
+    return (1 << len(warp_bits)) * math.prod(rest) * element_bytes(op.input.type.element_type)  # type: ignore[attr-defined]
+
+
 def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list[int],
                   partial: dict[tuple[int, ...], SSAValue], kind: object, t: Attribute,
-                  again: bool) -> dict[tuple[int, ...], SSAValue]:  # fmt: skip
-    """The warps' partial results through a shared scratch of this reduction's own: one barrier
-    between the writes and the reads, and (``again``: the reduction is in a loop) one after the
-    reads, before the next iteration writes the scratch again. Nothing else touches the scratch,
-    so there is nothing to wait for before the first write."""
+                  scratch: SSAValue, barrier_first: bool, again: bool) -> dict[tuple[int, ...], SSAValue]:  # fmt: skip
+    """The warps' partial results through ``scratch``, this reduction's half of the kernel's
+    reduce scratch (``reduce_scratch``): one barrier between the writes and the reads, and
+    (``again``: the reduction is in a loop) one after the reads, before the next iteration
+    writes the half again. The barrier of the reduction before orders the writes after the
+    reads of the one before that (the same half); ``barrier_first``: that may not hold (each
+    half read on some path since the last barrier), so one comes first."""
     eb = element_bytes(t)
     rest = [s for d, s in enumerate(dist.shape) if d != axis]
     count = math.prod(rest) if rest else 1
     groups = 1 << len(warp_bits)
-    scratch = em.shared("reduce", groups * count * eb, 16)
     warp = _warp_id(em)
     picks = [(i, n) for n, i in enumerate(warp_bits)]
     slot = em.invariant(("reduce-slot", tuple(warp_bits)), lambda: _bits_value(em, warp, picks, _source_bits(em, "warp")))
     base = thread_base(em, dist)
     rest_base = [b for d, b in enumerate(base) if d != axis]
-    # the lanes holding the axis hold the same total now: one writes it
-    axis_lanes = sum(1 << i for i, b in enumerate(dist.lane) if b is not None and b[0] == axis)
-    dup_lanes = sum(1 << i for i, b in enumerate(dist.lane) if b is None)
+    # the lanes holding the axis (and lanes holding copies) hold the same total now, bit for bit
+    # (each butterfly step combines the same two values, in either order), at the same address:
+    # all of them store it, one instruction, no lane test. Warps holding copies would be
+    # separate stores to one address: only the first of them writes.
     dup_warps = sum(1 << i for i, b in enumerate(dist.warp) if b is None)
-    preds = []
-    for mask, reg in ((axis_lanes | dup_lanes, em.special("laneid")), (dup_warps, warp)):
-        if mask:
-            bits = em.instr(ptx.AndOp, "b32", [reg, em.const(mask, i32)], i32)
-            preds.append(em.instr(ptx.SetpOp, "eq.u32", [bits, em.const(0, i32)], i1))
-    writer = and_pred(em, preds)
+    writer = None
+    if dup_warps:
+        bits = em.instr(ptx.AndOp, "b32", [warp, em.const(dup_warps, i32)], i32)
+        writer = em.instr(ptx.SetpOp, "eq.u32", [bits, em.const(0, i32)], i1)
 
     def address(k: tuple[int, ...], group: SSAValue | int) -> SSAValue:
         linear = em.const(0, i32)
@@ -1108,6 +1139,8 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
         return em.instr(ptx.MadOp, "lo.s32", [linear, em.const(eb, i32), scratch], i32)
 
     spec = mem_spec(t) if t != f32 else "f32"
+    if barrier_first:
+        em.barrier()
     for k, v in partial.items():
         em.emit(ptx.StOp(f"shared.{spec}", [address(k, slot), v], guard=writer))  # type: ignore[arg-type]
     em.barrier()

@@ -163,12 +163,21 @@ def test_unaligned_rows_are_kept_whole_only_as_long_as_their_registers_allow(dty
 
 
 # SASS instructions per element of Triton 3's one-row kernels (benchmarks/triton_kernels.py) for
-# f16 rows of 4096 on sm_80, as benchmarks/codegen.py measures them: kaio's may not exceed them
-TRITON_PER_ELEMENT = {"rms_norm": 10.0, "layer_norm": 15.75, "softmax": 17.3125}
+# f16 rows of 4096, as benchmarks/codegen.py measures them, and kaio's own (at or below them): a
+# change that adds an instruction to a row kernel shows here
+TRITON_PER_ELEMENT = {
+    "sm_80": {"rms_norm": 10.0, "layer_norm": 15.75, "softmax": 17.3125},
+    "sm_90a": {"rms_norm": 10.4375, "layer_norm": 16.25, "softmax": 17.5},
+}
+KAIO_PER_ELEMENT = {
+    "sm_80": {"rms_norm": 9.6875, "layer_norm": 15.5, "softmax": 16.5},
+    "sm_90a": {"rms_norm": 10.4375, "layer_norm": 16.25, "softmax": 16.875},
+}
 
 
-@pytest.mark.parametrize("op", sorted(TRITON_PER_ELEMENT))
-def test_f16_rows_of_4096_take_no_more_sass_per_element_than_triton(op):
+@pytest.mark.parametrize("arch", sorted(TRITON_PER_ELEMENT))
+@pytest.mark.parametrize("op", sorted(TRITON_PER_ELEMENT["sm_80"]))
+def test_f16_rows_of_4096_take_no_more_sass_per_element_than_triton(op, arch):
     from kaio.targets.ptx import sass
 
     if not sass.tools_available():
@@ -180,11 +189,15 @@ def test_f16_rows_of_4096_take_no_more_sass_per_element_than_triton(op):
         "softmax": (softmax_kernel(t), {"LOG": False}),
     }[op]
     b = rowops.blocks(8192, 4096)
-    c = compiled(kernel, "sm_80", {"R": b.rows, "C": b.cols, "SINGLE": b.single, **extra},
+    c = compiled(kernel, arch, {"R": b.rows, "C": b.cols, "SINGLE": b.single, **extra},
                  (("cols", 16), ("rows", 16)), b.warps)  # fmt: skip
-    report = sass.analyze(c.ptx, "sm_80")[c.name]
+    report = sass.analyze(c.ptx, arch)[c.name]
     assert report.spill_bytes == 0
     opcodes = [i.opcode for i in report.instructions]
     if op != "softmax":  # masks preset (no select after a load), no division's slow-path call
         assert not [o for o in opcodes if o.startswith(("SEL", "CALL"))]
-    assert report.counts["total"] * b.warps * 32 / 4096 <= TRITON_PER_ELEMENT[op]
+    # the statistics' cross-warp reductions share one scratch (one symbol, one address to build)
+    assert len([line for line in c.ptx.splitlines() if line.strip().startswith(".shared")]) == 1
+    assert "%laneid" not in c.ptx  # a thread's columns are one run of tid.x's bits
+    per_element = report.counts["total"] * b.warps * 32 / 4096
+    assert per_element <= KAIO_PER_ELEMENT[arch][op] <= TRITON_PER_ELEMENT[arch][op]

@@ -1,8 +1,10 @@
 """Row reductions across warps and range masks, as ``lower-to-ptx`` emits them.
 
-A reduction across warps goes through a shared scratch of its own: one barrier between the
-warps' writes and the reads, and a second one only when the reduction is in a loop (the next
-iteration writes the scratch again). A mask ``kt.arange(C) < n`` with n known a multiple of g
+A reduction across warps goes through the kernel's one reduce scratch, in two halves used in
+turn (``reduce_scratch``): one barrier between the warps' writes and the reads, which also
+orders the reads of the reduction before it (the other half) before the writes of the one after
+it (the same half); a second one when the reduction is in a loop (the next iteration writes
+its half again), or before the writes when each half may still be read (branches). A mask ``kt.arange(C) < n`` with n known a multiple of g
 is one predicate per g consecutive elements of a thread. Checked on the simulator with its
 shared-memory race checker, against numpy, with planted bugs that must be caught."""
 
@@ -14,7 +16,7 @@ import pytest
 import kaio
 import kaio.tile as kt
 from kaio.errors import KaioMemoryError
-from kaio.passes.to_ptx import tile_values
+from kaio.passes.to_ptx import reduce_scratch, tile_values
 from kaio.prelude import Array, MutArray, f16, f32, i32
 
 C = 1024  # 4 warps of 32 lanes x 8 consecutive elements: every row reduction crosses warps
@@ -132,3 +134,108 @@ def test_a_sum_of_products_accumulates_by_fma(dev, rng):
     kernel[1](dev.alloc_from(x), out, rows, cols)
     np.testing.assert_allclose(out.to_host()[:rows], (x.astype(np.float64) ** 2).sum(1), rtol=1e-5)
     assert np.isnan(out.to_host()[3])  # row 3 is outside: never written
+
+
+def _three_reductions():  # type: ignore[no-untyped-def]
+    """Fresh kernels with three reductions in sequence, and with one under an ``if``."""
+
+    @kaio.tile_kernel(num_warps=4)
+    def centred_spread(x: Array[f32], out: MutArray[f32], cols: i32, B: kaio.constexpr = C):
+        t = kt.load(x, (0, 0), (1, B), (1, cols))
+        inside = kt.expand_dims(kt.arange(B) < cols, 0)
+        mean = kt.sum(t, 1) / f32(cols)
+        top = kt.max(t, 1)  # of the row and the zeros after it
+        d = kt.where(inside, t - kt.expand_dims(mean, 1), 0.0)
+        kt.store(out, (0,), kt.sum(d * d, 1) + top, (1,))
+
+    @kaio.tile_kernel(num_warps=4)
+    def maybe_max(x: Array[f32], out: MutArray[f32], cols: i32, flag: i32, B: kaio.constexpr = C):
+        t = kt.load(x, (0, 0), (1, B), (1, cols))
+        s = kt.sum(t, 1)
+        if flag > 0:
+            s = s + kt.max(t, 1)
+        kt.store(out, (0,), kt.sum(t * kt.expand_dims(s, 1), 1), (1,))
+
+    return centred_spread, maybe_max
+
+
+def _spread(dev: kaio.Device, kernel: object, rng: np.random.Generator, cols: int) -> None:
+    x = rng.standard_normal(cols).astype(np.float32)
+    out = dev.alloc_from(np.full(1, np.nan, np.float32))
+    kernel[1](dev.alloc_from(x), out, cols)  # type: ignore[index]
+    want = ((x.astype(np.float64) - x.mean()) ** 2).sum() + max(x.max(), 0.0)
+    np.testing.assert_allclose(out.to_host()[0], want, rtol=1e-4, atol=1e-4)
+
+
+def _maybe(dev: kaio.Device, kernel: object, rng: np.random.Generator, cols: int, flag: int) -> None:
+    x = rng.standard_normal(cols).astype(np.float32)
+    out = dev.alloc_from(np.full(1, np.nan, np.float32))
+    kernel[1](dev.alloc_from(x), out, cols, flag)  # type: ignore[index]
+    s = x.astype(np.float64).sum() + (max(x.max(), 0.0) if flag > 0 else 0.0)
+    np.testing.assert_allclose(out.to_host()[0], (x * s).sum(), rtol=1e-4, atol=1e-3)
+
+
+def _reduce_decls(ptx: str) -> list[str]:
+    return [line.strip() for line in ptx.splitlines() if ".shared" in line and "reduce" in line]
+
+
+def test_reductions_in_sequence_share_one_scratch_in_halves_without_extra_barriers(dev, rng):
+    centred_spread, _ = _three_reductions()
+    ptx = kaio.compile(centred_spread, "sm_90a").ptx
+    assert _reduce_decls(ptx) == [".shared .align 16 .b8 centred_spread_reduce[32];"]  # 2 x 4 warps x 4 bytes
+    assert ptx.count("bar.sync") == 3  # the reductions' own
+    _spread(dev, centred_spread, rng, 1000)
+
+
+def test_planted_one_half_reused_without_a_barrier_races(dev, rng, monkeypatch):
+    """Every reduction on half 0 and no barrier first: the second's writes race the first's reads."""
+    monkeypatch.setenv("KAIO_CACHE", "0")
+    plan = reduce_scratch.plan_reductions
+
+    def one_half(root, needs):  # type: ignore[no-untyped-def]
+        p = plan(root, needs)
+        return reduce_scratch.ReducePlan({op: reduce_scratch.ScratchSlot(0, False) for op in p.slots}, p.half_bytes, 1)
+
+    monkeypatch.setattr(reduce_scratch, "plan_reductions", one_half)
+    centred_spread, _ = _three_reductions()
+    assert kaio.compile(centred_spread, "sm_80").ptx.count("bar.sync") == 3
+    with pytest.raises(KaioMemoryError, match="race"):
+        _spread(dev, centred_spread, rng, 1000)
+
+
+def test_with_one_half_each_reduction_waits_before_writing(dev, rng, monkeypatch):
+    monkeypatch.setenv("KAIO_CACHE", "0")
+    monkeypatch.setattr(reduce_scratch, "HALVES", 1)
+    centred_spread, _ = _three_reductions()
+    ptx = kaio.compile(centred_spread, "sm_80").ptx
+    assert _reduce_decls(ptx) == [".shared .align 16 .b8 centred_spread_reduce[16];"]
+    assert ptx.count("bar.sync") == 5  # the first reduction finds its half clean
+    _spread(dev, centred_spread, rng, 1000)
+
+
+def test_after_an_if_that_may_read_either_half_a_barrier_comes_first(dev, rng, monkeypatch):
+    """The ``if`` reads half 1, the path around it half 0: the last sum has no clean half."""
+    monkeypatch.setenv("KAIO_CACHE", "0")
+    plan, plans = reduce_scratch.plan_reductions, []
+    monkeypatch.setattr(reduce_scratch, "plan_reductions", lambda root, needs: plans.append(plan(root, needs)) or plans[-1])
+    _, maybe_max = _three_reductions()
+    assert kaio.compile(maybe_max, "sm_80").ptx.count("bar.sync") == 4
+    assert [(s.half, s.barrier_first) for s in plans[0].slots.values()] == [(0, False), (1, False), (0, True)]
+    for flag in (1, 0):
+        _maybe(dev, maybe_max, rng, 1000, flag)
+
+
+def test_planted_without_the_barrier_after_the_if_the_path_around_it_races(dev, rng, monkeypatch):
+    monkeypatch.setenv("KAIO_CACHE", "0")
+    plan = reduce_scratch.plan_reductions
+
+    def no_barrier(root, needs):  # type: ignore[no-untyped-def]
+        p = plan(root, needs)
+        slots = {op: reduce_scratch.ScratchSlot(s.half, False) for op, s in p.slots.items()}
+        return reduce_scratch.ReducePlan(slots, p.half_bytes, p.halves)
+
+    monkeypatch.setattr(reduce_scratch, "plan_reductions", no_barrier)
+    _, maybe_max = _three_reductions()
+    _maybe(dev, maybe_max, rng, 1000, 1)  # through the if: its barrier orders the reuse
+    with pytest.raises(KaioMemoryError, match="race"):
+        _maybe(dev, maybe_max, rng, 1000, 0)

@@ -1,0 +1,113 @@
+"""One shared scratch for every cross-warp reduction of a kernel, in two halves used in turn.
+
+A reduction across warps goes through shared memory: each warp writes its partial result, a
+block barrier, then every thread reads all the warps' partials (``tile_values._across_warps``).
+Giving each reduction a buffer of its own costs, besides the bytes, the buffer's address: on a
+cluster-capable arch (sm_90) ptxas builds every ``.shared`` symbol's address from
+``SR_CgaCtaId``, once per symbol. One declaration serves all reductions here, and its two
+halves alternate so that the barrier each reduction already has orders the reuse:
+
+    reduction 1 writes half 0, barrier, reads half 0
+    reduction 2 writes half 1, barrier, reads half 1    <- every thread is past its reads of half 0
+    reduction 3 writes half 0, ...
+
+A reduction may write a half once every thread's earlier reads of it are done, that is when a
+block barrier lies on every path from those reads to the write. The plan walks the kernel in
+program order with the set of halves possibly read since the last such barrier ("dirty"); a
+reduction takes a clean half, or (both dirty: branches that each read one) waits at a barrier of
+its own first. A region (a loop body, an ``scf.if`` without ``else``) may not run, so what its
+barriers clean does not count after it, while what it reads does; of an ``if`` and its ``else``
+one runs, so either's state may follow. A reduction in a loop already ends with
+a barrier (the next iteration writes its half again), so nothing a loop body reads is dirty at
+its end and the back edge adds nothing: one pass in program order is the whole analysis.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from xdsl.dialects import scf
+from xdsl.dialects.builtin import i32
+from xdsl.ir import Block, SSAValue
+
+from kaio.dialects import ptx, tile
+from kaio.passes.to_ptx.emitter import PtxEmitter
+from kaio.passes.to_ptx.shared_reuse import in_loop
+
+HALVES = 2
+ALIGN = 16
+
+
+@dataclass(frozen=True)
+class ScratchSlot:
+    """Where one reduction's partials go: ``half`` of the kernel's reduce scratch, and whether
+    a barrier must come before the writes (both halves may still be read)."""
+
+    half: int
+    barrier_first: bool
+
+
+@dataclass(frozen=True)
+class ReducePlan:
+    slots: dict[tile.ReduceOp, ScratchSlot]
+    half_bytes: int  # each half: the largest reduction's partials, rounded up to ALIGN
+    halves: int  # halves in use (1 when no reduction needs the second)
+
+
+def plan_reductions(root: Block, needs: Callable[[tile.ReduceOp], int | None]) -> ReducePlan:
+    """The slot of every reduction under ``root`` that ``needs`` shared bytes (None: it stays
+    within a warp), by the walk the module doc describes."""
+    slots: dict[tile.ReduceOp, ScratchSlot] = {}
+    widest = 0
+
+    def walk(block: Block, dirty: frozenset[int]) -> frozenset[int]:
+        nonlocal widest
+        for op in block.ops:
+            nbytes = needs(op) if isinstance(op, tile.ReduceOp) else None
+            if nbytes is not None:
+                assert isinstance(op, tile.ReduceOp)
+                widest = max(widest, nbytes)
+                clean = [h for h in range(HALVES) if h not in dirty]
+                slots[op] = ScratchSlot(clean[0] if clean else 0, not clean)
+                # its reads leave its half dirty, unless the loop's barrier after them cleans it
+                dirty = frozenset() if in_loop(block) else frozenset({slots[op].half})
+                continue
+            if not op.regions:
+                continue
+            ends = [walk(inner, dirty) for region in op.regions for inner in region.blocks]
+            # an scf.if runs one of its blocks (a missing else: none, the state before); any
+            # other region may not run at all
+            branches = isinstance(op, scf.IfOp) and len(ends) == 2
+            dirty = frozenset().union(*ends) if branches else dirty.union(*ends)
+        return dirty
+
+    walk(root, frozenset())
+    used = 1 + max((s.half for s in slots.values()), default=0)
+    return ReducePlan(slots, -(-widest // ALIGN) * ALIGN, used)
+
+
+_PLANS: weakref.WeakKeyDictionary[PtxEmitter, ReducePlan] = weakref.WeakKeyDictionary()
+
+
+def reduce_slot(em: PtxEmitter, op: tile.ReduceOp,
+                needs: Callable[[tile.ReduceOp], int | None]) -> tuple[SSAValue, bool]:  # fmt: skip
+    """The shared address of ``op``'s half of the kernel's reduce scratch (declared, with the
+    kernel's plan, on the first call) and whether a barrier must precede its writes."""
+    if em not in _PLANS:
+        _PLANS[em] = plan_reductions(em.func.body.block, needs)
+    plan = _PLANS[em]
+    slot = plan.slots[op]
+    if "reduce" not in em.scratch:
+        em.scratch["reduce"] = em.shared("reduce", plan.half_bytes * plan.halves, ALIGN)
+    base = em.scratch["reduce"]
+    if slot.half == 0:
+        return base, slot.barrier_first
+    offset = slot.half * plan.half_bytes
+    address = em.invariant(("reduce-half", slot.half),
+                           lambda: em.instr(ptx.AddOp, "u32", [base, em.const(offset, i32)], i32))  # fmt: skip
+    return address, slot.barrier_first
+
+
+__all__ = ["ReducePlan", "ScratchSlot", "plan_reductions", "reduce_slot"]
