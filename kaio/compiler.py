@@ -26,6 +26,7 @@ from kaio.dialects import kernel as kernel_dialect
 from kaio.dialects import ptx
 from kaio.dump_folders import dump_directory
 from kaio.errors import KaioCompileError, KaioError, KaioTypeError
+from kaio.ir_walk import ops_within
 from kaio.locations import print_with_locations
 from kaio.pass_manager import chained, run_pipeline, timing_table
 from kaio.pass_manager import kaio_context as kaio_context  # its home until the pass manager took it
@@ -139,8 +140,8 @@ def _check_pipeline_arch(pipeline: PassPipeline, arch_name: str) -> None:
 def _check_lowered(module: ModuleOp, pipeline: PassPipeline) -> None:
     """After the pipeline only PTX may be left: anything else has no printer and would vanish
     from the PTX silently (an empty pipeline leaves the whole kernel behind)."""
-    for op in module.walk():
-        if op is not module and not op.name.startswith("ptx."):
+    for op in ops_within(module)[1:]:
+        if not op.name.startswith("ptx."):
             last = pipeline.passes[-1].name if pipeline.passes else None
             where = f"after pass '{last}'" if last else "with an empty pipeline"
             raise KaioCompileError(
@@ -399,7 +400,7 @@ def lower_module(
     if entry.maxntid is not None:  # passes may add threads (a producer warpgroup): the entry's bound
         block_size = tuple(int(d) for d in entry.maxntid.get_values())  # type: ignore[assignment]
     sizes = {"ptx.shared": 0, "ptx.dynamic_shared": 0}
-    for op in entry.walk():
+    for op in ops_within(entry):
         if op.name in sizes:
             sizes[op.name] += op.size.value.data  # type: ignore[attr-defined]
     params = _with_alignment(params, entry)

@@ -23,6 +23,7 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from kaio.errors import KaioCompileError, KaioPipelineError
+from kaio.ir_walk import ops_within
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class OpRule:
     matches: Callable[[Operation], bool]
 
     def first(self, module: ModuleOp) -> Operation | None:
-        return next((op for op in module.walk() if op is not module and self.matches(op)), None)
+        return next((op for op in ops_within(module)[1:] if self.matches(op)), None)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass, PassPipeline
 
 from kaio.errors import KaioCompileError, KaioError, KaioPipelineWarning
+from kaio.ir_walk import ops_within
 from kaio.locations import print_with_locations
 from kaio.pass_contracts import check_postconditions, missing_work, op_text, order_problems
 from kaio.verifier import IncrementalVerifier
@@ -162,7 +163,7 @@ def kaio_context() -> Context:
 
 
 def _count_ops(module: ModuleOp) -> int:
-    return sum(1 for _ in module.walk())
+    return len(ops_within(module))
 
 
 def _verify(module: ModuleOp, what: str, verifier: IncrementalVerifier) -> None:

@@ -24,6 +24,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, ErasedSSAValue, Operation
 from xdsl.traits import NoTerminator
 
+from kaio.ir_walk import ops_of
 from kaio.irdl_shortcut import install_shortcut
 
 Fingerprint = tuple[object, ...]
@@ -103,7 +104,7 @@ class IncrementalVerifier:
                     raise ValueError("block parent pointer")
                 if block.first_op is None and single and not op.has_trait(NoTerminator):
                     raise ValueError("empty block in a single-block region")
-                for child in block.ops:
+                for child in ops_of(block):
                     count += 1
                     if child.parent is not block:
                         raise ValueError("op parent pointer")

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 from kaio.dialects import ptx
 from kaio.dialects.ptx_base import is_instr_class
+from kaio.ir_walk import ops_of
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i32, i64
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -42,8 +43,8 @@ _FIXED_SPECIALS = frozenset(
 def block_ops(block: Block) -> list[Operation]:
     """The block's ops, as a list taken in one walk: ``list(block.ops)`` walks the chain
     twice, since ``list`` asks for the length first and xDSL counts a block's ops by walking
-    them (a 2000-instruction entry: ~1 ms a call)."""
-    return list(iter(block.ops))
+    them (a 2000-instruction entry: ~1 ms a call); :func:`kaio.ir_walk.ops_of` follows the links."""
+    return ops_of(block)
 
 
 # Whether ops of a class are PTX instructions (the passes dispatch on exact types: an

@@ -28,6 +28,7 @@ from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from kaio.errors import KaioTargetError
+from kaio.ir_walk import ops_of, ops_within
 
 # .reg declarations in this order, as nvcc does
 _CLASS_ORDER = ("p", "rs", "r", "rd", "f", "fd")
@@ -60,7 +61,7 @@ class _Registers:
         self.inlined: set[Operation] = set()
         classes = ptx.REGISTER_CLASSES
         counts = self.counts
-        for op in entry.body.block.ops:
+        for op in ops_of(entry.body.block):
             if type(op) is ptx.ConstOp and not _needs_register(op):  # type: ignore[arg-type]
                 self.inlined.add(op)
                 continue
@@ -158,7 +159,7 @@ def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool, lines: _LineI
     regs = _Registers(entry)
     lines.current = None
     name = entry.sym_name.data
-    for op in entry.body.block.ops:  # dynamic shared memory is declared at module scope
+    for op in ops_of(entry.body.block):  # dynamic shared memory is declared at module scope
         if type(op) is ptx.DynamicSharedDeclOp:
             out.write(op.ptx(regs.reg, regs.imm) + "\n\n")
     params = ",\n".join(f"\t{_param_decl(n, t)}" for n, t in entry.params)
@@ -171,7 +172,7 @@ def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool, lines: _LineI
     for line in regs.declarations():
         out.write(line + "\n")
     body: list[str] = []
-    for op in entry.body.block.ops:
+    for op in ops_of(entry.body.block):
         kind = _kind(type(op))
         if kind is _Kind.SKIP or (kind is _Kind.CONST and op in regs.inlined):
             continue
@@ -206,7 +207,7 @@ def print_ptx(module: ModuleOp, arch: str, comments: bool = True) -> str:
     Raises KaioTargetError if an instruction needs a newer GPU than ``arch``.
     """
     target = get_arch(arch)
-    ops = list(module.walk())  # one walk for the requirements and the line table
+    ops = ops_within(module)  # one walk for the requirements and the line table
     needed = [req for op in ops if is_instr_class(type(op)) for req in spec_requirements(op)]  # type: ignore[arg-type]
     for req in needed:
         if not req.met_by(target.sm, target.arch_specific):
