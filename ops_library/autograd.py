@@ -10,9 +10,10 @@ A library op called with torch tensors goes through its ``torch.ops.kaio`` custo
   tensors that require grad, or one traced by ``torch.compile``, passes it to the custom op
   (:class:`DeviceOps`), and the op's backward launches its kernels on the same device; eager
   without grad, ``device=`` runs the op directly.
-* an op whose backward is not registered: a ``KaioTypeError`` at the call, naming the op,
-  instead of torch's error at ``backward()`` (or no error at all, had the op been run directly
-  as the custom op's implementation does).
+* an op whose backward is not registered: a ``KaioTypeError`` at the call, naming the op
+  (traced by ``torch.compile``: the cause of the compile error), instead of torch's error at
+  ``backward()`` (or no error at all, had the op been run directly as the custom op's
+  implementation does).
 
 Nothing here imports torch: whoever holds a tensor imported it.
 """
@@ -149,13 +150,14 @@ class DeviceOps:
 
 def route(namespace: Any, values: tuple[Any, ...], device: Any) -> Any:
     """What a library op called with torch ``values`` runs: ``namespace`` (``torch.ops.kaio``)
-    when no device is named and no grad is needed; :class:`DeviceOps` when grad is needed or
-    ``torch.compile`` traces the call (the device carried by the custom op's ``device``
-    argument); None (the op runs directly, on ``device``) when a device is named in eager mode
-    and no grad is needed."""
+    when no device is named and no grad is needed; :class:`DeviceOps` otherwise, eager with
+    grad or traced by ``torch.compile`` (the device carried by the custom op's ``device``
+    argument, the backward checked when grad is needed); None (the op runs directly, on
+    ``device``) when a device is named in eager mode and no grad is needed."""
     torch = sys.modules["torch"]
     if torch.compiler.is_compiling():  # traced: Dynamo needs the ops themselves
-        return namespace if device is None else DeviceOps(namespace, device_label(device))
+        grad = needs_grad(*values)
+        return namespace if device is None and not grad else DeviceOps(namespace, device_label(device), grad)
     if needs_grad(*values):
         return DeviceOps(namespace, device_label(device), grad=True)
     return namespace if device is None else None

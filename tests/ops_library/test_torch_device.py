@@ -182,3 +182,17 @@ def test_a_bad_device_is_the_same_kaio_error_eager_and_compiled(bad, error):
 def test_a_bad_label_passed_to_the_custom_op_is_refused():
     with pytest.raises(kaio.KaioTypeError, match="unknown device"):
         torch.ops.kaio.softmax(torch.randn(2, 8), device="bogus")
+
+
+def test_an_op_without_backward_is_refused_compiled_as_eagerly():
+    """With grad, a traced op that has no backward is the eager KaioTypeError (naming the op),
+    not torch's error when AOT autograd traces the backward."""
+    from kaio.ops_library import quantize_int8
+
+    x = torch.randn(4, 32, requires_grad=True)
+    eager = first_kaio_error(quantize_int8, x)
+    assert type(eager) is kaio.KaioTypeError and "quantize_int8: has no backward" in str(eager), eager
+    traced = first_kaio_error(compiled(quantize_int8), x)
+    assert type(traced) is kaio.KaioTypeError and str(traced).startswith(str(eager)), traced
+    q, _ = compiled(quantize_int8)(x.detach())  # without grad it compiles
+    assert q.dtype == torch.int8
