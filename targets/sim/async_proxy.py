@@ -17,26 +17,32 @@ what is needed to be at least as strict as the hardware:
   ``cp.async.bulk.wait_group[.read]`` that covers its group (the store reads shared memory
   and writes global memory then) or the end of the batch. A write to those bytes in between
   is an error naming both lines.
-* **proxy order** (the last generic write and the last generic read: thread, time, PC). A proxy
-  fence orders the *executing thread's* accesses: the PTX ISA's proxy causality order ("Memory
-  Consistency Model", "Causality order" for proxies) has a generic access X precede an async
-  access Y only through a proxy fence Z that X precedes in observation order and that precedes
-  Y; so another thread's fence orders X only once a synchronisation (a barrier, an mbarrier
-  wait) carried X to that thread before its fence. The model: a generic write at time t by
-  thread T is visible to an async read (wgmma operand, TMA store source) issued at time u by I
-  (a warpgroup: any of its threads) when T executed a ``fence.proxy.async`` covering shared
-  memory (plain, ``.shared::cta``, ``.shared::cluster``; ``.global`` does not, nor does
-  ``fence.mbarrier_init``) in (t, u), or a thread of I executed one after a barrier release or
-  mbarrier wait of its own that came after t (``synced``: an approximation that trusts the
-  release to have included T; whether T and I are ordered at all is the race check's). A
-  generic read or write then an async write (a bulk load into those bytes, checked at its issue:
-  it may land at any moment after) needs a fence by T or by the issuing thread in (t, u).
-  A missing fence is a ``KaioSimError``.
-  An async write then a generic read needs no fence: the mbarrier's phase completion orders it,
-  and a read before the copy landed is the in-flight error. Whether T and I are ordered at all
-  (a barrier between them) is the race check's business (``race.py``): with ``race_check`` on,
-  each async read is handed to it when it retires (a read by its warpgroup or thread that a
-  later write of another thread must be barrier-ordered after), and each bulk load at its issue.
+* **proxy order** (the last generic write, and the last generic read by each warp: thread,
+  time, PC). Whether one thread's access precedes another thread's point, and whether a proxy
+  fence lies between, is kept as vector clocks (``causality.py``): the PTX ISA's proxy causality
+  ("Memory Consistency Model", "Causality Order"; "fence": a bi-directional proxy fence takes
+  effect within its thread and composes with other synchronisation) has a generic access X
+  precede an async access Y only through a proxy fence Z with X before Z and Z before Y in base
+  causality order (program order, barriers, mbarrier arrive/wait). So a generic write by T then
+  an async read (wgmma operand, TMA store source) issued by I (a warpgroup: any of its threads)
+  needs a ``fence.proxy.async`` covering shared memory (plain, ``.shared::cta``,
+  ``.shared::cluster``; not ``.global``, nor ``fence.mbarrier_init``) by T after the write and
+  before the synchronisation that reaches I, or by a thread of I after a synchronisation that
+  ordered the write before it: CUTLASS's placement (every writer fences, then a barrier) and
+  Triton's (a barrier, then the issuing threads fence). A generic read or write then a bulk load
+  into those bytes (checked at its issue: it may land at any moment after) needs the same fence,
+  and, first, the access must precede the issue at all: a barrier, or an mbarrier the accessing
+  thread arrived at after it and the issuer waited on (a ring's "empty" barrier). Missing
+  either is a ``KaioSimError`` naming both lines and threads.
+* **landed** (``l_key``): the bulk load that last wrote each granule, its mbarrier and the phase
+  it completed in. An async write then a generic access needs no fence, but the accessing
+  thread must have observed that phase complete (its own successful wait, or a barrier or
+  mbarrier after a thread's wait): otherwise the bytes it reads are not guaranteed to be the
+  copy's, a ``KaioSimError``. A read before the copy landed at all is the in-flight error.
+  Whether T and I are ordered for a plain data race is the race check's business (``race.py``):
+  with ``race_check`` on, each async read is handed to it when it retires (a read by its
+  warpgroup or thread that a later write of another thread must be barrier-ordered after), and
+  each bulk load at its issue.
 * An mbarrier a bulk load completes on must have been initialised with a fence after the init
   by the initialising thread, before the copy is issued: ``fence.mbarrier_init.release.cluster``
   (CUTLASS's ``fence_barrier_init``) or a shared ``fence.proxy.async`` (the CUDA guide's).
@@ -46,7 +52,8 @@ copies a forced wait lands; the stores a bulk wait completes) a seeded adversari
 (``ctx.rng``) picks one at random.
 
 Cost: nothing for a kernel without async-proxy instructions (``ctx.async_proxy`` is None and
-every hook is behind an ``is None`` test); otherwise a few numpy operations per shared access.
+every hook is behind an ``is None`` test); otherwise a few numpy operations per shared access and
+per barrier (``causality.py``).
 """
 
 from __future__ import annotations
@@ -56,6 +63,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .causality import Causality
 from .faults import SimFault
 
 if TYPE_CHECKING:
@@ -70,6 +78,17 @@ _ASYNC_CLASSES = ("cp.async.bulk", "wgmma.m")
 
 def uses_async_proxy(entry: EntryInfo) -> bool:
     return any(op.klass.startswith(_ASYNC_CLASSES) for op in entry.ops)
+
+
+def state_bytes_per_cta(entry: EntryInfo, cta_threads: int, shared_bytes: int) -> int:
+    """What one CTA of a batch costs the async proxy (0 for a kernel that does not use it): per
+    granule of shared memory the records of ``AsyncProxy``, per thread its two vector clocks
+    (``causality.py``), so the simulator sizes its batches with them."""
+    if not shared_bytes or not uses_async_proxy(entry):
+        return 0
+    granules = -(-shared_bytes // entry.shared_granule)
+    warps = -(-cta_threads // 32)
+    return granules * (44 + 12 * warps) + cta_threads * (8 * cta_threads + 64)
 
 
 @dataclass
@@ -108,21 +127,27 @@ class AsyncProxy:
         self.landing = np.full(size, NONE, dtype=np.int32)  # id of the bulk load writing it
         self.readers = np.zeros(size, dtype=np.int32)  # async reads pending on it
         self.reader = np.full(size, NONE, dtype=np.int32)  # the latest of them (for messages)
-        # the last generic write and read of each granule: time, thread, pc
-        self.w_clock = np.full(size, NONE, dtype=np.int64)
+        # the last generic write of each granule, and its last generic read by each warp of the
+        # CTA (a refill must be ordered after every reader: one slot per warp keeps them apart
+        # for a few bytes per granule): time, thread, pc
+        self.w_clock = np.full(size, NONE, dtype=np.int32)
         self.w_thread = np.zeros(size, dtype=np.int32)
         self.w_pc = np.zeros(size, dtype=np.int32)
-        self.r_clock = np.full(size, NONE, dtype=np.int64)
-        self.r_thread = np.zeros(size, dtype=np.int32)
-        self.r_pc = np.zeros(size, dtype=np.int32)
-        # each thread's latest fences: fence.proxy.async (shared), fence.mbarrier_init
-        self.proxy_fence = np.full(ctx.n, NONE, dtype=np.int64)
+        warps = -(-ctx.cta_threads // 32)
+        self.r_clock = np.full((size, warps), NONE, dtype=np.int32)
+        self.r_thread = np.zeros((size, warps), dtype=np.int32)
+        self.r_pc = np.zeros((size, warps), dtype=np.int32)
+        self.warp = (ctx.ltid // 32).astype(np.int64)
+        # the bulk load that last wrote each granule (landed): its mbarrier (batch-wide key;
+        # NONE once a generic write replaced its bytes), the phase it completed in, thread, pc
+        self.l_key = np.full(size, NONE, dtype=np.int64)
+        self.l_phase = np.zeros(size, dtype=np.int32)
+        self.l_thread = np.zeros(size, dtype=np.int32)
+        self.l_pc = np.zeros(size, dtype=np.int32)
+        # each thread's latest fence.mbarrier_init (or shared proxy fence)
         self.init_fence = np.full(ctx.n, NONE, dtype=np.int64)
-        # each thread's latest synchronisation (barrier release, mbarrier wait that succeeded),
-        # and the latest one before its latest proxy fence: the generic writes of other threads
-        # that fence can order for this thread's async reads are the ones before it
-        self.synced = np.full(ctx.n, NONE, dtype=np.int64)
-        self.fence_synced = np.full(ctx.n, NONE, dtype=np.int64)
+        # who is ordered after whom, and which proxy fences lie between (causality.py)
+        self.causal = Causality(ctx)
         self.loads: dict[int, _Load] = {}
         self.reads: dict[int, _Read] = {}
         self.next_id = 0
@@ -183,30 +208,72 @@ class AsyncProxy:
                 extra={"other_ptx_line": self._line(read.pc)},
             )
 
-    def _unfenced(self, clock: np.ndarray, thread: np.ndarray, issuer_fence: int) -> np.ndarray:
-        """Generic accesses (time, thread) not ordered before now by a fence of theirs or one of
-        the async access's issuer (``issuer_fence``: the latest time it orders accesses before)."""
-        return (clock >= 0) & (self.proxy_fence[thread] <= clock) & (issuer_fence <= clock)
-
-    def _proxy_fault(self, thread: int, granule: int, generic: str, other_thread: int, other_pc: int, async_access: str, fencers: str) -> SimFault:
+    def _proxy_fault(self, thread: int, granule: int, generic: str, other_thread: int, other_pc: int, async_access: str) -> SimFault:
         line = self._line(other_pc)
         return SimFault(
             "sim",
             f"missing fence.proxy.async: a generic-proxy {generic} of shared memory by thread {other_thread} at PTX line "
             f"{line} is followed by an async-proxy {async_access} of the same bytes (at byte {self._byte(granule)}) with "
-            f"no fence.proxy.async in between by {fencers}",
+            f"no fence.proxy.async in between by the writing thread, nor by a thread that a barrier or an mbarrier "
+            f"wait ordered after that {generic} before its fence, on the way to the issuing thread (PTX ISA, causality order)",
             thread,
             extra={"other_ptx_line": line},
         )
+
+    def _unordered_fault(self, thread: int, granule: int, generic: str, other_thread: int, other_pc: int) -> SimFault:
+        line = self._line(other_pc)
+        return SimFault(
+            "sim",
+            f"bulk copy into shared memory (at byte {self._byte(granule)}) that thread {other_thread} accessed with a "
+            f"generic-proxy {generic} at PTX line {line}, which is not ordered before this copy's issue: the copy may land "
+            f"at any moment from now, so that {generic} must come before a barrier or an mbarrier arrive that the issuing "
+            f"thread {thread} waited on before it issued the copy",
+            thread,
+            self._byte(granule),
+            extra={"other_ptx_line": line},
+        )
+
+    def _check_landed(self, threads: np.ndarray, granules: np.ndarray, access: str, any_of: np.ndarray | None = None) -> None:
+        """Bytes a bulk load wrote are visible to the threads that observed its mbarrier phase
+        complete (a successful wait, or a barrier or mbarrier after one): PTX ISA, "mbarrier":
+        complete_tx is what a waiter acquires. ``any_of``: one async operation issued by these
+        threads (a warpgroup's wgmma: one of them observing it is enough)."""
+        keys = self.l_key[granules]
+        hit = keys >= 0
+        if not hit.any():
+            return
+        for key in np.unique(keys[hit]).tolist():
+            on = np.flatnonzero(keys == key)
+            if any_of is not None:
+                seen = np.full(on.size, int(self.causal.seen(any_of, key).max()))
+            else:
+                seen = self.causal.seen(threads[on], key)
+            bad = seen <= self.l_phase[granules[on]]
+            if bad.any():
+                k = int(on[int(np.flatnonzero(bad)[0])])
+                g = int(granules[k])
+                line = self._line(int(self.l_pc[g]))
+                raise SimFault(
+                    "sim",
+                    f"{access} shared memory (byte {self._byte(g)}) that the bulk copy of PTX line {line} (issued by thread "
+                    f"{int(self.l_thread[g])}) wrote, by a thread that has not observed the completion of the mbarrier phase "
+                    f"that copy completed on: only a thread whose mbarrier wait saw that phase complete, or one a barrier or an "
+                    f"mbarrier arrive/wait ordered after such a thread, is guaranteed to see its bytes",
+                    int(threads[k]),
+                    self._byte(g),
+                    extra={"other_ptx_line": line},
+                )
 
     # --- generic accesses ---------------------------------------------------------------------
 
     def generic_read(self, ctx: ExecContext, idx: Idx, offsets: object, nbytes: int) -> None:
         threads, granules = self._granules(ctx, idx, offsets, nbytes)
         self._check_in_flight(threads, granules, "read of")
-        self.r_clock[granules] = ctx.clock
-        self.r_thread[granules] = threads
-        self.r_pc[granules] = ctx.pc
+        self._check_landed(threads, granules, "read of")
+        warps = self.warp[threads]
+        self.r_clock[granules, warps] = ctx.clock
+        self.r_thread[granules, warps] = threads
+        self.r_pc[granules, warps] = ctx.pc
 
     def generic_write(self, ctx: ExecContext, idx: Idx, offsets: object, nbytes: int, pc: int | None = None) -> None:
         """A generic write (``pc``: the instruction to name for it, default the running one;
@@ -214,22 +281,35 @@ class AsyncProxy:
         threads, granules = self._granules(ctx, idx, offsets, nbytes)
         self._check_in_flight(threads, granules, "write to")
         self._check_not_read(threads, granules, "write to")
+        self._check_landed(threads, granules, "write to")
+        self.l_key[granules] = NONE  # the bytes are the generic write's now
         self.w_clock[granules] = ctx.clock
         self.w_thread[granules] = threads
         self.w_pc[granules] = ctx.pc if pc is None else pc
 
     def fence(self, ctx: ExecContext, idx: Idx, proxy: bool) -> None:
         """``fence.proxy.async`` (``proxy``) or ``fence.mbarrier_init`` by the threads ``idx``."""
-        threads = slice(None) if idx is None else idx
         if proxy:
-            self.proxy_fence[threads] = ctx.clock
-            self.fence_synced[threads] = self.synced[threads]
-        self.init_fence[threads] = ctx.clock
+            self.causal.fence(idx, ctx.clock)
+        self.init_fence[slice(None) if idx is None else idx] = ctx.clock
 
-    def synchronized(self, clock: int, threads: Idx) -> None:
-        """The threads ``threads`` (None: all) were released from a barrier or passed an
-        mbarrier wait at ``clock``: accesses before it may be ordered by their later fences."""
-        self.synced[slice(None) if threads is None else threads] = clock
+    # --- synchronisation (causality.py) ---------------------------------------------------------
+
+    def barrier_arrive(self, ctx: ExecContext, threads: np.ndarray, ids: np.ndarray) -> None:
+        self.causal.bar_arrive(np.asarray(threads), np.asarray(ids), ctx.clock)
+
+    def barrier_release(self, ctx: ExecContext, threads: Idx, ids: np.ndarray | None) -> None:
+        """Threads released by barriers (``ids``: each one's); None: the whole batch at once."""
+        self.causal.bar_release(threads, ids, ctx.clock)
+
+    def warp_sync(self, ctx: ExecContext, idx: Idx) -> None:
+        self.causal.warp_sync(idx, ctx.clock)
+
+    def mbarrier_arrive(self, ctx: ExecContext, threads: np.ndarray, keys: np.ndarray, phases: np.ndarray) -> None:
+        self.causal.mbarrier_arrive(np.asarray(threads), np.asarray(keys), np.asarray(phases), ctx.clock)
+
+    def mbarrier_acquire(self, threads: np.ndarray, keys: np.ndarray, phases: np.ndarray) -> None:
+        self.causal.mbarrier_acquire(np.asarray(threads), np.asarray(keys), np.asarray(phases))
 
     # --- async reads: wgmma operands, TMA store sources ----------------------------------------
 
@@ -242,15 +322,12 @@ class AsyncProxy:
         me = np.full(granules.shape, owner)
         access = "wgmma.mma_async operand read of" if what == "wgmma" else "TMA store read of"
         self._check_in_flight(me, granules, access)
-        # an issuer's fence counts for the writes before the synchronisation that preceded it
-        issuer_fence = int(self.fence_synced[issuers].max())
-        bad = self._unfenced(self.w_clock[granules], self.w_thread[granules], issuer_fence)
+        self._check_landed(me, granules, access, any_of=np.asarray(issuers))
+        bad = ~self.causal.fenced_for(np.asarray(issuers), self.w_thread[granules], self.w_clock[granules])
         if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            g = int(granules[k])
+            g = int(granules[int(np.flatnonzero(bad)[0])])
             async_access = "read (wgmma.mma_async operand)" if what == "wgmma" else "read (TMA store source)"
-            fencers = "the writing thread (a fence of another thread orders only its own writes, and those a barrier or mbarrier wait before that fence ordered before it)"
-            raise self._proxy_fault(owner, g, "write", int(self.w_thread[g]), int(self.w_pc[g]), async_access, fencers)
+            raise self._proxy_fault(owner, g, "write", int(self.w_thread[g]), int(self.w_pc[g]), async_access)
         read_id = self._new_id()
         self.reads[read_id] = _Read(what, owner, int(issuers[-1]), group, ctx.pc, granules, store)
         self.readers[granules] += 1
@@ -318,15 +395,22 @@ class AsyncProxy:
         me = np.full(granules.shape, thread)
         self._check_in_flight(me, granules, "bulk copy into")
         self._check_not_read(me, granules, "bulk copy into")
-        fence = int(self.proxy_fence[thread])
-        for clock, who, pc, generic in (
-            (self.w_clock, self.w_thread, self.w_pc, "write"),
-            (self.r_clock, self.r_thread, self.r_pc, "read"),
-        ):
-            bad = self._unfenced(clock[granules], who[granules], fence)
+        # every generic access of these bytes must precede the copy's issue (it may land at any
+        # moment after): ordered by a barrier or an mbarrier arrive/wait (the ring's "empty"
+        # barrier), and with a proxy fence on the way (PTX ISA, "Causality Order")
+        accesses = [(self.w_clock[granules], self.w_thread[granules], self.w_pc[granules], "write")]
+        for w in range(self.r_clock.shape[1]):
+            accesses.append((self.r_clock[granules, w], self.r_thread[granules, w], self.r_pc[granules, w], "read"))
+        for clock, who, pc, generic in accesses:
+            unordered = ~self.causal.ordered(thread, who, clock)
+            if unordered.any():
+                k = int(np.flatnonzero(unordered)[0])
+                raise self._unordered_fault(thread, int(granules[k]), generic, int(who[k]), int(pc[k]))
+        for clock, who, pc, generic in accesses:
+            bad = ~self.causal.fenced_for(np.array([thread]), who, clock)
             if bad.any():
-                g = int(granules[int(np.flatnonzero(bad)[0])])
-                raise self._proxy_fault(thread, g, generic, int(who[g]), int(pc[g]), "write (this bulk copy)", "either thread")
+                k = int(np.flatnonzero(bad)[0])
+                raise self._proxy_fault(thread, int(granules[k]), generic, int(who[k]), int(pc[k]), "write (this bulk copy)")
         if ctx.race is not None:  # it may land from now on: accesses of other threads must be ordered before
             ctx.race.issue_bulk(thread, offsets)
         load_id = self._new_id()
@@ -361,10 +445,15 @@ class AsyncProxy:
             g = load.granules
             self.landing[g] = NONE
             # the copy is now the bytes' last writer, through the async proxy: the generic
-            # accesses before it were checked at its issue, the ones after its wait need no fence
+            # accesses before it were checked at its issue; the ones after it need no fence, but
+            # must observe the mbarrier phase it completes in (_check_landed)
             self.w_clock[g] = NONE
             self.r_clock[g] = NONE
+            assert ctx.mbarriers is not None  # the copy named a barrier when it was issued
+            self.l_key[g] = load.key
+            self.l_phase[g] = ctx.mbarriers.get(load.key, load.thread, "a bulk copy's complete_tx").phase
+            self.l_thread[g] = load.thread
+            self.l_pc[g] = load.pc
             if ctx.race is not None:
                 ctx.race.forget(load.offsets)
-            assert ctx.mbarriers is not None  # the copy named a barrier when it was issued
             ctx.mbarriers.complete_tx(load.key, load.thread, int(load.offsets.size))

@@ -235,8 +235,8 @@ class BatchRunner:
                 stats.barrier_releases += ctx.n_ctas
                 if self.race is not None:
                     self.race.barrier()
-                if ctx.async_proxy is not None:  # later proxy fences order the writes before it
-                    ctx.async_proxy.synchronized(ctx.clock, None)
+                if ctx.async_proxy is not None:  # every CTA's threads are ordered after each other
+                    ctx.async_proxy.barrier_release(ctx, None, None)
                 continue
             if converged:
                 self._diverge(at, active)
@@ -330,6 +330,8 @@ class BatchRunner:
         np.add.at(bar.arrived, (ctas, ids), 1)
         if self.race is not None:
             self.race.arrive(threads, ids)
+        if ctx.async_proxy is not None:  # an arrival releases what its thread did before
+            ctx.async_proxy.barrier_arrive(ctx, threads, ids)
         if spec.reduction is not None:
             bar.red_value[threads] = np.broadcast_to(np.asarray(spec.reduction.value(ctx, threads)), threads.shape)
         if spec.wait:
@@ -365,8 +367,8 @@ class BatchRunner:
             self.sched[released] = bar.wait_pc[released] + 1
             self.n_runnable += released.size
             self.n_waiting -= released.size
-            if ctx.async_proxy is not None:  # later proxy fences order the writes before it
-                ctx.async_proxy.synchronized(ctx.clock, released)
+            if ctx.async_proxy is not None:  # the released threads are ordered after the arrivals
+                ctx.async_proxy.barrier_release(ctx, released, bar.wait_id[released])
         self.stats.barrier_releases += int(ready.sum())
         if self.race is not None:
             # new race epochs: a CTA-wide release orders its whole CTA, a counted barrier that

@@ -59,6 +59,8 @@ def make_barrier(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behavi
             check_converged(ctx, idx, mask(ctx, idx), name)
             if ctx.race is not None:
                 ctx.race.warp_sync(idx)  # orders the lanes' shared accesses for the race check
+            if ctx.async_proxy is not None:  # and for the async proxy's ordering rules
+                ctx.async_proxy.warp_sync(ctx, idx)
 
         return Behaviour(run=run, klass="bar.warp.sync")
     mods.flag("cta")

@@ -136,6 +136,8 @@ def _init(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
             if not 1 <= int(c) < (1 << 20):
                 raise SimFault("sim", f"mbarrier.init count {int(c)} is outside 1..2^20-1", t)
             state.barriers[key] = Barrier(int(c), int(c), init_thread=t, init_clock=ctx.clock, init_pc=ctx.pc)
+            if ctx.async_proxy is not None:
+                ctx.async_proxy.causal.mbarrier_init(key, t)
 
     return Behaviour(run=run, klass="mbarrier.init", shared_access=8)
 
@@ -162,6 +164,8 @@ def _arrive(ins: Instruction, mods: Modifiers, dc: DecodeContext, expect_tx: boo
             write(ctx, idx, np.array(phases, dtype=np.uint64))
         if ctx.race is not None:  # an arrival releases what its thread did before (race.py)
             ctx.race.mbarrier_arrive(threads_of(ctx, idx), keys, np.array(phases))
+        if ctx.async_proxy is not None:  # and orders it for the async proxy (causality.py)
+            ctx.async_proxy.mbarrier_arrive(ctx, threads_of(ctx, idx), keys, np.array(phases))
 
     return Behaviour(run=run, klass="mbarrier.arrive", shared_access=8)
 
@@ -207,11 +211,13 @@ def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext, parity: bool) ->
         if proxy is not None and not ready.all() and proxy.land_for(ctx, [k for k, r in zip(key_list, ready) if not r]):
             ready = poll()
         done(ctx, idx, ready)
-        if proxy is not None and ready.any():  # an acquire: later proxy fences order what it saw
-            proxy.synchronized(ctx.clock, threads_of(ctx, idx)[ready])
-        if ctx.race is not None and ready.any():  # a wait that succeeds acquires the arrivals before
+        if (proxy is not None or ctx.race is not None) and ready.any():
+            # a wait that succeeds acquires the arrivals of the phases it saw complete
             now = np.array([state.get(k, t, name).phase for k, t in zip(key_list, threads)])
-            ctx.race.mbarrier_acquire(threads_of(ctx, idx)[ready], keys[ready], now[ready])
+            if proxy is not None:  # and the bulk copies that completed them (causality.py)
+                proxy.mbarrier_acquire(threads_of(ctx, idx)[ready], keys[ready], now[ready])
+            if ctx.race is not None:
+                ctx.race.mbarrier_acquire(threads_of(ctx, idx)[ready], keys[ready], now[ready])
         if not ready.all():  # a poll that failed: let the threads that could complete it run
             ctx.spinning = threads_of(ctx, idx)[~ready]
 

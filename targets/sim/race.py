@@ -318,8 +318,9 @@ class RaceChecker:
         there and with a retired async read of another warpgroup not ordered before it (by a
         barrier, or by an mbarrier the warpgroup arrived at after the read and this thread
         waited on). Generic reads and writes are not checked here: warp-specialised kernels
-        order them before the refill with mbarriers alone, which the epochs do not model. Not
-        recorded: its bytes are in flight (``async_proxy.py``) until it lands, then start afresh."""
+        order them before the refill with mbarriers alone, which the epochs do not model; the
+        async proxy checks them, always, with vector clocks (``causality.py``). Not recorded:
+        its bytes are in flight (``async_proxy.py``) until it lands, then start afresh."""
         g = np.unique(np.asarray(offsets, dtype=np.int64) // self.granule)
         a = self._access(np.full(g.shape, thread, dtype=np.int32), g * self.granule, self.granule)
         access = "bulk copy (TMA load) write"

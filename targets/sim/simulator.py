@@ -20,6 +20,7 @@ import numpy as np
 
 from kaio.errors import KaioLaunchError, KaioMemoryError, KaioSimError, source_note
 
+from .async_proxy import state_bytes_per_cta as async_proxy_bytes_per_cta
 from .context import ExecContext, LaunchGeometry
 from .decoder import LoadError, decode_entry, var_size
 from .executor import BatchRunner, SimDeadlock
@@ -253,6 +254,7 @@ class SimModule:
         race_check = bool(sim.race_check)
         if race_check:
             per_cta += RACE_BYTES_PER_SHARED_BYTE * total_shared
+        per_cta += async_proxy_bytes_per_cta(entry, cta_threads, total_shared)
         batch = max(1, min(sim.batch_state_bytes // per_cta, sim.max_batch_threads // cta_threads, geometry.n_ctas))
         report.ctas_per_batch = batch
         profiler = Profiler(entry.ops) if profile else None
