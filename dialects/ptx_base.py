@@ -43,6 +43,8 @@ from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
+from kaio.dialects.plain_init import init_plain
+
 # --------------------------------------------------------------------------- types and registers
 
 TYPE_BITS: dict[str, int] = {
@@ -223,9 +225,10 @@ class PtxInstr(IRDLOperation):
             props["offset"] = IntegerAttr(offset, i64)
         if symbol is not None:
             props["symbol"] = _string(symbol)
-        # Operation's own constructor: the IRDL one re-checks every argument (3x slower), and
-        # the verifier checks the same things once the module is complete.
-        Operation.__init__(self, operands=operands, result_types=out_types, properties=props)
+        # Operation's constructor, not the IRDL one, which re-checks every argument (3x
+        # slower; the verifier checks the same things once the module is complete), taken
+        # directly (init_plain: a matmul's lowering builds ~2000 of these)
+        init_plain(self, operands, out_types, props)
 
     # -- structure --------------------------------------------------------------------------
 
@@ -515,9 +518,9 @@ class RegOp(IRDLOperation):
     assembly_format = "attr-dict `:` type($result)"
 
     def __init__(self, type: Attribute):
-        # Operation's own constructor, as PtxInstr's: the IRDL one re-checks the arguments
-        # (3x slower, ~300 registers a matmul) and the verifier checks them once built
-        Operation.__init__(self, result_types=[type])
+        # Operation's constructor, as PtxInstr's: the IRDL one re-checks the arguments (3x
+        # slower, ~300 registers a matmul) and the verifier checks them once built
+        init_plain(self, (), (type,), {})
 
     def verify_(self) -> None:
         if self.result.type not in REGISTER_CLASSES:
@@ -539,7 +542,7 @@ class ConstOp(IRDLOperation):
             if type in (f16, bf16, f32, f64)
             else IntegerAttr(int(value), type)
         )
-        Operation.__init__(self, properties={"value": attr}, result_types=[type])  # as RegOp's
+        init_plain(self, (), (type,), {"value": attr})  # as RegOp's
 
     def verify_(self) -> None:
         if self.result.type not in REGISTER_CLASSES:

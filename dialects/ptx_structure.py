@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from kaio.dialects.isolated_from_above import IsolatedFromAbove
+from kaio.dialects.plain_init import init_plain
 from kaio.dialects.ptx_base import (
     TYPE_BITS,
     RegName,
@@ -21,7 +22,7 @@ from xdsl.dialects.builtin import (
     i32,
     i64,
 )
-from xdsl.ir import Attribute, Block, Operation, Region
+from xdsl.ir import Attribute, Block, Region
 from xdsl.irdl import (
     IRDLOperation,
     irdl_op_definition,
@@ -165,7 +166,7 @@ class CommentOp(IRDLOperation):
     assembly_format = "$text attr-dict"
 
     def __init__(self, text: str):
-        Operation.__init__(self, properties={"text": StringAttr(text)})  # as ptx.reg's: no IRDL re-check
+        init_plain(self, (), (), {"text": StringAttr(text)})  # as ptx.reg's: no IRDL re-check
 
     def ptx(self, reg: RegName, imm: RegName) -> str:
         return f"// {self.text.data}"

@@ -1,15 +1,17 @@
-"""ptx.reg, ptx.const and ptx.comment are built with Operation's constructor (no IRDL argument
-check): they come out as the IRDL constructor builds them, and what they are built wrong with
-the verifier rejects."""
+"""PTX ops are built without the IRDL argument check, through init_plain (Operation.__init__'s
+work done directly): they come out field for field as the slow constructors build them, and
+what they are built wrong with the verifier rejects."""
 
 from __future__ import annotations
 
 import pytest
-from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr, f32, i32
-from xdsl.irdl import IRDLOperation
+from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr, f32, i1, i32, i64
+from xdsl.ir import Block, Operation
+from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, prop_def
 from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects import ptx
+from kaio.dialects.plain_init import init_plain
 
 
 def test_built_as_the_irdl_constructor_builds_them() -> None:
@@ -46,3 +48,67 @@ def test_a_planted_bad_property_is_rejected_by_the_verifier() -> None:
     del const.properties["value"]  # planted: the immediate is missing
     with pytest.raises(VerifyException):
         const.verify()
+
+
+def same_fields(a: Operation, b: Operation) -> None:
+    """Field for field, the result and use objects compared by what they hold."""
+    assert vars(a).keys() == vars(b).keys()
+    assert a.properties == b.properties and list(a.properties) == list(b.properties)
+    assert a.attributes == b.attributes and a.location == b.location
+    assert type(a._operands) is type(b._operands) and tuple(a._operands) == tuple(b._operands)  # pyright: ignore[reportPrivateUsage]
+    assert type(a.results) is type(b.results)
+    assert [(r.type, r.index, r.op is a) for r in a.results] == [(r.type, r.index, r.op is b) for r in b.results]
+    assert [(u.operation is a, u.index) for u in a._operand_uses] == [(u.operation is b, u.index) for u in b._operand_uses]  # pyright: ignore[reportPrivateUsage]
+    assert a._successors == b._successors == () and a._successor_uses == b._successor_uses == ()  # pyright: ignore[reportPrivateUsage]
+    assert a.regions == b.regions == ()
+
+
+def test_ptx_instructions_are_built_field_for_field_as_operation_init_builds_them() -> None:
+    block = Block(arg_types=[i32, i32, i1, i64])
+    x, y, p, address = block.args
+    for cls, args, outs, kwargs in [
+        (ptx.AddOp, (x, y), (i32,), {"spec": "s32"}),
+        (ptx.AddOp, (x, y), (i32,), {"spec": "s32", "guard": p, "negate": True}),
+        (ptx.LdOp, (address,), (i32,), {"spec": "global.u32", "offset": 16}),
+        (ptx.ActivemaskOp, (), (i32,), {"spec": "b32"}),
+    ]:
+        spec = kwargs.pop("spec")
+        ours = cls(spec, args, outs, **kwargs)
+        theirs = cls.__new__(cls)
+        operands = [*args] + ([kwargs["guard"]] if "guard" in kwargs else [])
+        props = {"spec": StringAttr(spec)}
+        if "guard" in kwargs:
+            props["guard"] = StringAttr("@!" if kwargs.get("negate") else "@")
+        if "offset" in kwargs:
+            props["offset"] = IntegerAttr(kwargs["offset"], i64)
+        Operation.__init__(theirs, operands=operands, result_types=outs, properties=props)
+        same_fields(ours, theirs)
+        for value in operands:  # the uses are linked into each value's use list
+            assert sum(1 for u in value.uses if u.operation is ours) == sum(1 for u in value.uses if u.operation is theirs)
+        ours.verify()
+
+
+@irdl_op_definition
+class DefaultedOp(IRDLOperation):
+    name = "test.defaulted"
+    level = prop_def(IntegerAttr, default_value=IntegerAttr(3, i64))
+    note = opt_prop_def(StringAttr)
+
+
+def test_irdl_property_defaults_are_filled_as_post_init_fills_them() -> None:
+    ours = DefaultedOp.__new__(DefaultedOp)
+    init_plain(ours, (), (), {"note": StringAttr("n")})
+    theirs = DefaultedOp.__new__(DefaultedOp)
+    Operation.__init__(theirs, properties={"note": StringAttr("n")})
+    same_fields(ours, theirs)
+    assert ours.properties["level"] == IntegerAttr(3, i64)
+
+
+def test_a_planted_bad_property_on_a_plainly_built_instruction_is_rejected() -> None:
+    x = Block(arg_types=[i32]).args[0]
+    add = ptx.AddOp("s32", (x, x), (i32,))
+    add.verify()
+    bad = ptx.AddOp.__new__(ptx.AddOp)
+    init_plain(bad, (x, x), (i32,), {"spec": IntegerAttr(1, i32)})  # planted: the spec is no string
+    with pytest.raises(Exception):  # noqa: B017  (xDSL's VerifyException or a diagnostic around it)
+        bad.verify()
