@@ -17,9 +17,14 @@ program order with the set of halves possibly read since the last such barrier (
 reduction takes a clean half, or (both dirty: branches that each read one) waits at a barrier of
 its own first. A region (a loop body, an ``scf.if`` without ``else``) may not run, so what its
 barriers clean does not count after it, while what it reads does; of an ``if`` and its ``else``
-one runs, so either's state may follow. A reduction in a loop already ends with
-a barrier (the next iteration writes its half again), so nothing a loop body reads is dirty at
-its end and the back edge adds nothing: one pass in program order is the whole analysis.
+one runs, so either's state may follow.
+
+In a loop, the next trip writes the halves again: the last reduction of each block in a loop
+ends with a barrier after its reads, and the others need none (the next one's barrier, in the
+same block, comes first). A block in a loop thus ends with nothing dirty that was not dirty
+where it began, the back edge adds nothing, and one pass in program order is the whole
+analysis. Two reductions in a loop (layer_norm's long rows: the mean, the squared deviations)
+take three barriers a trip, not four.
 """
 
 from __future__ import annotations
@@ -43,10 +48,11 @@ ALIGN = 16
 @dataclass(frozen=True)
 class ScratchSlot:
     """Where one reduction's partials go: ``half`` of the kernel's reduce scratch, and whether
-    a barrier must come before the writes (both halves may still be read)."""
+    a barrier must come before the writes (both halves may still be read) or after the reads."""
 
     half: int
     barrier_first: bool
+    barrier_after: bool = False  # in a loop, the last reduction of its block: before the next trip's writes
 
 
 @dataclass(frozen=True)
@@ -64,15 +70,17 @@ def plan_reductions(root: Block, needs: Callable[[tile.ReduceOp], int | None]) -
 
     def walk(block: Block, dirty: frozenset[int]) -> frozenset[int]:
         nonlocal widest
+        sizes = {op: n for op in block.ops if isinstance(op, tile.ReduceOp) and (n := needs(op)) is not None}
+        last = list(sizes)[-1] if sizes else None
         for op in block.ops:
-            nbytes = needs(op) if isinstance(op, tile.ReduceOp) else None
-            if nbytes is not None:
+            if op in sizes:
                 assert isinstance(op, tile.ReduceOp)
-                widest = max(widest, nbytes)
+                widest = max(widest, sizes[op])
                 clean = [h for h in range(HALVES) if h not in dirty]
-                slots[op] = ScratchSlot(clean[0] if clean else 0, not clean)
-                # its reads leave its half dirty, unless the loop's barrier after them cleans it
-                dirty = frozenset() if in_loop(block) else frozenset({slots[op].half})
+                after = op is last and in_loop(block)
+                slots[op] = ScratchSlot(clean[0] if clean else 0, not clean, after)
+                # its reads leave its half dirty, unless a barrier after them cleans it
+                dirty = frozenset() if after else frozenset({slots[op].half})
                 continue
             if not op.regions:
                 continue
@@ -92,9 +100,9 @@ _PLANS: weakref.WeakKeyDictionary[PtxEmitter, ReducePlan] = weakref.WeakKeyDicti
 
 
 def reduce_slot(em: PtxEmitter, op: tile.ReduceOp,
-                needs: Callable[[tile.ReduceOp], int | None]) -> tuple[SSAValue, bool]:  # fmt: skip
+                needs: Callable[[tile.ReduceOp], int | None]) -> tuple[SSAValue, ScratchSlot]:  # fmt: skip
     """The shared address of ``op``'s half of the kernel's reduce scratch (declared, with the
-    kernel's plan, on the first call) and whether a barrier must precede its writes."""
+    kernel's plan, on the first call) and its slot (the barriers it needs besides its own)."""
     if em not in _PLANS:
         _PLANS[em] = plan_reductions(em.func.body.block, needs)
     plan = _PLANS[em]
@@ -103,11 +111,11 @@ def reduce_slot(em: PtxEmitter, op: tile.ReduceOp,
         em.scratch["reduce"] = em.shared("reduce", plan.half_bytes * plan.halves, ALIGN)
     base = em.scratch["reduce"]
     if slot.half == 0:
-        return base, slot.barrier_first
+        return base, slot
     offset = slot.half * plan.half_bytes
     address = em.invariant(("reduce-half", slot.half),
                            lambda: em.instr(ptx.AddOp, "u32", [base, em.const(offset, i32)], i32))  # fmt: skip
-    return address, slot.barrier_first
+    return address, slot
 
 
 __all__ = ["ReducePlan", "ScratchSlot", "plan_reductions", "reduce_slot"]

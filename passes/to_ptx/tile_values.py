@@ -29,8 +29,7 @@ from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
 from kaio.passes.to_ptx.half_pairs import Lanes, lower_pair, worth_pairing
 from kaio.passes.to_ptx.kernel_ops import combine, linear_thread_id, shuffle
-from kaio.passes.to_ptx.reduce_scratch import reduce_slot
-from kaio.passes.to_ptx.shared_reuse import in_loop
+from kaio.passes.to_ptx.reduce_scratch import ScratchSlot, reduce_slot
 from kaio.passes.tile_layout import divisibility
 from kaio.passes.vectorize_loads import constant_int, require_alignment as record_alignment
 
@@ -1065,9 +1064,8 @@ def lower_reduce(em: PtxEmitter, op: tile.ReduceOp) -> None:
                 partial[k] = combine(em, kind, v, shuffle(em, "bfly", v, em.const(1 << i, i32), 32, mask), t)
     warp_bits = [i for i, b in enumerate(dist.warp) if b is not None and b[0] == axis]
     if warp_bits:  # 3. across the warps holding the axis, through shared memory
-        again = in_loop(op.parent_block())  # type: ignore[arg-type]
-        scratch, barrier_first = reduce_slot(em, op, lambda r: _scratch_bytes(em, r))
-        partial = _across_warps(em, dist, axis, warp_bits, partial, kind, t, scratch, barrier_first, again)
+        scratch, place = reduce_slot(em, op, lambda r: _scratch_bytes(em, r))
+        partial = _across_warps(em, dist, axis, warp_bits, partial, kind, t, scratch, place)
     if isinstance(op.result.type, TensorType):
         out_dist = distribution(em, op.result.type)
         em.bind(op.result, [partial[off] for off in out_dist.offsets])
@@ -1104,13 +1102,13 @@ def _scratch_bytes(em: PtxEmitter, op: tile.ReduceOp) -> int | None:
 
 def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list[int],
                   partial: dict[tuple[int, ...], SSAValue], kind: object, t: Attribute,
-                  scratch: SSAValue, barrier_first: bool, again: bool) -> dict[tuple[int, ...], SSAValue]:  # fmt: skip
+                  scratch: SSAValue, place: ScratchSlot) -> dict[tuple[int, ...], SSAValue]:  # fmt: skip
     """The warps' partial results through ``scratch``, this reduction's half of the kernel's
-    reduce scratch (``reduce_scratch``): one barrier between the writes and the reads, and
-    (``again``: the reduction is in a loop) one after the reads, before the next iteration
-    writes the half again. The barrier of the reduction before orders the writes after the
-    reads of the one before that (the same half); ``barrier_first``: that may not hold (each
-    half read on some path since the last barrier), so one comes first."""
+    reduce scratch (``reduce_scratch``): one barrier between the writes and the reads. The
+    barrier of the reduction before orders the writes after the reads of the one before that
+    (the same half); where that may not hold (each half read on some path since the last
+    barrier) one comes first, and the last reduction of a block in a loop has one after its
+    reads, before the next iteration writes the halves again."""
     eb = element_bytes(t)
     rest = [s for d, s in enumerate(dist.shape) if d != axis]
     count = math.prod(rest) if rest else 1
@@ -1139,7 +1137,7 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
         return em.instr(ptx.MadOp, "lo.s32", [linear, em.const(eb, i32), scratch], i32)
 
     spec = mem_spec(t) if t != f32 else "f32"
-    if barrier_first:
+    if place.barrier_first:
         em.barrier()
     for k, v in partial.items():
         em.emit(ptx.StOp(f"shared.{spec}", [address(k, slot), v], guard=writer))  # type: ignore[arg-type]
@@ -1151,7 +1149,7 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
             v = em.instr(ptx.LdOp, f"shared.{spec}", [address(k, g)], reg_type(t))
             total = v if total is None else combine(em, kind, total, v, t)  # type: ignore[arg-type]
         result[k] = total
-    if again:
+    if place.barrier_after:
         em.barrier()
     return result  # type: ignore[return-value]
 

@@ -90,7 +90,7 @@ def test_a_reduction_in_a_loop_waits_for_its_readers_before_the_next_iteration(d
 
 def test_planted_without_the_loop_barrier_the_race_checker_objects(dev, rng, monkeypatch):
     monkeypatch.setenv("KAIO_CACHE", "0")
-    monkeypatch.setattr(tile_values, "in_loop", lambda block: False)
+    monkeypatch.setattr(reduce_scratch, "in_loop", lambda block: False)
     _, looped_sums, _ = _kernels()
     assert kaio.compile(looped_sums, "sm_80").ptx.count("bar.sync") == 1
     with pytest.raises(KaioMemoryError, match="race"):
@@ -239,3 +239,48 @@ def test_planted_without_the_barrier_after_the_if_the_path_around_it_races(dev, 
     _maybe(dev, maybe_max, rng, 1000, 1)  # through the if: its barrier orders the reuse
     with pytest.raises(KaioMemoryError, match="race"):
         _maybe(dev, maybe_max, rng, 1000, 0)
+
+
+def _two_in_a_loop():  # type: ignore[no-untyped-def]
+    @kaio.tile_kernel(num_warps=4)
+    def sums_and_maxima(x: Array[f32], out: MutArray[f32], cols: i32, B: kaio.constexpr = C):
+        s = kt.zeros((1,), f32)
+        for k0 in range(0, cols, B):
+            t = kt.load(x, (0, k0), (1, B), (1, cols))
+            s = s * 0.5 + kt.sum(t, 1) + kt.max(t, 1)
+        kt.store(out, (0,), s, (1,))
+
+    return sums_and_maxima
+
+
+def _run_two(dev: kaio.Device, kernel: object, rng: np.random.Generator, cols: int) -> None:
+    x = rng.standard_normal(cols).astype(np.float32)
+    out = dev.alloc_from(np.full(1, np.nan, np.float32))
+    kernel[1](dev.alloc_from(x), out, cols)  # type: ignore[index]
+    want = 0.0
+    for k0 in range(0, cols, C):
+        block = x[k0 : k0 + C].astype(np.float64)
+        want = want * 0.5 + block.sum() + max(block.max(), 0.0 if len(block) < C else -np.inf)
+    np.testing.assert_allclose(out.to_host()[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_two_reductions_in_a_loop_take_three_barriers_a_trip(dev, rng):
+    """The sum's half is read before the max's barrier: only the max waits after its reads."""
+    kernel = _two_in_a_loop()
+    assert kaio.compile(kernel, "sm_80").ptx.count("bar.sync") == 3
+    _run_two(dev, kernel, rng, 3 * C - 40)
+
+
+def test_planted_two_reductions_in_a_loop_on_one_half_race(dev, rng, monkeypatch):
+    monkeypatch.setenv("KAIO_CACHE", "0")
+    plan = reduce_scratch.plan_reductions
+
+    def one_half(root, needs):  # type: ignore[no-untyped-def]
+        p = plan(root, needs)
+        slots = {op: reduce_scratch.ScratchSlot(0, False, s.barrier_after) for op, s in p.slots.items()}
+        return reduce_scratch.ReducePlan(slots, p.half_bytes, 1)
+
+    monkeypatch.setattr(reduce_scratch, "plan_reductions", one_half)
+    kernel = _two_in_a_loop()
+    with pytest.raises(KaioMemoryError, match="race"):
+        _run_two(dev, kernel, rng, 3 * C)
