@@ -180,7 +180,7 @@ def _commute(op: ptx.PtxInstr) -> None:
         op.operands[0], op.operands[1] = srcs[1], srcs[0]
 
 
-def _key(op: Operation) -> tuple[object, ...]:
+def value_key(op: Operation) -> tuple[object, ...]:
     """What makes two pure instructions compute the same: the op, its spec, its symbol (a ``mov``
     of ``%tid.x``), its operands and result types (a guarded one is never pure)."""
     props = op.properties
@@ -204,7 +204,7 @@ def fold_entry(entry: ptx.EntryOp, window: int = 0) -> None:
                 replace_result(op, value)
                 continue
         if window > 0 and is_pure(op) and op.results and not reads_registers(op):  # 0: no merging, no keys
-            key = _key(op)
+            key = value_key(op)
             twin, at = seen.get(key, (None, 0))
             if twin is None or position - at > window:
                 seen[key] = (op, position)

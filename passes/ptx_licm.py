@@ -18,6 +18,10 @@ any instruction that is not pure, a load or control flow keeps every load in pla
 plain weak loads (``.volatile``, ``.relaxed``, ``.acquire`` stay), and only loads every trip
 executes: those before the body's first branch or label, so the moved load reads an address the
 first trip would have read anyway.
+
+The moved instructions' repeats (the lowering rules recompute a thread's row and bounds for
+each tile op) then merge, and so do the body's pure instructions that repeat one in the same
+straight-line stretch and read no ``ptx.reg`` (:func:`merge_repeats`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
-from kaio.passes.ptx_scalar import block_ops, entries, is_pure, spec_parts
+from kaio.passes.ptx_fold import value_key
+from kaio.passes.ptx_scalar import block_ops, const_int, entries, is_pure, reads_registers, spec_parts
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, f64, i64
 from xdsl.ir import Block, Operation, SSAValue
@@ -64,6 +69,17 @@ def find_loops(ops: list[Operation]) -> list[Loop]:
         if not any(t is not None and lp.head <= t <= lp.latch and not lp.head <= at <= lp.latch for at, t in branches)
     ]  # fmt: skip
     return sorted(single, key=lambda lp: lp.size)
+
+
+def entry_constant(ops: list[Operation], head: int, reg: SSAValue) -> int | None:
+    """The constant ``reg`` is last assigned in the straight-line code right before ``head``
+    (the value a single-entry loop starts with), else None."""
+    for op in reversed(ops[:head]):
+        if type(op) is ptx.LabelOp:
+            return None
+        if type(op) is ptx.AssignOp and op.operands[0] is reg:
+            return const_int(op.operands[1])
+    return None
 
 
 def _hoistable_load(op: Operation, before_control: bool, read_only: bool) -> bool:
@@ -110,15 +126,48 @@ def within_budget(candidates: list[Operation], budget: int) -> set[Operation]:
     return {o for o in candidates if all(_words(v) == 0 for v in o.results)}
 
 
+def _by_value(part: object) -> object:
+    """A key part, with a constant operand as its value (the pool may not have merged them yet)."""
+    if isinstance(part, SSAValue) and type(part.owner) is ptx.ConstOp:
+        return ("const", part.owner.value, part.type)  # type: ignore[attr-defined]
+    return part
+
+
+def merge_repeats(ops: list[Operation]) -> None:
+    """Within each straight-line stretch of ``ops`` (no label between: the earlier instruction
+    dominates the later), a pure instruction identical to an earlier one that reads no
+    ``ptx.reg`` reads the earlier one's result instead and goes."""
+    seen: dict[tuple[object, ...], Operation] = {}
+    for op in ops:
+        if type(op) is ptx.LabelOp:
+            seen.clear()
+        elif is_pure(op) and op.results and type(op) is not ptx.ConstOp and not reads_registers(op):
+            twin = seen.setdefault(tuple(map(_by_value, value_key(op))), op)
+            if twin is not op:
+                for old, new in zip(op.results, twin.results):
+                    old.replace_all_uses_with(new)
+                op.detach()
+                op.erase()
+
+
 def hoist_loop(ops: list[Operation], loop: Loop, budget: int) -> int:
-    """Move the loop's invariant instructions before its label; returns how many moved."""
-    candidates = invariant_ops(ops[loop.head + 1 : loop.latch + 1])
+    """Move the loop's invariant instructions before its label; returns how many moved.
+
+    The lowering rules repeat their index math per tile op (a K tile's and a V tile's copies
+    compute the same thread row and bounds), so the moved instructions hold repeats, and with
+    them merged the body's instructions that read them repeat too: both are merged (a moved
+    value merged lives across the loop either way; the body's repeats are what ptxas merges
+    itself, except predicates: two equal bounds compares stay two ``ISETP`` per trip)."""
+    body = ops[loop.head + 1 : loop.latch + 1]
+    candidates = invariant_ops(body)
     moved = within_budget(candidates, budget)
     head = ops[loop.head]
     for op in candidates:
         if op in moved:
             op.detach()
             head.parent_block().insert_op_before(op, head)  # type: ignore[union-attr]
+    merge_repeats([op for op in candidates if op in moved])
+    merge_repeats([op for op in body if op not in moved])
     return len(moved)
 
 

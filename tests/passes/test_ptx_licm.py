@@ -224,3 +224,38 @@ def test_block_ops_lists_the_block_as_it_is_now():
     block.add_op(c)
     b.detach()
     assert block_ops(block) == [a, c]
+
+
+def test_repeats_merge_before_the_loop_and_in_its_body() -> None:
+    """Two copies' bounds math: the moved repeats merge, so do the body's rows and compares
+    reading them."""
+    lp = Loop()
+    rows = [lp.add(ptx.ShrOp("u32", [lp.n, lp.const(3)], [i32])) for _ in range(2)]  # invariant repeats
+    k1 = lp.add(ptx.AddOp("s32", [lp.k, lp.const(1)], [i32]))  # reads the counter: stays
+    row = [lp.add(ptx.AddOp("s32", [k1, r], [i32])) for r in rows]  # k + 1 + row, twice
+    masks = [lp.add(ptx.SetpOp("lt.u32", [r, lp.n], [i1])) for r in row]
+    for m in masks:
+        lp.add(ptx.StOp("global.u32", [lp.p, lp.add(ptx.SelpOp("b32", [lp.const(16), lp.const(0), m], [i32]))]))
+    for _ in range(2):  # reads the counter (a register an assign may change between them): stays
+        lp.add(ptx.StOp("global.u32", [lp.p, lp.add(ptx.MulOp("lo.s32", [lp.k, lp.const(3)], [i32]))]))
+    after = lp.close()
+    assert after.count("mul.lo.s32") == 2
+    assert lp.before_label().count("shr.u32") == 1
+    assert after.count("setp.lt.u32") == 1 and after.count("selp.b32") == 1
+    assert after.count("add.s32") == 2 + 1  # k + 1, one k + 1 + row, the latch's
+
+
+def test_repeats_do_not_merge_across_a_label() -> None:
+    lp = Loop()
+    a = lp.add(ptx.AddOp("s32", [lp.n, lp.k], [i32]))
+    lp.add(ptx.StOp("global.u32", [lp.p, a]))
+    lp.add(ptx.LabelOp("L_join"))  # another path may enter here
+    b = lp.add(ptx.MulOp("lo.s32", [a, lp.const(3)], [i32]))
+    c = lp.add(ptx.MulOp("lo.s32", [a, lp.const(3)], [i32]))
+    lp.add(ptx.StOp("global.u32", [lp.p, b]))
+    lp.add(ptx.StOp("global.u32", [lp.p, c]))
+    after = lp.close()
+    assert after.count("mul.lo.s32") == 1  # the two after the label merge
+    ops = block_ops(lp.block)
+    label = next(i for i, op in enumerate(ops) if isinstance(op, ptx.LabelOp) and op.sym_name.data == "L_join")
+    assert any(isinstance(op, ptx.MulOp) for op in ops[label:])  # and stay after it
