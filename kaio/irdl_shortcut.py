@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from xdsl.ir import Attribute, Operation
+from xdsl.traits import OpTrait
 from xdsl.irdl import (
     IRDLOperation,
     OpDef,
@@ -166,16 +167,17 @@ def _shortcut(op_def: OpDef) -> Callable[[Operation], None] | None:
         (n, c) for n, c in props.items() if isinstance(op_def.properties[n], OptPropertyDef)
     )
     known = frozenset(props)
-    traits = tuple(op_def.traits)
+    # traits that check something: OpTrait's own verify (most traits: Pure, ...) does nothing
+    traits = tuple(t for t in op_def.traits if type(t).verify is not OpTrait.verify)
     generic = OpDef.verify.__get__(op_def)
 
     def verify(op: Operation) -> None:
         values = op.properties
         env: Variables = {}  # shared by operands, results and properties, as xDSL's context
-        ok = (
+        ok = (  # the tuples themselves, not xDSL's views of them (one object fewer each)
             not op.regions
-            and not op.successors
-            and operands(op.operands, env)
+            and not op._successors  # pyright: ignore[reportPrivateUsage]
+            and operands(op._operands, env)  # pyright: ignore[reportPrivateUsage]
             and results(op.results, env)
             and values.keys() <= known
         )
