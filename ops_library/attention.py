@@ -36,7 +36,7 @@ import numpy as np
 
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.ops_library.autograd import needs_grad
+from kaio.ops_library.autograd import needs_grad, refuse_traced
 from kaio.ops_library.config_fields import bool_field, int_field, settle
 from kaio.ops_library.matmul_config import MAX_STAGES, MAX_THREADS
 from kaio.ops_library.operands import Operand, Operands
@@ -193,6 +193,7 @@ class Attention:
             return (result, lse) if return_lse else result
         if out is not None and needs_grad(q, k, v):
             raise KaioTypeError("attention: `out=` records no gradient, and an input requires grad; leave out=None")
+        refuse_traced("attention", q, k, v, out)  # out=: the kernel runs directly
         return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device)
 
     def run(self, q: Any, k: Any, v: Any, causal: bool, scale: float | None, kv_lens: Any, out: Any,

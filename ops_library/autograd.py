@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from kaio.errors import KaioTypeError
+from kaio.errors import KaioTypeError, KaioValueError
 
 _DEVICE: ContextVar[Any] = ContextVar("kaio_op_device", default=None)
 
@@ -118,9 +118,29 @@ def require_backward(op: str, qualname: str) -> None:
         )
 
 
+def refuse_traced(op: str, *values: Any) -> None:
+    """For a function that runs kernels directly on torch tensors (no custom op): a
+    KaioValueError while ``torch.compile`` traces it with a tensor among ``values`` (the cause
+    of the compile error), instead of Dynamo failing somewhere inside kaio's launch code."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.compiler.is_compiling() and any(isinstance(v, torch.Tensor) for v in values):
+        direct_run_traced(op)
+
+
+def direct_run_traced(op: str) -> None:
+    """Raises; ``torch_ops`` marks it a constant for Dynamo, so it raises while tracing."""
+    raise KaioValueError(
+        f"{op}: this call runs its kernels directly on the tensors (not through a torch.ops.kaio "
+        "custom op), which torch.compile cannot trace; call it outside the compiled function "
+        "(or in one wrapped with torch.compiler.disable)"
+    )
+
+
 def refuse_grad(op: str, *values: Any, why: str = "it has no backward of its own") -> None:
     """For a function that runs kernels directly on torch tensors (no custom op, so nothing
-    would record a gradient): a KaioTypeError when a tensor among ``values`` requires grad."""
+    would record a gradient): a KaioTypeError when a tensor among ``values`` requires grad,
+    and :func:`refuse_traced` under ``torch.compile``."""
+    refuse_traced(op, *values)
     if needs_grad(*values):
         raise KaioTypeError(
             f"{op}: records no gradient ({why}), and an input requires grad; call it under "

@@ -23,16 +23,18 @@ from torch import Tensor
 from kaio.ops_library import torch_checks as checks
 from kaio.ops_library.activations import SILU
 from kaio.ops_library.activations import run as run_gated
-from kaio.ops_library.autograd import device_label, op_device, register_autograd, require_backward
+from kaio.ops_library.autograd import device_label, direct_run_traced, op_device, register_autograd, require_backward
 from kaio.ops_library.cross_entropy import run as run_cross_entropy
 from kaio.ops_library.norms import run_layer_norm, run_rms_norm
 from kaio.ops_library.rope import run as run_rope
 from kaio.ops_library.softmax import run as run_softmax
 
 # Dynamo runs these while tracing a library op (its device=; whether a call that needs grad
-# has a backward) and keeps what they return; what they raise stops the compile, as its cause
+# has a backward; a call that runs kernels directly) and keeps what they return; what they
+# raise stops the compile, as its cause
 torch.compiler.assume_constant_result(device_label)
 torch.compiler.assume_constant_result(require_backward)
+torch.compiler.assume_constant_result(direct_run_traced)
 
 
 @torch.library.custom_op("kaio::softmax", mutates_args=())

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 import kaio.torch  # noqa: E402, F401  (registers torch.ops.kaio.*)
 from kaio.ops_library import attention, layer_norm, matmul, softmax  # noqa: E402
 from kaio.ops_library.autograd import device_label, op_device  # noqa: E402
+from kaio.ops_library.matmul_config import default_config  # noqa: E402
 
 ARCH = "sm_90a"
 
@@ -196,3 +197,34 @@ def test_an_op_without_backward_is_refused_compiled_as_eagerly():
     assert type(traced) is kaio.KaioTypeError and str(traced).startswith(str(eager)), traced
     q, _ = compiled(quantize_int8)(x.detach())  # without grad it compiles
     assert q.dtype == torch.int8
+
+
+MATMUL_CONFIG = default_config(True, (8, 8, 2), 2, arch="sm_80")
+DIRECT_RUNS = {  # calls that run kernels directly on the tensors (no custom op): refused while traced
+    "matmul config=MatmulConfig": lambda a, b: matmul(a, b, config=MATMUL_CONFIG),
+    "matmul acc=": lambda a, b: matmul(a, b, acc=kaio.dtypes.f32),
+    "attention out=": lambda a, b: attention(a, a, a, out=torch.empty_like(a)),
+    "matmul_backward": lambda a, b: kaio.ops_library.matmul_backward(a, a, b),
+}
+
+
+@pytest.mark.parametrize("name", DIRECT_RUNS)
+def test_a_direct_run_is_refused_under_compile(name):
+    """Not a crash inside kaio's launch code (Dynamo tracing it): a KaioValueError naming the
+    op, fullgraph or not; torch.compiler.disable around the call is the way out."""
+    shape = (1, 1, 16, 64) if name.startswith("attention") else (16, 16)
+    a, b = torch.randn(shape).half(), torch.randn(16, 16).half()
+    for fullgraph in (True, False):
+        torch._dynamo.reset()
+        f = torch.compile(DIRECT_RUNS[name], fullgraph=fullgraph, backend="aot_eager")
+        error = first_kaio_error(f, a, b)
+        assert type(error) is kaio.KaioValueError and "torch.compile cannot trace" in str(error), error
+        assert str(error).startswith(name.split()[0]), error
+
+
+def test_a_direct_run_outside_the_graph_runs(rng):
+    a, b = (torch.from_numpy(rng.standard_normal((16, 16)).astype(np.float16)) for _ in range(2))
+    direct = torch.compiler.disable(DIRECT_RUNS["matmul config=MatmulConfig"])
+    torch._dynamo.reset()
+    got = torch.compile(lambda a, b: direct(a, b) + 1.0, backend="aot_eager")(a, b)  # a graph break
+    np.testing.assert_allclose(got.numpy(), a.double().numpy() @ b.double().numpy() + 1.0, rtol=2e-3, atol=2e-3)
