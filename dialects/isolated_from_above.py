@@ -10,7 +10,7 @@ the traversal order is xDSL's, so the first offending op and the message are the
 
 from __future__ import annotations
 
-from xdsl.ir import Block, Operation, Region
+from xdsl.ir import Block, BlockArgument, Operation, OpResult, Region
 from xdsl.traits import IsolatedFromAbove as XdslIsolatedFromAbove
 from xdsl.utils.exceptions import VerifyException
 
@@ -38,10 +38,16 @@ class IsolatedFromAbove(XdslIsolatedFromAbove):
                 child = block._first_op  # pyright: ignore[reportPrivateUsage]  # no iterator object
                 while child is not None:
                     for operand in child._operands:  # pyright: ignore[reportPrivateUsage]
-                        owner = operand.owner
-                        where = owner.parent if isinstance(owner, Operation) else owner
+                        kind = type(operand)  # exact types: isinstance on xDSL's ABCs is slow
+                        if kind is OpResult:
+                            where = operand.op.parent
+                        elif kind is BlockArgument:
+                            where = operand.block
+                        else:
+                            where = None  # (an erased value) xDSL's check below
                         if where in inside:
                             continue  # defined in a visited block: inside op, and not op itself
+                        owner = operand.owner
                         if not op.is_ancestor(owner) or owner is op:
                             raise VerifyException(
                                 f"Operation using value defined out of its IsolatedFromAbove parent: {child}"

@@ -244,8 +244,8 @@ class PtxInstr(IRDLOperation):
     @property
     def srcs(self) -> tuple[SSAValue, ...]:
         """Source operands, without the guard predicate."""
-        operands = self._operands  # the tuple, not xDSL's view of it: read per op by every pass
-        return operands[:-1] if "guard" in self.properties else tuple(operands)
+        operands = tuple(self._operands)  # a plain tuple: SSAValues slices through isinstance
+        return operands[:-1] if "guard" in self.properties else operands
 
     @property
     def guard_value(self) -> SSAValue | None:
@@ -281,7 +281,7 @@ class PtxInstr(IRDLOperation):
         if not lo <= n_results <= hi:
             raise VerifyException(f"{self.mnemonic} has {lo}..{hi} results, got {n_results}")
         guard = props.get("guard")
-        operands = self._operands  # the tuple, not xDSL's view of it
+        operands = tuple(self._operands)  # a plain tuple, not xDSL's view of it
         srcs = operands[:-1] if guard is not None else operands
         lo, hi = info.n_args
         if not lo <= len(srcs) <= hi:
