@@ -47,11 +47,12 @@ def choose_backward_tiles(d: int) -> BackwardTiles:
     atomic path's dQ block in registers without spills on sm_80 and sm_90a
     (tests/ops_library/test_attention_backward.py checks every head dim), as large as that
     allows: the (BN, BM) scores are an mma tile of at least 16 x 16 per warp, so in a smaller
-    block several warps compute copies of the same scores (four at 32 x 16 with 8 warps).
-    dK/dV needs about 170 registers at head dims 64 and 128, 225 at 256 (sm_90a)."""
+    block several warps compute copies of the same scores (eight at 16 x 16 with 8 warps).
+    At head dim 256, 16 x 32 would halve dK/dV's instructions per score (230 registers), but
+    the dQ kernel, which ptxas fits in 128 registers for two blocks per SM, spills there."""
     bd = padded(d)
     if bd >= 256:
-        return BackwardTiles(16, 32, 8)
+        return BackwardTiles(16, 16, 8)
     if bd >= 64:
         return BackwardTiles(32, 32, 8)
     return BackwardTiles(32, 32, 4)

@@ -153,8 +153,13 @@ def test_flags_are_bools(dev):
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("d", [32, 64, 128, 256])
-def test_every_head_dim_assembles_without_spills(arch, d):
+@pytest.mark.parametrize("d, lengths", [(32, "ragged"), (64, "ragged"), (128, "ragged"), (256, "ragged"),
+                                        (128, "whole"), (256, "whole")])  # fmt: skip
+def test_every_head_dim_assembles_without_spills(arch, d, lengths):
+    """As a launch compiles them: it specializes on the power of two (up to MAX_DIVISOR) that
+    divides the head dim and, for sequences of whole 64-row blocks, their lengths (the dQ
+    kernel at head dims 128 and 256 fills the 128 registers ptxas gives it)."""
+    from kaio.frontend.tile_kernel import MAX_DIVISOR
     from kaio.ops_library import attention_backward_kernel as kernels
     from kaio.ops_library.attention_backward import choose_backward_tiles, padded
     from kaio.targets.ptx import toolchain
@@ -162,8 +167,8 @@ def test_every_head_dim_assembles_without_spills(arch, d):
     if toolchain.find_ptxas() is None:
         pytest.skip("nvidia-cuda-nvcc-cu12 not installed")
     t = choose_backward_tiles(d)
-    meta = {"BM": t.block_m, "BN": t.block_n, "BD": padded(d), "CAUSAL": 1, "HAS_LENS": True,
-            "__divisible__": (("D", 16),)}  # fmt: skip
+    facts = (("D", min(d & -d, MAX_DIVISOR)),) + ((("SQ", 64), ("SK", 64)) if lengths == "whole" else ())
+    meta = {"BM": t.block_m, "BN": t.block_n, "BD": padded(d), "CAUSAL": 1, "HAS_LENS": True, "__divisible__": facts}
     for kernel, extra in ((kernels.dkdv_tile_kernel(dtypes.bf16, t.warps, t.stages), {"ATOMIC_DQ": True}),
                           (kernels.dq_tile_kernel(dtypes.bf16, t.warps, t.stages), {})):  # fmt: skip
         compiled = kaio.compile(kernel, arch, **meta, **extra)
