@@ -2,10 +2,11 @@
 looked up once per class.
 
 xDSL's pass asks, for every op it visits (~800 visits in a matmul's tile IR), whether the op's
-class folds, is constant-like and which canonicalization patterns its traits give, and builds
-those patterns again each time: a third of the pass. Traits belong to the class, so the
-answers are kept per class for the pass's run; the walk, the order of the rewrites (dead-code
-removal, then folding, then the patterns in the traits' order) and so the result are xDSL's.
+class folds, is constant-like, is a terminator or a symbol (dead-code removal) and which
+canonicalization patterns its traits give, and builds those patterns again each time: a
+third of the pass. Traits belong to the class, so the answers are kept per class; the walk,
+the order of the rewrites (dead-code removal, then folding, then the patterns in the traits'
+order) and so the result are xDSL's.
 """
 
 from __future__ import annotations
@@ -15,16 +16,60 @@ from dataclasses import dataclass, field
 from xdsl.context import Context
 from xdsl.dialects import builtin
 from xdsl.folder import Folder
-from xdsl.ir import Operation
+from xdsl.ir import Operation, Region
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     GreedyRewritePatternApplier,
     PatternRewriter,
+    PatternRewriterListener,
     PatternRewriteWalker,
     RewritePattern,
 )
-from xdsl.traits import ConstantLike, HasCanonicalizationPatternsTrait, HasFolder
-from xdsl.transforms.dead_code_elimination import is_trivially_dead, region_dce
+from xdsl.traits import ConstantLike, HasCanonicalizationPatternsTrait, HasFolder, IsTerminator, SymbolOpInterface
+from xdsl.transforms.dead_code_elimination import LiveSet, result_only_effects
+
+_may_die: dict[type[Operation], bool] = {}  # neither a terminator nor a symbol: the class's part
+
+
+def would_be_trivially_dead(op: Operation) -> bool:
+    """xDSL's ``would_be_trivially_dead``, its two trait look-ups kept per op class."""
+    cls = type(op)
+    may_die = _may_die.get(cls)
+    if may_die is None:
+        may_die = _may_die[cls] = not cls.has_trait(IsTerminator, value_if_unregistered=False) and not cls.has_trait(
+            SymbolOpInterface, value_if_unregistered=False
+        )
+    return may_die and result_only_effects(op)
+
+
+def is_trivially_dead(op: Operation) -> bool:
+    """xDSL's ``is_trivially_dead``: no result used, and no effect but its results."""
+    return all(result.first_use is None for result in op.results) and would_be_trivially_dead(op)
+
+
+class _LiveSet(LiveSet):
+    """xDSL's live set, with :func:`would_be_trivially_dead` as above."""
+
+    def propagate_op_liveness(self, op: Operation) -> None:
+        for region in op.regions:
+            self.propagate_region_liveness(region)
+        if self.is_live(op):
+            return
+        if not would_be_trivially_dead(op):
+            self.set_live(op)
+            return
+        if any(self.is_live(use.operation) for result in op.results for use in result.uses):
+            self.set_live(op)
+
+
+def region_dce(region: Region, listener: PatternRewriterListener | None = None) -> bool:
+    """xDSL's ``region_dce`` over :class:`_LiveSet`."""
+    live_set = _LiveSet()
+    while live_set.changed:
+        live_set.changed = False
+        live_set.propagate_region_liveness(region)
+    live_set.delete_dead(region, listener)
+    return live_set.changed
 
 
 def _class_patterns(cls: type[Operation]) -> RewritePattern | None:
