@@ -68,7 +68,8 @@ bytes, but a kernel without one must find them beside its other buffers (227 KiB
 
 @dataclass
 class TmaStore:
-    """How one tile store becomes box stores: one per ``span``-byte column panel."""
+    """How one tile store becomes box stores: one per ``span``-byte column panel, or one of a
+    paneled map where the tile's columns are whole panels of the tensor's (``tensor_map_views``)."""
 
     store: tile.StoreOp
     value: SSAValue  # the tile in its register layout (before any staged-store conversion)
@@ -119,7 +120,7 @@ def plan_store(store: tile.StoreOp, func: kernel.KernelFuncOp) -> TmaStore | str
         return "the block is not 1-D whole warps (one thread of warp 0 issues the stores)"
     if _under_branch(store, func):
         return "the store is under a branch (its barriers need every thread)"
-    mapped = map_view(store.view.owner, func, shape[0], span, eb)
+    mapped = map_view(store.view.owner, func, shape[0], span, eb, merge_panels=shape[1] * eb // span)
     if isinstance(mapped, str):
         return mapped
     return TmaStore(store, value, mapped, buffer)
@@ -141,12 +142,11 @@ def rewrite_store(plan: TmaStore, func: kernel.KernelFuncOp) -> None:
     issue = Block()
     body = IndexBuilder(Builder(InsertPoint.at_end(issue)))
     base = body.b.insert(smem.AddressOp(alloc.result)).result
-    col, *outer = plan.mapped.coords
+    coords = list(plan.mapped.coords)
     rows, span, eb = plan.buffer.tile[0], plan.span, plan.buffer.elem_bytes
-    for p in range(plan.buffer.tile[1] * eb // span):
+    for p in range(0, plan.buffer.tile[1] * eb // span, plan.mapped.panels_per_box):  # one box a panel, or one paneled box
         src = body.add(base, body.const(p * rows * span)) if p else base
-        x = body.add(col, body.const(p * span // eb)) if p else col
-        body.b.insert(tma.StoreOp(src, tmap, [x, *outer]))
+        body.b.insert(tma.StoreOp(src, tmap, plan.mapped.box_coords(body, coords, p)))
     body.b.insert(tma.CommitOp())
     body.b.insert(tma.WaitOp(0, read=True))
     issue.add_op(scf.YieldOp())

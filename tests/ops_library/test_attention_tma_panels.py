@@ -1,6 +1,7 @@
 """Attention on sm_90a at head dim 128: K and V tiles two swizzle spans wide come by one box
 each of a rank-4 paneled map (panel, keys of the head, panels, heads) where the launch found
-D a multiple of 64 (``tensor_map_views``), and the result matches the reference."""
+D a multiple of 64 (``tensor_map_views``), O leaves by one box the same way, and the result
+matches the reference."""
 
 import numpy as np
 
@@ -22,6 +23,8 @@ def test_attention_keys_and_values_at_head_dim_128_are_one_box_each():
     for name in ("k", "v"):  # (panel, keys of the head, panels, heads)
         assert maps[name] == (("64", "SK", "(D // 64)", "2147483647"), ("D", "64", "(SK * D)"), (64, config.block_n, 2, 1))
     assert compiled.ptx.count(LOAD.format(4)) == 2 * 2 * 2 and LOAD.format(3) not in compiled.ptx  # 2 key loops, K and V
+    assert maps["o"] == (("64", "SQ", "(D // 64)", "2147483647"), ("D", "64", "(SQ * D)"), (64, config.block_m, 2, 1))
+    assert compiled.ptx.count("cp.async.bulk.tensor.4d.global.shared::cta") == 1  # O: store-tma's, one box too
 
 
 def test_attention_at_head_dim_128_matches_the_reference(rng):

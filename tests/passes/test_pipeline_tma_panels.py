@@ -1,9 +1,9 @@
 """pipeline-tma with paneled tensor maps: a tile several swizzle spans wide (the sm_90a matmul's
 64 x 256 B tile, attention's K and V at head dim 128) whose column bound and offset are whole
 panels loads as one box of a map that splits the columns in (panel elements, rows, panels); a
-ragged column bound keeps one box per panel of the 2-D map. Results match numpy on the
-simulator either way, and a map whose panel stride is wrong does not. (Attention's maps:
-tests/ops_library/test_attention_tma_panels.py.)"""
+ragged column bound keeps one box per panel of the 2-D map (store-tma's C tiles likewise).
+Results match numpy on the simulator either way, and a map whose panel stride is wrong does
+not. (Attention's maps: tests/ops_library/test_attention_tma_panels.py.)"""
 
 import numpy as np
 import pytest
@@ -18,6 +18,7 @@ from kaio.targets.ptx import sass
 
 CONFIG = WGMMA_CONFIGS[0]  # 128 x 256 x 64, 3 stages
 LOAD = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+STORE = "cp.async.bulk.tensor.{}d.global.shared::cta.bulk_group"
 WHOLE = (("m", 16), ("n", 64), ("k", 16))  # what a launch with n a multiple of 64 finds
 
 
@@ -38,9 +39,13 @@ def test_whole_panels_load_as_one_box_and_ragged_ones_as_one_box_each():
     assert maps["b"] == TensorMapParam("b_tmap", "b", ("64", "k", "(n // 64)"), ("n", "64"), (64, 64, 4), 128)
     # two tiles in the prologue, one a trip: one box per operand each
     assert whole.ptx.count(LOAD.format(3)) == 3 and whole.ptx.count(LOAD.format(2)) == 3
+    # store-tma's C (f16, 128 x 256) the same way: one box
+    assert maps["c"] == TensorMapParam("c_tmap", "c", ("64", "(0 + m)", "(n // 64)"), ("n", "64"), (64, 128, 4), 128)
+    assert whole.ptx.count(STORE.format(3)) == 1 and STORE.format(2) not in whole.ptx
     ragged = _matmul((("m", 16), ("n", 16), ("k", 16)))
     assert {t.array: t.box for t in ragged.tensor_maps}["b"] == (64, 64)
     assert LOAD.format(3) not in ragged.ptx and ragged.ptx.count(LOAD.format(2)) == 3 * (1 + 4)
+    assert ragged.ptx.count(STORE.format(2)) == 4 and STORE.format(3) not in ragged.ptx
 
 
 @pytest.mark.skipif(not sass.tools_available(), reason="ptxas / cuobjdump / nvdisasm wheels not installed")
@@ -75,7 +80,7 @@ def test_a_wrong_panel_stride_gives_a_wrong_product(hopper, rng, monkeypatch):
     real = hopper._backend.encode_tensor_map
 
     def planted(dtype, base, dims, strides, box, swizzle):
-        if len(box) == 3 and box[2] > 1:  # the paneled B map: (panel, rows, panels)
+        if tuple(box) == (64, 64, 4):  # B's paneled map (C's, f32: (32, 128, 8), stays right)
             strides = (strides[0], strides[1] - 16)
         return real(dtype, base, dims, strides, box, swizzle)
 
