@@ -167,6 +167,37 @@ def test_sm90a_key_loop_is_at_or_below_tritons(d, config):
     assert figure <= TRITON_SM90A[d, config]
 
 
+# Triton 3.9's key loop with the same tiles on sm_80 (f16, non-causal, 64x32, 4 warps, 2 stages;
+# SASS per warp per trip, benchmarks/codegen.py --only "attention sm_80"): at D=64, 17 integer
+# instructions and 2 moves (MOV: the loop-carried row max, copied at the back edge), 0.406
+# instructions per score element; at D=128, 0.922 per score element.
+TRITON_SM80 = {64: (17, 2, 0.406), 128: (None, None, 0.922)}
+
+
+@needs_ptxas
+@pytest.mark.parametrize("d", list(TRITON_SM80))
+def test_sm80_key_loop_is_at_or_below_tritons(d):
+    """The ring's stages are rotating byte offsets (no stage counter: no per-trip ``IMAD`` of
+    each ldmatrix address), K's and V's copies share their bounds compares, the row they copy
+    is carried. The same back-edge copies of the row max that Triton's SASS has as ``MOV``
+    ptxas may issue as ``IMAD.MOV`` (class integer): integer arithmetic is counted without
+    them, and integer plus moves against Triton's."""
+    from kaio.targets.ptx import sass
+
+    config = AttentionConfig(64, 32, 4, 1, 2)
+    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_80", __divisible__=(("D", 16),),
+                            **kernel_meta(config, d, False, False))  # fmt: skip
+    report = sass.analyze(compiled.ptx, "sm_80")[compiled.name]
+    loop = key_block_loop(report)
+    integer, moves, per_score = TRITON_SM80[d]
+    assert report.spill_bytes == 0
+    if integer is not None:
+        copies = sum(i.opcode.startswith("IMAD.MOV") for i in loop.instructions)
+        assert loop.counts["integer"] - copies <= integer
+        assert loop.counts["integer"] + loop.counts["move"] <= integer + moves
+    assert loop.counts["total"] * config.warps / (config.block_m * config.block_n) <= per_score
+
+
 @pytest.mark.parametrize("d", [64, 128])
 def test_sm90a_pv_accumulator_is_updated_in_the_loops_registers(d):
     """The rescaled O is copied once into the loop's own accumulator registers, which the P V
