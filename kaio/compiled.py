@@ -71,11 +71,12 @@ class KernelParam:
 @dataclass(frozen=True)
 class TensorMapParam:
     """A parameter the runtime adds after the user's: a TMA tensor map (``CUtensorMap`` on a
-    GPU, kaio's format on the simulator; 128 bytes by value) of the 2-D row-major tensor the
-    array parameter ``array`` holds, built at every launch from the arguments.
+    GPU, kaio's format on the simulator; 128 bytes by value) of the row-major tensor the
+    array parameter ``array`` holds (rank 2, or more: groups of rows, column panels; see
+    ``kaio.passes.tensor_map_views``), built at every launch from the arguments.
 
     ``dims`` (innermost first) and ``strides`` (elements between consecutive indices of the
-    outer dims) are integer expressions (``+ - *``, parentheses, integers, names of runtime
+    outer dims) are integer expressions (``+ - * //``, parentheses, integers, names of runtime
     scalar parameters) the compiler read off the kernel's view. ``box`` is the tile one copy
     moves (innermost first); ``swizzle`` its shared-memory swizzle span in bytes (0, 32, 64,
     128)."""
