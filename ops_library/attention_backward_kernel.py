@@ -72,8 +72,8 @@ def delta_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
 def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> Any:  # noqa: N803
     """dK and dV (and, with ``ATOMIC_DQ``, dQ's f32 partial sums) for one input type.
     ``maxnreg=255`` tells ptxas every register is available: without it, its occupancy
-    heuristic may squeeze this kernel (about 120 registers at D=32, 4 warps) into 96 for a
-    third block per SM and spill (sm_90a)."""
+    heuristic may squeeze this kernel (about 120 registers at D=32, 4 warps) into 96 for more
+    blocks per SM and spill (sm_90a)."""
 
     @kaio.tile_kernel(num_warps=warps, num_stages=stages, maxnreg=255)
     def attention_dkdv(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
