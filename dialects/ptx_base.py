@@ -312,14 +312,15 @@ class PtxInstr(IRDLOperation):
     def check(self, mods: list[str], types: list[str]) -> None:
         """Register widths; the default: all outs and value sources have the type's width."""
         bits = TYPE_BITS[types[0]] if types else 32
-        for v in self.results:
-            _check_width(v, bits, self.mnemonic)
-        for v in self.value_srcs():
-            _check_width(v, bits, self.mnemonic)
+        held = 16 if bits == 8 else bits  # what _check_width accepts
+        for v in (*self.results, *self.value_srcs()):
+            # the common case by identity (see _REGISTER_BITS_BY_ID); anything else, the full check
+            if _REGISTER_BITS_BY_ID.get(id(v._type)) != held:  # pyright: ignore[reportPrivateUsage]
+                _check_width(v, bits, self.mnemonic)
 
     def value_srcs(self) -> tuple[SSAValue, ...]:
         srcs = self.srcs
-        return srcs[1:] if self.INFO.has_address and self.symbol is None else srcs
+        return srcs[1:] if self.INFO.has_address and "symbol" not in self.properties else srcs
 
     # -- targets ------------------------------------------------------------------------------
 
@@ -342,21 +343,26 @@ class PtxInstr(IRDLOperation):
 
     def operand_texts(self, reg: RegName, imm: RegName) -> list[str]:
         """Operands in PTX order after the opcode (destinations first)."""
+        info = self.INFO  # (read once: the printer asks this of every instruction)
         outs = [reg(v) for v in self.results]
-        if self.INFO.group_outs and len(outs) > 1:
+        if info.group_outs and len(outs) > 1:
             outs = ["{" + ", ".join(outs) + "}"]
-        elif self.INFO.pair_outs and len(outs) == 2:
+        elif info.pair_outs and len(outs) == 2:
             outs = [f"{outs[0]}|{outs[1]}"]
         srcs = self.value_srcs()
-        first = 1 if self.INFO.has_address and self.symbol is None else 0
-        immediates = self.INFO.imm_args | self.INFO.imm_required
-        texts = [imm(v) if (i + first) in immediates else reg(v) for i, v in enumerate(srcs)]
-        if self.INFO.has_address:
+        immediates = info.imm_args | info.imm_required
+        if immediates:
+            first = 1 if info.has_address and "symbol" not in self.properties else 0
+            texts = [imm(v) if (i + first) in immediates else reg(v) for i, v in enumerate(srcs)]
+        else:
+            texts = [reg(v) for v in srcs]
+        if info.has_address:
             texts.insert(0, self.address_text(reg))
         return outs + texts
 
     def ptx(self, reg: RegName, imm: RegName) -> str:
-        guard = f"{self.guard.data}{reg(self.operands[-1])} " if self.guard is not None else ""
+        guard = self.properties.get("guard")  # (the dict, not the IRDL accessor: per instruction)
+        guard = f"{guard.data}{reg(self._operands[-1])} " if guard is not None else ""  # type: ignore[attr-defined]
         operands = ", ".join(self.operand_texts(reg, imm))
         return f"{guard}{self.opcode()}{' ' + operands if operands else ''};"
 
