@@ -129,7 +129,10 @@ class MappedView:
         col, row, *outer = coords
         if self.panels_per_box == 1:
             return [ix.add(col, ix.const(panel * self.panel_elems)) if panel else col, row, *outer]
-        index = ix.div(col, ix.const(self.panel_elems))
+        # the column is a proven multiple of the panel: an arithmetic shift divides it exactly,
+        # a negative one too (a box may start left of the tensor: its panels there read zeros)
+        shift = ix.const(self.panel_elems.bit_length() - 1)
+        index = ix.b.insert(arith.ShRSIOp(col, shift)).result
         return [ix.const(0), row, ix.add(index, ix.const(panel)) if panel else index, *outer]
 
 
@@ -165,7 +168,7 @@ def map_view(view: object, func: kernel.KernelFuncOp, rows: int, span: int, elem
         rows_bound = batch.size
     # (extent, stride) of each dimension past the columns, innermost first
     outer = [(rows_bound, ld)] + ([(str(MAX_GROUPS), f"({rows_bound} * {ld})")] if batch else [])
-    pe = box[0]
+    pe = box[0]  # a power of two: a swizzle span (32, 64, 128 bytes) over a power-of-two element size
     if merge_panels > 1 and merge_panels <= MAX_BOX and all(divisibility(v) >= pe for v in (view.bounds[1], view.offsets[1])):
         outer.insert(1, (f"({cols_bound} // {pe})", str(pe)))  # the panels: one span apart
         box, cols_bound = (pe, rows, merge_panels), str(pe)

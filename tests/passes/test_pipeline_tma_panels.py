@@ -14,7 +14,9 @@ from kaio.compiled import TensorMapParam
 from kaio.ops_library import matmul
 from kaio.ops_library.matmul_config import WGMMA_CONFIGS
 from kaio.ops_library.matmul_kernel import MatmulKernel
+from kaio.prelude import Array, MutArray, f16, f32, i32
 from kaio.targets.ptx import sass
+import kaio.tile as kt
 
 CONFIG = WGMMA_CONFIGS[0]  # 128 x 256 x 64, 3 stages
 LOAD = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
@@ -94,3 +96,28 @@ def test_a_wrong_panel_stride_gives_a_wrong_product(hopper, rng, monkeypatch):
     got = out.to_host()
     np.testing.assert_allclose(got[:, :64], want[:, :64], rtol=1e-5, atol=1e-4)  # panel 0 does not use the stride
     assert not np.allclose(got[:, 64:], want[:, 64:], rtol=1e-3, atol=1e-2)
+
+
+@kaio.tile_kernel(num_warps=4, num_stages=3)
+def shifted_product(a: Array[f16], b: Array[f16], c: MutArray[f32], m: i32, n: i32, k: i32):
+    """C[:, j] = A @ B[:, j - 64]: B's tiles start one panel left of C's, the first left of the
+    tensor (its columns there read zero)."""
+    n0 = i32(kt.program_id(0)) * 128
+    acc = kt.zeros((64, 128), f32)
+    for k0 in range(0, k, 64):
+        acc = kt.dot(kt.load(a, (0, k0), (64, 64), (m, k)), kt.load(b, (k0, n0 - 64), (64, 128), (k, n)), acc)
+    kt.store(c, (0, n0), acc, (m, n))
+
+
+def test_a_box_starting_left_of_the_tensor_reads_zeros_there(hopper, rng):
+    """The panel index of a negative column is negative (an arithmetic shift), not a huge
+    unsigned one: the panels inside the tensor still read their columns."""
+    m, n, k = 64, 256, 72
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((k, n)).astype(np.float16)
+    out = hopper.alloc_from(np.full((m, n), np.nan, np.float32))
+    with hopper.profiling():
+        shifted_product[n // 128, 128](hopper.alloc_from(a), hopper.alloc_from(b), out, m, n, k)
+    assert hopper.last_launch_report.by_class["cp.async.bulk.tensor.3d"] > 0
+    shifted = np.concatenate([np.zeros((k, 64)), b.astype(np.float64)[:, : n - 64]], axis=1)
+    np.testing.assert_allclose(out.to_host(), a.astype(np.float64) @ shifted, rtol=1e-5, atol=1e-4)
