@@ -65,13 +65,19 @@ WAIT:
 	st.shared.u32 [%r8], %r9;
 OTHERS:
 {handoff}
-	ld.shared.u32 %r6, [%r5];  // the tile
-	mul.wide.u32 %rd3, %r1, 4;
-	add.s64 %rd4, %rd2, %rd3;
-	st.global.u32 [%rd4], %r6;
+{use}
 	ret;
 }}
 """
+READ_TILE = """	ld.shared.u32 %r6, [%r5];  // the tile
+	mul.wide.u32 %rd3, %r1, 4;
+	add.s64 %rd4, %rd2, %rd3;
+	st.global.u32 [%rd4], %r6;"""
+# thread 32 (another warp than the loader's) stores the tile with a TMA store: an async read
+STORE_TILE = """	setp.eq.u32 %p0, %r1, 32;
+	@%p0 cp.async.bulk.global.shared::cta.bulk_group [%rd2], [%r2], 512;  // the tile
+	@%p0 cp.async.bulk.commit_group;
+	@%p0 cp.async.bulk.wait_group 0;"""
 POLL = """POLL:
 	ld.volatile.shared.u32 %r10, [%r8];
 	setp.eq.u32 %p3, %r10, 0;
@@ -83,6 +89,10 @@ OBSERVE_LEGAL = {
 NOT_OBSERVED = "bulk copy of PTX line .* wrote, by a thread that has not observed the completion of the mbarrier phase"
 
 
+def observe_kernel(handoff: str, use: str = READ_TILE) -> str:
+    return OBSERVE_KERNEL.format(load=BULK_LOAD, handoff=handoff, use=use)
+
+
 def run_observe(sim, dev, rng, ptx: str) -> None:
     src = rng.integers(0, 2**32, 128, dtype=np.uint32)
     out = dev.array(np.full(128, 0xDEADBEEF, dtype=np.uint32))
@@ -90,14 +100,16 @@ def run_observe(sim, dev, rng, ptx: str) -> None:
     np.testing.assert_array_equal(dev.read(out), src)
 
 
+@pytest.mark.parametrize("use", ["read", "TMA store"])
 @pytest.mark.parametrize("handoff", list(OBSERVE_LEGAL))
-def test_threads_ordered_after_the_phase_read_the_loaded_bytes(sim, dev, rng, handoff):
-    run_observe(sim, dev, rng, OBSERVE_KERNEL.format(load=BULK_LOAD, handoff=OBSERVE_LEGAL[handoff]))
+def test_threads_ordered_after_the_phase_read_the_loaded_bytes(sim, dev, rng, handoff, use):
+    run_observe(sim, dev, rng, observe_kernel(OBSERVE_LEGAL[handoff], READ_TILE if use == "read" else STORE_TILE))
 
 
-def test_a_thread_that_never_observed_the_phase_reading_the_loaded_bytes_is_rejected(sim, dev, rng):
+@pytest.mark.parametrize("use", ["read", "TMA store"])
+def test_a_thread_that_never_observed_the_phase_reading_the_loaded_bytes_is_rejected(sim, dev, rng, use):
     """The flag makes every reader run after the copy landed, so only the ordering rule sees it."""
-    ptx = OBSERVE_KERNEL.format(load=BULK_LOAD, handoff=POLL)
+    ptx = observe_kernel(POLL, READ_TILE if use == "read" else STORE_TILE)
     with pytest.raises(KaioSimError, match=NOT_OBSERVED) as info:
         run_observe(sim, dev, rng, ptx)
     assert info.value.ptx_line == line_of(ptx, "// the tile")
