@@ -85,6 +85,8 @@ POLL = """POLL:
 OBSERVE_LEGAL = {
     "a barrier after the waiting thread's wait": "\tbar.sync 0;",
     "every thread waits on the phase": "WAIT2:\n\tmbarrier.try_wait.parity.shared::cta.b64 %p2, [%r3], 0;\n\t@!%p2 bra WAIT2;",
+    "a counted named barrier": "\tbar.sync 1, 128;",
+    "the waiting thread's bar.arrive, the others' bar.sync": "\t@%p1 bar.arrive 1, 128;\n\t@!%p1 bar.sync 1, 128;",
 }
 NOT_OBSERVED = "bulk copy of PTX line .* wrote, by a thread that has not observed the completion of the mbarrier phase"
 
