@@ -83,6 +83,37 @@ def _check(constr: object) -> Check | None:
     return check
 
 
+def _check_in_context(constr: AttrConstraint) -> Check:
+    """A check of a constraint with type variables inside (``arith.constant``'s value: its
+    type is the result's ``T``), run by xDSL in a context holding the variables bound so far,
+    whose new bindings are kept. Only for variables the op's values bind (so ``env`` holds all
+    that xDSL's own context would)."""
+
+    def check(a: Attribute, env: Variables) -> bool:
+        context = VerificationContext(_variables=dict(env))
+        try:
+            constr.verify(a, context)
+        except Exception:  # noqa: BLE001  (a failing constraint: the generic verifier says why)
+            return False
+        for name in context.attr_variables:
+            env[name] = context.get_variable(name)  # type: ignore[assignment]
+        return True
+
+    return check
+
+
+def _value_variables(defs: Sequence[tuple[str, object]]) -> set[str]:
+    """The type variables that operand (result) definitions bind directly (``operand_def(T)``)."""
+    names = set()
+    for _, d in defs:
+        constr = getattr(d, "constr", None)
+        if type(constr) is RangeLengthConstraint:
+            constr = constr.constraint
+        if type(constr) is RangeOf and type(constr.constr) is VarConstraint:
+            names.add(constr.constr.name)
+    return names
+
+
 def _element(d: object, variadic: type) -> tuple[bool, Check] | None:
     """(is variadic, the check of each value) for one operand or result definition."""
     constr = getattr(d, "constr", None)
@@ -148,6 +179,10 @@ def _shortcut(op_def: OpDef) -> Callable[[Operation], None] | None:
     operands = _values_check(op_def.operands, VarOperandDef)
     results = _values_check(op_def.results, VarResultDef)
     props = {name: _check(p.constr) for name, p in op_def.properties.items()}
+    bound = _value_variables(op_def.operands) | _value_variables(op_def.results)
+    for name, p in op_def.properties.items():
+        if props[name] is None and isinstance(p.constr, AttrConstraint) and p.constr.variables() <= bound:
+            props[name] = _check_in_context(p.constr)
     if (
         operands is None
         or results is None

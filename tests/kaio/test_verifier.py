@@ -9,6 +9,7 @@ from typing import ClassVar
 import pytest
 from xdsl.dialects import arith, func
 from xdsl.dialects.builtin import (
+    FloatAttr,
     Float32Type,
     IndexType,
     IntegerAttr,
@@ -293,5 +294,30 @@ def test_the_shortcut_covers_parse_prop_in_attr_dict_and_rejects_a_bad_property(
                 got = False
             assert got == expected, (value, props)
     planted = PropInAttrDictOp.create(operands=[block.args[0]], result_types=[i32], properties={"transposed": StringAttr("x")})
+    with pytest.raises(VerifyException):
+        planted.verify_()
+
+
+def test_a_property_typed_by_the_result_variable_agrees_with_xdsl():
+    """arith.constant: its value's type is the result's T. The shortcut runs the property's
+    constraint in a context holding T; a planted value of another type is rejected."""
+    irdl_shortcut.install_shortcut(arith.ConstantOp)
+    assert "verify" in vars(arith.ConstantOp.get_irdl_definition())
+    values = [IntegerAttr(1, i32), IntegerAttr(2, i64), IntegerAttr(3, IndexType()), FloatAttr(1.5, f32), StringAttr("x")]
+    rejected = 0
+    for value in values:
+        for result in (i32, i64, IndexType(), f32):
+            for props in ({"value": value}, {}):
+                op = arith.ConstantOp.create(result_types=[result], properties=props)
+                expected = generic_verdict(op)
+                try:
+                    op.verify_()
+                    got = True
+                except VerifyException:
+                    got = False
+                assert got == expected, (value, result, props)
+                rejected += not got
+    assert rejected > 0
+    planted = arith.ConstantOp.create(result_types=[i64], properties={"value": IntegerAttr(1, i32)})
     with pytest.raises(VerifyException):
         planted.verify_()
