@@ -20,8 +20,8 @@ executes: those before the body's first branch or label, so the moved load reads
 first trip would have read anyway.
 
 The moved instructions' repeats (the lowering rules recompute a thread's row and bounds for
-each tile op) then merge, and so do the body's pure instructions that repeat one in the same
-straight-line stretch and read no ``ptx.reg`` (:func:`merge_repeats`).
+each tile op) then merge, and so do the body's instructions that repeat a nearby one in the
+same straight-line stretch and read no ``ptx.reg`` (:func:`merge_repeats`).
 """
 
 from __future__ import annotations
@@ -133,31 +133,44 @@ def _by_value(part: object) -> object:
     return part
 
 
-def merge_repeats(ops: list[Operation]) -> None:
+BODY_WINDOW = 32
+"""How far apart (in ops) two repeats of a loop body may be to merge: a K tile's and a V tile's
+copies sit a few instructions apart; repeats far apart merged lengthen a register's life across
+the whole body (attention at head dim 256 on sm_90a then spills)."""
+
+
+def merge_repeats(ops: list[Operation], window: int = 0) -> None:
     """Within each straight-line stretch of ``ops`` (no label between: the earlier instruction
-    dominates the later), a pure instruction identical to an earlier one that reads no
-    ``ptx.reg`` reads the earlier one's result instead and goes."""
+    dominates the later), a pure instruction identical to an earlier one at most ``window`` ops
+    before it (0: any distance) that reads no ``ptx.reg`` reads the earlier one's result
+    instead and goes."""
     seen: dict[tuple[object, ...], Operation] = {}
+    at = {op: n for n, op in enumerate(ops)}
     for op in ops:
         if type(op) is ptx.LabelOp:
             seen.clear()
         elif is_pure(op) and op.results and type(op) is not ptx.ConstOp and not reads_registers(op):
-            twin = seen.setdefault(tuple(map(_by_value, value_key(op))), op)
-            if twin is not op:
-                for old, new in zip(op.results, twin.results):
-                    old.replace_all_uses_with(new)
-                op.detach()
-                op.erase()
+            key = tuple(map(_by_value, value_key(op)))
+            twin = seen.setdefault(key, op)
+            if twin is op:
+                continue
+            if window and at[op] - at[twin] > window:
+                seen[key] = op  # too far back: the later one is the twin of what follows
+                continue
+            for old, new in zip(op.results, twin.results):
+                old.replace_all_uses_with(new)
+            op.detach()
+            op.erase()
 
 
 def hoist_loop(ops: list[Operation], loop: Loop, budget: int) -> int:
     """Move the loop's invariant instructions before its label; returns how many moved.
 
     The lowering rules repeat their index math per tile op (a K tile's and a V tile's copies
-    compute the same thread row and bounds), so the moved instructions hold repeats, and with
-    them merged the body's instructions that read them repeat too: both are merged (a moved
-    value merged lives across the loop either way; the body's repeats are what ptxas merges
-    itself, except predicates: two equal bounds compares stay two ``ISETP`` per trip)."""
+    compute the same thread row and bounds), so the moved instructions hold repeats: they merge
+    (a moved value lives across the loop either way). The body's repeats reading them merge
+    where they are close (:data:`BODY_WINDOW`): ptxas merges repeated integer math itself but
+    leaves two equal bounds compares two ``ISETP`` per trip."""
     body = ops[loop.head + 1 : loop.latch + 1]
     candidates = invariant_ops(body)
     moved = within_budget(candidates, budget)
@@ -167,7 +180,7 @@ def hoist_loop(ops: list[Operation], loop: Loop, budget: int) -> int:
             op.detach()
             head.parent_block().insert_op_before(op, head)  # type: ignore[union-attr]
     merge_repeats([op for op in candidates if op in moved])
-    merge_repeats([op for op in body if op not in moved])
+    merge_repeats([op for op in body if op not in moved], BODY_WINDOW)
     return len(moved)
 
 

@@ -259,3 +259,16 @@ def test_repeats_do_not_merge_across_a_label() -> None:
     ops = block_ops(lp.block)
     label = next(i for i, op in enumerate(ops) if isinstance(op, ptx.LabelOp) and op.sym_name.data == "L_join")
     assert any(isinstance(op, ptx.MulOp) for op in ops[label:])  # and stay after it
+
+
+def test_body_repeats_far_apart_stay() -> None:
+    """A merged repeat lives from the first to the last use: far apart in a body they stay."""
+    lp = Loop()
+    k1 = lp.add(ptx.AddOp("s32", [lp.k, lp.const(1)], [i32]))
+    first = lp.add(ptx.MulOp("lo.s32", [k1, lp.const(3)], [i32]))
+    lp.add(ptx.StOp("global.u32", [lp.p, first]))
+    for _ in range(ptx_licm.BODY_WINDOW):
+        lp.add(ptx.StOp("global.u32", [lp.p, k1]))
+    second = lp.add(ptx.MulOp("lo.s32", [k1, lp.const(3)], [i32]))
+    lp.add(ptx.StOp("global.u32", [lp.p, second]))
+    assert lp.close().count("mul.lo.s32") == 2
