@@ -22,7 +22,7 @@ from xdsl.dialects.builtin import IntegerAttr, TensorType, bf16, f16, f32, f64, 
 from xdsl.ir import Attribute, Operation, SSAValue
 
 from kaio.dialects import ptx, smem, tile
-from kaio.dialects.kernel import Combine
+from kaio.dialects.kernel import BlockIdOp, Combine
 from kaio.dialects.tile_layout import Bit, Distribution, layout_of
 from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering, register_parts
@@ -511,6 +511,17 @@ def _window(em: PtxEmitter, chunks: list[SSAValue], start: SSAValue, halves: boo
     return [em.instr(ptx.PrmtOp, "b32", [words[i], words[i + 1], sel], i32) for i in range(4)]
 
 
+def _never_negative(offset: SSAValue, extent: int) -> bool:
+    """Whether ``offset`` plus a thread base plus a register offset along a dim of ``extent``
+    elements is in [0, 2^31): a constant offset in [0, 2^30) (a thread base is below 2^16, a
+    register offset below 2^30), or a block index (below 2^31) in a dim of one element (one
+    row per program: no thread base, no register offset)."""
+    c = constant_int(offset)
+    if c is not None:
+        return 0 <= c < 1 << 30
+    return isinstance(offset.owner, BlockIdOp) and extent == 1
+
+
 class _Access:
     """Addresses and masks of one view's elements for this thread, shared between registers."""
 
@@ -522,10 +533,11 @@ class _Access:
         self.start = [em.instr(ptx.AddOp, "s32", [em.value(o), b], i32) for o, b in zip(view.offsets, base, strict=True)]
         self.bounds = [extent(em, b) for b in view.bounds]
         self.strides = [em.value(s) for s in view.strides]
-        # dims whose offset is a constant in [0, 2^30): there start + o (o >= 0) is a thread base
-        # (< 2^16) plus constants, never negative, so one signed compare with the bound itself
-        # is exact (a negative bound has nothing inside) and its max(bound, 0) is not needed
-        self._from_zero = [(c := constant_int(o)) is not None and 0 <= c < 1 << 30 for o in view.offsets]
+        # dims whose index is never negative (see _never_negative): there one signed compare with
+        # the bound itself is exact (a negative bound has nothing inside) and its max(bound, 0)
+        # is not needed
+        shape = view.result.type.dims  # type: ignore[attr-defined]
+        self._from_zero = [_never_negative(o, n) for o, n in zip(view.offsets, shape, strict=True)]
         self._oks: dict[tuple[int, int], SSAValue] = {}
         self._addrs: dict[tuple[int, ...], SSAValue] = {}
 

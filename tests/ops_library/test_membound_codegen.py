@@ -170,8 +170,8 @@ TRITON_PER_ELEMENT = {
     "sm_90a": {"rms_norm": 10.4375, "layer_norm": 16.25, "softmax": 17.5},
 }
 KAIO_PER_ELEMENT = {
-    "sm_80": {"rms_norm": 9.6875, "layer_norm": 15.5, "softmax": 16.5},
-    "sm_90a": {"rms_norm": 10.4375, "layer_norm": 16.25, "softmax": 16.875},
+    "sm_80": {"rms_norm": 9.625, "layer_norm": 15.4375, "softmax": 16.4375},
+    "sm_90a": {"rms_norm": 10.125, "layer_norm": 16.1875, "softmax": 16.8125},
 }
 
 

@@ -10,6 +10,8 @@ shared-memory race checker, against numpy, with planted bugs that must be caught
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -284,3 +286,55 @@ def test_planted_two_reductions_in_a_loop_on_one_half_race(dev, rng, monkeypatch
     kernel = _two_in_a_loop()
     with pytest.raises(KaioMemoryError, match="race"):
         _run_two(dev, kernel, rng, 3 * C)
+
+
+def _row_per_program():  # type: ignore[no-untyped-def]
+    @kaio.tile_kernel(num_warps=4)
+    def row_sums(x: Array[f32], out: MutArray[f32], rows: i32, cols: i32, SHIFT: kaio.constexpr = 0,
+                 B: kaio.constexpr = C):  # fmt: skip
+        r = i32(kt.program_id(0)) - SHIFT  # SHIFT = 1: row -1 first (nothing inside)
+        t = kt.load(x, (r, 0), (1, B), (rows, cols))
+        kt.store(out, (r,), kt.sum(t, 1), (rows,))
+
+    return row_sums
+
+
+def _clamps_rows(ptx: str) -> bool:
+    """Whether the PTX computes max(rows, 0), the bound of the unsigned test."""
+    rows = re.search(r"ld\.param\.u32 (%r\d+), \[row_sums_rows\]", ptx)
+    assert rows is not None
+    return re.search(rf"max\.s32 %r\d+, {rows.group(1)}, 0;", ptx) is not None
+
+
+def _row_sums(dev: kaio.Device, kernel: object, rng: np.random.Generator, rows: int, grid: int, shift: int) -> np.ndarray:
+    cols = 1000
+    x = rng.standard_normal((max(rows, 1), cols)).astype(np.float32)
+    out = dev.alloc_from(np.full(grid, np.nan, np.float32))
+    kernel[grid](dev.alloc_from(x), out, rows, cols, SHIFT=shift)  # type: ignore[index]
+    got = out.to_host()
+    np.testing.assert_allclose(got[: max(rows, 0)], x[: max(rows, 0)].astype(np.float64).sum(1), rtol=1e-4, atol=1e-4)
+    return got
+
+
+@pytest.mark.parametrize("rows", [3, 0, -2])
+def test_a_row_per_program_is_tested_with_one_signed_compare(dev, rng, rows):
+    """A block index is below 2^31: in a dim of one element (no thread base) its row is never
+    negative, so ``rows > row`` alone tests it (not ``row < max(rows, 0)`` unsigned)."""
+    kernel = _row_per_program()
+    assert not _clamps_rows(kaio.compile(kernel, "sm_80").ptx)
+    got = _row_sums(dev, kernel, rng, rows, 4, 0)
+    assert np.isnan(got[max(rows, 0) :]).all()  # programs past the rows write nothing
+
+
+def test_an_offset_block_index_may_be_negative_and_keeps_both_tests(dev, rng):
+    kernel = _row_per_program()
+    assert _clamps_rows(kaio.compile(kernel, "sm_80", SHIFT=1).ptx)
+    _row_sums(dev, kernel, rng, 3, 4, 1)
+
+
+def test_planted_a_negative_row_taken_as_never_negative_is_read(dev, rng, monkeypatch):
+    monkeypatch.setenv("KAIO_CACHE", "0")
+    monkeypatch.setattr(tile_values, "_never_negative", lambda offset, extent: True)
+    kernel = _row_per_program()
+    with pytest.raises(KaioMemoryError, match="out-of-bounds"):
+        _row_sums(dev, kernel, rng, 3, 4, 1)  # program 0 reads row -1
