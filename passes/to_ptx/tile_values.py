@@ -121,8 +121,9 @@ def _one_run_of_thread_id(em: PtxEmitter, dist: Distribution, d: int) -> SSAValu
     picks = [(i, b[1]) for i, b in enumerate(dist.lane) if b is not None and b[0] == d]
     picks += [(5 + j, b[1]) for j, b in enumerate(dist.warp) if b is not None and b[0] == d]
     picks.sort()
-    if not picks or any(i - picks[0][0] != o - picks[0][1] for i, o in picks) or picks[-1][0] - picks[0][0] != len(picks) - 1:
-        return None
+    first = picks[0] if picks else (0, 0)
+    if not picks or any((i - first[0], o - first[1]) != (n, n) for n, (i, o) in enumerate(picks)):
+        return None  # not one run (consecutive id bits to consecutive coordinate bits)
     if all(i < 5 for i, _ in picks) or all(i >= 5 for i, _ in picks):
         return None  # from one register already
     return _bits_value(em, linear_thread_id(em), picks, 5 + _source_bits(em, "warp"))

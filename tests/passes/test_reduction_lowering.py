@@ -3,9 +3,10 @@
 A reduction across warps goes through the kernel's one reduce scratch, in two halves used in
 turn (``reduce_scratch``): one barrier between the warps' writes and the reads, which also
 orders the reads of the reduction before it (the other half) before the writes of the one after
-it (the same half); a second one when the reduction is in a loop (the next iteration writes
-its half again), or before the writes when each half may still be read (branches). A mask ``kt.arange(C) < n`` with n known a multiple of g
-is one predicate per g consecutive elements of a thread. Checked on the simulator with its
+it (the same half); a second one after the reads of the last reduction of a block in a loop
+(the next iteration writes the halves again), or before the writes when each half may still be
+read (branches). A mask ``kt.arange(C) < n`` with n known a multiple of g is one predicate per
+g consecutive elements of a thread; a row per program is tested with one signed compare. Checked on the simulator with its
 shared-memory race checker, against numpy, with planted bugs that must be caught."""
 
 from __future__ import annotations
@@ -219,7 +220,8 @@ def test_after_an_if_that_may_read_either_half_a_barrier_comes_first(dev, rng, m
     """The ``if`` reads half 1, the path around it half 0: the last sum has no clean half."""
     monkeypatch.setenv("KAIO_CACHE", "0")
     plan, plans = reduce_scratch.plan_reductions, []
-    monkeypatch.setattr(reduce_scratch, "plan_reductions", lambda root, needs: plans.append(plan(root, needs)) or plans[-1])
+    spy = lambda root, needs: plans.append(plan(root, needs)) or plans[-1]
+    monkeypatch.setattr(reduce_scratch, "plan_reductions", spy)
     _, maybe_max = _three_reductions()
     assert kaio.compile(maybe_max, "sm_80").ptx.count("bar.sync") == 4
     assert [(s.half, s.barrier_first) for s in plans[0].slots.values()] == [(0, False), (1, False), (0, True)]
@@ -306,7 +308,8 @@ def _clamps_rows(ptx: str) -> bool:
     return re.search(rf"max\.s32 %r\d+, {rows.group(1)}, 0;", ptx) is not None
 
 
-def _row_sums(dev: kaio.Device, kernel: object, rng: np.random.Generator, rows: int, grid: int, shift: int) -> np.ndarray:
+def _row_sums(dev: kaio.Device, kernel: object, rng: np.random.Generator, rows: int, grid: int,
+              shift: int) -> np.ndarray:  # fmt: skip
     cols = 1000
     x = rng.standard_normal((max(rows, 1), cols)).astype(np.float32)
     out = dev.alloc_from(np.full(grid, np.nan, np.float32))
