@@ -31,7 +31,14 @@ from dataclasses import dataclass
 
 from kaio.dialects import ptx
 from kaio.passes.ptx_fold import value_key
-from kaio.passes.ptx_scalar import block_ops, const_int, entries, is_pure, reads_registers, spec_parts
+from kaio.passes.ptx_scalar import (
+    block_ops,
+    const_int,
+    entries,
+    is_pure,
+    reads_registers,
+    spec_parts,
+)
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, f64, i64
 from xdsl.ir import Block, Operation, SSAValue
