@@ -507,7 +507,7 @@ def _check_address(op: PtxInstr, mods: list[str]) -> None:
     if bits == 64 or (bits == 32 and ("shared" in mods or "local" in mods or "param" in mods)):
         return
     raise VerifyException(
-        f"{op.MNEMONIC}: address must be 64-bit (32-bit allowed for shared), got {addr.type}"
+        f"{op.opcode()}: address must be 64-bit (32-bit allowed for shared), got {addr.type}"
     )
 
 

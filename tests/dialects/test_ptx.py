@@ -92,6 +92,15 @@ def test_verifier_rejects_width_mismatch():
         ModuleOp([a, bad]).verify()
 
 
+def test_verifier_rejects_a_32_bit_global_address():
+    a = ptx.ConstOp(1, i32)
+    bad = ptx.LdOp("global.f32", [a.result], [f32])
+    with pytest.raises(VerifyException, match=r"ld\.global\.f32: address must be 64-bit"):
+        ModuleOp([a, bad]).verify()
+    b = ptx.ConstOp(1, i32)
+    ModuleOp([b, ptx.LdOp("shared.f32", [b.result], [f32])]).verify()  # 32-bit is fine for shared
+
+
 def test_verifier_rejects_unknown_modifier():
     a = ptx.ConstOp(1, i32)
     bad = ptx.AddOp("banana.s32", [a.result, a.result], [i32])
