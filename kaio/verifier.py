@@ -35,7 +35,7 @@ def fingerprint(op: Operation, block: Block) -> Fingerprint:
     """Everything an op's own verification reads (see the module docstring)."""
     operands = op._operands  # pyright: ignore[reportPrivateUsage]  # the tuple: no wrapper
     region = block.parent
-    last = block.last_op is op
+    last = block._last_op is op  # pyright: ignore[reportPrivateUsage]  # the field: no property call
     props = op.properties
     attrs = op.attributes
     return (
@@ -121,7 +121,7 @@ class IncrementalVerifier:
                             seen[child] = key
                             changed = True
                     elif seen.get(child) != key:
-                        if child._successors or block.last_op is child:  # pyright: ignore[reportPrivateUsage]
+                        if child._successors or block._last_op is child:  # pyright: ignore[reportPrivateUsage]
                             self._verify_one(child)  # a branch, or a block's last op: the whole check
                         else:
                             _verify_plain(child)

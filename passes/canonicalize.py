@@ -25,21 +25,45 @@ from xdsl.pattern_rewriter import (
     PatternRewriteWalker,
     RewritePattern,
 )
-from xdsl.traits import ConstantLike, HasCanonicalizationPatternsTrait, HasFolder, IsTerminator, SymbolOpInterface
+from xdsl.traits import (
+    ConstantLike,
+    HasCanonicalizationPatternsTrait,
+    HasFolder,
+    IsTerminator,
+    MemoryEffect,
+    NoMemoryEffect,
+    SymbolOpInterface,
+)
 from xdsl.transforms.dead_code_elimination import LiveSet, result_only_effects
 
-_may_die: dict[type[Operation], bool] = {}  # neither a terminator nor a symbol: the class's part
+# per op class: False (a terminator or a symbol: never dead), True (no effect whatever the op:
+# its only memory-effect traits are ``NoMemoryEffect``'s, ``Pure`` say), None (ask the op)
+_may_die: dict[type[Operation], bool | None] = {}
+_NO_EFFECTS = NoMemoryEffect.get_effects.__func__  # pyright: ignore[reportFunctionMemberAccess]
+
+
+def _class_may_die(cls: type[Operation]) -> bool | None:
+    if cls.has_trait(IsTerminator, value_if_unregistered=False) or cls.has_trait(
+        SymbolOpInterface, value_if_unregistered=False
+    ):
+        return False
+    effects = cls.get_traits_of_type(MemoryEffect)
+    if effects and all(getattr(type(t).get_effects, "__func__", None) is _NO_EFFECTS for t in effects):
+        return True  # get_effects gives the empty set for every op of the class
+    return None
 
 
 def would_be_trivially_dead(op: Operation) -> bool:
-    """xDSL's ``would_be_trivially_dead``, its two trait look-ups kept per op class."""
+    """xDSL's ``would_be_trivially_dead``, its trait look-ups kept per op class (and its effect
+    query too where the class's traits answer it alone)."""
     cls = type(op)
-    may_die = _may_die.get(cls)
+    if cls in _may_die:
+        may_die = _may_die[cls]
+    else:
+        may_die = _may_die[cls] = _class_may_die(cls)
     if may_die is None:
-        may_die = _may_die[cls] = not cls.has_trait(IsTerminator, value_if_unregistered=False) and not cls.has_trait(
-            SymbolOpInterface, value_if_unregistered=False
-        )
-    return may_die and result_only_effects(op)
+        return result_only_effects(op)
+    return may_die
 
 
 def is_trivially_dead(op: Operation) -> bool:
@@ -53,13 +77,14 @@ class _LiveSet(LiveSet):
     def propagate_op_liveness(self, op: Operation) -> None:
         for region in op.regions:
             self.propagate_region_liveness(region)
-        if self.is_live(op):
+        live = self._live_ops  # (the set itself: is_live and set_live are a call each)
+        if op in live:
             return
-        if not would_be_trivially_dead(op):
-            self.set_live(op)
-            return
-        if any(self.is_live(use.operation) for result in op.results for use in result.uses):
-            self.set_live(op)
+        if not would_be_trivially_dead(op) or any(
+            use.operation in live for result in op.results for use in result.uses
+        ):
+            self.changed = True
+            live.add(op)
 
 
 def region_dce(region: Region, listener: PatternRewriterListener | None = None) -> bool:

@@ -67,3 +67,39 @@ def test_simt_kernel_pipeline_uses_it() -> None:
     module = stage_before_canonicalize(copy, "sm_80")
     ours, theirs = both(module)
     assert ours == theirs
+
+
+def _ops_of_library_kernels() -> list[Any]:
+    from kaio.ir_walk import ops_within
+    from kaio.ops_library.matmul_config import DEFAULT_CONFIG
+    from kaio.ops_library.matmul_kernel import MatmulKernel
+
+    module = stage_before_canonicalize(MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), DEFAULT_CONFIG), "sm_80")
+    return ops_within(module)
+
+
+def test_would_be_trivially_dead_answers_as_xdsl_per_op() -> None:
+    """The per-class answer (an op whose only effect traits are ``NoMemoryEffect``'s has no
+    effect) is xDSL's answer for every op of a matmul's tile IR, effectful ones included."""
+    from xdsl.transforms.dead_code_elimination import would_be_trivially_dead as xdsl_answer
+
+    from kaio.passes import canonicalize as ours
+
+    ops = _ops_of_library_kernels()
+    answers = [(op.name, ours.would_be_trivially_dead(op), bool(xdsl_answer(op))) for op in ops]
+    assert [a for a in answers if a[1] != a[2]] == []
+    assert {a[1] for a in answers} == {True, False}  # both answers occur
+    assert any(ours._may_die.get(type(op)) is None for op in ops)  # some classes ask the op
+
+
+def test_a_class_answer_for_effectful_ops_would_be_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The planted bug: every class declared effect-free makes stores and barriers dead, which
+    the comparison with xDSL's answer (and the canonicalized IR) catches."""
+    from xdsl.transforms.dead_code_elimination import would_be_trivially_dead as xdsl_answer
+
+    from kaio.passes import canonicalize as ours
+
+    monkeypatch.setattr(ours, "_may_die", {})
+    monkeypatch.setattr(ours, "_class_may_die", lambda cls: True)
+    ops = _ops_of_library_kernels()
+    assert any(ours.would_be_trivially_dead(op) != bool(xdsl_answer(op)) for op in ops)
