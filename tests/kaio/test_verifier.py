@@ -202,6 +202,14 @@ def generic_verdict(op: Operation) -> bool:
     return True
 
 
+def shortcut_verdict(op: Operation) -> bool:
+    try:
+        op.verify_()
+    except VerifyException:
+        return False
+    return True
+
+
 def test_the_shortcut_agrees_with_xdsl_on_every_small_operand_list():
     """Every operand list of up to four values over four types, with two result types and the
     optional property present or not, judged by the generic verifier and the shortcut."""
@@ -215,11 +223,7 @@ def test_the_shortcut_agrees_with_xdsl_on_every_small_operand_list():
                 for props in ({}, {"flag": IntegerAttr(1, i32)}, {"flag": StringAttr("x")}):
                     op = MixedOp.create(operands=values, result_types=[result], properties=props)
                     expected = generic_verdict(op)
-                    try:
-                        op.verify_()
-                        got = True
-                    except VerifyException:
-                        got = False
+                    got = shortcut_verdict(op)
                     assert got == expected, (values, result, props)
                     judged += 1
     assert judged == 6 * sum(4**n for n in range(5))
@@ -257,11 +261,7 @@ def test_values_of_any_type_are_only_counted_and_agree_with_xdsl(cls: type[IRDLO
             for results in ([i32], [f32], [], [i32, i32]):
                 op = cls.create(operands=values, result_types=results)
                 expected = generic_verdict(op)
-                try:
-                    op.verify_()
-                    got = True
-                except VerifyException:
-                    got = False
+                got = shortcut_verdict(op)
                 assert got == expected, (cls.name, n, results)
                 rejected += not got
     assert rejected > 0
@@ -287,11 +287,7 @@ def test_the_shortcut_covers_parse_prop_in_attr_dict_and_rejects_a_bad_property(
         for props in ({"transposed": IntegerAttr(1, i64)}, {"transposed": StringAttr("planted")}, {}):
             op = PropInAttrDictOp.create(operands=[value], result_types=[i32], properties=props)
             expected = generic_verdict(op)
-            try:
-                op.verify_()
-                got = True
-            except VerifyException:
-                got = False
+            got = shortcut_verdict(op)
             assert got == expected, (value, props)
     planted = PropInAttrDictOp.create(operands=[block.args[0]], result_types=[i32], properties={"transposed": StringAttr("x")})
     with pytest.raises(VerifyException):
@@ -310,11 +306,7 @@ def test_a_property_typed_by_the_result_variable_agrees_with_xdsl():
             for props in ({"value": value}, {}):
                 op = arith.ConstantOp.create(result_types=[result], properties=props)
                 expected = generic_verdict(op)
-                try:
-                    op.verify_()
-                    got = True
-                except VerifyException:
-                    got = False
+                got = shortcut_verdict(op)
                 assert got == expected, (value, result, props)
                 rejected += not got
     assert rejected > 0
