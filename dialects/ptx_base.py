@@ -93,7 +93,9 @@ def register_type(ptx_type: str) -> Attribute:
 
 
 def _check_width(v: SSAValue, bits: int, what: str) -> None:
-    have = register_bits(v.type)
+    # the value's type field, by identity first (register_bits' own first look, without the
+    # ``type`` property and a call: every instruction's verification checks each of its values)
+    have = _REGISTER_BITS_BY_ID.get(id(v._type)) or register_bits(v.type)  # pyright: ignore[reportPrivateUsage]
     if bits == 8:  # 8-bit values live in 16-bit registers, as nvcc does it
         bits = 16
     if have != bits:

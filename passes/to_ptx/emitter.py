@@ -108,6 +108,8 @@ class PtxEmitter:
         self.aggregates: dict[SSAValue, tuple[SSAValue, ...]] = {}
         self.decls: list[Operation] = []
         self.prologue: list[Operation] = []
+        # (the prologue list, how many of its ops are in the set, their results): see hoisted
+        self._prologue_known: tuple[list[Operation], int, set[SSAValue]] = ([], 0, set())
         self.body: list[Operation] = []
         self._consts: dict[tuple[object, Attribute], SSAValue] = {}
         self._invariants: dict[object, SSAValue] = {}
@@ -322,6 +324,7 @@ class PtxEmitter:
                     self.values[key] = add.outs[0]
             i = self.prologue.index(mov)
             self.prologue[i : i + 1] = [at, add]
+            self._prologue_known = ([], 0, set())  # an op replaced inside: the set is rebuilt
             self.decls.remove(decl)
         first.size = IntegerAttr(max(end, nbytes), i64)
         first.align = IntegerAttr(widest, i64)
@@ -348,10 +351,23 @@ class PtxEmitter:
 
     def hoisted(self, key: object, inputs: Sequence[SSAValue], build: Callable[[], SSAValue]) -> SSAValue:
         """``build()`` once in the prologue if all ``inputs`` are defined there, else right here."""
-        prologue = {r for op in self.prologue for r in op.results}
-        if all(v in prologue for v in inputs):
+        if all(v in self._prologue_values() for v in inputs):
             return self.invariant(key, build)
         return build()
+
+    def _prologue_values(self) -> set[SSAValue]:
+        """The results of the prologue's ops. The prologue only grows at its end (an op
+        replaced inside it resets this), so the set is kept and extended by the ops added since
+        the last call instead of rebuilt for each hoisting."""
+        prologue = self.prologue
+        known = self._prologue_known
+        if known[0] is not prologue or known[1] > len(prologue):
+            known = self._prologue_known = (prologue, 0, set())
+        _, seen, values = known
+        for op in prologue[seen:]:
+            values.update(op.results)
+        self._prologue_known = (prologue, len(prologue), values)
+        return values
 
     def special(self, register: str) -> SSAValue:
         """A special register (``%tid.x``...), read once in the prologue."""

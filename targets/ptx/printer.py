@@ -55,24 +55,27 @@ class _Registers:
     """Names the virtual registers of one entry."""
 
     def __init__(self, entry: ptx.EntryOp):
-        self.names: dict[SSAValue, str] = {}
+        # by the value's id: an SSA value hashes by id through a Python ``__hash__``, a call per
+        # look-up, and the printer looks up every operand (the values live while it prints)
+        self.names: dict[int, str] = {}
         self.counts: dict[str, int] = defaultdict(int)
         self.decl_type: dict[str, str] = {}
         self.inlined: set[Operation] = set()
         classes = ptx.REGISTER_CLASSES
+        by_id = {id(t): c for t, c in classes.items()}  # most types are these very objects
         counts = self.counts
         for op in ops_of(entry.body.block):
             if type(op) is ptx.ConstOp and not _needs_register(op):  # type: ignore[arg-type]
                 self.inlined.add(op)
                 continue
             for result in op.results:
-                prefix, decl = classes[result.type]
+                prefix, decl = by_id.get(id(result._type)) or classes[result.type]  # pyright: ignore[reportPrivateUsage]
                 counts[prefix] += 1
                 self.decl_type[prefix] = decl
-                self.names[result] = f"%{prefix}{counts[prefix]}"
+                self.names[id(result)] = f"%{prefix}{counts[prefix]}"
 
     def reg(self, value: SSAValue) -> str:
-        name = self.names.get(value)
+        name = self.names.get(id(value))
         if name is None:
             raise ValueError(f"value {value} has no register (defined outside the entry?)")
         return name
