@@ -41,7 +41,7 @@ from kaio.passes.ptx_scalar import (
 )
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, f64, i64
-from xdsl.ir import Block, Operation, SSAValue
+from xdsl.ir import Block, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 
 from kaio.pass_contracts import PassContract
@@ -105,19 +105,21 @@ def _words(v: SSAValue) -> int:
 
 def invariant_ops(body: list[Operation]) -> list[Operation]:
     """The loop's instructions that may move before it, in program order."""
-    inside = set(body)
-    assigned = {op.operands[0] for op in body if type(op) is ptx.AssignOp}
+    # sets of ids, not of ops: an op or value hashes through a Python ``__hash__`` (the ops
+    # are alive throughout, so no id is reused)
+    inside = {id(op) for op in body}
+    assigned = {id(op.operands[0]) for op in body if type(op) is ptx.AssignOp}
     read_only = all(is_pure(op) or type(op) in _READS_OR_CONTROL for op in body)
-    found: set[Operation] = set()
+    found: set[int] = set()
     before_control = True
     for op in body:
         if type(op) in (ptx.LabelOp, ptx.BraOp):
             before_control = False
         if not (is_pure(op) or _hoistable_load(op, before_control, read_only)) or not op.results:
             continue
-        if all((v.owner not in inside or v.owner in found) and v not in assigned for v in op.operands):
-            found.add(op)
-    return [op for op in body if op in found]
+        if all((id(v.owner) not in inside or id(v.owner) in found) and id(v) not in assigned for v in op.operands):
+            found.add(id(op))
+    return [op for op in body if id(op) in found]
 
 
 def within_budget(candidates: list[Operation], budget: int) -> set[Operation]:
@@ -135,7 +137,9 @@ def within_budget(candidates: list[Operation], budget: int) -> set[Operation]:
 
 def _by_value(part: object) -> object:
     """A key part, with a constant operand as its value (the pool may not have merged them yet)."""
-    if isinstance(part, SSAValue) and type(part.owner) is ptx.ConstOp:
+    # the exact type, not isinstance against xDSL's abstract SSAValue (slow); only an op's
+    # result can be a constant's
+    if type(part) is OpResult and type(part.owner) is ptx.ConstOp:
         return ("const", part.owner.value, part.type)  # type: ignore[attr-defined]
     return part
 
@@ -152,7 +156,7 @@ def merge_repeats(ops: list[Operation], window: int = 0) -> None:
     before it (0: any distance) that reads no ``ptx.reg`` reads the earlier one's result
     instead and goes."""
     seen: dict[tuple[object, ...], Operation] = {}
-    at = {op: n for n, op in enumerate(ops)}
+    at = {id(op): n for n, op in enumerate(ops)} if window else {}
     for op in ops:
         if type(op) is ptx.LabelOp:
             seen.clear()
@@ -161,7 +165,7 @@ def merge_repeats(ops: list[Operation], window: int = 0) -> None:
             twin = seen.setdefault(key, op)
             if twin is op:
                 continue
-            if window and at[op] - at[twin] > window:
+            if window and at[id(op)] - at[id(twin)] > window:
                 seen[key] = op  # too far back: the later one is the twin of what follows
                 continue
             for old, new in zip(op.results, twin.results):
@@ -182,12 +186,13 @@ def hoist_loop(ops: list[Operation], loop: Loop, budget: int) -> int:
     candidates = invariant_ops(body)
     moved = within_budget(candidates, budget)
     head = ops[loop.head]
-    for op in candidates:
-        if op in moved:
-            op.detach()
-            head.parent_block().insert_op_before(op, head)  # type: ignore[union-attr]
-    merge_repeats([op for op in candidates if op in moved])
-    merge_repeats([op for op in body if op not in moved], BODY_WINDOW)
+    kept_out = [op for op in candidates if op in moved]
+    for op in kept_out:
+        op.detach()
+        head.parent_block().insert_op_before(op, head)  # type: ignore[union-attr]
+    merge_repeats(kept_out)
+    moved_ids = {id(op) for op in kept_out}
+    merge_repeats([op for op in body if id(op) not in moved_ids], BODY_WINDOW)
     return len(moved)
 
 

@@ -272,3 +272,17 @@ def test_body_repeats_far_apart_stay() -> None:
     second = lp.add(ptx.MulOp("lo.s32", [k1, lp.const(3)], [i32]))
     lp.add(ptx.StOp("global.u32", [lp.p, second]))
     assert lp.close().count("mul.lo.s32") == 2
+
+
+def test_repeat_keys_read_constants_by_value_and_other_values_by_identity() -> None:
+    """Merge keys: two ``ptx.const`` of the same value and type are one key part; a computed
+    value, a register and a block argument are themselves (a key that read them by value would
+    merge instructions reading different registers)."""
+    lp = Loop()
+    three, three_again, three_wide = lp.const(3), lp.const(3), lp.const(3, i64)
+    assert ptx_licm._by_value(three) == ptx_licm._by_value(three_again)
+    assert ptx_licm._by_value(three) != ptx_licm._by_value(three_wide)
+    shifted = lp.add(ptx.ShrOp("u32", [lp.n, three], [i32]))
+    arg = Block(arg_types=[i32]).args[0]
+    for v in (shifted, lp.k, lp.n, arg):
+        assert ptx_licm._by_value(v) is v
