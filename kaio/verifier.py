@@ -20,6 +20,8 @@ error text is exactly the full verifier's.
 
 from __future__ import annotations
 
+from operator import attrgetter
+
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, ErasedSSAValue, Operation, OpResult
 from xdsl.traits import NoTerminator
@@ -29,6 +31,7 @@ from kaio.irdl_shortcut import install_shortcut
 
 Fingerprint = tuple[object, ...]
 _LIVE_VALUES = (OpResult, BlockArgument)  # the SSA values that are not erased ones
+_held_type = attrgetter("_type")  # an SSA value's type field
 
 
 def fingerprint(op: Operation, block: Block) -> Fingerprint:
@@ -40,10 +43,11 @@ def fingerprint(op: Operation, block: Block) -> Fingerprint:
     attrs = op.attributes
     return (
         operands,
-        # the types as the values hold them (``.type`` is a property: a call per value)
-        *[v._type for v in operands],  # pyright: ignore[reportPrivateUsage]
+        # the types as the values hold them (``.type`` is a property: a call per value), read
+        # by ``attrgetter`` (a comprehension is a function call of its own)
+        *map(_held_type, operands),
         None,  # separates the operand types from the result types
-        *[r._type for r in op.results],  # pyright: ignore[reportPrivateUsage]
+        *map(_held_type, op.results),
         *props.keys(),
         *props.values(),
         *(attrs.items() if attrs else ()),

@@ -231,7 +231,10 @@ class PtxEmitter:
         """Emit one instruction with a single result (or none: returns the first arg)."""
         op = cls(spec, args, [out_type] if out_type is not None else [], **kwargs)  # type: ignore[arg-type]
         self.emit(op)
-        return op.outs[0] if op.outs else args[0]
+        # ``results``, not the IRDL accessor ``outs`` (the same values: an instruction's only
+        # result definition) that slices them anew per read
+        results = op.results
+        return results[0] if results else args[0]
 
     def reg(self, t: Attribute) -> SSAValue:
         op = ptx.RegOp(reg_type(t))

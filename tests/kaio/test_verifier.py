@@ -76,7 +76,7 @@ def test_an_unchanged_module_verifies_again_without_rechecking(monkeypatch: pyte
 
 @pytest.mark.parametrize(
     "change",
-    ["operand", "property", "result type", "extra property"],
+    ["operand", "property", "result type", "operand type", "extra property"],
 )
 def test_an_op_changed_in_place_after_verifying_is_caught(change: str):
     """Each in-place change the fingerprint must see; a verifier that trusted its first answer
@@ -90,6 +90,8 @@ def test_an_op_changed_in_place_after_verifying_is_caught(change: str):
         add.properties["spec"] = StringAttr("banana.s32")
     elif change == "result type":
         add.results[0]._type = i64  # type: ignore[attr-defined]  # as a pass retyping a value would
+    elif change == "operand type":  # the value read, retyped where its definer stays valid
+        add.operands[0]._type = i64  # type: ignore[attr-defined]
     elif change == "extra property":
         add.properties["bogus"] = IntegerAttr(1, i32)
     assert not whole_verifies(module)
