@@ -13,6 +13,7 @@ is checked here, as nothing is in ``Operation.__init__``: the verifier checks th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import repeat
 
 from xdsl.dialects.builtin import UNKNOWN_LOC
 from xdsl.ir import Attribute, Operation, SSAValue
@@ -49,12 +50,13 @@ def init_plain(
     without regions, successors or attributes. ``properties`` becomes the op's own dict (the
     caller hands over a fresh one)."""
     values = SSAValues(operands)
-    uses = tuple(Use(op, i) for i in range(len(values)))
+    # ``map`` rather than generator expressions: no Python frame per op built
+    uses = tuple(map(Use, repeat(op, len(values)), range(len(values))))
     for value, use in zip(values, uses):
         value.add_use(use)
     op._operands = values  # pyright: ignore[reportPrivateUsage]
     op._operand_uses = uses  # pyright: ignore[reportPrivateUsage]
-    op.results = SSAValues(OpResult(t, op, i) for i, t in enumerate(result_types))
+    op.results = SSAValues(map(OpResult, result_types, repeat(op), range(len(result_types))))
     for name, value in _property_defaults(type(op)):
         if name not in properties:
             properties[name] = value

@@ -344,9 +344,10 @@ _RULES: dict[type[Operation], Callable[[Chains, Operation, list[Linear], tuple[i
 
 def _window_ok(ops: list[Operation], loop: Loop, iv: Induction, root: Operation) -> bool:
     """Every use of ``root`` after it and before ``i``'s update, in the body."""
-    at = {op: n for n, op in enumerate(ops[loop.head : loop.latch + 1], loop.head)}
-    lo, hi = at[root], at[iv.update]
-    return all(lo < at.get(u.operation, -1) < hi for u in root.results[0].uses)
+    # keyed by id (an op hashes through a Python ``__hash__``); ``ops`` holds them all alive
+    at = {id(op): n for n, op in enumerate(ops[loop.head : loop.latch + 1], loop.head)}
+    lo, hi = at[id(root)], at[id(iv.update)]
+    return all(lo < at.get(id(u.operation), -1) < hi for u in root.results[0].uses)
 
 
 def _update_in_inner_loop(ops: list[Operation], loop: Loop, iv: Induction) -> bool:
