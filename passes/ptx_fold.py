@@ -129,6 +129,10 @@ def _fold_constant(op: ptx.PtxInstr, pool: ConstPool) -> SSAValue | None:
     return None if result is None else pool.get(result, out_type)
 
 
+_ZERO_IDENTITY = frozenset((ptx.AddOp, ptx.SubOp, ptx.OrOp, ptx.XorOp, ptx.ShlOp, ptx.ShrOp))
+"""Instructions whose constant second source of 0 gives back the first."""
+
+
 def _simplify(op: ptx.PtxInstr, pool: ConstPool) -> SSAValue | None:
     """A value equal to ``op``'s result by an algebraic identity, or None."""
     shape = word(op)
@@ -139,26 +143,27 @@ def _simplify(op: ptx.PtxInstr, pool: ConstPool) -> SSAValue | None:
     c = const_int(srcs[1]) if len(srcs) > 1 else None
     mods = spec_parts(op)[0]
     zero_type = op.results[0].type
-    if isinstance(op, ptx.SelpOp) and srcs[0] is srcs[1]:
+    cls = type(op)  # exact classes: isinstance against xDSL's ABC-derived ops is slow
+    if cls is ptx.SelpOp and srcs[0] is srcs[1]:
         return srcs[0]
     if c is None:
         return None
     ones = (1 << bits) - 1
-    if isinstance(op, ptx.AddOp | ptx.SubOp | ptx.OrOp | ptx.XorOp | ptx.ShlOp | ptx.ShrOp) and c == 0 and not mods:
+    if cls in _ZERO_IDENTITY and c == 0 and not mods:
         return srcs[0]
-    if isinstance(op, ptx.MulOp) and mods == ("lo",):
+    if cls is ptx.MulOp and mods == ("lo",):
         return srcs[0] if c == 1 else pool.get(0, zero_type) if c == 0 else None
-    if isinstance(op, ptx.DivOp) and not mods and c == 1:
+    if cls is ptx.DivOp and not mods and c == 1:
         return srcs[0]
-    if isinstance(op, ptx.RemOp) and c == 1:
+    if cls is ptx.RemOp and c == 1:
         return pool.get(0, zero_type)
-    if isinstance(op, ptx.MadOp) and mods == ("lo",):
+    if cls is ptx.MadOp and mods == ("lo",):
         if c == 0:
             return srcs[2]
         if c == 1:
             return Emit(op, pool)(ptx.AddOp, f"s{bits}", [srcs[0], srcs[2]], bits)
         return None
-    if isinstance(op, ptx.AndOp):
+    if cls is ptx.AndOp:
         if c == ones:
             return srcs[0]
         if c == 0:

@@ -185,7 +185,9 @@ class PtxEmitter:
         return (self.value(v),)
 
     def bind(self, v: SSAValue, reg: SSAValue | Sequence[SSAValue]) -> None:
-        if isinstance(reg, SSAValue):
+        # a list or tuple is answered by its exact type: isinstance against xDSL's abstract
+        # SSAValue is slow, most of all when it fails
+        if type(reg) not in (list, tuple) and isinstance(reg, SSAValue):
             self.values[v] = reg
         elif type(v.type) in AGGREGATES:
             self.aggregates[v] = tuple(reg)
@@ -386,7 +388,7 @@ class PtxEmitter:
         # opened it, not to the block's last statement.
         outer = self.location, self.source
         for op in block.ops:
-            if isinstance(op, kernel.SourceLocOp):
+            if type(op) is kernel.SourceLocOp:  # the exact class: isinstance on an op is slow
                 self.location, self.source = op, marker_location(op)
             rule = LOWERINGS.get(type(op))
             try:
