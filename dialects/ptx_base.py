@@ -531,7 +531,9 @@ class RegOp(IRDLOperation):
         init_plain(self, (), (type,), {})
 
     def verify_(self) -> None:
-        if self.result.type not in REGISTER_CLASSES:
+        # results[0], not the IRDL accessor (a descriptor call per read): every register and
+        # constant is verified, and every constant read when printed
+        if self.results[0].type not in REGISTER_CLASSES:
             raise VerifyException(f"{self.result.type} is not a PTX register type")
 
 
@@ -553,12 +555,14 @@ class ConstOp(IRDLOperation):
         init_plain(self, (), (type,), {"value": attr})  # as RegOp's
 
     def verify_(self) -> None:
-        if self.result.type not in REGISTER_CLASSES:
+        # results[0], not the IRDL accessor (a descriptor call per read): every register and
+        # constant is verified, and every constant read when printed
+        if self.results[0].type not in REGISTER_CLASSES:
             raise VerifyException(f"{self.result.type} is not a PTX register type")
 
     def immediate(self) -> str | None:
         """PTX text of the value, or None where PTX has no immediate of this type (f16/bf16)."""
-        t = self.result.type
+        t = self.results[0].type
         if isinstance(self.value, FloatAttr):
             v = self.value.value.data
             if t == f32:
@@ -570,7 +574,7 @@ class ConstOp(IRDLOperation):
         return str(self.value.value.data)
 
     def ptx(self, reg: RegName, imm: RegName) -> str:
-        t = self.result.type
+        t = self.results[0].type
         text = self.immediate()
         if text is None:  # f16/bf16: move the bit pattern
             assert isinstance(self.value, FloatAttr)

@@ -202,7 +202,7 @@ def fold_entry(entry: ptx.EntryOp, window: int = 0) -> None:
             continue
         if not is_instr(cls) or "guard" in op.properties or not op.results:
             continue
-        if cls in _FOLDABLE and (cls is ptx.SelpOp or any(type(v.owner) is ptx.ConstOp for v in op.operands)):
+        if cls in _FOLDABLE and (cls is ptx.SelpOp or any(type(v.owner) is ptx.ConstOp for v in op._operands)):  # pyright: ignore[reportPrivateUsage]  # the tuple: no view
             _commute(op)  # type: ignore[arg-type]
             value = _fold_constant(op, pool) or _simplify(op, pool)  # type: ignore[arg-type]
             if value is not None:

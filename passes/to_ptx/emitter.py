@@ -241,7 +241,7 @@ class PtxEmitter:
     def reg(self, t: Attribute) -> SSAValue:
         op = ptx.RegOp(reg_type(t))
         self.prologue.append(op)
-        return op.result
+        return op.results[0]  # (the IRDL accessor ``result`` is a descriptor call)
 
     def regs(self, t: Attribute) -> list[SSAValue]:
         """Fresh assignable registers for a value of type ``t`` (several for aggregates)."""
