@@ -34,9 +34,10 @@ from kaio.ir_walk import ops_of, ops_within
 _CLASS_ORDER = ("p", "rs", "r", "rd", "f", "fd")
 
 
-def _needs_register(const: ptx.ConstOp) -> bool:
-    """A constant needs a register unless every use takes it as an immediate."""
-    if const.immediate() is None:
+def _needs_register(const: ptx.ConstOp, text: str | None) -> bool:
+    """A constant needs a register unless every use takes it as an immediate (``text``, its
+    :meth:`~ptx.ConstOp.immediate`)."""
+    if text is None:
         return True
     for use in const.result.uses:
         user = use.operation
@@ -51,6 +52,9 @@ def _needs_register(const: ptx.ConstOp) -> bool:
     return False
 
 
+_NOT_LISTED = object()  # a constant outside the entry: its immediate is worked out on the spot
+
+
 class _Registers:
     """Names the virtual registers of one entry."""
 
@@ -61,13 +65,18 @@ class _Registers:
         self.counts: dict[str, int] = defaultdict(int)
         self.decl_type: dict[str, str] = {}
         self.inlined: set[Operation] = set()
+        # each constant's immediate text by the op's id, worked out once (an instruction's
+        # immediate operand reads it again; the ops live while the printer does)
+        self.immediates: dict[int, str | None] = {}
         classes = ptx.REGISTER_CLASSES
         by_id = {id(t): c for t, c in classes.items()}  # most types are these very objects
         counts = self.counts
         for op in ops_of(entry.body.block):
-            if type(op) is ptx.ConstOp and not _needs_register(op):  # type: ignore[arg-type]
-                self.inlined.add(op)
-                continue
+            if type(op) is ptx.ConstOp:
+                text = self.immediates[id(op)] = op.immediate()  # type: ignore[attr-defined]
+                if not _needs_register(op, text):  # type: ignore[arg-type]
+                    self.inlined.add(op)
+                    continue
             for result in op.results:
                 prefix, decl = by_id.get(id(result._type)) or classes[result.type]  # pyright: ignore[reportPrivateUsage]
                 counts[prefix] += 1
@@ -83,7 +92,8 @@ class _Registers:
     def imm(self, value: SSAValue) -> str:
         owner = value.owner
         if type(owner) is ptx.ConstOp:
-            text = owner.immediate()  # type: ignore[attr-defined]
+            known = self.immediates.get(id(owner), _NOT_LISTED)
+            text = owner.immediate() if known is _NOT_LISTED else known  # type: ignore[attr-defined]
             if text is not None:
                 return text
         return self.reg(value)

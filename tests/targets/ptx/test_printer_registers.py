@@ -35,3 +35,18 @@ def test_every_result_has_one_name_and_a_foreign_value_has_none() -> None:
     foreign = ptx.MovOp("u32", [], [i32], symbol="%tid.x")  # an i32 like the entry's, elsewhere
     with pytest.raises(ValueError, match="has no register"):
         regs.reg(foreign.outs[0])
+
+
+def test_immediates_are_each_constants_own_and_a_foreign_constant_is_worked_out() -> None:
+    """The table of immediate texts gives each constant of the entry its own ``immediate()``;
+    a constant from elsewhere (not in the table) is worked out on the spot, a register value
+    reads as its register."""
+    entry = _entry()
+    regs = _Registers(entry)
+    consts = [op for op in ops_within(entry) if isinstance(op, ptx.ConstOp)]
+    assert consts and all(regs.imm(c.result) == (c.immediate() or regs.reg(c.result)) for c in consts)
+    assert len({regs.imm(c.result) for c in consts if c.immediate() is not None}) > 1  # not one text for all
+    foreign = ptx.ConstOp(12345, i32)
+    assert regs.imm(foreign.result) == "12345"
+    loaded = next(op for op in ops_within(entry) if isinstance(op, ptx.LdOp) and op.results)
+    assert regs.imm(loaded.results[0]) == regs.reg(loaded.results[0])
