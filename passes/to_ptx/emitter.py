@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kaio.dialects import kernel, ptx
+from kaio.dialects.plain_init import add_ops_plain
 from kaio.dialects.ptx_base import is_instr_class, spec_requirements
 from kaio.passes.to_ptx import AGGREGATES, LOWERINGS
 from kaio.targets.ptx.arch import Arch
@@ -425,7 +426,7 @@ class PtxEmitter:
         self.lower_block(self.func.body.block)
         if sum(d.size.value.data for d in self.decls if isinstance(d, ptx.SharedDeclOp)) > STATIC_SHARED_LIMIT:
             self.decls, self.prologue = place_in_dynamic_shared(self.name, self.decls, self.prologue)
-        self.entry.body.block.add_ops([*self.decls, *self.prologue, *self.body])
+        add_ops_plain(self.entry.body.block, [*self.decls, *self.prologue, *self.body])
         return self.entry
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 from xdsl.dialects.builtin import IndexType, IntegerAttr, ModuleOp, StringAttr, f32, i1, i32, i64
-from xdsl.ir import Block, Operation
+from xdsl.ir import Block, Operation, Region
 from xdsl.irdl import IRDLOperation, irdl_op_definition, opt_prop_def, prop_def
 from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects import ptx
-from kaio.dialects.plain_init import init_plain
+from kaio.dialects.plain_init import add_ops_plain, init_plain
 
 
 def test_built_as_the_irdl_constructor_builds_them() -> None:
@@ -112,3 +112,48 @@ def test_a_planted_bad_property_on_a_plainly_built_instruction_is_rejected() -> 
     init_plain(bad, (x, x), (i32,), {"spec": IntegerAttr(1, i32)})  # planted: the spec is no string
     with pytest.raises(Exception):  # noqa: B017  (xDSL's VerifyException or a diagnostic around it)
         bad.verify()
+
+
+def _linked(block: Block) -> list[tuple[object, ...]]:
+    """Each op of the block with its links, as a walk along them reads them."""
+    found, op = [], block.first_op
+    while op is not None:
+        found.append((op, op.parent, op.prev_op, op.next_op))
+        op = op.next_op
+    return found
+
+
+@pytest.mark.parametrize("filled", [False, True])
+def test_plain_append_links_the_ops_as_add_ops_does(filled: bool) -> None:
+    """Appending plainly gives the links xDSL's ``add_ops`` gives, to an empty block or after
+    its ops; an op with regions goes through ``add_op`` (the ancestor check)."""
+
+    def ops() -> list[Operation]:
+        one = ptx.ConstOp(1, i32)
+        return [one, ptx.AddOp("s32", [one.result, one.result], [i32]), ptx.RegOp(i32)]
+
+    plain, xdsl = Block(), Block()
+    if filled:
+        plain.add_op(ptx.RegOp(i32))
+        xdsl.add_op(ptx.RegOp(i32))
+    add_ops_plain(plain, ops())
+    xdsl.add_ops(ops())
+    shape = lambda block: [(type(o).__name__, p is block, type(a).__name__, type(n).__name__) for o, p, a, n in _linked(block)]  # noqa: E731
+    assert shape(plain) == shape(xdsl) and len(shape(plain)) == 3 + filled
+    assert plain.last_op is _linked(plain)[-1][0] and plain.first_op.prev_op is None  # type: ignore[union-attr]
+    back, op = [], plain.last_op
+    while op is not None:  # the back links agree with the forward ones
+        back.append(op)
+        op = op.prev_op
+    assert back == [o for o, *_ in reversed(_linked(plain))]
+
+
+def test_plain_append_refuses_what_add_ops_refuses() -> None:
+    attached = ptx.RegOp(i32)
+    Block().add_op(attached)
+    with pytest.raises(ValueError, match="already attached"):
+        add_ops_plain(Block(), [attached])
+    inner = Block()  # an op with regions is checked by xDSL: it may not hold the block
+    holder = ModuleOp(Region(inner))
+    with pytest.raises(ValueError, match="contained in the operation"):
+        add_ops_plain(inner, [holder])
