@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
-from kaio.passes.ptx_licm import Loop, entry_constant, for_each_loop
+from kaio.passes.ptx_licm import Loop, entry_constant, for_each_loop, loop_assignments
 from kaio.passes.ptx_ring_offsets import rotate_rings
 from kaio.passes.ptx_scalar import (
     ConstPool,
@@ -186,12 +186,7 @@ def _no_wrap(ops: list[Operation], loop: Loop, iv: Induction) -> tuple[bool, boo
 
 def inductions(ops: list[Operation], loop: Loop) -> list[Induction]:
     """The loop's basic induction registers."""
-    body = ops[loop.head + 1 : loop.latch + 1]
-    inside = set(body)
-    writes: dict[SSAValue, list[ptx.AssignOp]] = {}
-    for op in body:
-        if type(op) is ptx.AssignOp:
-            writes.setdefault(op.operands[0], []).append(op)  # type: ignore[arg-type]
+    inside, writes = loop_assignments(ops, loop)
     assigned = set(writes)
     found = []
     for reg, updates in writes.items():

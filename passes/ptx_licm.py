@@ -62,6 +62,19 @@ class Loop:
         return self.latch - self.head
 
 
+def loop_assignments(
+    ops: list[Operation], loop: Loop
+) -> tuple[set[Operation], dict[SSAValue, list[ptx.AssignOp]]]:
+    """The loop body's ops, and the loop-carried registers with the ``ptx.assign`` ops writing
+    each (in body order): what the induction and ring rewrites start from."""
+    body = ops[loop.head + 1 : loop.latch + 1]
+    writes: dict[SSAValue, list[ptx.AssignOp]] = {}
+    for op in body:
+        if type(op) is ptx.AssignOp:
+            writes.setdefault(op.operands[0], []).append(op)  # type: ignore[arg-type]
+    return set(body), writes
+
+
 def find_loops(ops: list[Operation]) -> list[Loop]:
     """The single-entry loops (label ... backward branch to it), innermost first."""
     labels = {op.sym_name.data: i for i, op in enumerate(ops) if type(op) is ptx.LabelOp}  # type: ignore[attr-defined]

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
-from kaio.passes.ptx_licm import Loop, entry_constant
+from kaio.passes.ptx_licm import Loop, entry_constant, loop_assignments
 from kaio.passes.ptx_scalar import ConstPool, Emit, block_ops, const_int, spec_parts
 from xdsl.dialects.builtin import i1, i32
 from xdsl.ir import Operation, SSAValue
@@ -118,12 +118,7 @@ def _scale(op: Operation, reg: SSAValue) -> int | None:
 
 def find_rings(ops: list[Operation], loop: Loop) -> list[Ring]:
     """The loop's stage counters that the rewrite applies to (see the module doc)."""
-    body = ops[loop.head + 1 : loop.latch + 1]
-    inside = set(body)
-    updates: dict[SSAValue, list[ptx.AssignOp]] = {}
-    for op in body:
-        if type(op) is ptx.AssignOp:
-            updates.setdefault(op.operands[0], []).append(op)  # type: ignore[arg-type]
+    inside, updates = loop_assignments(ops, loop)
     rings = []
     for reg, writes in updates.items():
         if len(writes) != 1 or reg.type != i32 or "guard" in writes[0].properties:
