@@ -231,8 +231,8 @@ class Chains:
         self.iv = iv
         self.steps = steps
         body = ops[loop.head + 1 : loop.latch + 1]
-        self.inside = set(body)
-        self.assigned = {op.operands[0] for op in body if type(op) is ptx.AssignOp}
+        self.inside, writes = loop_assignments(ops, loop)
+        self.assigned = set(writes)
         self.linear: dict[SSAValue, Linear] = {}
         self.order: list[Operation] = []  # linear ops in program order
         for op in body:

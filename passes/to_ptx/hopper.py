@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from kaio.dialects import kernel, mbarrier, mma, ptx, tma, wgmma
 from kaio.dialects import ptx_hopper as hp
+from kaio.passes.ptx_scalar import signed
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter
 from kaio.passes.to_ptx.kernel_ops import linear_thread_id
@@ -64,11 +65,7 @@ def _descriptor(em: PtxEmitter, low: SSAValue, high: int) -> SSAValue:
     wgmma, where a ``mov.b64 {low, high}`` pack kept whole descriptors live in ordinary
     registers across a K loop and moved them to uniform ones (R2UR) on every trip."""
     wide = em.instr(ptx.CvtOp, "u64.u32", [low], i64)
-    return em.instr(ptx.OrOp, "b64", [wide, em.const(_signed64(high << 32), i64)], i64)
-
-
-def _signed64(bits: int) -> int:
-    return bits - (1 << 64) if bits >= 1 << 63 else bits
+    return em.instr(ptx.OrOp, "b64", [wide, em.const(signed(high << 32, 64), i64)], i64)
 
 
 def _descriptor_parts(value: SSAValue) -> tuple[SSAValue, int] | None:
