@@ -337,10 +337,15 @@ _RULES: dict[type[Operation], Callable[[Chains, Operation, list[Linear], tuple[i
 }  # fmt: skip
 
 
-def _window_ok(ops: list[Operation], loop: Loop, iv: Induction, root: Operation) -> bool:
-    """Every use of ``root`` after it and before ``i``'s update, in the body."""
-    # keyed by id (an op hashes through a Python ``__hash__``); ``ops`` holds them all alive
-    at = {id(op): n for n, op in enumerate(ops[loop.head : loop.latch + 1], loop.head)}
+def _body_positions(ops: list[Operation], loop: Loop) -> dict[int, int]:
+    """The body's ops' positions, keyed by id (an op hashes through a Python ``__hash__``);
+    ``ops`` holds them all alive."""
+    return {id(op): n for n, op in enumerate(ops[loop.head : loop.latch + 1], loop.head)}
+
+
+def _window_ok(at: dict[int, int], iv: Induction, root: Operation) -> bool:
+    """Every use of ``root`` after it and before ``i``'s update, in the body (``at``:
+    :func:`_body_positions`)."""
     lo, hi = at[id(root)], at[id(iv.update)]
     return all(lo < at.get(id(u.operation), -1) < hi for u in root.results[0].uses)
 
@@ -379,8 +384,9 @@ def reduce_loop(ops: list[Operation], loop: Loop, pool: ConstPool, budget: int) 
         steps = Steps(Emit(head, pool))
         chains = Chains(ops, loop, iv, steps)
         linear = set(chains.order)
+        at = _body_positions(ops, loop)
         roots = [op for op in chains.order
-                 if any(u.operation not in linear for u in op.results[0].uses) and _window_ok(ops, loop, iv, op)]  # fmt: skip
+                 if any(u.operation not in linear for u in op.results[0].uses) and _window_ok(at, iv, op)]  # fmt: skip
         chosen: list[Operation] = []
         dead: set[Operation] = set()
         for root in sorted(roots, key=lambda r: -chains.order.index(r)):  # latest (widest) first
