@@ -156,16 +156,19 @@ def _arrive(ins: Instruction, mods: Modifiers, dc: DecodeContext, expect_tx: boo
         keys = barrier_keys(ctx, idx, address, "mbarrier.arrive")
         values = np.broadcast_to(np.asarray(amount(ctx, idx) if amount is not None else 1), keys.shape).tolist()
         state = mbarriers(ctx)
+        threads = threads_of(ctx, idx)
         phases = [
             state.arrive(key, t, 1, int(v)) if expect_tx else state.arrive(key, t, int(v))
-            for key, v, t in zip(keys.tolist(), values, threads_of(ctx, idx).tolist())
+            for key, v, t in zip(keys.tolist(), values, threads.tolist())
         ]
         if write is not None:
             write(ctx, idx, np.array(phases, dtype=np.uint64))
-        if ctx.race is not None:  # an arrival releases what its thread did before (race.py)
-            ctx.race.mbarrier_arrive(threads_of(ctx, idx), keys, np.array(phases))
-        if ctx.async_proxy is not None:  # and orders it for the async proxy (causality.py)
-            ctx.async_proxy.mbarrier_arrive(ctx, threads_of(ctx, idx), keys, np.array(phases))
+        if ctx.race is not None or ctx.async_proxy is not None:
+            now = np.array(phases)
+            if ctx.race is not None:  # an arrival releases what its thread did before (race.py)
+                ctx.race.mbarrier_arrive(threads, keys, now)
+            if ctx.async_proxy is not None:  # and orders it for the async proxy (causality.py)
+                ctx.async_proxy.mbarrier_arrive(ctx, threads, keys, now)
 
     return Behaviour(run=run, klass="mbarrier.arrive", shared_access=8)
 
@@ -195,31 +198,31 @@ def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext, parity: bool) ->
         keys = barrier_keys(ctx, idx, address, name)
         want = np.broadcast_to(np.asarray(token(ctx, idx)), keys.shape).tolist()
         state = mbarriers(ctx)
-        threads = threads_of(ctx, idx).tolist()
+        thread_index = threads_of(ctx, idx)
+        threads = thread_index.tolist()
         key_list = keys.tolist()
 
-        def poll() -> np.ndarray:
-            result = []
-            for key, w, t in zip(key_list, want, threads):
-                phase = state.get(key, t, name).phase
-                result.append((phase & 1) != (int(w) & 1) if parity else phase != int(w))
-            return np.array(result, dtype=np.bool_)
+        def poll() -> tuple[np.ndarray, list[int]]:
+            """Whether each thread's wait succeeds, and each barrier's current phase."""
+            now = [state.get(key, t, name).phase for key, t in zip(key_list, threads)]
+            result = [(phase & 1) != (int(w) & 1) if parity else phase != int(w) for phase, w in zip(now, want)]
+            return np.array(result, dtype=np.bool_), now
 
-        ready = poll()
+        ready, now = poll()
         proxy = ctx.async_proxy
         # bulk copies land at the latest moment: when a wait on their barrier would fail
         if proxy is not None and not ready.all() and proxy.land_for(ctx, [k for k, r in zip(key_list, ready) if not r]):
-            ready = poll()
+            ready, now = poll()
         done(ctx, idx, ready)
         if (proxy is not None or ctx.race is not None) and ready.any():
             # a wait that succeeds acquires the arrivals of the phases it saw complete
-            now = np.array([state.get(k, t, name).phase for k, t in zip(key_list, threads)])
+            waiters, seen, phases = thread_index[ready], keys[ready], np.array(now)[ready]
             if proxy is not None:  # and the bulk copies that completed them (causality.py)
-                proxy.mbarrier_acquire(threads_of(ctx, idx)[ready], keys[ready], now[ready])
+                proxy.mbarrier_acquire(waiters, seen, phases)
             if ctx.race is not None:
-                ctx.race.mbarrier_acquire(threads_of(ctx, idx)[ready], keys[ready], now[ready])
+                ctx.race.mbarrier_acquire(waiters, seen, phases)
         if not ready.all():  # a poll that failed: let the threads that could complete it run
-            ctx.spinning = threads_of(ctx, idx)[~ready]
+            ctx.spinning = thread_index[~ready]
 
     return Behaviour(run=run, klass=name.split(".shared")[0], shared_access=8)
 
