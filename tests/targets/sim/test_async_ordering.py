@@ -28,6 +28,15 @@ from .test_async_faithful import BULK_LOAD, HEADER, PROXY_FENCE, assembled, line
 
 pytestmark = pytest.mark.schedule_seeds  # and under the adversarial schedule: warps out of lockstep
 
+
+def run_copy(sim, dev, rng, ptx: str, entry: str, words: int = 128) -> None:
+    """Launch ``entry`` (one CTA of 128 threads) on ``words`` random u32s: it must copy them out."""
+    src = rng.integers(0, 2**32, words, dtype=np.uint32)
+    out = dev.array(np.full(words, 0xDEADBEEF, dtype=np.uint32))
+    sim.load(assembled(ptx)).launch(entry, 1, 128, dev.params(dev.array(src), out))
+    np.testing.assert_array_equal(dev.read(out), src)
+
+
 # --------------------------------------------------------------------------- 1. observing the phase
 
 # Thread 0 loads 512 bytes and waits; the other threads learn that the copy is done through a
@@ -95,17 +104,10 @@ def observe_kernel(handoff: str, use: str = READ_TILE) -> str:
     return OBSERVE_KERNEL.format(load=BULK_LOAD, handoff=handoff, use=use)
 
 
-def run_observe(sim, dev, rng, ptx: str) -> None:
-    src = rng.integers(0, 2**32, 128, dtype=np.uint32)
-    out = dev.array(np.full(128, 0xDEADBEEF, dtype=np.uint32))
-    sim.load(assembled(ptx)).launch("observe", 1, 128, dev.params(dev.array(src), out))
-    np.testing.assert_array_equal(dev.read(out), src)
-
-
 @pytest.mark.parametrize("use", ["read", "TMA store"])
 @pytest.mark.parametrize("handoff", list(OBSERVE_LEGAL))
 def test_threads_ordered_after_the_phase_read_the_loaded_bytes(sim, dev, rng, handoff, use):
-    run_observe(sim, dev, rng, observe_kernel(OBSERVE_LEGAL[handoff], READ_TILE if use == "read" else STORE_TILE))
+    run_copy(sim, dev, rng, observe_kernel(OBSERVE_LEGAL[handoff], READ_TILE if use == "read" else STORE_TILE), "observe")
 
 
 @pytest.mark.parametrize("use", ["read", "TMA store"])
@@ -113,7 +115,7 @@ def test_a_thread_that_never_observed_the_phase_reading_the_loaded_bytes_is_reje
     """The flag makes every reader run after the copy landed, so only the ordering rule sees it."""
     ptx = observe_kernel(POLL, READ_TILE if use == "read" else STORE_TILE)
     with pytest.raises(KaioSimError, match=NOT_OBSERVED) as info:
-        run_observe(sim, dev, rng, ptx)
+        run_copy(sim, dev, rng, ptx, "observe")
     assert info.value.ptx_line == line_of(ptx, "// the tile")
     assert f"bulk copy of PTX line {line_of(ptx, BULK_LOAD)} " in str(info.value)
     assert "issued by thread 0" in str(info.value) and "thread (0, 0, 0)" not in str(info.value)
@@ -180,15 +182,8 @@ def ring_kernel(arrivals: int = 128, producer_wait: bool = True, fence: str = PR
     return RING_KERNEL.format(load=BULK_LOAD, arrivals=arrivals, producer_wait=PRODUCER_WAIT if producer_wait else "", fence=fence)
 
 
-def run_ring(sim, dev, rng, ptx: str) -> None:
-    src = rng.integers(0, 2**32, 256, dtype=np.uint32)
-    out = dev.array(np.full(256, 0xDEADBEEF, dtype=np.uint32))
-    sim.load(assembled(ptx)).launch("ring", 1, 128, dev.params(dev.array(src), out))
-    np.testing.assert_array_equal(dev.read(out), src)
-
-
 def test_a_stage_refilled_after_its_consumers_released_it_is_correct(sim, dev, rng):
-    run_ring(sim, dev, rng, ring_kernel())
+    run_copy(sim, dev, rng, ring_kernel(), "ring", 256)
 
 
 @pytest.mark.parametrize(
@@ -198,7 +193,7 @@ def test_a_stage_refilled_after_its_consumers_released_it_is_correct(sim, dev, r
 def test_a_refill_not_ordered_after_every_consumer_read_is_rejected(sim, dev, rng, bug, kwargs):
     ptx = ring_kernel(**kwargs)
     with pytest.raises(KaioSimError, match=UNORDERED) as info:
-        run_ring(sim, dev, rng, ptx)
+        run_copy(sim, dev, rng, ptx, "ring", 256)
     assert info.value.ptx_line == line_of(ptx, "// refill")
     match = re.search(UNORDERED, str(info.value))
     assert match is not None and int(match.group(2)) == line_of(ptx, "// first read")
@@ -252,23 +247,16 @@ FENCE_BUGS = {
 }
 
 
-def run_overwrite(sim, dev, rng, ptx: str) -> None:
-    src = rng.integers(0, 2**32, 128, dtype=np.uint32)
-    out = dev.array(np.full(128, 0xDEADBEEF, dtype=np.uint32))
-    sim.load(assembled(ptx)).launch("overwrite", 1, 128, dev.params(dev.array(src), out))
-    np.testing.assert_array_equal(dev.read(out), src)
-
-
 @pytest.mark.parametrize("where", list(FENCE_LEGAL))
 def test_a_proxy_fence_on_the_path_from_the_stores_to_the_load_is_accepted(sim, dev, rng, where):
-    run_overwrite(sim, dev, rng, INIT_THEN_LOAD.format(load=BULK_LOAD, fence_and_barrier=FENCE_LEGAL[where]))
+    run_copy(sim, dev, rng, INIT_THEN_LOAD.format(load=BULK_LOAD, fence_and_barrier=FENCE_LEGAL[where]), "overwrite")
 
 
 @pytest.mark.parametrize("where", list(FENCE_BUGS))
 def test_a_proxy_fence_off_the_path_from_the_stores_to_the_load_is_rejected(sim, dev, rng, where):
     ptx = INIT_THEN_LOAD.format(load=BULK_LOAD, fence_and_barrier=FENCE_BUGS[where])
     with pytest.raises(KaioSimError, match="missing fence.proxy.async: a generic-proxy write") as info:
-        run_overwrite(sim, dev, rng, ptx)
+        run_copy(sim, dev, rng, ptx, "overwrite")
     assert info.value.ptx_line == line_of(ptx, BULK_LOAD)
     assert f"PTX line {line_of(ptx, '// clear the stage')} " in str(info.value)
     assert "by thread 1 " in str(info.value)  # the lowest writer no fence on its path covers
@@ -277,4 +265,4 @@ def test_a_proxy_fence_off_the_path_from_the_stores_to_the_load_is_rejected(sim,
 def test_without_any_fence_the_load_is_rejected(sim, dev, rng):
     ptx = INIT_THEN_LOAD.format(load=BULK_LOAD, fence_and_barrier="\tbar.sync 0;")
     with pytest.raises(KaioSimError, match="missing fence.proxy.async"):
-        run_overwrite(sim, dev, rng, ptx)
+        run_copy(sim, dev, rng, ptx, "overwrite")
