@@ -8,12 +8,10 @@ import numpy as np
 import pytest
 
 from .conftest import Device, check_ptx
-
-from .isa_int_models import M32, lanes, words  # noqa: F401
+from .isa_int_models import M32, words
 from .isa_int_models import dot_model as dot
 from .isa_int_models import lop3_model as lop3
 from .isa_int_models import prmt_model as prmt
-
 
 DOT_FORMS = [(op, sa, sb, half) for op in ("dp4a", "dp2a") for sa in ("s32", "u32") for sb in ("s32", "u32")
              for half in (("",) if op == "dp4a" else (".lo", ".hi"))]  # fmt: skip
