@@ -10,18 +10,17 @@ the traversal order is xDSL's, so the first offending op and the message are the
 
 from __future__ import annotations
 
+from functools import cache
+
 from xdsl.ir import BlockArgument, Operation, OpResult, Region
 from xdsl.traits import IsolatedFromAbove as XdslIsolatedFromAbove
 from xdsl.utils.exceptions import VerifyException
 
-_isolated: dict[type[Operation], bool] = {}  # whether each op class has the trait
 
-
+@cache
 def _is_isolated(cls: type[Operation]) -> bool:
-    known = _isolated.get(cls)
-    if known is None:
-        known = _isolated[cls] = cls.has_trait(XdslIsolatedFromAbove)
-    return known
+    """Whether ops of this class have the trait, once per class."""
+    return cls.has_trait(XdslIsolatedFromAbove)
 
 
 class IsolatedFromAbove(XdslIsolatedFromAbove):

@@ -13,6 +13,7 @@ is checked here, as nothing is in ``Operation.__init__``: the verifier checks th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from itertools import repeat
 
 from xdsl.dialects.builtin import UNKNOWN_LOC
@@ -20,24 +21,19 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.ir.core import OpResult, SSAValues, Use
 from xdsl.irdl import IRDLOperation, OptionalDef
 
-_defaults: dict[type[Operation], tuple[tuple[str, Attribute], ...]] = {}
 
-
+@cache
 def _property_defaults(cls: type[Operation]) -> tuple[tuple[str, Attribute], ...]:
     """The (name, value) pairs ``IRDLOperation.__post_init__`` fills in when absent."""
-    found = _defaults.get(cls)
-    if found is None:
-        found = ()
-        if issubclass(cls, IRDLOperation):
-            op_def = cls.get_irdl_definition()
-            assert not op_def.attributes, f"{cls.name}: attribute defaults are not filled here"
-            found = tuple(
-                (name, d.default_value)
-                for name, d in op_def.properties.items()
-                if not isinstance(d, OptionalDef) and d.default_value is not None
-            )
-        _defaults[cls] = found
-    return found
+    if not issubclass(cls, IRDLOperation):
+        return ()
+    op_def = cls.get_irdl_definition()
+    assert not op_def.attributes, f"{cls.name}: attribute defaults are not filled here"
+    return tuple(
+        (name, d.default_value)
+        for name, d in op_def.properties.items()
+        if not isinstance(d, OptionalDef) and d.default_value is not None
+    )
 
 
 def init_plain(
