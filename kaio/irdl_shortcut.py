@@ -8,8 +8,8 @@ one variadic list among them, constraints that are base classes, type variables 
 first value binds it, the others must equal it) or anything else without a variable inside,
 no regions or successors, no attribute definitions, no options but ``ParsePropInAttrDict``.
 For such a definition :func:`install_shortcut` replaces its ``verify`` with a direct check of
-the same facts, in the same order (counts, operand and result types, properties, traits). A failing op is re-checked
-by the generic ``OpDef.verify``, so the error text is xDSL's own.
+the same facts, in the same order (counts, operand and result types, properties, traits). A
+failing op is re-checked by the generic ``OpDef.verify``, so the error text is xDSL's own.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from xdsl.ir import Attribute, Operation
-from xdsl.traits import OpTrait
 from xdsl.irdl import (
     IRDLOperation,
     OpDef,
@@ -37,11 +36,11 @@ from xdsl.irdl.constraints import (
     VarConstraint,
     VerificationContext,
 )
+from xdsl.traits import OpTrait
 
 Variables = dict[str, Attribute]  # the values type variables took in one op
-Check = Callable[
-    [Attribute, Variables], bool
-]  # whether one value (a type, a property) meets a constraint
+# whether one value (a type, a property) meets a constraint
+Check = Callable[[Attribute, Variables], bool]
 
 
 def _any(a: Attribute, env: Variables) -> bool:

@@ -125,7 +125,7 @@ class _LineInfo:
     def directive(self, op: Operation) -> str | None:
         """``.loc file line column`` when ``op`` starts another source position, else None."""
         loc = op.location
-        if type(loc) is not FileLineColLoc and not isinstance(loc, FileLineColLoc):  # exact type first: cheap
+        if type(loc) is not FileLineColLoc:  # the exact type, as the file table reads it
             return None
         position = (self.files[loc.filename.data], loc.line.data, loc.column.data)
         if position == self.current:
