@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cache
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -208,13 +209,17 @@ class Attention:
             scale = 1.0 / math.sqrt(d)
         if oo is None:
             oo = ops.output((b, h, sq, d), oq.dtype)
-        lse = ops.output((b, h, sq), dtypes.f32)
-        if b and h and sq:
-            lens_arg = lens.value if lens is not None else ops.output((1,), dtypes.i32).value  # unread
-            sizes = (b, h, hkv, sq, sk, d)
-            run = lambda c: _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, sizes,  # noqa: E731
-                                     float(scale), bool(causal), c)  # fmt: skip
-            run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run))
+        with ExitStack() as scratch:  # the logsumexp nobody asked for, and the unread lengths
+            def workspace(shape: tuple[int, ...], t: dtypes.ScalarType) -> Operand:
+                return scratch.enter_context(ops.workspace(shape, t))
+
+            lse = ops.output((b, h, sq), dtypes.f32) if return_lse else workspace((b, h, sq), dtypes.f32)
+            if b and h and sq:
+                lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32).value
+                sizes = (b, h, hkv, sq, sk, d)
+                run = lambda c: _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, sizes,  # noqa: E731
+                                         float(scale), bool(causal), c)  # fmt: skip
+                run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result
 
@@ -301,16 +306,14 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     from kaio.ops_library.attention_kernel import combine_tile_kernel
 
     chunk = math.ceil(math.ceil(sk / splits) / config.block_n) * config.block_n
-    parts = ops.device.empty((b * h * splits * sq, d), "float32")
-    part_lse = ops.device.empty((b * h * splits * sq,), "float32")
     kernel = configured_kernel(q.dtype, config, dtypes.f32)
-    kernel.launch(ops.device, q.value, k.value, v.value, parts, part_lse, lens, h, hkv, sq, sk, d,
-                  scale_log2, splits, chunk, grid=grid, **meta)  # fmt: skip
     combine = combine_tile_kernel(q.dtype)
-    combine.launch(ops.device, parts, part_lse, o.value, lse.value, sq, d, splits,
-                   grid=(math.ceil(sq / 16), b * h), BM=16, BD=bd)  # fmt: skip
-    parts.free()
-    part_lse.free()
+    rows = b * h * splits * sq
+    with ops.workspace((rows, d), dtypes.f32) as parts, ops.workspace((rows,), dtypes.f32) as part_lse:
+        kernel.launch(ops.device, q.value, k.value, v.value, parts.value, part_lse.value, lens, h, hkv, sq, sk, d,
+                      scale_log2, splits, chunk, grid=grid, **meta)  # fmt: skip
+        combine.launch(ops.device, parts.value, part_lse.value, o.value, lse.value, sq, d, splits,
+                       grid=(math.ceil(sq / 16), b * h), BM=16, BD=bd)  # fmt: skip
 
 
 def _check(q: Operand, k: Operand, v: Operand, out: Operand | None, op: str = "attention") -> tuple[int, int, int, int, int, int]:

@@ -20,6 +20,7 @@ every run. The kernels are in :mod:`kaio.ops_library.attention_backward_kernel`.
 from __future__ import annotations
 
 import math
+from contextlib import ExitStack
 from typing import Any, NamedTuple
 
 from kaio import dtypes
@@ -132,31 +133,32 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
     bd = padded(d)
     tiles = choose_backward_tiles(d)
     dev = ops.device
-    unread_f32 = dev.empty((1,), "float32")
     rows = b * h * sq
-    delta = dev.empty((rows,), "float32")
-    delta_rows = 4096 // bd
-    kernels.delta_tile_kernel(q.dtype).launch(
-        dev, o.value, do.value, dlse.value if dlse is not None else unread_f32, delta, rows, d,
-        grid=(math.ceil(rows / delta_rows),), BM=delta_rows, BD=bd, HAS_DLSE=dlse is not None,
-    )
-    lens_arg = lens.value if lens is not None else dev.empty((1,), "int32")
-    meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None}
-    dq_acc = unread_f32 if deterministic else dev.zeros((rows * d,), "float32")
-    dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages)
-    dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg,
-                h, hkv, sq, sk, d, scale, grid=(math.ceil(sk / tiles.block_n), b * hkv), ATOMIC_DQ=not deterministic,
-                **meta)  # fmt: skip
-    if deterministic:
-        kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages).launch(
-            dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, h, hkv, sq, sk, d, scale,
-            grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
+    with ExitStack() as scratch:  # row statistics, dQ's f32 sums and placeholders for unread arguments
+        def workspace(shape: tuple[int, ...], t: dtypes.ScalarType, zero: bool = False) -> Any:
+            return scratch.enter_context(ops.workspace(shape, t, zero=zero)).value
+
+        unread_f32, delta = workspace((1,), dtypes.f32), workspace((rows,), dtypes.f32)
+        delta_rows = 4096 // bd
+        kernels.delta_tile_kernel(q.dtype).launch(
+            dev, o.value, do.value, dlse.value if dlse is not None else unread_f32, delta, rows, d,
+            grid=(math.ceil(rows / delta_rows),), BM=delta_rows, BD=bd, HAS_DLSE=dlse is not None,
         )
-    else:
-        n = rows * d
-        kernels.scale_cast_tile_kernel(q.dtype).launch(dev, dq_acc, dq.value, n, scale, grid=(math.ceil(n / 1024),))
-        dq_acc.free()
-    delta.free()
+        lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32)
+        meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None}
+        dq_acc = unread_f32 if deterministic else workspace((rows * d,), dtypes.f32, zero=True)
+        dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages)
+        dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg,
+                    h, hkv, sq, sk, d, scale, grid=(math.ceil(sk / tiles.block_n), b * hkv), ATOMIC_DQ=not deterministic,
+                    **meta)  # fmt: skip
+        if deterministic:
+            kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages).launch(
+                dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, h, hkv, sq, sk, d, scale,
+                grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
+            )
+        else:
+            n = rows * d
+            kernels.scale_cast_tile_kernel(q.dtype).launch(dev, dq_acc, dq.value, n, scale, grid=(math.ceil(n / 1024),))
 
 
 def _fill_zero(ops: Operands, x: Operand) -> None:
@@ -164,6 +166,5 @@ def _fill_zero(ops: Operands, x: Operand) -> None:
     from kaio.ops_library import attention_backward_kernel as kernels
 
     n = math.prod(x.shape)
-    zeros = ops.device.zeros((n,), "float32")
-    kernels.scale_cast_tile_kernel(x.dtype).launch(ops.device, zeros, x.value, n, 0.0, grid=(math.ceil(n / 1024),))
-    zeros.free()
+    with ops.workspace((n,), dtypes.f32, zero=True) as zeros:
+        kernels.scale_cast_tile_kernel(x.dtype).launch(ops.device, zeros.value, x.value, n, 0.0, grid=(math.ceil(n / 1024),))

@@ -32,6 +32,7 @@ from kaio.compiled import ARG_FACTS
 from kaio.ops_library.matmul_config import MatmulConfig
 from kaio.pipeline import Pipeline
 from kaio.prelude import Array, MutArray, exp, f32, i32, tanh
+from kaio.runtime.workspace import workspace
 
 SCALED, HAS_C, HAS_BIAS = 1, 2, 4  # the epilogue's terms (bits of TERMS)
 INPUT_TYPES = (dtypes.f16, dtypes.bf16, dtypes.f32)
@@ -290,11 +291,10 @@ class MatmulKernel:
             return
         a, b, c, bias, m, n, k, alpha, beta = args
         splits = self.config.split_k
-        partial = device.empty((splits * m, n), "float32")
-        self.tile_kernel.launch(device, a, b, partial, partial, m, n, k, 1.0, 0.0, grid=(tiles, splits),
-                                **self.constexprs)  # fmt: skip
         reduce = splitk_reduce_kernel(self.out_dtype, self.bias_dtype or self.out_dtype)
         bm, bn = REDUCE_TILE
-        reduce.launch(device, partial, c, bias, m, n, splits, alpha, beta, grid=((m + bm - 1) // bm, (n + bn - 1) // bn),
-                      BM=bm, BN=bn, TERMS=self.terms, ACT=ACTIVATIONS[self.activation])  # fmt: skip
-        partial.free()
+        with workspace(device, (splits * m, n), "float32", like=(a, b, c)) as partial:
+            self.tile_kernel.launch(device, a, b, partial, partial, m, n, k, 1.0, 0.0, grid=(tiles, splits),
+                                    **self.constexprs)  # fmt: skip
+            reduce.launch(device, partial, c, bias, m, n, splits, alpha, beta, grid=((m + bm - 1) // bm, (n + bn - 1) // bn),
+                          BM=bm, BN=bn, TERMS=self.terms, ACT=ACTIVATIONS[self.activation])  # fmt: skip

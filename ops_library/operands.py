@@ -20,6 +20,8 @@ tensor among the inputs, else ``kaio.Device()``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,6 +125,18 @@ class Operands:
             raise KaioTypeError(
                 f"{self.op}: `{name}` has dtype {dtype}, which kaio has no type for"
             ) from None
+
+    @contextmanager
+    def workspace(self, shape: tuple[int, ...], ktype: dtypes.ScalarType, *, zero: bool = False) -> Iterator[Operand]:
+        """Scratch memory for the kernels this op queues inside the ``with`` block, on the stream
+        they run on (:mod:`kaio.runtime.workspace`): a torch tensor for torch callers on a GPU,
+        else a kaio Buffer; given back, in stream order, when the block ends."""
+        from kaio.runtime.buffer import Buffer
+        from kaio.runtime.workspace import workspace
+
+        like = () if self._tensor_like is None else (self._tensor_like,)
+        with workspace(self.device, shape, ktype, like=like, zero=zero) as value:
+            yield Operand(value, shape, ktype, value.ptr if isinstance(value, Buffer) else value.data_ptr())
 
     def output(self, shape: tuple[int, ...], ktype: dtypes.ScalarType) -> Operand:
         """A new zero-filled result of the inputs' kind, on the op's device."""

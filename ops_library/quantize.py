@@ -105,9 +105,9 @@ def run(op: str, x: Any, q_type: dtypes.ScalarType, per_row: bool, device: Any =
         if per_row:
             kernel.launch(ops.device, ox.value, oq.value, oscale.value, oscale.value, m, k, grid=grid, MODE=QUANTIZE, **consts)
         else:
-            stats = ops.device.zeros((m,), "float32")
-            kernel.launch(ops.device, ox.value, oq.value, oscale.value, stats, m, k, grid=grid, MODE=ROW_AMAX, **consts)
-            kernel.launch(ops.device, ox.value, oq.value, oscale.value, stats, m, k, grid=grid, MODE=QUANTIZE_PER_TENSOR, **consts)
+            with ops.workspace((m,), dtypes.f32, zero=True) as stats:
+                for mode in (ROW_AMAX, QUANTIZE_PER_TENSOR):
+                    kernel.launch(ops.device, ox.value, oq.value, oscale.value, stats.value, m, k, grid=grid, MODE=mode, **consts)
     return ops.result(oq), ops.result(oscale)
 
 

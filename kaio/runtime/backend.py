@@ -77,6 +77,20 @@ class Backend(ABC):
     @abstractmethod
     def zero(self, ptr: int, nbytes: int) -> None: ...
 
+    # Stream-ordered memory (workspaces: kaio.runtime.workspace). The allocation is usable by work
+    # queued on ``stream`` after it; the free returns the memory when ``stream`` gets there, with
+    # no device synchronisation. A backend whose work runs in call order (the simulator) uses the
+    # plain calls.
+
+    def alloc_on(self, stream: Any, nbytes: int) -> int:
+        return self.alloc(nbytes)
+
+    def free_on(self, stream: Any, ptr: int) -> None:
+        self.free(ptr)
+
+    def zero_on(self, stream: Any, ptr: int, nbytes: int) -> None:
+        self.zero(ptr, nbytes)
+
     @abstractmethod
     def memory_info(self) -> tuple[int, int]:
         """(free, total) bytes."""

@@ -68,18 +68,25 @@ def host_array(data: Any, what: str) -> np.ndarray:
         raise KaioTypeError(f"{what} cannot be read as an array ({exc})") from None
 
 
+_PLAIN = object()  # an allocation made and freed by the plain (synchronous) calls
+
+
 class _Allocation:
-    """One device allocation, shared by a buffer and its views; freed once."""
+    """One device allocation, shared by a buffer and its views; freed once. ``stream``: made and
+    freed in that stream's order (a workspace: kaio.runtime.workspace), else plainly."""
 
     __slots__ = ("ptr", "nbytes", "live", "_finalizer", "__weakref__")
 
-    def __init__(self, backend: Backend, nbytes: int) -> None:
+    def __init__(self, backend: Backend, nbytes: int, stream: Any = _PLAIN) -> None:
         self.nbytes = nbytes
         # Zero bytes: no allocation at all (cuMemAlloc refuses 0); the pointer is null.
-        self.ptr = backend.alloc(nbytes) if nbytes else 0
+        if not nbytes:
+            self.ptr = 0
+        else:
+            self.ptr = backend.alloc(nbytes) if stream is _PLAIN else backend.alloc_on(stream, nbytes)
         self.live = True
         self._finalizer = (
-            weakref.finalize(self, _release_quietly, backend, self.ptr) if self.ptr else None
+            weakref.finalize(self, _release_quietly, backend, self.ptr, stream) if self.ptr else None
         )
 
     def free(self) -> None:
@@ -89,15 +96,22 @@ class _Allocation:
         if self._finalizer is not None and self._finalizer.alive:
             detached = self._finalizer.detach()
             if detached is not None:
-                _, _, (backend, ptr), _ = detached
-                backend.free(ptr)
+                _, _, (backend, ptr, stream), _ = detached
+                _release(backend, ptr, stream)
 
 
-def _release_quietly(backend: Backend, ptr: int) -> None:
+def _release(backend: Backend, ptr: int, stream: Any) -> None:
+    if stream is _PLAIN:
+        backend.free(ptr)
+    else:
+        backend.free_on(stream, ptr)
+
+
+def _release_quietly(backend: Backend, ptr: int, stream: Any) -> None:
     # Garbage collection or interpreter exit: there is no caller to raise to, and at exit the
     # driver may already be shutting down.
     try:
-        backend.free(ptr)
+        _release(backend, ptr, stream)
     except Exception:
         pass
 
@@ -126,7 +140,8 @@ class Buffer:
         self._readonly = readonly
 
     @classmethod
-    def allocate(cls, device: Device, shape: Any, dtype: Any) -> Buffer:
+    def allocate(cls, device: Device, shape: Any, dtype: Any, stream: Any = _PLAIN) -> Buffer:
+        """A new buffer; ``stream``: allocated and freed in that stream's order (workspaces)."""
         dims = resolve_shape(shape)
         dt, kt = resolve_dtype(dtype)
         nbytes = math.prod(dims) * dt.itemsize
@@ -136,7 +151,7 @@ class Buffer:
                 f"`shape` {dims} of {kt.name} is {nbytes} bytes, more than the {total} bytes of "
                 f"{device!r}"
             )
-        return cls(device, _Allocation(device._backend, nbytes), dims, dt, kt)
+        return cls(device, _Allocation(device._backend, nbytes, stream), dims, dt, kt)
 
     # --- what it is ------------------------------------------------------------------------------
 

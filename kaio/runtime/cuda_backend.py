@@ -107,6 +107,8 @@ class CudaBackend(Backend):
         )
         self._ctx = check("cuDevicePrimaryCtxRetain", drv.cuDevicePrimaryCtxRetain(self._device))
         self._null_stream = drv.CUstream(0)
+        self._pool: Any = None  # kaio's stream-ordered memory pool, made at the first workspace
+        self._pool_lock = threading.Lock()
         self.last_jit_log = ""  # the JIT's info log of the latest module load
 
     def _attribute(self, name: str) -> int:
@@ -134,24 +136,81 @@ class CudaBackend(Backend):
     def alloc(self, nbytes: int) -> int:
         self.activate()
         err, ptr = self._drv.cuMemAlloc(nbytes)
+        if err and driver.is_error(err, "CUDA_ERROR_OUT_OF_MEMORY") and self._trim_pool():
+            err, ptr = self._drv.cuMemAlloc(nbytes)  # the pool's cached memory was in the way
         if err:
-            if driver.is_error(err, "CUDA_ERROR_OUT_OF_MEMORY"):
-                try:
-                    free, total = self.memory_info()
-                    have = f"; {_size(free)} of {_size(total)} free"
-                except KaioDriverError:
-                    have = ""
-                raise driver.error(
-                    "cuMemAlloc",
-                    err,
-                    f"out of memory: cannot allocate {_size(nbytes)} on {self.info.name}{have}",
-                )
-            raise driver.error("cuMemAlloc", err, f"{nbytes} bytes")
+            raise self._alloc_error("cuMemAlloc", err, nbytes)
         return int(ptr)
+
+    def _alloc_error(self, call: str, err: Any, nbytes: int) -> KaioDriverError:
+        if driver.is_error(err, "CUDA_ERROR_OUT_OF_MEMORY"):
+            try:
+                free, total = self.memory_info()
+                have = f"; {_size(free)} of {_size(total)} free"
+            except KaioDriverError:
+                have = ""
+            return driver.error(
+                call, err, f"out of memory: cannot allocate {_size(nbytes)} on {self.info.name}{have}"
+            )
+        return driver.error(call, err, f"{nbytes} bytes")
 
     def free(self, ptr: int) -> None:
         self.activate()
         check("cuMemFree", self._drv.cuMemFree(ptr))
+
+    # --- stream-ordered memory: kaio's own pool, so neither call waits for the device (cuMemFree
+    # synchronises the whole device: one per split-K matmul cost more than the matmul). The pool
+    # keeps what is freed (release threshold: everything) until an ordinary allocation runs out
+    # of memory; it is kaio's own, so other libraries' use of the device's default pool is
+    # untouched. A device without memory pools gets the plain calls.
+
+    def _memory_pool(self) -> Any:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = self._create_pool() if self._attribute("MEMORY_POOLS_SUPPORTED") else False
+            return self._pool
+
+    def _create_pool(self) -> Any:
+        drv = self._drv
+        props = drv.CUmemPoolProps()
+        props.allocType = drv.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = int(self.info.ordinal or 0)
+        pool = check("cuMemPoolCreate", drv.cuMemPoolCreate(props))
+        keep_all = drv.cuuint64_t(2**64 - 1)
+        check("cuMemPoolSetAttribute", drv.cuMemPoolSetAttribute(
+            pool, drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, keep_all))  # fmt: skip
+        return pool
+
+    def _trim_pool(self) -> bool:
+        """Hand the pool's cached memory back to the device (after a synchronisation, so no free
+        is still pending); whether there was a pool to trim."""
+        if not self._pool:
+            return False
+        self.synchronize()
+        check("cuMemPoolTrimTo", self._drv.cuMemPoolTrimTo(self._pool, 0))
+        return True
+
+    def alloc_on(self, stream: Any, nbytes: int) -> int:
+        self.activate()
+        pool = self._memory_pool()
+        if not pool:
+            return self.alloc(nbytes)
+        handle = self.stream_handle(stream)
+        err, ptr = self._drv.cuMemAllocFromPoolAsync(nbytes, pool, handle)
+        if err:
+            raise self._alloc_error("cuMemAllocFromPoolAsync", err, nbytes)
+        return int(ptr)
+
+    def free_on(self, stream: Any, ptr: int) -> None:
+        if not self._pool:
+            return self.free(ptr)
+        self.activate()
+        check("cuMemFreeAsync", self._drv.cuMemFreeAsync(ptr, self.stream_handle(stream)))
+
+    def zero_on(self, stream: Any, ptr: int, nbytes: int) -> None:
+        self.activate()
+        check("cuMemsetD8Async", self._drv.cuMemsetD8Async(ptr, 0, nbytes, self.stream_handle(stream)))
 
     def upload(self, ptr: int, host: np.ndarray) -> None:
         self.activate()

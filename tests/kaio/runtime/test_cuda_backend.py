@@ -458,6 +458,13 @@ def test_every_driver_call_kaio_makes_goes_through_the_binding(
 
     a, b = gpu.zeros((64, 32), np.float16), gpu.zeros((32, 64), np.float16)
     matmul(a, b, gpu.zeros((64, 64), np.float32))  # cuTensorMapEncodeTiled
+    from kaio.runtime.workspace import workspace
+
+    # cuMemPoolCreate, cuMemPoolSetAttribute, cuMemAllocFromPoolAsync, cuMemsetD8Async, cuMemFreeAsync
+    with workspace(gpu, (64,), np.float32, zero=True) as scratch:
+        vector_add.launch(gpu, x, y, scratch, 64, grid=1)
+    fake.fail_next["cuMemAlloc"] = R.CUDA_ERROR_OUT_OF_MEMORY
+    gpu.empty(4, np.float32).free()  # cuMemPoolTrimTo, then the allocation again
     fake.fail_next["cuCtxSynchronize"] = R.CUDA_ERROR_UNKNOWN
     with pytest.raises(KaioDriverError, match="CUDA_ERROR_UNKNOWN: description"):
         gpu.synchronize()  # cuGetErrorName, cuGetErrorString
@@ -492,3 +499,21 @@ def test_the_driver_refuses_what_it_documents(gpu: kaio.Device, fake: Validating
     with pytest.raises(KaioDriverError, match="cuLaunchKernel failed with CUDA_ERROR_INVALID_VALUE"):
         saxpy.launch(gpu, x, x, 1.0, 4, grid=1, shared_bytes=1024)
     assert x.ptr % vd.ALLOCATION_ALIGNMENT == 0, "allocations are aligned as cuMemAlloc's are"
+
+
+@pytest.mark.skipif(not vd.VALIDATES, reason="a driver library loads here: the binding's check is off")
+def test_a_call_made_inside_a_validated_call_is_not_validated_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A garbage-collected Buffer frees itself from inside whatever binding call is running;
+    validating that free would re-enter the binding's library lookup (a lock that is not
+    reentrant) and hang the test run."""
+    inner: list[str] = []
+    real_init = vd.real.cuInit
+
+    def init_that_collects_garbage(flags: int) -> Any:
+        vd.conforms("cuMemFree", (vd.real.CUdeviceptr(0x1000),))  # a finalizer, mid-call
+        inner.append("returned")
+        return real_init(flags)
+
+    monkeypatch.setattr(vd.real, "cuInit", init_that_collects_garbage)
+    vd.conforms("cuInit", (0,))
+    assert inner == ["returned"]
