@@ -285,6 +285,8 @@ def autotuned_config(dev: Any, t: dtypes.ScalarType, sq: int, d: int, causal: bo
 
     phase = "decode" if sq <= 16 else "prefill"
     key = f"{tuning.device_key(dev)}|{t.name}|d{d}|{'causal' if causal else 'full'}|{phase}"
+    if (known := tuning.remembered("attention", key)) is not None:
+        return known  # type: ignore[no-any-return]
     pool = [c for c in candidates(sq, d, dev.compile_arch) if c.shared_bytes(padded(d)) <= dev.shared_memory_per_block_optin]
     return tuning.tuned("attention", key, pool, time_ms, AttentionConfig.label)
 

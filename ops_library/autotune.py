@@ -4,7 +4,10 @@ winner.
 Each op keeps one JSON file in the kaio cache directory (``autotune/<op>.json``): a map from a
 key (the GPU's name and sm, then what the op says decides its best config: dtypes, a shape
 class) to the winning config and the median time of every candidate. A later call with the
-same key reuses the winner without timing anything. A missing, unreadable or corrupt file (not
+same key reuses the winner without timing anything; within a process the winner is remembered
+too (:func:`remembered`), so a call with a known key reads neither the file nor the candidates
+(on an H200 reading the file on every call cost a matmul at 1024^3 ~0.4 ms). A missing,
+unreadable or corrupt file (not
 JSON, nested too deep, larger than :data:`MAX_FILE_BYTES`, a FIFO or a device in its place), an
 entry that does not decode, or a stored config that is not among today's candidates (another
 kaio version) is measured again and overwritten, never a crash, a hang or an unbounded read
@@ -33,9 +36,24 @@ C = TypeVar("C")
 MAX_FILE_BYTES = 16 << 20
 
 
+_known: dict[tuple[Path, str], Any] = {}  # (the op's file, key) -> the winner found or read
+
+
 def device_key(dev: Any) -> str:
-    """The part of every key that names the GPU the timings were taken on."""
-    return f"{dev.name}|sm_{dev.sm}"
+    """The part of every key that names the GPU the timings were taken on and the target kaio
+    compiled for there (an H100 runs sm_90 and sm_90a code, whose candidates differ)."""
+    return f"{dev.name}|sm_{dev.sm}|{dev.compile_arch}"
+
+
+def remembered(op: str, key: str) -> Any:
+    """The winner for ``key`` this process already knows, else None (then call :func:`tuned`)."""
+    return _known.get((path(op), key))
+
+
+def forget() -> None:
+    """Forget the winners this process knows: the next call of each key reads its file again
+    (as a new process would), e.g. after the file was deleted or edited."""
+    _known.clear()
 
 
 def path(op: str) -> Path:
@@ -95,19 +113,25 @@ def tuned(op: str, key: str, candidates: Sequence[C], time_ms: Callable[[C], flo
     """The fastest of ``candidates`` for ``key``: the stored winner when there is a valid one,
     else each candidate timed with ``time_ms`` (milliseconds, lower is better) and the winner
     stored. Candidates are dataclass configs of one class."""
+    if (known := remembered(op, key)) is not None:
+        return known  # type: ignore[no-any-return]
     if not candidates:
         raise ValueError(f"autotune {op}: no candidate config for {key}")
     cls = type(candidates[0])
     entries = load(op)
     entry = entries.get(key)
+    best = None
     if isinstance(entry, dict):
         try:
             best = decode(cls, entry.get("config"))
         except (TypeError, ValueError):
             best = None  # written by another kaio version, or damaged: measure again
-        if best is not None and best in candidates:
-            return best
-    timings = [(float(time_ms(c)), c) for c in candidates]
-    best = min(timings, key=lambda t: t[0])[1]
-    record(op, key, {"config": encode(best), "median_ms": {label(c): t for t, c in timings}})
+        if best not in candidates:
+            best = None
+    if best is None:
+        timings = [(float(time_ms(c)), c) for c in candidates]
+        best = min(timings, key=lambda t: t[0])[1]
+        record(op, key, {"config": encode(best), "median_ms": {label(c): t for t, c in timings}})
+    if cache.enabled():  # KAIO_CACHE=0: measured on every call, as documented
+        _known[(path(op), key)] = best
     return best

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -152,15 +152,15 @@ class Matmul:
             oc = ops.output((m, n), dtypes.f32)
         if m == 0 or n == 0:
             return ops.result(oc, out)
-        kernel = self.kernel(oa, ob, oc, m, n, k, config, dev, obias, activation)
-        kernel = replace(kernel, alpha_beta=(alpha != 1.0, beta != 0.0))  # the terms this call has
+        kernel = self.kernel(oa, ob, oc, m, n, k, config, dev, obias, activation, (alpha != 1.0, beta != 0.0))
         launch(kernel, oa.value, ob.value, oc.value, obias.value if obias else None, m, n, k, alpha, beta, dev)
         return ops.result(oc, out)
 
     def kernel(self, a: _Operand, b: _Operand, c: _Operand, m: int, n: int, k: int,
                config: MatmulConfig | str | None, dev: Any, bias: _Operand | None = None,
-               activation: str | None = None) -> MatmulKernel:  # fmt: skip
-        """The specialization a call runs: dtypes, base alignments, chosen config, epilogue."""
+               activation: str | None = None, alpha_beta: tuple[bool, bool] = (True, True)) -> MatmulKernel:  # fmt: skip
+        """The specialization a call runs: dtypes, base alignments, chosen config, epilogue (and
+        its terms: ``alpha_beta``, whether the call scales and reads C)."""
         eb = a.dtype.nbytes
         align = (
             row_alignment(k, a.ptr, eb),
@@ -168,17 +168,13 @@ class Matmul:
             min(row_alignment(n, c.ptr, c.dtype.nbytes), 2),
         )
         bases = (base_alignment(a.ptr), base_alignment(b.ptr), base_alignment(c.ptr))
-        tensor_cores = a.dtype != dtypes.f32
-        if config is None:
-            chosen = default_config(tensor_cores, align, eb, arch=dev.compile_arch, shared_limit=dev.shared_memory_per_block_optin)
-            chosen = chosen.with_split_k(split_k_for(chosen, m, n, k, dev.sm_count))
-        elif config == "auto":
-            chosen = self._auto(a, b, c, m, n, k, align, tensor_cores, dev)
-        elif isinstance(config, MatmulConfig):
-            chosen = config
-        else:
+        bias_type = bias.dtype if bias else None
+        if config == "auto":
+            chosen = self._auto(a, b, c, m, n, k, align, a.dtype != dtypes.f32, dev)
+            return MatmulKernel(a.dtype, c.dtype, bases, chosen, bias_type, activation, alpha_beta=alpha_beta)
+        if not (config is None or isinstance(config, MatmulConfig)):
             raise KaioTypeError(f"matmul: config is None, 'auto' or a MatmulConfig, not {config!r}")
-        return MatmulKernel(a.dtype, c.dtype, bases, chosen, bias.dtype if bias else None, activation)
+        return _specialization(dev, a.dtype, c.dtype, bias_type, activation, align, bases, m, n, k, config, alpha_beta)
 
     def _auto(self, a: _Operand, b: _Operand, c: _Operand, m: int, n: int, k: int,
               align: tuple[int, int, int], tensor_cores: bool, dev: Any) -> MatmulConfig:  # fmt: skip
@@ -197,6 +193,21 @@ class Matmul:
 
     def __repr__(self) -> str:
         return "<kaio.ops_library.matmul>"
+
+
+@lru_cache(maxsize=4096)
+def _specialization(dev: Any, in_type: dtypes.ScalarType, out_type: dtypes.ScalarType, bias_type: Any,
+                    activation: str | None, align: tuple[int, int, int], bases: tuple[int, int, int],
+                    m: int, n: int, k: int, config: MatmulConfig | None,
+                    alpha_beta: tuple[bool, bool]) -> MatmulKernel:  # fmt: skip
+    """The kernel of a call with these facts and the caller's config (None: the default for
+    them). A pure function of its arguments, remembered: choosing a config builds and checks
+    candidate configs, tens of microseconds that every call of a shape would pay again."""
+    if config is None:
+        eb, tensor_cores = in_type.nbytes, in_type != dtypes.f32
+        config = default_config(tensor_cores, align, eb, arch=dev.compile_arch, shared_limit=dev.shared_memory_per_block_optin)
+        config = config.with_split_k(split_k_for(config, m, n, k, dev.sm_count))
+    return MatmulKernel(in_type, out_type, bases, config, bias_type, activation, alpha_beta=alpha_beta)
 
 
 def _torch_op(a: Any, b: Any, out: Any, bias: Any = None) -> bool:

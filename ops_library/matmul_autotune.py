@@ -32,6 +32,9 @@ def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.Sca
     from kaio.ops_library.matmul_kernel import MatmulKernel, base_alignment
     from kaio.runtime.bench import bench
 
+    key = _key(dev, a.dtype, c_type, m, n, k, align)
+    if (known := tuning.remembered("matmul", key)) is not None:
+        return known  # type: ignore[no-any-return]
     pool = candidates(tensor_cores, align, a.dtype.nbytes, (m, n, k), dev.sm_count, arch=dev.compile_arch,
                       shared_limit=dev.shared_memory_per_block_optin)  # fmt: skip
     scratch: list[Any] = []  # allocated once the first candidate is timed (not on a stored winner)
@@ -45,7 +48,7 @@ def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.Sca
         return bench(lambda: launch(kernel, *args), warmup=10, rep=50, device=dev).median
 
     try:
-        return tuning.tuned("matmul", _key(dev, a.dtype, c_type, m, n, k, align), pool, time_ms, MatmulConfig.key)
+        return tuning.tuned("matmul", key, pool, time_ms, MatmulConfig.key)
     finally:
         for buffer in scratch:
             buffer.free()

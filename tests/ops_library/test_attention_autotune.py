@@ -3,6 +3,7 @@ decoding or not), the winner is stored on disk, reused, and measured again when 
 the entry is bad. The timer here is a fake one (random times, fresh each run) on the simulator
 device; every candidate is also run on the simulator against the float64 reference."""
 
+import importlib
 import json
 
 import ml_dtypes
@@ -12,6 +13,7 @@ import pytest
 from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library import attention
+from kaio.ops_library import autotune as tuning
 from kaio.ops_library.attention import HEAD_DIMS, AttentionConfig, autotuned_config, candidates, padded
 
 from .test_attention_sim import BOUND, reference
@@ -55,7 +57,7 @@ def test_the_winner_is_stored_and_reused(dev, cache_dir):
     best = autotuned_config(dev, dtypes.bf16, 1024, 64, True, timer)
     assert best == timer.fastest and sorted(map(str, timer.calls)) == sorted(map(str, pool))
     (key, entry), = stored(cache_dir).items()
-    assert key == f"{dev.name}|sm_{dev.sm}|bf16|d64|causal|prefill"
+    assert key == f"{dev.name}|sm_{dev.sm}|{dev.compile_arch}|bf16|d64|causal|prefill"
     assert AttentionConfig(**{k: v for k, v in entry["config"].items()}) == best
     assert entry["median_ms"] == {c.label(): timer.times[c] for c in pool}
     assert autotuned_config(dev, dtypes.bf16, 1024, 64, True, refuse) == best  # reused: nothing timed
@@ -109,9 +111,25 @@ def test_a_bad_entry_is_measured_again(dev, cache_dir, config):
     (key,) = data
     data[key]["config"] = config
     (cache_dir / "autotune" / "attention.json").write_text(json.dumps(data))
+    tuning.forget()  # as a new process: the file decides
     again = FakeTimer(candidates(1024, 32))
     assert autotuned_config(dev, dtypes.f16, 1024, 32, False, again) == again.fastest
     assert again.calls
+
+
+def test_a_known_winner_reads_neither_the_file_nor_the_candidates(dev, cache_dir, monkeypatch):
+    """Within a process the winner is remembered: on an H200 reading the file and building the
+    candidates on every call cost more than a small attention itself."""
+    attention_module = importlib.import_module("kaio.ops_library.attention")  # (the package's name is the op)
+    best = autotuned_config(dev, dtypes.f16, 1024, 64, False, FakeTimer(candidates(1024, 64)))
+    (cache_dir / "autotune" / "attention.json").unlink()
+    monkeypatch.setattr(attention_module, "candidates", lambda *a: pytest.fail("candidates built again"))
+    monkeypatch.setattr(tuning, "load", lambda op: pytest.fail("the file read again"))
+    assert autotuned_config(dev, dtypes.f16, 1024, 64, False, refuse) == best
+    monkeypatch.undo()
+    tuning.forget()
+    again = FakeTimer(candidates(1024, 64))
+    assert autotuned_config(dev, dtypes.f16, 1024, 64, False, again) == again.fastest and again.calls
 
 
 def test_with_the_cache_off_every_call_measures_and_nothing_is_written(dev, cache_dir, monkeypatch):

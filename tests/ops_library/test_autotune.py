@@ -64,7 +64,7 @@ def test_matmul_auto_is_tuned_once_and_stored(cache_dir, monkeypatch):
     best = autotune(None, oa, ob, 100, 80, 64, dtypes.f32, align, True, dev)
     assert best == pool[int(np.argmin(times))]
     (key, entry), = json.loads((cache_dir / "autotune" / "matmul.json").read_text()).items()
-    assert key == f"{dev.name}|sm_{dev.sm}|f16->f32|align(8, 8, 2)|128x128x64"
+    assert key == f"{dev.name}|sm_{dev.sm}|{dev.compile_arch}|f16->f32|align(8, 8, 2)|128x128x64"
     assert entry["median_ms"] == {c.key(): t for c, t in zip(pool, times, strict=True)}
 
     def refuse(fn, **kw):

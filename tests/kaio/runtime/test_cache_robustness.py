@@ -237,6 +237,8 @@ class Timer:
 
 
 def tune(key: str = "gpu|sm_80|f32") -> tuple[Tile, int]:
+    """One call of a fresh process: what the file holds decides (nothing remembered in memory)."""
+    tuning.forget()
     timer = Timer()
     best = tuning.tuned("robustness", key, CANDIDATES, timer)
     return best, timer.calls
