@@ -8,11 +8,10 @@ in one run with the same method (CUDA events, median).
     python benchmarks/matmul.py --sim-smoke --sim-arch sm_90a
 
 kaio runs its default config, the mma.sync default (``DEFAULT_CONFIG``, the default on every
-GPU before Hopper and on an H100 unless asked otherwise) and ``config="auto"`` (timed candidates,
-winner cached). With ``KAIO_ARCH=sm_90a`` on an H100 (as ``python -m kaio.hwcheck`` runs it) the
-default is wgmma with TMA loads, and the table adds it warp specialised (a TMA producer
-warpgroup), on cp.async instead of TMA, and the persistent config (``persist``: a program per SM
-walking the C tiles).
+GPU before Hopper) and ``config="auto"`` (timed candidates, winner cached). On an H100 or H200
+(sm_90a, its default target) the default is wgmma with TMA loads, and the table adds it warp
+specialised (a TMA producer warpgroup), on cp.async instead of TMA, and the persistent config
+(``persist``: a program per SM walking the C tiles).
 """
 
 from __future__ import annotations

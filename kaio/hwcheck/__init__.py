@@ -13,11 +13,11 @@ section       what                                                        limit 
 tests         ``pytest -m gpu`` (each Hopper test on sm_90 and on sm_90a)  420 s     180 s
 matmul        ``benchmarks/matmul.py`` at 1024, 4096, 8192 and the skinny  300 s     150 s
               shapes, f16 and bf16, beside cuBLAS and Triton; on Hopper
-              with ``KAIO_ARCH=sm_90a`` (columns: wgmma, warp-specialised,
-              cp.async, persistent, mma.sync, autotuned)
+              (sm_90a, the default) the columns are wgmma,
+              warp-specialised, cp.async, persistent, mma.sync, autotuned
 attention     ``benchmarks/attention.py`` beside torch SDPA FLASH/cuDNN     150 s     120 s
-attention_    the same with ``KAIO_ARCH=sm_90a`` (Hopper only)              150 s     120 s
-sm_90a
+attention_    the same with ``KAIO_ARCH=sm_90``: the portable mma.sync      150 s     120 s
+sm_90         path (Hopper only)
 memory_bound  ``benchmarks/memory_bound.py`` beside torch eager, a copy     120 s     60 s
 training      ``benchmarks/training.py``: backward kernels beside torch's   120 s     60 s
               FLASH backward, eager, F.linear + F.cross_entropy

@@ -191,18 +191,19 @@ def test_a_gpu_run_without_a_gpu_stops_and_points_to_sim(
     assert not (tmp_path / "r.state.json").exists() and not (tmp_path / "r.md").exists()
 
 
-def test_the_gpu_plan_fits_in_25_minutes_and_runs_sm_90a_on_hopper() -> None:
+def test_the_gpu_plan_fits_in_25_minutes_and_runs_both_targets_on_hopper() -> None:
     hopper = plan(ROOT, sim=False, hopper=True)
     assert [s.name for s in hopper] == [
-        "tests", "matmul", "attention", "attention_sm_90a", "memory_bound", "training", "quantized",
+        "tests", "matmul", "attention", "attention_sm_90", "memory_bound", "training", "quantized",
         "launch",
     ]  # fmt: skip
     assert sum(s.timeout_s for s in hopper) + cli.PROBE_TIMEOUT_S <= 25 * 60
     assert sum(s.timeout_s for s in hopper) == 24 * 60, "the package doc's time table says 24 min"
     assert all(s.marker_timeout_s <= s.timeout_s for s in hopper)
     by_name = {s.name: s for s in hopper}
-    assert by_name["matmul"].command.startswith("KAIO_ARCH=sm_90a python benchmarks/matmul.py")
+    assert by_name["matmul"].command.startswith("python benchmarks/matmul.py"), "the default target: sm_90a"
+    assert by_name["attention_sm_90"].command.startswith("KAIO_ARCH=sm_90 python benchmarks/attention.py")
     assert "tests/ops_library/test_ops_gpu.py" in by_name["tests"].argv
     other = plan(ROOT, sim=False, hopper=False)
-    assert "attention_sm_90a" not in [s.name for s in other]
+    assert "attention_sm_90" not in [s.name for s in other]
     assert not any(s.env for s in other)

@@ -3,9 +3,10 @@ device compiles (mma.sync; on sm_90a wgmma with TMA loads, warp-specialised, and
 every wgmma config) and attention, against float64 numpy on ragged shapes. Skipped without a
 CUDA device; the simulator tests run the same kernels on every machine.
 
-Each test runs twice: on ``Device(0)`` (the default target: sm_90 on an H100, see
-``HOPPER_DEFAULT``) and on ``Device(0, arch="sm_90a")`` (wgmma, TMA; skipped on other GPUs), so
-the ``python -m kaio.hwcheck`` report says whether the sm_90a paths pass on the hardware."""
+Each test runs on ``Device(0)`` (the default target: sm_90a on an H100, see ``HOPPER_DEFAULT``)
+and, on Hopper, on the other of its two targets too (``Device(0, arch="sm_90")``: mma.sync and
+cp.async), so the ``python -m kaio.hwcheck`` report says whether both paths pass on the
+hardware. Elsewhere the second is skipped."""
 
 from __future__ import annotations
 
@@ -31,15 +32,18 @@ TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 SHAPES = [(1, 17, 104), (130, 72, 200), (257, 264, 136), (1024, 1024, 1024), (64, 4096, 4096)]
 
 
-@pytest.fixture(scope="module", params=["default", "sm_90a"])
+@pytest.fixture(scope="module", params=["default", "sm_90", "sm_90a"])
 def gpu(request: pytest.FixtureRequest) -> kaio.Device:
     if kaio.runtime.cuda_device_count() == 0:
         pytest.skip("no CUDA device")
+    default = kaio.Device(0)
     if request.param == "default":
-        return kaio.Device(0)
-    if "sm_90a" not in kaio.Device(0).compile_targets:
-        pytest.skip(f"sm_90a needs a Hopper GPU; this one is {kaio.Device(0).arch}")
-    return kaio.Device(0, arch="sm_90a")
+        return default
+    if "sm_90a" not in default.compile_targets:
+        pytest.skip(f"the second Hopper target needs a Hopper GPU; this one is {default.arch}")
+    if request.param == default.compile_arch:
+        pytest.skip(f"{request.param} is this GPU's default target: run as `default`")
+    return kaio.Device(0, arch=request.param)
 
 
 def matmul_configs(dev: kaio.Device) -> dict[str, MatmulConfig | None]:

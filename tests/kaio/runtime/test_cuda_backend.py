@@ -40,7 +40,7 @@ def test_device_properties_come_from_the_driver(gpu: kaio.Device, fake: Validati
         0,
     )
     assert gpu.shared_memory_per_block_optin == 227 * 1024
-    assert gpu.compile_arch == "sm_90", "a Hopper GPU compiles for HOPPER_DEFAULT (test_device_arch.py)"
+    assert gpu.compile_arch == "sm_90a", "a Hopper GPU compiles for HOPPER_DEFAULT (test_device_arch.py)"
     assert "cuDevicePrimaryCtxRetain" in fake.names()
     fake.ATTRIBUTES = {**ValidatingDriver.ATTRIBUTES, "COMPUTE_CAPABILITY_MAJOR": 12}
     device_module._devices.clear()  # (the fixture's own registry) Device(0) is now an sm_120
@@ -326,7 +326,7 @@ def test_a_tma_kernel_gets_its_tensor_maps_from_the_driver(gpu: kaio.Device, fak
     B's), after the user's parameters (remembered: the same arguments encode nothing new)."""
     from kaio.ops_library import matmul
 
-    gpu = kaio.Device(0, arch="sm_90a")  # the TMA paths are opt-in on Hopper (HOPPER_DEFAULT)
+    gpu = kaio.Device(0, arch="sm_90a")  # (the default on Hopper too: HOPPER_DEFAULT)
     m, n, k = 128, 96, 64
     a, b = gpu.zeros((m, k), np.float16), gpu.zeros((k, n), np.float16)
     c = gpu.zeros((m, n), np.float32)

@@ -1,5 +1,5 @@
-"""Which architecture a GPU compiles for: an H100 (sm_90) gets ``HOPPER_DEFAULT`` (sm_90, the
-mma.sync path) until a hardware report proves the sm_90a paths; ``Device(0, arch=...)`` and
+"""Which architecture a GPU compiles for: an H100 (sm_90) gets ``HOPPER_DEFAULT`` (sm_90a, the
+wgmma/TMA paths, since an H200 hwcheck report showed them passing); ``Device(0, arch=...)`` and
 ``KAIO_ARCH`` choose another target the GPU runs, and refuse one it cannot run. Run through the
 validating fake CUDA driver (validating_driver.py), so the GPU code path runs on a CPU box."""
 
@@ -51,34 +51,32 @@ def launch_matmul(dev: kaio.Device) -> None:
     matmul(a, b, dev.empty((128, 128), np.float32))
 
 
-def test_an_h100_compiles_for_the_mma_sync_path_by_default(
-    fake: FakeDriver, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_h100_compiles_for_sm_90a_by_default(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
     gpu = kaio.Device(0)
-    assert gpu.arch == "sm_90" and device_module.HOPPER_DEFAULT == "sm_90"
-    assert gpu.compile_arch == "sm_90", "until a hwcheck report shows sm_90a passing on an H100"
+    assert gpu.arch == "sm_90" and device_module.HOPPER_DEFAULT == "sm_90a"
+    assert gpu.compile_arch == "sm_90a", "proven by the H200 hwcheck report of 2026-12-04"
     assert "sm_90a" in gpu.compile_targets and "sm_80" in gpu.compile_targets
     ptx = loaded_ptx(gpu, monkeypatch)
     launch_matmul(gpu)
+    assert any(".target sm_90a" in text and "wgmma" in text for text in ptx)
+
+
+def test_arch_takes_a_gpu_back_to_the_portable_path(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
+    portable = kaio.Device(0, arch="sm_90")
+    assert portable is kaio.Device("cuda:0", arch="90") and portable is not kaio.Device(0)
+    assert portable.compile_arch == "sm_90" and portable.arch == "sm_90"
+    assert repr(portable) == 'Device(0, arch="sm_90")' and kaio.Device(0).compile_arch == "sm_90a"
+    ptx = loaded_ptx(portable, monkeypatch)
+    launch_matmul(portable)
     (text,) = ptx
     assert ".target sm_90\n" in text and "mma.sync" in text and "wgmma" not in text
-
-
-def test_arch_opts_a_gpu_into_sm_90a(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
-    hopper = kaio.Device(0, arch="sm_90a")
-    assert hopper is kaio.Device("cuda:0", arch="90a") and hopper is not kaio.Device(0)
-    assert hopper.compile_arch == "sm_90a" and hopper.arch == "sm_90"
-    assert repr(hopper) == 'Device(0, arch="sm_90a")' and kaio.Device(0).compile_arch == "sm_90"
-    ptx = loaded_ptx(hopper, monkeypatch)
-    launch_matmul(hopper)
-    assert any(".target sm_90a" in text and "wgmma" in text for text in ptx)
     assert kaio.Device(0, arch="sm_80").compile_arch == "sm_80", "older portable targets run"
 
 
-def test_kaio_arch_opts_the_default_gpu_in(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KAIO_ARCH", "sm_90a")
-    assert kaio.Device(0).compile_arch == "sm_90a"
-    assert kaio.Device(0, arch="sm_90").compile_arch == "sm_90", "arch= wins over KAIO_ARCH"
+def test_kaio_arch_chooses_the_default_gpus_target(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAIO_ARCH", "sm_90")
+    assert kaio.Device(0).compile_arch == "sm_90"
+    assert kaio.Device(0, arch="sm_90a").compile_arch == "sm_90a", "arch= wins over KAIO_ARCH"
 
 
 def test_a_target_the_gpu_cannot_run_is_refused(
