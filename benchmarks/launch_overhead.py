@@ -7,6 +7,8 @@ On a GPU (the default device when the CUDA driver loads):
     kernel itself; equal to the host time when the host is the bottleneck).
   * the same launch with torch CUDA tensors, with CuPy arrays (if installed), a Triton kernel of
     the same work (if installed), and a torch op of the same size (``torch.add(out=)``).
+  * library ops (matmul, decode attention, rms_norm) on tiny torch tensors beside torch's own:
+    host time per call, what bounds an op whose kernel takes less.
 On the simulator (no driver, or KAIO_DEVICE=sim) there is no GPU: the table reports the host-side
 path alone (argument binding, checking and packing), with the simulator's execution replaced by a
 no-op, and, separately, what one real simulated launch of the same kernel costs. torch tensors
@@ -331,6 +333,7 @@ def other_rows_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
             rows.append(f"| {'Triton: not installed':<58} | {'-':>10} | {'-':>10} |      |")
         torch.cuda.synchronize()
         assert bool((tc == 2).all())
+        rows += library_op_rows(dev, torch, max(launches // 10, 10), repeats)
     else:
         rows.append(f"| {'torch with CUDA: not installed':<58} | {'-':>10} | {'-':>10} |      |")
     cupy = optional("cupy")
@@ -350,6 +353,33 @@ def other_rows_gpu(dev: kaio.Device, launches: int, repeats: int) -> list[str]:
     else:
         rows.append(f"| {'CuPy: not installed':<58} | {'-':>10} | {'-':>10} |      |")
     return rows  # fmt: skip
+
+
+def library_op_rows(dev: kaio.Device, torch: Any, calls: int, repeats: int) -> list[str]:
+    """Host time per call of library ops on tiny torch CUDA tensors (the GPU's part is a few
+    microseconds), beside torch's own op: what bounds an op whose kernel is shorter."""
+    from kaio.ops_library import attention, matmul, rms_norm
+
+    half = dict(device="cuda", dtype=torch.float16)
+    a, b = torch.randn(128, 128, **half), torch.randn(128, 128, **half)
+    q, kv = torch.randn(1, 8, 1, 64, **half), torch.randn(1, 8, 256, 64, **half)
+    x, w = torch.randn(16, 1024, **half), torch.randn(1024, **half)
+    cases = [
+        ("kaio matmul(a, b), 128^3 f16", lambda: matmul(a, b)),
+        ("torch.matmul(a, b), same", lambda: torch.matmul(a, b)),
+        ("kaio attention decode, 8 heads, 256 keys", lambda: attention(q, kv, kv)),
+        ("torch SDPA, same", lambda: torch.nn.functional.scaled_dot_product_attention(q, kv, kv)),
+        ("kaio rms_norm(x, w), (16, 1024) f16", lambda: rms_norm(x, w)),
+        ("torch rms_norm, same", lambda: torch.nn.functional.rms_norm(x, (1024,), w)),
+    ]
+    rows = []
+    for what, fn in cases:
+        running(f"library op host time: {what}")
+        try:
+            rows.append(row(f"{what} (host, queued)", *queued_us(dev, fn, calls, repeats)))
+        except Exception as exc:  # a row that cannot run says why; the table still prints
+            rows.append(f"| {what + ': ' + type(exc).__name__ + ': ' + str(exc)[:60]:<58} | {'-':>10} | {'-':>10} |      |")
+    return rows
 
 
 def main() -> int:
