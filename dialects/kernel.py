@@ -753,6 +753,7 @@ class AtomicCasOp(IRDLOperation):
 
 
 from kaio.dialects.kernel_bits import BIT_OPS  # noqa: E402  (ops of this dialect in their own file)
+from kaio.dialects.kernel_random import RANDOM_OPS  # noqa: E402
 
 Kernel = Dialect(
     "kernel",
@@ -785,6 +786,8 @@ Kernel = Dialect(
         BlockReduceOp,
         # bits of words (dp4a, dp2a, prmt, lop3): kernel_bits.py
         *BIT_OPS,
+        # counter-based random bits (philox): kernel_random.py
+        *RANDOM_OPS,
     ],
     [ArrayType, TensorMapType, DimAttr, ShuffleModeAttr, CombineAttr],
 )

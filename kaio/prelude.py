@@ -129,6 +129,12 @@ lop3 = _builtin("lop3(a, b, c, lut)")
 bitcast = _builtin("bitcast(x, T)")
 unpack_nibble = _builtin("unpack_nibble(word, index, dtype=f16, zero=0)")
 
+# random numbers, Triton's (counter-based Philox 4x32): kaio.frontend.random_builtins, kaio.random
+randint4x = _builtin("randint4x(seed, offset, n_rounds=10)")
+randint = _builtin("randint(seed, offset, n_rounds=10)")
+rand = _builtin("rand(seed, offset, n_rounds=10)")
+randn = _builtin("randn(seed, offset, n_rounds=10)")
+
 # loops
 static_range = _builtin("static_range(stop) / static_range(start, stop[, step])")
 

@@ -7,7 +7,8 @@ a clear error); the reference is docs/tile_language.md.
 
 Elementwise operators (``+ - * / // % **``, comparisons, ``& | ^``), the prelude's math builtins
 (``exp exp2 log log2 sqrt rsqrt tanh sin cos abs min max fma``), the bit builtins (``dp4a dp2a
-prmt lop3 bitcast unpack_nibble``), casts (``f16(t)``, ``f32(t)``, ``f8e4m3(t)``) and
+prmt lop3 bitcast unpack_nibble``), the random numbers (``rand randn randint randint4x``:
+Triton's Philox, bit for bit), casts (``f16(t)``, ``f32(t)``, ``f8e4m3(t)``) and
 ``@kaio.device`` functions apply to tiles element by element, with numpy broadcasting
 between tiles and scalars.
 """
@@ -28,6 +29,10 @@ from kaio.prelude import (
     log2,
     lop3,
     prmt,
+    rand,
+    randint,
+    randint4x,
+    randn,
     rsqrt,
     sin,
     sqrt,
@@ -83,5 +88,5 @@ __all__ = [
     "atomic_add", "atomic_max", "atomic_min", "atomic_xchg", "atomic_and", "atomic_or", "atomic_xor", "atomic_cas",
     "trans", "expand_dims", "broadcast_to", "dot", "where", "maximum", "minimum", "sum", "max",
     "min", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sin", "cos", "abs", "fma",
-    "dp4a", "dp2a", "prmt", "lop3", "bitcast", "unpack_nibble",
+    "dp4a", "dp2a", "prmt", "lop3", "bitcast", "unpack_nibble", "rand", "randn", "randint", "randint4x",
 ]  # fmt: skip

@@ -19,6 +19,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     hopper,
     kernel_ops,
     mma_sync,
+    random,
     relayout,
     tile_atomics,
     tile_values,

@@ -44,6 +44,7 @@ from kaio.frontend.context import MAX_SHARED_BYTES, CompilerBase
 from kaio.frontend.diagnostics import SemanticError
 from kaio.frontend.expressions import ExpressionsMixin
 from kaio.frontend.operators import binary, cast, compile_time, materialize, require_scalar
+from kaio.frontend.random_builtins import RANDOM_BUILTINS
 from kaio.frontend.typerules import adapt, default_type, normalize, require_not_fp8, unify
 from kaio.frontend.values import (
     ArrayRef,
@@ -480,6 +481,7 @@ _TABLE: dict[kp.Builtin, Handler] = {
     kp.fma: _fma,
     kp.static_range: _only_in_for,
     **BIT_BUILTINS,
+    **RANDOM_BUILTINS,
 }
 assert set(_TABLE) == set(kp.BUILTINS), "every prelude builtin has a handler"
 

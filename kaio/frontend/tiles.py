@@ -29,6 +29,7 @@ from kaio.frontend.diagnostics import SemanticError
 from kaio.frontend.expressions import BINOPS
 from kaio.frontend.inline import FunctionCompiler
 from kaio.frontend.operators import binary, cast, compare, compile_time, materialize, unary
+from kaio.frontend.random_builtins import COMPONENTS, RANDOM_BUILTINS
 from kaio.frontend.typerules import adapt, default_type, unify
 from kaio.frontend.values import (
     ArrayRef,
@@ -606,11 +607,21 @@ def _dot(fc: TileCompiler, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
 _DOT_FAMILIES = {"f16": "f16", "bf16": "bf16", "f32": "f32", "i8": "int8", "u8": "int8", "f8e4m3": "fp8", "f8e5m2": "fp8"}
 
 
+def _randint4x(fc: TileCompiler, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+    """Four tiles of random words: each word lifted on its own (a lift gives one scalar per
+    element); the maps hold the same Philox op, which fusing them and CSE make one."""
+    parts = COMPONENTS[kt.randint4x]
+    if not any(isinstance(v, TileValue) for v in (*args, *kwargs.values())):
+        return RANDOM_BUILTINS[kt.randint4x](fc, node, args, kwargs)
+    lifted = (fc.lift(lambda *a, part=part, **k: part(fc, node, list(a), k), args, kwargs, "kt.randint4x") for part in parts)
+    return TupleValue(tuple(lifted))
+
+
 _TILE_BUILTINS: dict[int, Callable[..., Value]] = {
     id(getattr(kt, h.__name__.lstrip("_"))): h
     for h in (
         _program_id, _num_programs, _arange, _zeros, _full, _load, _store, _multiple_of, _trans,
-        _expand_dims, _broadcast_to, _where, _maximum, _minimum, _sum, _max, _min, _dot,
+        _expand_dims, _broadcast_to, _where, _maximum, _minimum, _sum, _max, _min, _dot, _randint4x,
     )
 }  # fmt: skip
 
