@@ -20,6 +20,7 @@ _OPS: dict[str, str] = {
     "Attention": "attention", "attention": "attention",
     "attention_backward": "attention_backward",
     "cross_entropy": "cross_entropy", "cross_entropy_backward": "cross_entropy",
+    "dropout": "dropout", "dropout_add": "dropout",
     "linear_cross_entropy": "linear_cross_entropy", "linear_cross_entropy_backward": "linear_cross_entropy",
     "Matmul": "matmul", "matmul": "matmul",
     "matmul_backward": "matmul_backward",
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.attention import Attention, attention
     from kaio.ops_library.attention_backward import attention_backward
     from kaio.ops_library.cross_entropy import cross_entropy, cross_entropy_backward
+    from kaio.ops_library.dropout import dropout, dropout_add
     from kaio.ops_library.fp8_matmul import fp8_matmul
     from kaio.ops_library.gguf_matmul import gguf_matmul
     from kaio.ops_library.int8_matmul import int8_matmul

@@ -141,6 +141,9 @@ import kaio.ops_library.scaled_matmul_torch  # noqa: E402, F401
 # The GGUF quantised-weight matmul (forward only).
 import kaio.ops_library.gguf_matmul_torch  # noqa: E402, F401
 
+# Dropout and dropout + residual, the backward regenerating the mask from the seed.
+import kaio.ops_library.dropout_torch  # noqa: E402, F401
+
 
 # --- attention: FlashAttention-2 forward and backward, the backward registered for autograd ----
 

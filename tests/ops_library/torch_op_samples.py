@@ -164,6 +164,15 @@ def quantize_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x * (448 / amax)).to(torch.float8_e4m3fn), amax / 448
 
 
+def dropout_ref(x: torch.Tensor, p: float, seed: int, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """The mask from kaio.random (Triton's numbers), scaled by the f32 1 / (1 - p)."""
+    import kaio.random as kr
+
+    keep = torch.from_numpy(kr.rand(seed, np.arange(x.numel(), dtype=np.int32)).reshape(x.shape) > np.float32(p))
+    y = torch.where(keep, x * np.float32(1.0 / (1.0 - p)), torch.zeros_like(x))
+    return y if residual is None else y + residual
+
+
 SIM = kaio.Device("sim")
 SIM_89 = kaio.Device("sim", arch="sm_89")  # fp8 tensor cores
 CUSTOM_OP_DEVICES = {"fp8_matmul": SIM_89, "quantize_fp8": SIM_89}  # custom ops the default device's arch cannot run
@@ -202,6 +211,10 @@ PUBLIC: list[Case] = [
          lambda a, b: ol.matmul(a, b, device=SIM), lambda a, b: a @ b, ("a", "b"), tol=1e-3),
     Case("attention", "attention", _attention_inputs, lambda q, k, v: ol.attention(q, k, v, causal=True),
          lambda q, k, v: attention_ref(q, k, v, causal=True), ("q", "k", "v"), tol=2e-2),
+    Case("dropout", "dropout", _rows(33), lambda x: ol.dropout(x, 0.25, 2**40 + 3),
+         lambda x: dropout_ref(x, 0.25, 2**40 + 3), ("x",)),
+    Case("dropout_add", "dropout_add", _norm_inputs, lambda x, w, b, r: ol.dropout_add(x, r, 0.25, 11),
+         lambda x, w, b, r: dropout_ref(x, 0.25, 11, r), ("x", "r")),
 ]
 if hasattr(ol, "w4a16_matmul"):
     PUBLIC.append(
@@ -397,6 +410,7 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "quantize_int8": lambda: (randn(rng, 5, 40),),
         "quantize_fp8": lambda: (randn(rng, 5, 40), True, "e5m2"),
         "fp8_matmul": lambda: (*_fp8_inputs(rng).values(), None, "f32"),
+        "dropout": lambda: (g(randn(rng, 5, 33)), g(randn(rng, 5, 33)), 0.25, -(2**62)),
     }  # fmt: skip
     if name not in builders:
         raise KeyError(f"no sample arguments for torch.ops.kaio.{name}: add them to torch_op_samples.py")
