@@ -13,7 +13,13 @@ dims 32, 64, 96, 128 and 256; any sequence lengths. ``H`` must be a multiple of 
 FlashAttention-2 does: query i sees key j iff ``j <= i + Sk - Sq``. ``kv_lens`` (int32, (B,))
 gives each batch entry's valid key count (keys past it are masked): batched decoding of
 sequences of different lengths. A query that sees no key gets 0 and a logsumexp of ``-inf``.
-``return_lse=True`` also returns the f32 logsumexp (B, H, Sq). numpy in -> numpy out, kaio
+``return_lse=True`` also returns the f32 logsumexp (B, H, Sq). ``dropout_p`` (in [0, 1)) drops
+each probability with that chance, its mask Triton's random numbers of ``seed`` (an integer or a
+``torch.Generator``; None with torch tensors: one drawn from torch's default generator) at the
+offset ``((b * H + h) * Sq + q) * Sk + k``, kept iff ``kaio.random.rand(seed, offset) >
+dropout_p``, kept ones scaled by ``1 / (1 - dropout_p)``; the logsumexp is that of the undropped
+scores (FlashAttention's), and ``attention_backward`` with the same ``dropout_p`` and ``seed``
+regenerates the mask. numpy in -> numpy out, kaio
 Buffers in -> Buffer out, torch tensors in -> torch tensor out. ``config``: None (tiles by a
 rule), ``"auto"`` (on a GPU, the candidates for this head dim, dtype, causality and query-length
 class are timed once and the winner is stored on disk; on the simulator, the rule) or an
@@ -27,11 +33,12 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -41,6 +48,7 @@ from kaio.ops_library.autograd import needs_grad, refuse_traced
 from kaio.ops_library.config_fields import bool_field, int_field, settle
 from kaio.ops_library.matmul_config import MAX_STAGES, MAX_THREADS
 from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
 from kaio.ops_library.rows import next_pow2 as padded
 from kaio.ops_library.rows import torch_op
 from kaio.pipeline import Pipeline, has_wgmma, tile_pipeline
@@ -163,10 +171,37 @@ def configured_kernel(t: dtypes.ScalarType, config: AttentionConfig, out: dtypes
     return kernel.with_pipeline(config.pipeline)
 
 
-def kernel_meta(config: AttentionConfig, bd: int, causal: bool, has_lens: bool, scale: float = 1.0) -> dict[str, Any]:
+def kernel_meta(config: AttentionConfig, bd: int, causal: bool, has_lens: bool, scale: float = 1.0,
+                dropout: bool = False) -> dict[str, Any]:  # fmt: skip
     """The forward kernel's constexprs for a config, padded head dim ``bd`` and call."""
     return {"BM": config.block_m, "BN": config.block_n, "BD": bd, "CAUSAL": causal, "HAS_LENS": has_lens,
-            "NEG_SCALE": scale < 0}  # fmt: skip
+            "NEG_SCALE": scale < 0, "DROPOUT": dropout}  # fmt: skip
+
+
+class Dropout(NamedTuple):
+    """Attention's dropout: the probability ``p`` and the ``seed`` of its mask (p 0: none)."""
+
+    p: float = 0.0
+    seed: int = 0
+
+    @property
+    def args(self) -> tuple[float, float, int]:
+        """The kernels' ``drop_p, drop_scale, seed`` arguments."""
+        return self.p, 1.0 / (1.0 - self.p), self.seed
+
+
+def dropout_of(op: str, dropout_p: Any, seed: Any, *tensors: Any) -> Dropout:
+    """``dropout_p`` and ``seed`` checked (``kaio.ops_library.dropout``'s rules); a missing seed
+    with torch tensors is drawn from torch's default generator, else refused."""
+    p = check_p(op, dropout_p, "dropout_p")
+    if p == 0:
+        return Dropout()
+    torch = sys.modules.get("torch")
+    if seed is None:
+        if torch is None or not any(isinstance(t, torch.Tensor) for t in tensors):
+            raise KaioValueError(f"{op}: `dropout_p` {p} needs a `seed` (an integer or a torch.Generator)")
+        seed = torch.default_generator
+    return Dropout(p, check_seed(op, seed))
 
 
 def decode_splits(sq: int, sk: int, block_n: int) -> int:
@@ -183,22 +218,23 @@ class Attention:
     def __call__(
         self, q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
         kv_lens: Any = None, out: Any = None, return_lse: bool = False, device: Any = None,
-        config: AttentionConfig | str | None = None,
+        config: AttentionConfig | str | None = None, dropout_p: float = 0.0, seed: Any = None,
     ) -> Any:  # fmt: skip
         causal = bool_field("attention", "causal", causal)  # "no" would read as true
         return_lse = bool_field("attention", "return_lse", return_lse)
         scale = _scale(scale)  # checked before any operand is taken (copied to the device)
+        drop = dropout_of("attention", dropout_p, seed, q)
         if out is None and (ops_ns := torch_op(q, k, v, kv_lens, device=device)) is not None:
             # torch tensors: torch.ops.kaio.attention, which records the graph (saving out, lse)
-            result, lse = ops_ns.attention(q, k, v, causal, scale, kv_lens, _config_label(config))
+            result, lse = ops_ns.attention(q, k, v, causal, scale, kv_lens, _config_label(config), drop.p, seed_as_int64(drop.seed))
             return (result, lse) if return_lse else result
         if out is not None and needs_grad(q, k, v):
             raise KaioTypeError("attention: `out=` records no gradient, and an input requires grad; leave out=None")
         refuse_traced("attention", q, k, v, out)  # out=: the kernel runs directly
-        return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device)
+        return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop)
 
     def run(self, q: Any, k: Any, v: Any, causal: bool, scale: float | None, kv_lens: Any, out: Any,
-            return_lse: bool, config: AttentionConfig | str | None, device: Any) -> Any:  # fmt: skip
+            return_lse: bool, config: AttentionConfig | str | None, device: Any, dropout: Dropout = Dropout()) -> Any:  # fmt: skip
         """The op itself, without the torch custom-op routing."""
         ops = Operands("attention", q, k, v, out, kv_lens, device=device)
         oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
@@ -218,7 +254,7 @@ class Attention:
                 lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32).value
                 sizes = (b, h, hkv, sq, sk, d)
                 run = lambda c: _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, sizes,  # noqa: E731
-                                         float(scale), bool(causal), c)  # fmt: skip
+                                         float(scale), bool(causal), c, dropout)  # fmt: skip
                 run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result
@@ -292,18 +328,19 @@ def autotuned_config(dev: Any, t: dtypes.ScalarType, sq: int, d: int, causal: bo
 
 
 def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse: Operand, lens: Any,
-             has_lens: bool, sizes: tuple[int, ...], scale: float, causal: bool, config: AttentionConfig) -> None:  # fmt: skip
+             has_lens: bool, sizes: tuple[int, ...], scale: float, causal: bool, config: AttentionConfig,
+             dropout: Dropout = Dropout()) -> None:  # fmt: skip
     """Launch the forward kernel, split into key chunks and combined when decoding."""
     b, h, hkv, sq, sk, d = sizes
     bd = padded(d)
     splits = decode_splits(sq, sk, config.block_n)
-    meta = kernel_meta(config, bd, causal, has_lens, scale)
+    meta = kernel_meta(config, bd, causal, has_lens, scale, dropout.p > 0)
     scale_log2 = scale * LOG2E if scale else ZERO_SCALE
     grid = (math.ceil(sq / config.block_m) * splits, b * h)
     if splits == 1:
         kernel = configured_kernel(q.dtype, config)
         kernel.launch(ops.device, q.value, k.value, v.value, o.value, lse.value, lens, h, hkv, sq, sk, d,
-                      scale_log2, 1, sk, grid=grid, **meta)  # fmt: skip
+                      scale_log2, 1, sk, *dropout.args, grid=grid, **meta)  # fmt: skip
         return
     from kaio.ops_library.attention_kernel import combine_tile_kernel
 
@@ -313,7 +350,7 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     rows = b * h * splits * sq
     with ops.workspace((rows, d), dtypes.f32) as parts, ops.workspace((rows,), dtypes.f32) as part_lse:
         kernel.launch(ops.device, q.value, k.value, v.value, parts.value, part_lse.value, lens, h, hkv, sq, sk, d,
-                      scale_log2, splits, chunk, grid=grid, **meta)  # fmt: skip
+                      scale_log2, splits, chunk, *dropout.args, grid=grid, **meta)  # fmt: skip
         combine.launch(ops.device, parts.value, part_lse.value, o.value, lse.value, sq, d, splits,
                        grid=(math.ceil(sq / 16), b * h), BM=16, BD=bd)  # fmt: skip
 

@@ -14,20 +14,25 @@ head's gradients are summed over the query heads that read it.
 dQ is accumulated in f32 by atomics from the key-block-parallel kernel (fastest, but on a GPU
 the order of the additions, so the last bits, may change from run to run), or with
 ``deterministic=True`` by a separate query-block-parallel kernel: bit-identical results on
-every run. The kernels are in :mod:`kaio.ops_library.attention_backward_kernel`.
+every run. With ``dropout_p`` and ``seed``, those of the forward, the backward regenerates the
+forward's dropout mask (a torch.Generator cannot be given here: pass the integer seed; through
+torch autograd the forward's seed is kept for it). The kernels are in
+:mod:`kaio.ops_library.attention_backward_kernel`.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from contextlib import ExitStack
 from typing import Any, NamedTuple
 
 from kaio import dtypes
-from kaio.errors import KaioTypeError
-from kaio.ops_library.attention import _check, _lengths, _scale
+from kaio.errors import KaioTypeError, KaioValueError
+from kaio.ops_library.attention import Dropout, _check, _lengths, _scale
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
 from kaio.ops_library.rows import next_pow2 as padded
 
 OP = "attention_backward"
@@ -62,21 +67,33 @@ def choose_backward_tiles(d: int) -> BackwardTiles:
 def attention_backward(
     q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, *, causal: bool = False,
     scale: float | None = None, kv_lens: Any = None, grad_lse: Any = None, deterministic: bool = False,
-    device: Any = None,
+    device: Any = None, dropout_p: float = 0.0, seed: Any = None,
 ) -> tuple[Any, Any, Any]:  # fmt: skip
     """(dq, dk, dv) of attention (see the module doc)."""
     causal = bool_field(OP, "causal", causal)
     deterministic = bool_field(OP, "deterministic", deterministic)
     scale = _scale(scale, OP)
+    drop = _dropout(dropout_p, seed)
     from kaio.ops_library.rows import torch_op
 
     if (ops := torch_op(q, k, v, out, lse, grad_out, kv_lens, grad_lse, device=device)) is not None:
-        return tuple(ops.attention_backward(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic))  # type: ignore[return-value]
-    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device)
+        return tuple(ops.attention_backward(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic,
+                                            drop.p, seed_as_int64(drop.seed)))  # type: ignore[return-value]  # fmt: skip
+    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop)
+
+
+def _dropout(dropout_p: Any, seed: Any) -> Dropout:
+    """The forward's dropout, which the backward must be told: the same p and integer seed."""
+    p = check_p(OP, dropout_p, "dropout_p")
+    if p == 0:
+        return Dropout()
+    if seed is None or (sys.modules.get("torch") is not None and isinstance(seed, sys.modules["torch"].Generator)):
+        raise KaioValueError(f"{OP}: `dropout_p` {p} needs the forward's integer `seed` (the mask is regenerated from it)")
+    return Dropout(p, check_seed(OP, seed))
 
 
 def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any, causal: bool,
-        scale: float | None, kv_lens: Any, deterministic: bool, device: Any) -> tuple[Any, Any, Any]:  # fmt: skip
+        scale: float | None, kv_lens: Any, deterministic: bool, device: Any, dropout: Dropout = Dropout()) -> tuple[Any, Any, Any]:  # fmt: skip
     """The op itself, without the torch custom-op routing."""
     ops = Operands(OP, q, k, v, out, lse, grad_out, kv_lens, grad_lse, device=device)
     oq, ok, ov, oo, olse, odo, odlse, (b, h, hkv, sq, sk, d) = _take(ops, q, k, v, out, lse, grad_out, grad_lse)
@@ -85,7 +102,8 @@ def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any
         scale = 1.0 / math.sqrt(d)
     dq, dk, dv = ops.output(oq.shape, oq.dtype), ops.output(ok.shape, ok.dtype), ops.output(ok.shape, ok.dtype)
     if b and h and sq and sk:
-        _launch(ops, (oq, ok, ov, oo, olse, odo, odlse, lens, dq, dk, dv), (b, h, hkv, sq, sk, d), float(scale), causal, deterministic)
+        _launch(ops, (oq, ok, ov, oo, olse, odo, odlse, lens, dq, dk, dv), (b, h, hkv, sq, sk, d), float(scale), causal,
+                deterministic, dropout)  # fmt: skip
     else:  # no query or no key: nothing flows back, but the gradients are written
         for x in (dq, dk, dv):
             if math.prod(x.shape):
@@ -125,7 +143,7 @@ def _take_lse(ops: Any, name: str, value: Any, shape: tuple[int, int, int]) -> O
 
 
 def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scale: float, causal: bool,
-            deterministic: bool) -> None:  # fmt: skip
+            deterministic: bool, dropout: Dropout) -> None:  # fmt: skip
     from kaio.ops_library import attention_backward_kernel as kernels
 
     q, k, v, o, lse, do, dlse, lens, dq, dk, dv = arrays
@@ -145,16 +163,17 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
             grid=(math.ceil(rows / delta_rows),), BM=delta_rows, BD=bd, HAS_DLSE=dlse is not None,
         )
         lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32)
-        meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None}
+        meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
+                "DROPOUT": dropout.p > 0}  # fmt: skip
         dq_acc = unread_f32 if deterministic else workspace((rows * d,), dtypes.f32, zero=True)
         dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages)
         dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg,
-                    h, hkv, sq, sk, d, scale, grid=(math.ceil(sk / tiles.block_n), b * hkv), ATOMIC_DQ=not deterministic,
-                    **meta)  # fmt: skip
+                    h, hkv, sq, sk, d, scale, *dropout.args, grid=(math.ceil(sk / tiles.block_n), b * hkv),
+                    ATOMIC_DQ=not deterministic, **meta)  # fmt: skip
         if deterministic:
             kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages).launch(
                 dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, h, hkv, sq, sk, d, scale,
-                grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
+                *dropout.args, grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
             )
         else:
             n = rows * d

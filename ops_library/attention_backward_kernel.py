@@ -20,6 +20,11 @@ running max. Three kernels (Triton's fused-attention tutorial's structure):
   the keys the block sees, as the forward does, and accumulates ``dS K`` in registers;
   :func:`scale_cast_tile_kernel` turns the atomic path's f32 buffer into dQ.
 
+With dropout (``DROPOUT``: the forward's mask ``Z``, kept probabilities scaled by ``drop_scale``,
+regenerated from the seed and the same offsets, :mod:`kaio.ops_library.attention_kernel`) the
+forward's output is ``O = (P * Z) V``, so ``dV = (P * Z)^T dO`` and ``dS = P * (dP * Z - D)``
+with ``D = rowsum(dO * O)`` as before (FlashAttention's backward with dropout).
+
 Causality, ``kv_lens`` and the ``-inf`` logsumexp of a row that sees no key are one test,
 :func:`probability`: an element is visible iff its key is below the batch's length and, with
 ``CAUSAL``, at or left of the bottom-right aligned diagonal; invisible elements get
@@ -33,7 +38,7 @@ from typing import Any
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
-from kaio.prelude import Array, MutArray, exp2, f32, i32
+from kaio.prelude import Array, MutArray, exp2, f32, i32, i64, u64
 
 LOG2E = 1.4426950408889634
 
@@ -78,10 +83,10 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> A
     @kaio.tile_kernel(num_warps=warps, num_stages=stages, maxnreg=255)
     def attention_dkdv(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
                        dk: MutArray[T], dv: MutArray[T], dq_acc: MutArray[f32], kv_lens: Array[i32],
-                       H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,
-                       BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
+                       H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32, drop_p: f32, drop_scale: f32,
+                       seed: u64, BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
                        CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
-                       ATOMIC_DQ: kaio.constexpr = False):  # fmt: skip
+                       ATOMIC_DQ: kaio.constexpr = False, DROPOUT: kaio.constexpr = False):  # fmt: skip
         n0 = i32(kt.program_id(0)) * BN
         bh = i32(kt.program_id(1))  # b * HKV + key/value head
         b, hk = bh // HKV, bh % HKV
@@ -114,8 +119,13 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> A
                 rows = kt.expand_dims(m0 + kt.arange(BM), 0)
                 st = kt.dot(kb, kt.trans(qb), kt.zeros((BN, BM), f32)) * scale_log2
                 pt = probability(st, kt.expand_dims(lse2, 0), rows, cols, SQ, sk, CAUSAL)
-                dv_acc = kt.dot(T(pt), dob, dv_acc)
                 dpt = kt.dot(vb, kt.trans(dob), kt.zeros((BN, BM), f32))
+                if DROPOUT:  # the forward's mask, transposed: (BN keys, BM queries)
+                    zt = kt.where(kt.rand(seed, (i64(q_row) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
+                    dv_acc = kt.dot(T(pt * zt), dob, dv_acc)
+                    dpt = dpt * zt
+                else:
+                    dv_acc = kt.dot(T(pt), dob, dv_acc)
                 dst = T(pt * (dpt - kt.expand_dims(di, 0)))
                 dk_acc = kt.dot(dst, qb, dk_acc)
                 if ATOMIC_DQ:  # dQ^T = K^T dS^T, added into the f32 buffer element by element
@@ -135,8 +145,9 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> Any
     @kaio.tile_kernel(num_warps=warps, num_stages=stages)
     def attention_dq(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
                      dq: MutArray[T], kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,
-                     BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
-                     CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False):  # fmt: skip
+                     drop_p: f32, drop_scale: f32, seed: u64, BM: kaio.constexpr = 32, BN: kaio.constexpr = 32,
+                     BD: kaio.constexpr = 64, CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
+                     DROPOUT: kaio.constexpr = False):  # fmt: skip
         m0 = i32(kt.program_id(0)) * BM
         bh = i32(kt.program_id(1))  # b * H + query head
         b, h = bh // H, bh % H
@@ -160,8 +171,11 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> Any
             kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32)) * scale_log2
-            p = probability(s, lse2, rows, kt.expand_dims(n0 + kt.arange(BN), 0), SQ, sk, CAUSAL)
+            cols = kt.expand_dims(n0 + kt.arange(BN), 0)
+            p = probability(s, lse2, rows, cols, SQ, sk, CAUSAL)
             dp = kt.dot(dob, kt.trans(vb), kt.zeros((BM, BN), f32))
+            if DROPOUT:  # the forward's mask of these (query, key) pairs
+                dp = dp * kt.where(kt.rand(seed, (i64(q_row) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
             acc = kt.dot(T(p * (dp - di)), kb, acc)
         kt.store(dq, (q_row + m0, 0), T(acc * scale), (q_row + SQ, D))
 

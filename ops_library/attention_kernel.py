@@ -19,6 +19,12 @@ maximum. Query head h reads key/value head ``h // (H / HKV)`` (GQA, MQA). ``kv_l
 (``HAS_LENS``) shortens batch b's keys. Head dims that are not a power of two (96) run in the
 next power of two, masked by the bound D.
 
+Dropout (``DROPOUT``): the probability of query ``q`` and key ``k`` of (batch, head) ``(b, h)`` is
+kept iff ``rand(seed, offset) > drop_p`` (Triton's numbers, ``kaio.random``) with the 64-bit
+``offset = ((b * H + h) * SQ + q) * SK + k``, and then scaled by ``drop_scale = 1 / (1 - p)``;
+the row sums (so the logsumexp) see every probability, the output only the kept ones, as in
+FlashAttention. The backward regenerates the same mask from the same offsets.
+
 Flash-decoding (few queries, many keys): with ``splits`` > 1 the programs along axis 0 also
 split the keys into chunks of ``chunk`` (a multiple of BN); each writes its chunk's normalized
 output (f32) and logsumexp, and :func:`combine_tile_kernel` merges the chunks.
@@ -31,7 +37,7 @@ from typing import Any
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
-from kaio.prelude import Array, MutArray, exp2, f32, fma, i32, log2, static_range
+from kaio.prelude import Array, MutArray, exp2, f32, fma, i32, i64, log2, static_range, u64
 
 NEG_INF = float("-inf")
 PAST_MAX = float("inf")  # a masked score with a negative scale: past the row minimum
@@ -46,10 +52,10 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any: 
     @kaio.tile_kernel(num_warps=4, num_stages=2)
     def attention(q: Array[T], k: Array[T], v: Array[T], o: MutArray[OUT], lse: MutArray[f32],
                   kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
-                  splits: i32, chunk: i32,
+                  splits: i32, chunk: i32, drop_p: f32, drop_scale: f32, seed: u64,
                   BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BD: kaio.constexpr = 64,
                   CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False,
-                  NEG_SCALE: kaio.constexpr = False):  # fmt: skip
+                  NEG_SCALE: kaio.constexpr = False, DROPOUT: kaio.constexpr = False):  # fmt: skip
         pid = i32(kt.program_id(0))
         m0, split = pid // splits * BM, pid % splits
         bh = i32(kt.program_id(1))
@@ -100,6 +106,9 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any: 
                 p = exp2(fma(s, scale_log2, -kt.expand_dims(m_sub, 1)))  # one FFMA before each exp2
                 alpha = exp2(m_i - m_sub)
                 l_i = l_i * alpha + kt.sum(p, 1)
+                if DROPOUT:  # after the row sums: they see every probability, the output the kept ones
+                    offs = kt.expand_dims(i64(q_row + m0 + kt.arange(BM)), 1) * i64(SK) + kt.expand_dims(i64(n0 + kt.arange(BN)), 0)
+                    p = kt.where(kt.rand(seed, offs) > drop_p, p * drop_scale, 0.0)
                 vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
                 acc = kt.dot(T(p), vb, acc * kt.expand_dims(alpha, 1))
                 m_i = m_new

@@ -19,17 +19,16 @@ op keeps everything: ``dropout`` returns x itself, ``dropout_add`` returns ``x +
 
 # No `from __future__ import annotations`: the kernel's annotations name the factory's types.
 import math
-import numbers
-import sys
 from functools import cache
 from typing import Any
 
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
-from kaio.errors import KaioTypeError, KaioValueError
+from kaio.errors import KaioValueError
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
 from kaio.prelude import Array, MutArray, f32, i32, u64
 
 BLOCK = 1024  # elements per program: 8 per thread of 4 warps
@@ -43,32 +42,15 @@ def dropout_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
                 DROP: kaio.constexpr = True, HAS_RES: kaio.constexpr = False, BASE_X: kaio.constexpr = 16,
                 BASE_R: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16, BLOCK: kaio.constexpr = 1024):  # fmt: skip
         x, residual, y = kt.multiple_of(x, BASE_X), kt.multiple_of(residual, BASE_R), kt.multiple_of(y, BASE_Y)
-        i = i32(kt.program_id(0)) * BLOCK + kt.arange(BLOCK)
-        inside = i < n
-        v = f32(kt.load(x, i, mask=inside))
+        start = i32(kt.program_id(0)) * BLOCK
+        v = f32(kt.load(x, (start,), (BLOCK,), (n,)))  # blocks, not gathers: 16-byte accesses
         if DROP:
-            v = kt.where(kt.rand(seed, i) > p, v * scale, 0.0)
+            v = kt.where(kt.rand(seed, start + kt.arange(BLOCK)) > p, v * scale, 0.0)
         if HAS_RES:
-            v = v + f32(kt.load(residual, i, mask=inside))
-        kt.store(y, i, T(v), mask=inside)
+            v = v + f32(kt.load(residual, (start,), (BLOCK,), (n,)))
+        kt.store(y, (start,), T(v), (n,))
 
     return dropout
-
-
-def check_p(op: str, p: Any) -> float:
-    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= float(p) < 1:
-        raise KaioValueError(f"{op}: `p` must be a number in [0, 1), got {p!r}")
-    return float(p)
-
-
-def check_seed(op: str, seed: Any) -> int:
-    """An integer seed (modulo 2**64), one drawn from a torch.Generator, or a KaioTypeError."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(seed, torch.Generator):
-        return int(torch.randint(0, 2**63 - 1, (), generator=seed, device=seed.device).item())
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise KaioTypeError(f"{op}: `seed` must be an integer or a torch.Generator, got {type(seed).__name__} {seed!r}")
-    return int(seed) % (1 << 64)
 
 
 def check(ops: Any, op: str, x: Any, residual: Any) -> tuple[Operand, Operand | None, int]:
@@ -107,7 +89,7 @@ def dropout(x: Any, p: float, seed: Any, *, training: bool = True, device: Any =
     if not training or p == 0:
         return x
     if (ops := rowops.torch_op(x, device=device)) is not None:
-        return ops.dropout(x, None, p, _signed(seed))
+        return ops.dropout(x, None, p, seed_as_int64(seed))
     return run("dropout", x, None, p, seed, device)
 
 
@@ -117,10 +99,5 @@ def dropout_add(x: Any, residual: Any, p: float, seed: Any, *, training: bool = 
     if not training:
         p = 0.0
     if (ops := rowops.torch_op(x, residual, device=device)) is not None:
-        return ops.dropout(x, residual, p, _signed(seed))
+        return ops.dropout(x, residual, p, seed_as_int64(seed))
     return run("dropout_add", x, residual, p, seed, device)
-
-
-def _signed(seed: int) -> int:
-    """A 64-bit seed as the int64 a torch custom op carries (the kernel reads it back as u64)."""
-    return seed - (1 << 64) if seed >> 63 else seed

@@ -150,17 +150,18 @@ import kaio.ops_library.dropout_torch  # noqa: E402, F401
 
 @torch.library.custom_op("kaio::attention", mutates_args=())
 def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
-               config: str | None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+               config: str | None, dropout_p: float = 0.0, seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """(out, lse): the output and the f32 logsumexp the backward recomputes P from."""
-    from kaio.ops_library.attention import attention, check_tensors, config_from_label
+    from kaio.ops_library.attention import Dropout, attention, check_tensors, config_from_label
 
     check_tensors("attention", q, k, v, kv_lens)
-    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device))  # type: ignore[no-any-return]
+    drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
+    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device), drop)  # type: ignore[no-any-return]
 
 
 @_attention.register_fake
 def _(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
-      config: str | None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+      config: str | None, dropout_p: float = 0.0, seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention import check_tensors
 
     check_tensors("attention", q, k, v, kv_lens)
@@ -170,16 +171,20 @@ def _(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_len
 @torch.library.custom_op("kaio::attention_backward", mutates_args=())
 def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
                         grad_lse: Tensor | None, causal: bool, scale: float | None, kv_lens: Tensor | None,
-                        deterministic: bool, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                        deterministic: bool, dropout_p: float = 0.0, seed: int = 0, *,
+                        device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    from kaio.ops_library.attention import Dropout
     from kaio.ops_library.attention_backward import check_saved, run
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
-    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device))  # type: ignore[return-value]
+    drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
+    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device), drop)  # type: ignore[return-value]
 
 
 @_attention_backward.register_fake
 def _(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, grad_lse: Tensor | None,
-      causal: bool, scale: float | None, kv_lens: Tensor | None, deterministic: bool, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+      causal: bool, scale: float | None, kv_lens: Tensor | None, deterministic: bool, dropout_p: float = 0.0,
+      seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention_backward import check_saved
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
@@ -187,18 +192,19 @@ def _(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tenso
 
 
 def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    q, k, v, causal, scale, kv_lens, _ = inputs
+    q, k, v, causal, scale, kv_lens, _, *dropout = inputs
     ctx.save_for_backward(q, k, v, *output, kv_lens)  # the logsumexp, not the probabilities
     ctx.causal, ctx.scale = causal, scale
+    ctx.dropout = dropout or [0.0, 0]  # (p, seed): the backward regenerates the mask
 
 
 def _attention_grad(ctx: Any, grad_out: Tensor, grad_lse: Tensor) -> tuple[Tensor | None, ...]:
     q, k, v, out, lse, kv_lens = ctx.saved_tensors
     dq, dk, dv = torch.ops.kaio.attention_backward(
         q, k, v, out, lse, grad_out.contiguous(), grad_lse.contiguous(), ctx.causal, ctx.scale, kv_lens, False,
-        device=ctx.kaio_device,
+        *ctx.dropout, device=ctx.kaio_device,
     )
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 register_autograd(_attention, _attention_grad, _attention_setup)
