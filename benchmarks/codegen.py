@@ -97,7 +97,7 @@ def config_arch(config: Any) -> str:
     return "sm_90a" if config.layout == "wgmma" else "sm_80"
 
 
-def _kaio_attention(arch: str, d: int, config: Any) -> Callable[[], Built]:
+def _kaio_attention(arch: str, d: int, config: Any, dropout: bool = False) -> Callable[[], Built]:
     def build() -> Built:
         from kaio.ops_library.attention import configured_kernel
 
@@ -106,7 +106,7 @@ def _kaio_attention(arch: str, d: int, config: Any) -> Callable[[], Built]:
 
         kernel = configured_kernel(dtypes.f16, config)
         c = kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BD=d, CAUSAL=False,
-                         HAS_LENS=False, __divisible__=launch_facts(D=d))  # fmt: skip
+                         HAS_LENS=False, DROPOUT=dropout, __divisible__=launch_facts(D=d))  # fmt: skip
         return Built(c.ptx, c.name, config.warps, c.shared_bytes + c.dynamic_shared_bytes)
 
     return build
@@ -130,6 +130,20 @@ def _kaio_row(op: str, arch: str, cols: int) -> Callable[[], Built]:
         c = kaio.compile(rows.with_warps(kernel, b.warps), arch, __divisible__=(("cols", 16), ("rows", 16)),
                          R=b.rows, C=b.cols, SINGLE=b.single, **extra)  # fmt: skip
         return Built(c.ptx, c.name, b.warps, c.shared_bytes + c.dynamic_shared_bytes)
+
+    return build
+
+
+def _kaio_dropout(arch: str) -> Callable[[], Built]:
+    def build() -> Built:
+        from kaio.ops_library.dropout import BLOCK, dropout_kernel
+
+        import kaio
+        from kaio import dtypes
+
+        c = kaio.compile(dropout_kernel(dtypes.f32), arch, DROP=True, HAS_RES=False, BLOCK=BLOCK,
+                         __divisible__=(("n", 16),))  # fmt: skip
+        return Built(c.ptx, c.name, 4, c.shared_bytes + c.dynamic_shared_bytes)
 
     return build
 
@@ -179,6 +193,13 @@ def cases() -> list[Case]:
                     "score", (cfg.block_m, cfg.block_n)))  # fmt: skip
     out.append(Case("attention sm_90a D=128 Triton's best 128x128-w8", "sm_90a", lambda: None,  # type: ignore[arg-type,return-value]
                     _triton(lambda tk: tk.attention(90, 128, 128, 128, 8, 2, True)), "score", (128, 128)))  # fmt: skip
+    for arch, cc in (("sm_80", 80), ("sm_90a", 90)):
+        cfg = AttentionConfig(64, 32, 4, 1, 2)
+        out.append(Case(f"attention {arch} D=64 {cfg.label()} dropout", arch, _kaio_attention(arch, 64, cfg, True),
+                        _triton(lambda tk, cc=cc: tk.attention(cc, 64, 64, 32, 4, 2, cc == 90, dropout=True)),
+                        "score", (64, 32)))  # fmt: skip
+        out.append(Case(f"dropout f32, 1024 per program {arch}", arch, _kaio_dropout(arch),
+                        _triton(lambda tk, cc=cc: tk.dropout(cc, 1024, 4)), "element", (1024, 0)))  # fmt: skip
     for arch, cc in (("sm_80", 80), ("sm_90a", 90)):
         for op in ("rms_norm", "layer_norm", "softmax"):
             out.append(Case(f"{op} f16 rows of 4096 {arch}", arch, _kaio_row(op, arch, 4096),

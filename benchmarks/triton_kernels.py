@@ -43,11 +43,12 @@ def matmul_tma_kernel(a_ptr, b_ptr, c_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK
 
 
 @triton.jit
-def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, N_CTX, HEAD_DIM: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr):  # fmt: skip
+def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, N_CTX, seed, drop_p, drop_scale, HEAD_DIM: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TMA: tl.constexpr, DROPOUT: tl.constexpr):  # fmt: skip
     """O = softmax(Q K^T * scale) V for one (batch * head, query block), Q K V O as
     (batch * heads, N_CTX, HEAD_DIM) f16; ``qk_scale`` = scale * log2(e). Non-causal, N_CTX a
-    multiple of BLOCK_N (the tutorial's full-block stage: no masks)."""
+    multiple of BLOCK_N (the tutorial's full-block stage: no masks). ``DROPOUT``: each
+    probability kept iff ``tl.rand(seed, row * N_CTX + key) > drop_p`` (kaio's offsets), scaled."""
     start_m = tl.program_id(0)
     off_hz = tl.program_id(1)
     base = off_hz.to(tl.int64) * N_CTX * HEAD_DIM
@@ -70,6 +71,9 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, N_CTX, HEAD_DIM: tl.c
             p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
             alpha = tl.math.exp2(m_i - m_ij)
             l_i = l_i * alpha + tl.sum(p, 1)
+            if DROPOUT:
+                offs = (off_hz * N_CTX + offs_m).to(tl.int64)[:, None] * N_CTX + (start_n + offs_n)[None, :]
+                p = tl.where(tl.rand(seed, offs) > drop_p, p * drop_scale, 0.0)
             acc = acc * alpha[:, None]
             v = v_desc.load([row0 + start_n, 0])
             acc = tl.dot(p.to(tl.float16), v, acc)
@@ -84,6 +88,9 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, N_CTX, HEAD_DIM: tl.c
             p = tl.math.exp2(qk * qk_scale - m_ij[:, None])
             alpha = tl.math.exp2(m_i - m_ij)
             l_i = l_i * alpha + tl.sum(p, 1)
+            if DROPOUT:
+                offs = (off_hz * N_CTX + offs_m).to(tl.int64)[:, None] * N_CTX + (start_n + offs_n)[None, :]
+                p = tl.where(tl.rand(seed, offs) > drop_p, p * drop_scale, 0.0)
             acc = acc * alpha[:, None]
             v = tl.load(v_ptrs)
             acc = tl.dot(p.to(tl.float16), v, acc)
@@ -130,6 +137,17 @@ def softmax_kernel(x_ptr, y_ptr, stride, N, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + row * stride + cols, mask=mask, other=-float("inf")).to(tl.float32)
     e = tl.exp(x - tl.max(x, axis=0))
     tl.store(y_ptr + row * stride + cols, (e / tl.sum(e, axis=0)).to(tl.float16), mask=mask)
+
+
+@triton.jit
+def dropout_kernel(x_ptr, output_ptr, n_elements, p, seed, BLOCK_SIZE: tl.constexpr):
+    """The "low-memory dropout" tutorial's seeded dropout, f32."""
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n_elements
+    x = tl.load(x_ptr + offsets, mask=mask)
+    output = tl.where(tl.rand(seed, offsets) > p, x / (1 - p), 0.0)
+    tl.store(output_ptr + offsets, output, mask=mask)
 
 
 # --- compiling to PTX --------------------------------------------------------------------------
@@ -179,9 +197,11 @@ def matmul(cc: int, block: tuple[int, int, int], warps: int, stages: int, tma: b
     return _compile(fn, sig, cx, div, cc, warps, stages)
 
 
-def attention(cc: int, d: int, block_m: int, block_n: int, warps: int, stages: int, tma: bool) -> TritonPtx:
-    sig = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "qk_scale": "fp32", "N_CTX": "i32"}
-    cx = {"HEAD_DIM": d, "BLOCK_M": block_m, "BLOCK_N": block_n, "TMA": tma}
+def attention(cc: int, d: int, block_m: int, block_n: int, warps: int, stages: int, tma: bool,
+              dropout: bool = False) -> TritonPtx:  # fmt: skip
+    sig = {"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "o_ptr": "*fp16", "qk_scale": "fp32", "N_CTX": "i32",
+           "seed": "u64", "drop_p": "fp32", "drop_scale": "fp32"}  # fmt: skip
+    cx = {"HEAD_DIM": d, "BLOCK_M": block_m, "BLOCK_N": block_n, "TMA": tma, "DROPOUT": dropout}
     return _compile(attention_kernel, sig, cx, ("q_ptr", "k_ptr", "v_ptr", "o_ptr", "N_CTX"), cc, warps, stages)
 
 
@@ -194,3 +214,8 @@ def row_kernel(op: str, cc: int, block: int, warps: int) -> TritonPtx:
     }[op]
     sig = {**dict.fromkeys(arrays, "*fp16"), "stride": "i32", "N": "i32", **dict.fromkeys(floats, "fp32")}
     return _compile(fn, sig, {"BLOCK": block}, (*arrays, "stride", "N"), cc, warps)
+
+
+def dropout(cc: int, block: int, warps: int) -> TritonPtx:
+    sig = {"x_ptr": "*fp32", "output_ptr": "*fp32", "n_elements": "i32", "p": "fp32", "seed": "u64"}
+    return _compile(dropout_kernel, sig, {"BLOCK_SIZE": block}, ("x_ptr", "output_ptr", "n_elements"), cc, warps)
