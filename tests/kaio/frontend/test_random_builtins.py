@@ -120,12 +120,21 @@ def test_the_host_reference_matches_tritons_interpreter(tmp_path) -> None:
     subprocess.run([sys.executable, "-c", TRITON_NUMBERS, str(out), str(N), ",".join(map(str, seeds))],
                    env={**os.environ, "TRITON_INTERPRET": "1"}, check=True, timeout=300)  # fmt: skip
     triton = np.load(out)
+    dev = kaio.Device("sim")
     for seed in seeds:
         for base in (0, 3 * 2**32 + 5):
             offs = base + np.arange(N, dtype=np.int64)
-            np.testing.assert_array_equal(triton[f"words_{seed}_{base}"].reshape(N, 4), np.stack(kr.randint4x(seed, offs), 1))
-            np.testing.assert_array_equal(triton[f"uniform_{seed}_{base}"].view(np.uint32), kr.rand(seed, offs).view(np.uint32))
-            np.testing.assert_array_equal(triton[f"normal_{seed}_{base}"], kr.randn(seed, offs))
+            words, uniform, normal = (triton[f"{name}_{seed}_{base}"] for name in ("words", "uniform", "normal"))
+            np.testing.assert_array_equal(words.reshape(N, 4), np.stack(kr.randint4x(seed, offs), 1))
+            np.testing.assert_array_equal(uniform.view(np.uint32), kr.rand(seed, offs).view(np.uint32))
+            np.testing.assert_array_equal(normal, kr.randn(seed, offs))
+            # and kt.randint4x / kt.rand themselves, on the simulator, against Triton's own numbers
+            got_words = dev.alloc_from(np.full(4 * N, -1, np.int32))
+            got_uniform, got_normal = (dev.alloc_from(np.full(N, np.nan, np.float32)) for _ in range(2))
+            tile_numbers[N // 512](got_words, got_uniform, got_normal, seed, base, N)
+            np.testing.assert_array_equal(got_words.to_host(), words)
+            np.testing.assert_array_equal(got_uniform.to_host().view(np.uint32), uniform.view(np.uint32))
+            _close_normal(got_normal.to_host(), normal)
     assert kr.seed_words(2**64 - 3) == kr.seed_words(-3)  # a seed is taken modulo 2**64
 
 
