@@ -40,7 +40,10 @@ dated section for docs/benchmarks.md: the GPU, driver and package versions, a su
 test counts and every failure with its message, then each benchmark's table as the script
 printed it. Next to it, ``<out>.state.json`` records each finished section: a rerun resumes,
 skipping those (``--fresh`` starts over; ``--only SECTION`` reruns one), and ``<out>.logs/``
-holds each section's full output. Exit status 0 when every section passed, 1 when a test failed
+holds each section's full output. A state file that does not read back as hwcheck wrote it is
+renamed ``<out>.state.json.damaged`` (with a warning) and the run starts over; a report, state
+file or logs folder that cannot be written stops the run before any section (exit status 2);
+Ctrl-C at any point ends it with exit status 130 and the finished sections kept. Exit status 0 when every section passed, 1 when a test failed
 or a section crashed or timed out, 2 when there is no checkout.
 
 ``--sim`` is the smoke test CI runs: the GPU tests are collected and skip (no GPU is used even

@@ -21,6 +21,16 @@ SIM_ENV = {"KAIO_DEVICE": "sim", "CUDA_VISIBLE_DEVICES": ""}
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command; Ctrl-C anywhere ends it with the resume message and exit status 130 (the
+    sections finished so far are in the state file)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("hwcheck: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kaio.hwcheck", description=__doc__)
     parser.add_argument("--sim", action="store_true", help="smoke run on the simulator (no GPU)")
     parser.add_argument("--out", type=Path, default=Path("hwcheck-report.md"), help="the report")
@@ -35,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = args.out.resolve()
     state_path, logs = out.with_suffix(".state.json"), out.with_suffix(".logs")
+    unwritable = _unwritable(out, state_path, logs)
+    if unwritable:
+        print(f"hwcheck: {unwritable}; choose another --out", file=sys.stderr)
+        return 2
     mode = "sim" if args.sim else "gpu"
     state = {} if args.fresh else _load(state_path, mode)
     extra_env = SIM_ENV if args.sim else {}
@@ -75,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             results[section.name] = result = run_section(section, root, logs, extra_env)
         except KeyboardInterrupt:
-            print(f"hwcheck: interrupted in {section.name}; run again to resume", file=sys.stderr)
+            print(f"hwcheck: interrupted in {section.name}; run the same command again to resume", file=sys.stderr)
             return 130
         print(
             f"hwcheck: {section.name}: {outcome(result)} ({result.seconds:.1f} s)",
@@ -98,11 +112,40 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _unwritable(out: Path, state: Path, logs: Path) -> str:
+    """Why the report, its state file or its logs folder cannot be written (checked before any
+    section runs, so a long run never ends unable to save itself); "" when they can."""
+    for path, what in ((out, "the report"), (state, "the state file")):
+        if path.exists() and not path.is_file():
+            return f"{what} {path} exists and is not a regular file"
+    if logs.exists() and not logs.is_dir():
+        return f"the logs folder {logs} exists and is not a folder"
+    if not out.parent.is_dir():
+        return f"the folder of the report, {out.parent}, does not exist"
+    if not os.access(out.parent, os.W_OK):
+        return f"the folder of the report, {out.parent}, is not writable"
+    return ""
+
+
 def _load(path: Path, mode: str) -> dict[str, Any]:
-    """The state of an earlier run of the same mode, or nothing."""
+    """The state of an earlier run of the same mode, or nothing. A state file that cannot be
+    read, or does not hold what hwcheck writes, is set aside (renamed ``*.damaged``) with a
+    warning, and the run starts over."""
     try:
         state = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+        problem = _state_problem(state)
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        problem = f"unreadable ({type(exc).__name__})"
+    if problem:
+        aside = path.with_name(path.name + ".damaged")
+        try:
+            path.replace(aside)
+            where = f"set aside as {aside.name}"
+        except OSError:
+            where = "left as it is"
+        print(f"hwcheck: {path.name} is damaged ({problem}), {where}: starting over", file=sys.stderr)
         return {}
     if state.get("mode") != mode:
         print(
@@ -111,6 +154,23 @@ def _load(path: Path, mode: str) -> dict[str, Any]:
         )
         return {}
     return dict(state)
+
+
+def _state_problem(state: Any) -> str:
+    """What is wrong with a parsed state file, or "" (the shape :func:`_save` writes)."""
+    if not isinstance(state, dict):
+        return f"not an object but {type(state).__name__}"
+    for key, kind in (("mode", str), ("started", str), ("facts", dict), ("results", dict)):
+        if not isinstance(state.get(key), kind):
+            return f"`{key}` is not a {kind.__name__}"
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in state["facts"].items()):
+        return "`facts` holds a value that is not text"
+    for name, result in state["results"].items():
+        try:
+            SectionResult.from_json(result).check()
+        except (TypeError, ValueError, AttributeError) as exc:
+            return f"the result of {name!r} does not read back ({exc})"
+    return ""
 
 
 def _save(path: Path, state: dict[str, Any]) -> None:

@@ -49,6 +49,24 @@ class SectionResult:
         data["failures"] = [tuple(f) for f in data.get("failures", [])]
         return cls(**data)
 
+    def check(self) -> SectionResult:
+        """This result, or a ValueError saying which field does not hold what hwcheck writes
+        (a state file edited or damaged by hand must not crash the report)."""
+        text_fields = ("name", "command", "status", "timeout_reason", "output")
+        if not all(isinstance(getattr(self, f), str) for f in text_fields):
+            raise ValueError(f"one of {', '.join(text_fields)} is not text")
+        if self.status not in ("passed", "failed", "timed out"):
+            raise ValueError(f"status {self.status!r}")
+        if isinstance(self.seconds, bool) or not isinstance(self.seconds, int | float):
+            raise ValueError(f"seconds {self.seconds!r}")
+        if not (self.exit_code is None or type(self.exit_code) is int) or not (self.culprit is None or isinstance(self.culprit, str)):
+            raise ValueError("exit_code or culprit of the wrong type")
+        if not isinstance(self.counts, dict) or not all(isinstance(k, str) and type(v) is int for k, v in self.counts.items()):
+            raise ValueError("counts are not names and integers")
+        if not all(len(f) == 2 and all(isinstance(x, str) for x in f) for f in self.failures):
+            raise ValueError("failures are not (test, message) pairs")
+        return self
+
 
 def run_section(
     section: Section, cwd: Path, logs: Path, extra_env: dict[str, str]

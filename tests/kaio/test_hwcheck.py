@@ -207,3 +207,74 @@ def test_the_gpu_plan_fits_in_25_minutes_and_runs_both_targets_on_hopper() -> No
     other = plan(ROOT, sim=False, hopper=False)
     assert "attention_sm_90" not in [s.name for s in other]
     assert not any(s.env for s in other)
+
+
+DAMAGED_STATES: dict[str, bytes] = {
+    "a list": b"[1, 2]",
+    "null": b"null",
+    "a string": b'"done"',
+    "a number": b"3",
+    "facts not an object": b'{"mode": "sim", "started": "x", "facts": [], "results": {}}',
+    "results not an object": b'{"mode": "sim", "started": "x", "facts": {}, "results": [1]}',
+    "a fact that is not text": b'{"mode": "sim", "started": "x", "facts": {"device": 3}, "results": {}}',
+    "a result without fields": b'{"mode": "sim", "started": "x", "facts": {}, "results": {"first": {}}}',
+    "a result of the wrong types": b'{"mode": "sim", "started": "x", "facts": {}, "results": {"first": '
+    b'{"name": 1, "command": "c", "status": "passed", "seconds": "slow"}}}',
+    "bad UTF-8": b'{"mode": "\xff\xfe"}',
+}
+
+
+@pytest.mark.parametrize("content", list(DAMAGED_STATES.values()) + [None], ids=[*DAMAGED_STATES, "a directory"])
+def test_a_damaged_state_file_is_set_aside_and_the_run_starts_over(
+    content: bytes | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sections = [Section("first", "first", script("sys.exit(0)"), 30, 30)]
+    monkeypatch.setattr(cli, "plan", lambda root, sim, hopper: sections)
+    monkeypatch.setattr(cli, "_probe", lambda root, sim, env: {"device": "Fake GPU"})
+    out = tmp_path / "report.md"
+    state = out.with_suffix(".state.json")
+    if content is None:
+        state.mkdir()
+        assert cli.main(["--sim", "--repo", str(ROOT), "--out", str(out)]) == 2
+        assert "the state file" in capsys.readouterr().err
+        return
+    state.write_bytes(content)
+    assert cli.main(["--sim", "--repo", str(ROOT), "--out", str(out)]) == 0
+    assert "is damaged" in capsys.readouterr().err and state.with_name(state.name + ".damaged").read_bytes() == content
+    assert json.loads(state.read_text())["results"]["first"]["status"] == "passed"
+
+
+@pytest.mark.parametrize("where", ["a folder", "/dev/null", "a file as the logs folder", "no such folder"])
+def test_an_output_that_cannot_be_written_stops_before_any_section(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ran = tmp_path / "ran"
+    monkeypatch.setattr(cli, "plan", lambda root, sim, hopper: [Section("first", "first", script(f"open({str(ran)!r}, 'w')"), 30, 30)])
+    monkeypatch.setattr(cli, "_probe", lambda root, sim, env: {"device": "Fake GPU"})
+    out = {"a folder": tmp_path, "/dev/null": Path("/dev/null"), "no such folder": tmp_path / "missing" / "r.md"}.get(where, tmp_path / "r.md")
+    if where == "a file as the logs folder":
+        (tmp_path / "r.logs").write_text("not a folder")
+    assert cli.main(["--sim", "--repo", str(ROOT), "--out", str(out)]) == 2
+    assert "choose another --out" in capsys.readouterr().err
+    assert not ran.exists() and not Path("/dev/null.logs").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "_probe", lambda root, sim, env: {"device": "Fake GPU"})
+    tmp_path.chmod(0o500)
+    try:
+        assert cli.main(["--sim", "--repo", str(ROOT), "--out", str(tmp_path / "r.md")]) == 2
+    finally:
+        tmp_path.chmod(0o700)
+
+
+def test_ctrl_c_at_the_start_says_how_to_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(root: Path, sim: bool, env: dict[str, str]) -> dict[str, str]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_probe", interrupted)
+    assert cli.main(["--sim", "--repo", str(ROOT), "--out", str(tmp_path / "r.md")]) == 130
+    assert "interrupted; run the same command again to resume" in capsys.readouterr().err
