@@ -229,6 +229,11 @@ def take_operands(ops: Any, op: str, grad_y: Any, x: Any, weight: Any, bias: Any
                   grad_h: Any) -> BackwardOperands:  # fmt: skip
     """The operands, checked (``ops``: the call's Operands, or anything with its ``take``: the
     torch fakes check tensors' metadata alone)."""
+    if op == "layer_norm_backward" and mean is None:
+        raise KaioTypeError(
+            f"{op}: `mean` is None; layer_norm's gradient needs the forward's per-row mean "
+            "(rms_norm_backward is the gradient without one)"
+        )
     ox = rowops.take_float(ops, op, "x", x)
     _, cols = rowops.rows_cols(ox.shape, op)
     return BackwardOperands(
@@ -293,6 +298,8 @@ def layer_norm_backward(grad_y: Any, x: Any, weight: Any, mean: Any, rstd: Any, 
     """``(dx, dweight, dbias)`` of ``y = layer_norm(x, weight, bias)`` from ``mean`` and ``rstd``
     (f32, ``x.shape[:-1]``) the forward saved; a gradient is None when its parameter is None
     (``bias`` is only looked at for its presence, shape and type)."""
+    if mean is None:  # before any routing: the custom op's schema would refuse it in torch's words
+        take_operands(None, "layer_norm_backward", grad_y, x, weight, bias, mean, rstd, None)
     if (ops := rowops.torch_op(grad_y, x, weight, mean, rstd, bias, device=device)) is not None:
         dx, dw, db = ops.layer_norm_backward(grad_y, x, weight, bias, mean, rstd)
         return dx, dw if weight is not None else None, db if bias is not None else None

@@ -315,3 +315,16 @@ def test_the_backward_assembles_without_spills_up_to_its_one_pass_limits(dtype):
     c = kaio.compile(norms_backward.column_sum_kernel(t), "sm_90", P=16, C=256)
     report = toolchain.assemble(c.ptx, "sm_90")
     assert report.spill_stores[c.name] == 0
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_layer_norm_backward_without_the_mean_is_refused_not_rms_norms(kind):
+    """mean=None once returned rms_norm's gradient (dx 0.996 off torch's), silently."""
+    from kaio.ops_library import layer_norm_backward
+
+    x, dy = np.ones((3, 8), np.float32), np.ones((3, 8), np.float32)
+    rstd = np.ones(3, np.float32)
+    if kind == "torch":
+        x, dy, rstd = (torch.from_numpy(a) for a in (x, dy, rstd))
+    with pytest.raises(kaio.KaioTypeError, match=r"`mean` is None; layer_norm's gradient needs the forward's per-row mean"):
+        layer_norm_backward(dy, x, None, None, rstd)
