@@ -35,6 +35,11 @@ def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
     name = getattr(cls, "name", None)
     if not isinstance(name, str) or not name:
         raise KaioTypeError(f"kaio.register_pass: {cls.__qualname__} has no `name` (the name pipeline strings use)")
+    if not _nameable(name):
+        raise KaioPipelineError(
+            f"kaio.register_pass: {cls.__qualname__}'s name {name!r} cannot be written in a pipeline string "
+            "(one word of letters, digits, '-' and '_')"
+        )
     taken = _registered.get(name)
     if taken is None:
         factory = _discovered_passes().get(name)
@@ -46,6 +51,18 @@ def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
         )
     _registered[name] = cls
     return cls
+
+
+def _nameable(name: str) -> bool:
+    """Whether ``name`` reads as one pass name in a pipeline string (the parser's own lexer)."""
+    from xdsl.utils.arg_spec import PipelineLexer, SpecTokenKind
+
+    lexer = PipelineLexer(name)
+    try:
+        first = lexer.lex()
+        return first.kind is SpecTokenKind.IDENT and first.span.text == name and lexer.lex().kind is SpecTokenKind.EOF
+    except Exception:  # xDSL's ArgSpecParseError: a character the lexer does not know
+        return False
 
 
 def available_passes() -> dict[str, PassFactory]:

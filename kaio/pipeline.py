@@ -13,7 +13,7 @@ from typing import Any
 
 from xdsl.passes import ModulePass, PassPipeline
 
-from kaio.errors import KaioPipelineError
+from kaio.errors import KaioPipelineError, KaioTypeError
 from kaio.pass_contracts import check_options
 from kaio.pass_registry import available_passes, register_pass
 from kaio.pipeline_text import parse_passes
@@ -64,6 +64,8 @@ class Pipeline(PassPipeline):
                 f"Pipeline: `callback` must be callable(previous_pass, module, next_pass), got "
                 f"{type(self.callback).__name__}"
             )
+        if not isinstance(self.verify_each, bool):  # "yes" or 0 would read as a choice
+            raise KaioTypeError(f"Pipeline: `verify_each` must be True or False, got {self.verify_each!r}")
 
     @staticmethod
     def parse(spec: str) -> Pipeline:  # type: ignore[override]
@@ -87,7 +89,7 @@ class Pipeline(PassPipeline):
         if callback is not ...:
             changes["callback"] = callback
         if verify_each is not None:
-            changes["verify_each"] = verify_each
+            changes["verify_each"] = verify_each  # both checked by __post_init__
         return replace(self, **changes)
 
     def without(self, name: str) -> Pipeline:

@@ -13,7 +13,9 @@ entry that does not decode, or a stored config that is not among today's candida
 kaio version) is measured again and overwritten, never a crash, a hang or an unbounded read
 (:mod:`kaio.cache_files`). A new winner is merged into the file under a lock on
 ``<op>.json.lock`` and the file replaced atomically, so processes tuning at once keep each
-other's keys. ``KAIO_CACHE=0`` measures every time and stores nothing.
+other's keys. A candidate whose timing is not a finite number (a failed measurement) is left
+out; when none is, the first candidate (the rule's) runs and nothing is stored. The file is
+strict JSON (no NaN, no infinities). ``KAIO_CACHE=0`` measures every time and stores nothing.
 
 Configs are frozen dataclasses of ints, bools, strings and tuples of ints; they are stored as
 their fields and rebuilt field by field, each value checked against the type of its default.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -78,12 +81,22 @@ def record(op: str, key: str, entry: dict[str, Any]) -> bool:
     with cache_files.exclusive(path(op)) as held:
         if not held:
             return False
-        entries = load(op)
+        entries = {k: v for k, v in load(op).items() if _strict_json(v)}  # another writer's NaN: dropped
         entries[key] = entry
-        text = json.dumps(entries, indent=1, sort_keys=True)
+        text = json.dumps(entries, indent=1, sort_keys=True, allow_nan=False)
         if len(text.encode()) > MAX_FILE_BYTES:  # ``load`` would refuse it, losing every key
             return False
         return cache_files.write_atomic(path(op), text)
+
+
+def _strict_json(value: Any) -> bool:
+    """Whether ``value`` is JSON without NaN or infinities (which ``json`` writes as bare words
+    that other readers refuse)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 def encode(config: Any) -> dict[str, Any]:
@@ -129,7 +142,9 @@ def tuned(op: str, key: str, candidates: Sequence[C], time_ms: Callable[[C], flo
         if best not in candidates:
             best = None
     if best is None:
-        timings = [(float(time_ms(c)), c) for c in candidates]
+        timings = [(t, c) for c in candidates if math.isfinite(t := float(time_ms(c)))]  # NaN: no timing
+        if not timings:  # nothing could be timed: the first candidate (the rule's), not stored
+            return candidates[0]
         best = min(timings, key=lambda t: t[0])[1]
         record(op, key, {"config": encode(best), "median_ms": {label(c): t for t, c in timings}})
     if cache.enabled():  # KAIO_CACHE=0: measured on every call, as documented

@@ -323,3 +323,59 @@ def test_op_counts_are_those_of_a_walk(verify_each: bool):
     times = kaio.compile(triple, "sm_80", pipeline=pipeline).pass_times
     assert [t.ops_before for t in times] + [times[-1].ops_after] == walked
     assert len(set(walked)) > 1  # the stages change the module: stale counts would show
+
+
+def test_a_pass_that_empties_the_module_is_a_compile_error_not_a_value_error() -> None:
+    """It once ended in "not enough values to unpack" from inside kaio.compile."""
+    from dataclasses import dataclass
+
+    from xdsl.passes import ModulePass
+
+    import kaio
+    from kaio.pipeline import Pipeline
+
+    @dataclass(frozen=True)
+    class EmptyEverything(ModulePass):
+        name = "empty-everything"
+
+        def apply(self, ctx: object, op: object) -> None:
+            for child in list(op.ops):  # type: ignore[attr-defined]
+                child.detach()
+                child.erase()
+
+    @kaio.gpu_kernel(block_size=32)
+    def noop(out: kaio.dtypes.MutArray[kaio.dtypes.f32]):  # type: ignore[name-defined]
+        out[0] = 1.0
+
+    pipeline = Pipeline((*noop.default_pipeline("sm_80").passes, EmptyEverything()))
+    with pytest.raises(kaio.KaioCompileError, match=r"left 0 kernels \(ptx.entry\) after pass 'empty-everything'"):
+        kaio.compile(noop, "sm_80", pipeline=pipeline)
+
+
+@pytest.mark.parametrize("name", ["a,b", "x{y}", "has space", "", "3x."])
+def test_a_pass_name_no_pipeline_string_can_say_is_refused(name: str) -> None:
+    from dataclasses import dataclass
+
+    from xdsl.passes import ModulePass
+
+    import kaio
+
+    @dataclass(frozen=True)
+    class Odd(ModulePass):
+        def apply(self, ctx: object, op: object) -> None:
+            pass
+
+    Odd.name = name  # type: ignore[misc]
+    with pytest.raises((KaioPipelineError, kaio.KaioTypeError), match="name"):
+        kaio.register_pass(Odd)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0.0])
+def test_verify_each_must_be_a_bool(value: object) -> None:
+    import kaio
+    from kaio.pipeline import Pipeline
+
+    with pytest.raises(kaio.KaioTypeError, match="`verify_each` must be True or False"):
+        Pipeline.parse("canonicalize").configured(verify_each=value)  # type: ignore[arg-type]
+    with pytest.raises(kaio.KaioTypeError, match="`verify_each` must be True or False"):
+        Pipeline((), verify_each=value)  # type: ignore[arg-type]

@@ -320,3 +320,27 @@ def test_cache_files_read_bounds_and_refuses(tmp_path: Path) -> None:
         cache_files.read_json(tmp_path / "missing" / "f.json", 100)
     with pytest.raises(cache_files.UnusableFile, match="not a regular file"):
         cache_files.read_text(tmp_path, 100)
+
+
+def test_a_nan_timing_is_dropped_and_the_file_stays_strict_json(kaio_cache: Path) -> None:
+    """The autotuner once kept a candidate timed NaN (every comparison with NaN is false, so
+    min() may pick it) and wrote a bare NaN into its JSON file."""
+    times = {32: float("nan"), 64: 2.0, 128: float("inf")}
+    tuning.forget()
+    best = tuning.tuned("robustness", "nan-key", CANDIDATES, lambda c: times[c.size])
+    assert best == Tile(64, "b")
+    text = tuning.path("robustness").read_text()
+    json.loads(text, parse_constant=lambda word: pytest.fail(f"{word} in the file"))
+    assert list(json.loads(text)["nan-key"]["median_ms"]) == ["Tile(size=64, label='b')"]
+    tuning.forget()
+    all_nan = tuning.tuned("robustness", "all-nan", CANDIDATES, lambda c: float("nan"))
+    assert all_nan == CANDIDATES[0] and "all-nan" not in json.loads(tuning.path("robustness").read_text())
+
+
+def test_another_writers_nan_is_dropped_when_the_file_is_rewritten(kaio_cache: Path) -> None:
+    path = tuning.path("robustness")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"old": {"config": {"size": 32, "label": "a"}, "median_ms": {"a": NaN}}, "good": {"config": {"size": 64, "label": "b"}}}')
+    assert tuning.record("robustness", "new", {"config": {"size": 128, "label": "c"}})
+    text = path.read_text()
+    assert "NaN" not in text and set(json.loads(text)) == {"good", "new"}
