@@ -303,6 +303,7 @@ class BatchRunner:
             self.n_held -= threads.size
 
     def _exit(self, threads: np.ndarray) -> None:
+        self._check_no_copy_in_flight(threads)
         self.status[threads] = EXITED
         if self.sched.size:
             self.sched[threads] = PARKED
@@ -311,6 +312,25 @@ class BatchRunner:
         self.bar.exited += np.bincount(self.ctx.cta[threads], minlength=self.ctx.n_ctas)
         if self.ctx.register_pool is not None:
             self.ctx.register_pool.exited(threads)
+
+    def _check_no_copy_in_flight(self, threads: np.ndarray) -> None:
+        """A thread may not end with ``cp.async`` copies not yet waited for: the ISA completes a
+        copy only at a wait of its thread, so the bytes' landing is undefined after the thread
+        is gone (and an exited CTA's shared memory belongs to the next). CUTLASS and Triton
+        drain the ring (``cp.async.wait_group 0``) after their main loops."""
+        copies = self.ctx.async_copies
+        if copies is None or not copies.pending:
+            return
+        for p in copies.pending:
+            still = np.intersect1d(p.threads, threads)
+            if still.size:
+                raise SimFault(
+                    "sim",
+                    f"the thread exits with a cp.async of PTX line {self.ops[p.pc].line} still in flight "
+                    "(committed or not, never waited for): wait for every copy (cp.async.wait_group 0 "
+                    "or cp.async.wait_all) before the kernel ends",
+                    int(still.min()),
+                )
 
     def _arrive(self, at: int, threads: np.ndarray, op: Op) -> None:
         spec = op.barrier

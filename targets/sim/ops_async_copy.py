@@ -9,8 +9,9 @@ The model makes pipelining bugs visible instead of lucky:
 * the bytes land in shared memory only when a wait of the *issuing thread* releases their group:
   ``wait_group N`` lands every group of the thread but the N most recently committed ones,
   ``wait_all`` commits and lands everything. A kernel that reads the tile before the wait sees
-  the old contents, or, with the uninitialized-shared check, gets an error. Copies of a thread
-  that exits without waiting never land.
+  the old contents, or, with the uninitialized-shared check, gets an error. A thread that exits
+  with copies not waited for is an error (``executor.py``): the ISA completes a copy only at its
+  thread's wait.
 
 ``src-size`` (fewer bytes read, the rest of the cp-size zero-filled) and the ``ignore-src``
 predicate (read nothing, fill zeros) are supported; a thread that reads no byte is not

@@ -215,19 +215,24 @@ def test_missing_cp_async_wait_is_an_uninitialized_read(sim, rng):
     assert "ldmatrix" in no_wait.splitlines()[info.value.ptx_line - 1]
 
 
-def test_missing_cp_async_wait_gives_a_wrong_result_without_the_check(rng):
+def test_missing_cp_async_wait_is_rejected_without_the_uninitialized_check(rng):
+    """Without the uninitialized-shared check the tiles' absence showed only as a wrong result;
+    the copies still in flight at the threads' exit are an error in their own right."""
     sim = Simulator(check_uninitialized_shared=False)
     no_wait = re.sub(r"^\s*cp\.async\.wait_group \d+;\n", "", _fixture("nvcc_matmul"), flags=re.M)
-    assert _nvcc_matmul(sim, no_wait, (64, 64, 96), rng) > 0.5  # the tiles never arrive
+    with pytest.raises(KaioSimError, match="still in flight"):
+        _nvcc_matmul(sim, no_wait, (64, 64, 96), rng)
 
 
-def test_waiting_for_one_group_too_few_reads_a_stale_tile(sim, rng):
+def test_waiting_for_one_group_too_few_is_rejected(sim, rng):
     # the last K step must wait for everything (wait_group 0); waiting for all but one leaves
-    # the last tile in flight, so the step reads the tile the buffer held two steps earlier
+    # the last tile in flight: the step reads the tile the buffer held two steps earlier, and
+    # the copy never lands before the threads end
     text = _fixture("nvcc_matmul")
     off_by_one = text.replace("cp.async.wait_group 0;", "cp.async.wait_group 1;")
     assert off_by_one != text
-    assert _nvcc_matmul(sim, off_by_one, (64, 64, 96), rng) > 0.1
+    with pytest.raises(KaioSimError, match="still in flight"):
+        _nvcc_matmul(sim, off_by_one, (64, 64, 96), rng)
 
 
 def test_missing_wait_in_the_triton_pipeline_is_reported(sim, rng):
