@@ -23,7 +23,7 @@ __all__ = [
     "register_pass", "tile_pipeline",
 ]  # fmt: skip
 
-SCALAR_PASSES: tuple[str, ...] = ("ptx-strength-reduce", "ptx-licm", "ptx-iv-reduce", "ptx-fold")
+SCALAR_PASSES: tuple[str, ...] = ("ptx-strength-reduce", "ptx-licm", "ptx-iv-reduce", "ptx-fold", "ptx-sync-cleanup")
 """The scalar passes on PTX, in order: turn multiplies, divisions and remainders by constants
 into shifts, masks and multiply-highs, move loop-invariant instructions out of loops, give
 values linear in a loop counter registers advanced with it, then fold constants, merge repeats and drop what nobody reads (see ``docs/dialect_stack.md``).

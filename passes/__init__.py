@@ -90,6 +90,11 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
 
         return PtxIvReducePass
 
+    def ptx_sync_cleanup() -> type[ModulePass]:
+        from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass
+
+        return PtxSyncCleanupPass
+
     def ptx_optimize() -> type[ModulePass]:
         from kaio.passes.ptx_optimize import PtxOptimizePass
 
@@ -112,5 +117,6 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         "ptx-strength-reduce": ptx_strength_reduce,
         "ptx-licm": ptx_licm,
         "ptx-iv-reduce": ptx_iv_reduce,
+        "ptx-sync-cleanup": ptx_sync_cleanup,
         "ptx-optimize": ptx_optimize,
     }

@@ -1,5 +1,6 @@
 """``ptx-optimize``: the scalar passes as one pipeline stage: ``ptx-strength-reduce``, then
-``ptx-licm``, then ``ptx-iv-reduce``, then ``ptx-fold``, each switchable.
+``ptx-licm``, then ``ptx-iv-reduce``, then ``ptx-fold``, then ``ptx-sync-cleanup`` (waits and
+barriers that order nothing), each switchable.
 
 The default pipelines use this stage rather than the three separately because the pass manager
 verifies the whole module after every stage, and a verification of a kernel's PTX costs more
@@ -16,6 +17,7 @@ from kaio.passes.ptx_fold import PtxFoldPass
 from kaio.passes.ptx_iv_reduce import PtxIvReducePass
 from kaio.passes.ptx_licm import PtxLicmPass
 from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
+from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -40,6 +42,9 @@ class PtxOptimizePass(ModulePass):
     fold: bool = True
     """Run ``ptx-fold`` (constant folding, identities, nearby repeats, dead code)."""
 
+    sync_cleanup: bool = True
+    """Run ``ptx-sync-cleanup`` (``cp.async.wait_group`` and ``bar.sync`` that order nothing)."""
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.strength_reduce:
             PtxStrengthReducePass().apply(ctx, op)
@@ -49,3 +54,5 @@ class PtxOptimizePass(ModulePass):
             PtxIvReducePass().apply(ctx, op)
         if self.fold:
             PtxFoldPass().apply(ctx, op)
+        if self.sync_cleanup:
+            PtxSyncCleanupPass().apply(ctx, op)

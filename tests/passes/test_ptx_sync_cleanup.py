@@ -1,0 +1,122 @@
+"""ptx-sync-cleanup on small entries: which ``cp.async.wait_group`` and ``bar.sync`` order nothing
+and go, which must stay (a store, a load in any space, a wait that may land copies, a loop head,
+an if/else arm that touches memory), and on the library's attention kernel: fewer waits and
+barriers, the same result on the simulator, and no instruction left whose deletion goes
+unnoticed that the cleanup should have caught."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.dialects.builtin import ModuleOp, i1, i32, i64
+
+from kaio.dialects import ptx
+from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass, redundant_syncs
+
+
+class Program:
+    """An entry written as words: ``cp``, ``commit``, ``wait N``, ``bar``, ``bar 64`` (a counted
+    barrier), ``st`` (shared store), ``ld`` (global load), ``add``, ``label L``, ``bra L``,
+    ``@bra L`` (a guarded branch), ``wait_all``. Each op is named by its index."""
+
+    def __init__(self, words: list[str]) -> None:
+        self.entry = ptx.EntryOp("k", [("k_p", "u64")])
+        block = self.entry.body.block
+        self.ops: list[object] = []
+        zero = ptx.ConstOp(0, i32)
+        addr64, sixteen, pred = ptx.ConstOp(0, i64), ptx.ConstOp(16, i32), ptx.RegOp(i1)
+        block.add_ops([zero, addr64, sixteen, pred])
+        for word in words:
+            kind, _, arg = word.partition(" ")
+            op: ptx.PtxInstr | ptx.LabelOp
+            if kind == "cp":
+                op = ptx.CpAsyncOp("cg.shared.global", [zero.result, addr64.result, sixteen.result])
+            elif kind == "commit":
+                op = ptx.CpAsyncCommitOp("")
+            elif kind == "wait":
+                op = ptx.CpAsyncWaitGroupOp("", [ptx.ConstOp(int(arg), i32).result])
+                block.add_op(op.srcs[0].owner)  # type: ignore[arg-type]
+            elif kind == "wait_all":
+                op = ptx.CpAsyncWaitAllOp("")
+            elif kind == "bar":
+                counts = [ptx.ConstOp(int(arg), i32)] if arg else []
+                block.add_ops(counts)
+                op = ptx.BarSyncOp("", [zero.result, *(c.result for c in counts)])
+            elif kind == "st":
+                op = ptx.StOp("shared.u32", [zero.result, zero.result])
+            elif kind == "ld":
+                op = ptx.LdOp("global.u32", [addr64.result], [i32])
+            elif kind == "add":
+                op = ptx.AddOp("s32", [zero.result, zero.result], [i32])
+            elif kind == "label":
+                op = ptx.LabelOp(arg)
+            elif kind in ("bra", "@bra"):
+                op = ptx.BraOp("", guard=pred.results[0] if kind == "@bra" else None, symbol=arg)
+            else:
+                raise ValueError(word)
+            block.add_op(op)
+            self.ops.append(op)
+
+    def dropped(self) -> list[int]:
+        dead = redundant_syncs(list(self.entry.body.block.ops))
+        return sorted(self.ops.index(op) for op in dead)
+
+
+@pytest.mark.parametrize(
+    "words, dropped",
+    [
+        (["cp", "commit", "wait 0", "wait 0"], [3]),  # a drain, then a reuse's wait: nothing left to land
+        (["wait 0"], [0]),  # nothing ever committed
+        (["cp", "commit", "cp", "commit", "wait 1", "wait 1", "wait 0"], [5]),
+        (["cp", "wait 0"], [1]),  # a wait lands committed groups only
+        (["cp", "commit", "wait 0", "bar", "cp", "wait 0", "bar"], [5, 6]),  # the reuse pairs of attention
+        (["bar", "add", "bar"], [2]),
+        (["bar", "st", "bar"], []),  # the store must be published
+        (["bar", "ld", "bar"], []),  # a barrier orders global memory too
+        (["cp", "commit", "bar", "wait 0", "bar"], []),  # the wait lands the copy: publish it
+        (["bar", "bar 64"], []),  # a counted barrier is another barrier
+        (["bar", "label L", "bar", "add", "bra L"], []),  # a loop head: its back edge is unknown
+        (["bar", "@bra A", "add", "label A", "bar"], [4]),  # both paths quiet
+        (["bar", "@bra A", "st", "label A", "bar"], []),  # one arm stores
+        (["bar", "@bra B", "st", "bra C", "label B", "st", "label C", "bar"], []),
+        (["bar", "@bra B", "add", "bra C", "label B", "add", "label C", "bar"], [7]),  # a quiet diamond
+        (["cp", "commit", "@bra A", "wait 0", "label A", "wait 0"], []),  # pending on one path
+        (["cp", "wait_all", "wait 0"], [2]),
+    ],
+)
+def test_what_orders_nothing_goes(words: list[str], dropped: list[int]) -> None:
+    assert Program(words).dropped() == dropped
+
+
+def test_the_pass_erases_them_and_the_entry_verifies() -> None:
+    p = Program(["cp", "commit", "wait 0", "bar", "cp", "wait 0", "bar", "st", "bar"])
+    module = ModuleOp([p.entry])
+    PtxSyncCleanupPass().apply(None, module)  # type: ignore[arg-type]
+    module.verify()
+    names = [op.name for op in p.entry.body.block.ops if isinstance(op, ptx.PtxInstr)]
+    assert names.count("ptx.bar.sync") == 2 and names.count("ptx.cp.async.wait_group") == 1
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_attention_keeps_its_result_with_fewer_waits_and_barriers(arch: str, rng: np.random.Generator) -> None:
+    import kaio
+    from kaio.ops_library import attention
+    from kaio.ops_library.attention import choose_config, configured_kernel, kernel_meta
+
+    config = choose_config(70, 64, arch)
+    kernel = configured_kernel(kaio.dtypes.f16, config)
+    meta = kernel_meta(config, 64, False, False)
+    with_cleanup = kaio.compile(kernel, arch, **meta).ptx
+    pipeline = kernel.default_pipeline(arch)
+    stage = next(p for p in pipeline.passes if p.name == "ptx-optimize")
+    without = kaio.compile(kernel, arch, pipeline=pipeline.replace("ptx-optimize", type(stage)(sync_cleanup=False)), **meta).ptx
+    count = lambda text, word: sum(word in line for line in text.splitlines())  # noqa: E731
+    assert count(with_cleanup, "bar.sync") <= count(without, "bar.sync")
+    if arch == "sm_80":  # (the sm_90a kernel's rings are TMA's: waited on mbarriers)
+        assert count(with_cleanup, "cp.async.wait_group") < count(without, "cp.async.wait_group")
+    q, k, v = (rng.standard_normal((1, 2, 70, 64)).astype(np.float16) for _ in range(3))
+    dev = kaio.Device("sim", arch=arch)
+    got = attention(*(dev.alloc_from(x) for x in (q, k, v))).to_host().astype(np.float64)
+    s = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / 8
+    p = np.exp(s - s.max(-1, keepdims=True))
+    assert np.abs(got - (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)).max() < 2e-2
