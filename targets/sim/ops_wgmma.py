@@ -227,7 +227,8 @@ def _read_late(ctx: ExecContext, warpgroup: np.ndarray, where: np.ndarray, what:
     races; from the retiring wait on (``RaceChecker.retire_async_read``), a writer outside it
     not ordered after by a barrier does."""
     if ctx.race is not None:
-        ctx.race.async_read(int(warpgroup[0]), int(warpgroup[-1]), where.reshape(-1), f"wgmma.mma_async {what} operand read")
+        ctx.race.async_read(int(warpgroup[0]), int(warpgroup[-1]), where.reshape(-1), f"wgmma.mma_async {what} operand read",
+                            own_writes=True)  # fmt: skip
     if ctx.async_proxy is not None:
         group = int(queue(ctx).committed[warpgroup[0]])
         ctx.async_proxy.async_read(ctx, warpgroup, where.reshape(-1), "wgmma", group)

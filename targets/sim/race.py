@@ -254,16 +254,23 @@ class RaceChecker:
         a.c[F] = np.where(a.c[F] == a.hi, NONE, a.c[F])
         self._record_write(a, issue_pc, COPY)
 
-    def async_read(self, lo: int, hi: int, offsets: np.ndarray, what: str) -> None:
+    def async_read(self, lo: int, hi: int, offsets: np.ndarray, what: str, *, own_writes: bool = False) -> None:
         """An async-proxy read of the shared bytes ``offsets`` (batch-wide) on behalf of the threads
         ``lo..hi`` (a warpgroup for a wgmma operand, one thread for a TMA store source): a write or
         a cp.async in flight of a thread outside them, not ordered before by a barrier, races.
+        With ``own_writes`` (wgmma) the threads' own writes race too: the tensor cores read every
+        thread's bytes for the warpgroup through the async proxy, and only a barrier orders one
+        thread's generic write before another warp's issue (``wgmma.mma_async.sync`` waits for its
+        own warp alone); a TMA store's one thread is ordered after its own writes by program order.
         Not recorded as a read: the async proxy (``async_proxy.py``) holds the bytes read until
         the wait that retires it, and reports any write before that."""
         granules = np.unique(np.asarray(offsets, dtype=np.int64) // self.granule)
         c = self.state[granules].T
         writer, flight = c[W1], c[F]
-        outside = lambda t: (t >= 0) & ((t < lo) | (t > hi))  # noqa: E731
+        if own_writes:
+            outside = lambda t: t >= 0  # noqa: E731
+        else:
+            outside = lambda t: (t >= 0) & ((t < lo) | (t > hi))  # noqa: E731
         now = self.epoch[np.where(writer >= 0, writer, 0)]
         raw = outside(writer) & ((now == c[WEPOCH]) | (now != self.epoch[lo]))
         hit = raw | outside(flight)

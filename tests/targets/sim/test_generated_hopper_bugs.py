@@ -143,3 +143,19 @@ def test_a_kernel_missing_a_fence_or_wait_is_rejected(case, edit_ptx, rng):
     kernel = fresh_matmul() if pipeline is None else fresh_matmul().with_pipeline(pipeline)
     with pytest.raises((KaioSimError, KaioMemoryError), match=rule):
         run(kernel, rng)
+
+
+def test_a_barrier_between_the_warpgroups_own_writes_and_its_wgmma_is_required(edit_ptx, rng):
+    """The cp.async ring of a one-warpgroup wgmma GEMM: each thread's copies land at its own
+    wait, and only the barrier after the waits orders them before the other warps' issue of the
+    wgmma that reads them. The race check counted only writers outside the warpgroup, so the
+    GEMM with its barriers deleted passed with race_check=True."""
+    edit_ptx(without(r"bar\.sync"))
+    kernel = fresh_matmul().with_pipeline(cp_async_wgmma)
+    dev = kaio.Device("sim", arch="sm_90a")
+    previous, dev.simulator.race_check = dev.simulator.race_check, True
+    try:
+        with pytest.raises(KaioMemoryError, match=r"wgmma\.mma_async .* operand read"):
+            run(kernel, rng)
+    finally:
+        dev.simulator.race_check = previous
