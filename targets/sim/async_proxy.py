@@ -417,6 +417,10 @@ class AsyncProxy:
         self.loads[load_id] = _Load(thread, ctx.pc, key, offsets, data, granules)
         self.landing[granules] = load_id
 
+    def in_flight_on(self, key: int) -> bool:
+        """Whether a bulk copy in flight completes on barrier ``key``."""
+        return any(load.key == key for load in self.loads.values())
+
     def land_for(self, ctx: ExecContext, keys: list[int]) -> bool:
         """A wait on barriers ``keys`` would fail: land their copies in flight (complete_tx on
         each). True when something landed."""

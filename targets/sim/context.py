@@ -86,6 +86,7 @@ class ExecContext:
         self.mbarriers: Mbarriers | None = None  # made by the first mbarrier instruction
         self.wgmma: WgmmaQueue | None = None  # wgmma.mma_async results in flight
         self.spinning: np.ndarray | None = None  # threads whose spin-wait just failed (executor backs them off)
+        self.stalled = False  # the wait just run failed for all its threads and changed nothing
         # setmaxnreg: the registers per thread at entry (set by the launch when the kernel has a
         # setmaxnreg), its CTA register pools (made by that launch), and the threads an .inc
         # parks (held) or lets go (resumed) in this step, for the executor

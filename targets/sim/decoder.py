@@ -215,7 +215,7 @@ def _decode_body(fn: FunctionDecl, body: list, symbols: dict[str, Symbol], files
         except DecodeError as exc:
             line = getattr(st, "line", fn.line)
             raise LoadError(str(exc), line, getattr(st, "text", "")) from None
-    guard_in_flight(ops, touched, dc.async_registers)
+    guard_in_flight(ops, touched, dc.async_registers, dc.wgmma_operands)
     # Falling off the end of a kernel ends the thread, as the closing brace does on hardware.
     last = ops[-1] if ops else None
     ops.append(Op(line=last.line if last else fn.line, text="(end of kernel)", klass="exit", kind=OpKind.EXIT, run=None, source=last.source if last else None))

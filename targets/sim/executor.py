@@ -42,6 +42,10 @@ PARKED = np.iinfo(np.int64).max
 # a lower PC does not starve consumers whose wait would now succeed either.
 BACKOFF = 1 << 40
 BACKOFF_RANKS = (1 << 22) - 2  # steps told apart (beyond, spinners go by PC): keeps keys in int64
+# Steps of nothing but mbarrier waits that fail and change nothing, and branches, after which
+# the batch is deadlocked: no thread that can run does anything that could complete a phase
+# (a spinner runs only when no other thread can, so the others are parked at a barrier or gone)
+FROZEN_STEPS = 20_000
 RUNNABLE, WAITING, EXITED, HELD = 0, 1, 2, 3
 NUM_BARRIERS = 16
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -120,6 +124,7 @@ class BatchRunner:
             self._diverge(0, None)
             converged = False
         steps = 0
+        frozen = 0  # consecutive steps that could change nothing (FROZEN_STEPS)
         while True:
             if converged:
                 at, sel = pc, active
@@ -165,9 +170,20 @@ class BatchRunner:
                 self._count(at, on, count)
 
             kind = op.kind
+            if kind != OpKind.SIMPLE and kind != OpKind.BRANCH:
+                frozen = 0
             if kind == OpKind.SIMPLE:
                 if count:
                     op.run(ctx, on)  # type: ignore[misc]
+                if ctx.stalled:
+                    ctx.stalled = False
+                    frozen += 1
+                    if frozen > FROZEN_STEPS:
+                        raise SimFault("sim", f"deadlock: for {FROZEN_STEPS} steps every thread that can run has only polled mbarrier "
+                                              "phases that nothing will complete (a missing arrive or expect_tx, or a wait on the "
+                                              "wrong parity)", 0 if on is None else int(on[0]))  # fmt: skip
+                else:
+                    frozen = 0
                 if converged:
                     pc = at + 1
                 else:
@@ -180,6 +196,7 @@ class BatchRunner:
                 continue
 
             if kind == OpKind.BRANCH:
+                frozen += frozen > 0  # a spin loop's branch neither breaks nor starts a frozen run
                 if converged:
                     if off.size == 0:
                         pc = op.target
@@ -318,6 +335,7 @@ class BatchRunner:
         copy only at a wait of its thread, so the bytes' landing is undefined after the thread
         is gone (and an exited CTA's shared memory belongs to the next). CUTLASS and Triton
         drain the ring (``cp.async.wait_group 0``) after their main loops."""
+        self._check_no_async_read_in_flight(threads)
         copies = self.ctx.async_copies
         if copies is None or not copies.pending:
             return
@@ -330,6 +348,25 @@ class BatchRunner:
                     "(committed or not, never waited for): wait for every copy (cp.async.wait_group 0 "
                     "or cp.async.wait_all) before the kernel ends",
                     int(still.min()),
+                )
+
+    def _check_no_async_read_in_flight(self, threads: np.ndarray) -> None:
+        """Nor with the async proxy still reading its CTA's shared memory: a TMA store not
+        waited for (``cp.async.bulk.wait_group.read``, after its ``commit_group``) or a wgmma
+        not retired (``wgmma.wait_group``). The CTA's shared memory is gone when its threads
+        are (CUTLASS's epilogue ends with ``tma_store_wait<0>()``)."""
+        proxy = self.ctx.async_proxy
+        if proxy is None or not proxy.reads:
+            return
+        for read in proxy.reads.values():
+            if np.isin(read.owner, threads):
+                what, wait = (("TMA store", "cp.async.bulk.commit_group and cp.async.bulk.wait_group.read 0")
+                              if read.what == "store" else ("wgmma.mma_async", "wgmma.wait_group 0"))  # fmt: skip
+                raise SimFault(
+                    "sim",
+                    f"the thread exits while the {what} of PTX line {self.ops[read.pc].line} still reads shared memory: "
+                    f"wait for it ({wait}) before the kernel ends",
+                    read.owner,
                 )
 
     def _arrive(self, at: int, threads: np.ndarray, op: Op) -> None:

@@ -175,7 +175,8 @@ class DecodeContext:
         # register slots the instruction being decoded names (the decoder resets it per
         # instruction), and the registers asynchronous instructions (wgmma) update in place
         self.touched: set[int] = set()
-        self.async_registers: dict[int, str] = {}
+        self.async_registers: dict[int, str] = {}  # register slots a wgmma writes or reads asynchronously
+        self.wgmma_operands: set[int] = set()  # of those, the ones wgmma.fence must order (ops_wgmma.py)
 
     # --- registers --------------------------------------------------------------------------
 

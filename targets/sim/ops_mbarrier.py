@@ -16,14 +16,19 @@ phase has the other parity; ``try_wait state`` is true once the phase the arrive
 is over. The token an arrive returns is the number of the phase it arrived in.
 
 Bulk copies completing on a barrier land only when a wait on it would otherwise fail
-(``async_proxy.py``): the wait lands them, which may complete the phase, and polls again.
+(``async_proxy.py``): the wait lands them, which may complete the phase, and polls again. Under
+the adversarial schedule each thread's first wait that finds a phase incomplete with copies in
+flight answers false without landing them (a GPU's try_wait may return false however long it polls):
+only a later wait in that phase lands them, so code that reads a stage without checking the
+answer reads it while the copy is still writing, and is reported.
 
 State lives beside shared memory (keyed by the CTA and the barrier's 8-byte slot), so a
 barrier used before ``init`` or arriving more often than its count is reported. A wait that
 finds its phase incomplete returns false and backs its threads off (``ctx.spinning``): the
 executor runs them again only when no other thread can, so a consumer polling at a lower PC
 than its producer (a warp-specialised pipeline) lets the producer run; a wait nothing can ever
-complete ends at the step limit.
+nothing can ever complete is reported as a deadlock once the batch has run only failed waits
+and branches for a while (``executor.FROZEN_STEPS``), instead of at the step limit.
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ class Mbarriers:
 
     def __init__(self) -> None:
         self.barriers: dict[int, Barrier] = {}
+        # (barrier, phase, thread): a wait of the thread found the phase incomplete with bulk
+        # copies in flight; under the adversarial schedule only its later waits may land them
+        self.refused: set[tuple[int, int, int]] = set()
 
     def get(self, key: int, thread: int, what: str) -> Barrier:
         b = self.barriers.get(key)
@@ -99,6 +107,15 @@ class Mbarriers:
             b.pending = b.count
 
 
+def _race_use(ctx: ExecContext, idx: Idx, keys: np.ndarray) -> None:
+    """For the race check an arrive, expect_tx or wait is an atomic access of the barrier's 8
+    bytes and ``mbarrier.init`` a plain write: atomics do not race with each other, but a use
+    by another thread that no barrier orders after the init races with it (the other threads
+    may see the barrier before it is initialised)."""
+    if ctx.race is not None:
+        ctx.race.atomic(idx, keys, 8)
+
+
 def mbarriers(ctx: ExecContext) -> Mbarriers:
     if ctx.mbarriers is None:
         ctx.mbarriers = Mbarriers()
@@ -130,6 +147,8 @@ def _init(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
 
     def run(ctx: ExecContext, idx: Idx) -> None:
         keys = barrier_keys(ctx, idx, address, "mbarrier.init")
+        if ctx.race is not None:  # a plain write of the barrier's 8 bytes (see _race_use)
+            ctx.race.write(idx, keys, 8)
         counts = np.broadcast_to(np.asarray(count(ctx, idx)), keys.shape)
         state = mbarriers(ctx)
         for key, c, t in zip(keys.tolist(), counts.tolist(), threads_of(ctx, idx).tolist()):
@@ -154,6 +173,7 @@ def _arrive(ins: Instruction, mods: Modifiers, dc: DecodeContext, expect_tx: boo
 
     def run(ctx: ExecContext, idx: Idx) -> None:
         keys = barrier_keys(ctx, idx, address, "mbarrier.arrive")
+        _race_use(ctx, idx, keys)
         values = np.broadcast_to(np.asarray(amount(ctx, idx) if amount is not None else 1), keys.shape).tolist()
         state = mbarriers(ctx)
         threads = threads_of(ctx, idx)
@@ -179,6 +199,7 @@ def _expect_tx(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
 
     def run(ctx: ExecContext, idx: Idx) -> None:
         keys = barrier_keys(ctx, idx, address, "mbarrier.expect_tx")
+        _race_use(ctx, idx, keys)
         values = np.broadcast_to(np.asarray(tx(ctx, idx)), keys.shape).tolist()
         state = mbarriers(ctx)
         for key, v, t in zip(keys.tolist(), values, threads_of(ctx, idx).tolist()):
@@ -196,6 +217,7 @@ def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext, parity: bool) ->
 
     def run(ctx: ExecContext, idx: Idx) -> None:
         keys = barrier_keys(ctx, idx, address, name)
+        _race_use(ctx, idx, keys)
         want = np.broadcast_to(np.asarray(token(ctx, idx)), keys.shape).tolist()
         state = mbarriers(ctx)
         thread_index = threads_of(ctx, idx)
@@ -210,9 +232,21 @@ def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext, parity: bool) ->
 
         ready, now = poll()
         proxy = ctx.async_proxy
-        # bulk copies land at the latest moment: when a wait on their barrier would fail
-        if proxy is not None and not ready.all() and proxy.land_for(ctx, [k for k, r in zip(key_list, ready) if not r]):
-            ready, now = poll()
+        # bulk copies land at the latest moment: when a wait on their barrier would fail; under
+        # the adversarial schedule not at the first wait that finds the phase incomplete, which
+        # answers false (as a GPU's may), so a kernel that ignores the answer reads early
+        refused: set[int] = set()  # threads told "not yet" only to be asked again at once
+        landed = False
+        if proxy is not None and not ready.all():
+            failing = {(k, p, t) for k, p, t, r in zip(key_list, now, threads, ready) if not r}
+            if ctx.rng is not None:
+                first = {f for f in failing - state.refused if proxy.in_flight_on(f[0])}
+                state.refused |= first
+                failing -= first
+                refused = {t for _, _, t in first}
+            if failing and proxy.land_for(ctx, list({k for k, _, _ in failing})):
+                landed = True
+                ready, now = poll()
         done(ctx, idx, ready)
         if (proxy is not None or ctx.race is not None) and ready.any():
             # a wait that succeeds acquires the arrivals of the phases it saw complete
@@ -222,7 +256,12 @@ def _wait(ins: Instruction, mods: Modifiers, dc: DecodeContext, parity: bool) ->
             if ctx.race is not None:
                 ctx.race.mbarrier_acquire(waiters, seen, phases)
         if not ready.all():  # a poll that failed: let the threads that could complete it run
-            ctx.spinning = thread_index[~ready]
+            # (but not a refused one: its copies land at its next poll, which must come even
+            # while other threads spin on something it is to do)
+            spinning = ~ready & ~np.isin(thread_index, list(refused)) if refused else ~ready
+            if spinning.any():
+                ctx.spinning = thread_index[spinning]
+            ctx.stalled = not ready.any() and not refused and not landed
 
     return Behaviour(run=run, klass=name.split(".shared")[0], shared_access=8)
 

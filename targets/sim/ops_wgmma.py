@@ -145,6 +145,7 @@ class _InFlight:
     slots: list[int]
     values: np.ndarray  # (threads, registers) float32
     line: int
+    reads: list[int] = field(default_factory=list)  # A-fragment register slots it still reads
 
 
 @dataclass
@@ -156,12 +157,51 @@ class WgmmaQueue:
     busy: dict[int, np.ndarray] = field(default_factory=dict)  # slot -> per thread: in flight
     latest: dict[int, np.ndarray] = field(default_factory=dict)  # slot -> newest in-flight value
     line: dict[int, int] = field(default_factory=dict)  # slot -> PTX line of that wgmma
+    # wgmma.fence: per thread, how many it executed; per operand register slot and thread, that
+    # count when another instruction last named the register (a wgmma needs a fence since)
+    fences: np.ndarray | None = None
+    touched_at: dict[int, np.ndarray] = field(default_factory=dict)
 
-    def issue(self, ctx: ExecContext, threads: np.ndarray, slots: list[int], values: np.ndarray, line: int) -> None:
-        self.pending.append(_InFlight(threads, self.committed[threads], slots, values, line))
+    def fence(self, ctx: ExecContext, idx: Idx) -> None:
+        if self.fences is None:
+            self.fences = np.zeros(ctx.n, dtype=np.int64)
+        self.fences[ctx.thread_index if idx is None else idx] += 1
+
+    def touch(self, ctx: ExecContext, slots: list[int], idx: Idx) -> None:
+        count = self.fences if self.fences is not None else np.zeros(ctx.n, dtype=np.int64)
+        for slot in slots:
+            at = self.touched_at.get(slot)
+            if at is None:
+                at = self.touched_at[slot] = np.full(ctx.n, -1, dtype=np.int64)
+            if idx is None:
+                at[:] = count
+            else:
+                at[idx] = count[idx]
+
+    def unfenced(self, threads: np.ndarray, slots: list[int]) -> tuple[int, int | None] | None:
+        """(thread, slot) of the first operand register of a wgmma about to issue that another
+        instruction named since the thread's last wgmma.fence (slot None: no fence at all yet)."""
+        if self.fences is None or not (self.fences[threads] > 0).all():
+            first = threads if self.fences is None else threads[self.fences[threads] == 0]
+            return int(first[0]), None
+        count = self.fences[threads]
+        for slot in slots:
+            at = self.touched_at.get(slot)
+            if at is not None:
+                late = at[threads] >= count
+                if late.any():
+                    return int(threads[np.flatnonzero(late)[0]]), slot
+        return None
+
+    def issue(self, ctx: ExecContext, threads: np.ndarray, slots: list[int], values: np.ndarray, line: int,
+              reads: list[int] = ()) -> None:  # type: ignore[assignment]  # fmt: skip
+        self.pending.append(_InFlight(threads, self.committed[threads], slots, values, line, list(reads)))
         for j, slot in enumerate(slots):
             self.busy.setdefault(slot, np.zeros(ctx.n, dtype=bool))[threads] = True
             self.latest.setdefault(slot, np.zeros(ctx.n, dtype=np.float32))[threads] = values[:, j]
+            self.line[slot] = line
+        for slot in reads:
+            self.busy.setdefault(slot, np.zeros(ctx.n, dtype=bool))[threads] = True
             self.line[slot] = line
 
     def current(self, ctx: ExecContext, slot: int, threads: np.ndarray) -> np.ndarray:
@@ -185,12 +225,12 @@ class WgmmaQueue:
                     reg[p.threads[due]] = p.values[due, j].view(reg.dtype)
             if not due.all():
                 keep_rows = ~due
-                remaining.append(_InFlight(p.threads[keep_rows], p.group[keep_rows], p.slots, p.values[keep_rows], p.line))
+                remaining.append(_InFlight(p.threads[keep_rows], p.group[keep_rows], p.slots, p.values[keep_rows], p.line, p.reads))
         self.pending = remaining
         for busy in self.busy.values():
             busy[:] = False
         for p in remaining:
-            for slot in p.slots:
+            for slot in (*p.slots, *p.reads):
                 self.busy[slot][p.threads] = True
 
 
@@ -297,7 +337,16 @@ def _mma_async(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
         if dc.register_types[slot].itemsize != 4:
             raise DecodeError(f"{ins.opcode}: accumulator {r} is not a 32-bit register")  # type: ignore[union-attr]
         dc.async_registers[slot] = r.name  # type: ignore[union-attr]
-    a_regs = [dc.reader(r, _B32) for r in _registers(ops[1], 4, "a", ins)] if a_in_regs else []
+    a_ops = [dc.as_register(r) for r in _registers(ops[1], 4, "a", ins)] if a_in_regs else []
+    a_regs = [dc.reader(r, _B32) for r in a_ops]
+    a_slots = [dc.slot(r.name) for r in a_ops if isinstance(r, RegOperand)]
+    for r in a_ops:
+        if isinstance(r, RegOperand):
+            dc.async_registers[dc.slot(r.name)] = r.name
+    fenced_slots = slots + a_slots
+    for slot in fenced_slots:
+        dc.wgmma_operands.add(slot)
+    dc_names = dict(dc.async_registers)
     a_desc = None if a_in_regs else dc.reader(ops[1], _B64)
     b_desc = dc.reader(ops[2], _B64)
     scale_d = dc.reader(ops[3], _PRED)
@@ -355,9 +404,16 @@ def _mma_async(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
     def run(ctx: ExecContext, idx: Idx) -> None:
         groups = warpgroups(ctx, idx, name)
         threads = groups.reshape(-1)
+        state = queue(ctx)
+        unfenced = state.unfenced(threads, fenced_slots)
+        if unfenced is not None:
+            thread, slot = unfenced
+            what = ("no wgmma.fence came before it" if slot is None else
+                    f"register {dc_names[slot]} was accessed by another instruction since the last wgmma.fence")  # fmt: skip
+            raise SimFault("sim", f"{name}: {what}; the PTX ISA requires wgmma.fence before the first wgmma.mma_async "
+                                  "and between any other access to its accumulator or A registers and the wgmma", thread)  # fmt: skip
         a = a_from_registers(ctx, groups) if a_in_regs else operand(ctx, groups, a_desc, M, bool(trans_a), "A", a_elem)
         b = operand(ctx, groups, b_desc, n, bool(trans_b), "B", b_elem)  # (G, n, k)
-        state = queue(ctx)
         scale = np.broadcast_to(np.asarray(scale_d(ctx, threads)), threads.shape).reshape(groups.shape)[:, 0]
         d = np.matmul(scale_a * a, scale_b * np.swapaxes(b, 1, 2))  # (G, 64, n), exact products
         if scale.any():
@@ -365,7 +421,7 @@ def _mma_async(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
             per_warp = accumulated(np.ascontiguousarray(old)).reshape(-1, WARP * (n // 2))[:, acc_gather].reshape(-1, M, n)
             d += np.where(scale[:, None, None], per_warp, 0)
         per_thread = rounded(d.reshape(-1, 16 * n)[:, acc_scatter].reshape(-1, n // 2))
-        state.issue(ctx, threads, slots, per_thread, line)
+        state.issue(ctx, threads, slots, per_thread, line, a_slots)
 
     return Behaviour(run=run, klass=f"wgmma.{shape}.{d_name}.{a_name}")
 
@@ -382,7 +438,12 @@ def make_wgmma(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
         return _mma_async(ins, mods, dc)
     if form == "fence":
         operands(ins, 0)
-        return Behaviour(run=lambda ctx, idx: None, klass="wgmma.fence")
+
+        def fence(ctx: ExecContext, idx: Idx) -> None:
+            warpgroups(ctx, idx, name)
+            queue(ctx).fence(ctx, idx)
+
+        return Behaviour(run=fence, klass="wgmma.fence")
     if form == "commit_group":
         operands(ins, 0)
 
@@ -413,19 +474,21 @@ def make_wgmma(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviou
 # --------------------------------------------------------------------------- in-flight registers
 
 
-def guard_in_flight(ops: list[Op], touched: list[set[int]], async_registers: dict[int, str]) -> None:
-    """Make every instruction (but wgmma's own) that touches a register some wgmma updates
-    asynchronously check, when it runs, that no wgmma writing it is still in flight."""
+def guard_in_flight(ops: list[Op], touched: list[set[int]], async_registers: dict[int, str], operands: set[int]) -> None:
+    """Make every instruction (but wgmma's own) that names a register some wgmma updates
+    asynchronously (an accumulator) or reads (A fragments) check, when it runs, that no wgmma
+    using it is still in flight, and record the access: the next wgmma using the register needs
+    a ``wgmma.fence`` after it."""
     if not async_registers:
         return
     for op, regs in zip(ops, touched):
         hit = sorted(regs & async_registers.keys())
         if not hit or op.kind != OpKind.SIMPLE or op.run is None or op.klass.startswith("wgmma"):
             continue
-        op.run = _checked(op.run, hit, async_registers)
+        op.run = _checked(op.run, hit, [s for s in hit if s in operands], async_registers)
 
 
-def _checked(run, slots: list[int], names: dict[int, str]):  # type: ignore[no-untyped-def]
+def _checked(run, slots: list[int], fenced: list[int], names: dict[int, str]):  # type: ignore[no-untyped-def]
     def checked(ctx: ExecContext, idx: Idx) -> None:
         q = ctx.wgmma
         if q is not None and q.pending:
@@ -438,11 +501,14 @@ def _checked(run, slots: list[int], names: dict[int, str]):  # type: ignore[no-u
                     k = int(np.flatnonzero(mine)[0])
                     raise SimFault(
                         "sim",
-                        f"register {names[slot]} is the accumulator of a wgmma.mma_async still in flight "
+                        f"register {names[slot]} {'is the accumulator' if slot in q.latest else 'holds the A fragments'} "
+                        f"of a wgmma.mma_async still in flight "
                         f"(PTX line {q.line[slot]}): wait for it with wgmma.wait_group first",
                         k if idx is None else int(idx[k]),
                     )
         run(ctx, idx)
+        if fenced:
+            queue(ctx).touch(ctx, fenced, idx)
 
     return checked
 

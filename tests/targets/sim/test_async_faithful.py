@@ -210,9 +210,17 @@ def test_bulk_store_after_a_fence_writes_the_tile(sim, dev, rng):
     run_bulk_store(sim, dev, rng, BULK_STORE_KERNEL.format(store=BULK_STORE, after=""))
 
 
-def test_bulk_store_never_waited_for_completes_at_exit(sim, dev, rng):
-    ptx = BULK_STORE_KERNEL.format(store=BULK_STORE, after="").replace("\t@%p1 cp.async.bulk.wait_group.read 0;\n", "")
-    run_bulk_store(sim, dev, rng, ptx)
+@pytest.mark.parametrize("deleted", ["cp.async.bulk.wait_group.read 0;", "cp.async.bulk.commit_group;"])
+def test_a_thread_exiting_before_its_bulk_store_read_shared_memory_is_reported(sim, dev, rng, deleted):
+    """The CUDA guide's TMA store ends with commit_group and wait_group.read 0: the CTA's shared
+    memory goes with its threads, so a store still reading it at exit reads freed memory (an
+    uncommitted store is not waited for at all)."""
+    ptx = BULK_STORE_KERNEL.format(store=BULK_STORE, after="")
+    assert f"\t@%p1 {deleted}\n" in ptx
+    ptx = ptx.replace(f"\t@%p1 {deleted}\n", "")
+    with pytest.raises(KaioSimError, match="exits while the TMA store of PTX line .* still reads shared memory") as info:
+        run_bulk_store(sim, dev, rng, ptx)
+    assert info.value.ptx_line == line_of(ptx, "ret;")
 
 
 def test_overwrite_of_a_bulk_store_source_before_wait_group_read_is_reported(sim, dev, rng):

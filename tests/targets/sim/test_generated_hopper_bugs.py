@@ -61,6 +61,21 @@ def wait_passes_at_once(ptx: str) -> str:
     return re.sub(r"mbarrier\.try_wait\S* (%p\d+), [^;]*;", r"mov.pred \1, 1;", ptx)
 
 
+def wait_answer_ignored(ptx: str) -> str:
+    """Every mbarrier wait still polls, but its answer is replaced by "done": on a GPU the first
+    poll of a phase TMA has not completed may say false, and the math then reads the stage early."""
+    return re.sub(r"(mbarrier\.try_wait\S* (%p\d+), [^;]*;)", r"\1\n\tmov.pred \2, 1;", ptx)
+
+
+def accumulator_touched_after_fence(ptx: str) -> str:
+    """A move of the first wgmma's first accumulator register between its wgmma.fence and it."""
+    lines = ptx.splitlines()
+    first = next(i for i, line in enumerate(lines) if "wgmma.mma_async" in line)
+    fence = max(i for i in range(first) if "wgmma.fence" in lines[i])
+    reg = re.search(r"\{\s*(%f\d+)", lines[first]).group(1)  # type: ignore[union-attr]
+    return "\n".join([*lines[: fence + 1], f"\tmov.f32 {reg}, {reg};", *lines[fence + 1 :]])
+
+
 def mma_sync_on_tma(arch: str) -> Pipeline:
     """The dot on mma.sync while TMA fills the ring: ldmatrix (generic proxy) reads each stage
     before TMA (async proxy) refills it."""
@@ -114,7 +129,9 @@ PATHS = {
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_the_generated_kernel_passes_every_rule(path, edit_ptx, rng):
+@pytest.mark.parametrize("seed", ["", "0"])
+def test_the_generated_kernel_passes_every_rule(path, seed, edit_ptx, rng, monkeypatch):
+    monkeypatch.setenv("KAIO_SIM_SCHEDULE_SEED", seed)
     pipeline = PATHS[path]
     kernel = fresh_matmul() if pipeline is None else fresh_matmul().with_pipeline(pipeline)
     got, want = run(kernel, rng)
@@ -130,15 +147,22 @@ CASES = {
     "c-store-fence": ("tma-wgmma", without_fence_after(r"st\.shared"), r"missing fence\.proxy\.async: a generic-proxy write"),
     "cp-async-operand-fence": ("cp-async-wgmma", without(r"fence\.proxy\.async"), r"missing fence\.proxy\.async: a generic-proxy write"),
     "mbarrier-wait": ("tma-wgmma", wait_passes_at_once, r"still writing: wait on its mbarrier"),
+    "mbarrier-wait-answer-ignored": ("tma-wgmma", wait_answer_ignored, r"still writing: wait on its mbarrier"),
     "wgmma-wait": ("tma-wgmma", without(r"wgmma\.wait_group"), r"still being read asynchronously"),
+    "wgmma-fence": ("tma-wgmma", without(r"wgmma\.fence"), r"no wgmma\.fence came before it"),
+    "tma-store-wait": ("tma-wgmma", without(r"cp\.async\.bulk\.wait_group\.read"), r"exits while the TMA store .* still reads shared memory"),
+    "tma-store-commit": ("tma-wgmma", without(r"cp\.async\.bulk\.commit_group"), r"exits while the TMA store .* still reads shared memory"),
+    "wgmma-fence-cp-async": ("cp-async-wgmma", without(r"wgmma\.fence"), r"no wgmma\.fence came before it"),
+    "accumulator-touched-after-fence": ("tma-wgmma", accumulator_touched_after_fence, r"accessed by another instruction since the last wgmma\.fence"),
     "wgmma-overlap-past-refill": ("tma-wgmma", overlap_past_refill, r"bulk copy into shared memory that is still being read asynchronously"),
 }
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_a_kernel_missing_a_fence_or_wait_is_rejected(case, edit_ptx, rng):
+def test_a_kernel_missing_a_fence_or_wait_is_rejected(case, edit_ptx, rng, monkeypatch):
     path, edit, rule = CASES[case]
     edit_ptx(edit)
+    monkeypatch.setenv("KAIO_SIM_SCHEDULE_SEED", "0")  # (a wait's first poll may then answer false)
     pipeline = PATHS[path]
     kernel = fresh_matmul() if pipeline is None else fresh_matmul().with_pipeline(pipeline)
     with pytest.raises((KaioSimError, KaioMemoryError), match=rule):

@@ -317,6 +317,13 @@ def test_mbarrier_two_phases_with_bulk_copies(sim, dev, rng):
             "beyond its expected count",
         ),
         ("mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r4], 0;", "not initialized"),
+        (  # one arrival (thread 0's) of the two the phase needs: every thread spins for ever,
+            # reported as a deadlock long before the step limit
+            "@%p1 mbarrier.init.shared::cta.b64 [%r4], 2;\n\tbar.sync 0;\n"
+            "\t@%p1 mbarrier.arrive.shared::cta.b64 _, [%r4];\nSPIN:\n"
+            "\tmbarrier.try_wait.parity.shared::cta.b64 %p2, [%r4], 0;\n\t@!%p2 bra SPIN;",
+            "deadlock: for 20000 steps every thread that can run has only polled mbarrier phases",
+        ),
     ],
 )
 def test_mbarrier_misuse_is_reported(sim, body, message):
@@ -340,6 +347,41 @@ def test_mbarrier_misuse_is_reported(sim, body, message):
     check_sm90a(text, "bad")
     with pytest.raises(KaioSimError, match=message):
         sim.load(text).launch("bad", 1, 64)
+
+
+INIT_THEN_WAIT = HEADER + """
+.visible .entry init_wait()
+{{
+	.reg .pred %p<3>;
+	.reg .b32 %r<6>;
+	.shared .align 8 .b64 bars[1];
+	mov.u32 %r3, bars;
+	mov.u32 %r1, %tid.x;
+	setp.eq.u32 %p1, %r1, 0;
+	@%p1 mbarrier.init.shared::cta.b64 [%r3], 1;
+{between}
+	@%p1 mbarrier.arrive.shared::cta.b64 _, [%r3];
+WAIT:
+	mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r3], 0;
+	@!%p2 bra WAIT;
+	ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("seed", [None, 0])
+def test_an_mbarrier_used_by_other_threads_before_a_barrier_orders_its_init_is_a_race(seed):
+    """Thread 0 initialises the barrier, every thread waits on it: without a bar.sync between,
+    the other threads may poll it before the init (the race check sees the init as a write of
+    its 8 bytes and every other mbarrier operation as an atomic access of them)."""
+    from kaio.targets.sim.simulator import Simulator
+
+    sim = Simulator(race_check=True, schedule_seed=seed)
+    check_sm90a(INIT_THEN_WAIT.format(between="\tbar.sync 0;"), "init_wait")
+    sim.load(INIT_THEN_WAIT.format(between="\tbar.sync 0;")).launch("init_wait", 1, 64)
+    with pytest.raises(KaioMemoryError, match="race") as info:
+        sim.load(INIT_THEN_WAIT.format(between="")).launch("init_wait", 1, 64)
+    assert "mbarrier" in str(info.value)
 
 
 # A warp-specialised ring: warp 0 produces (bulk copies into 2 stages, waiting for "empty"),
