@@ -126,9 +126,7 @@ def _address_bits(value: Any) -> int:
     """Bits of the address an array argument will have at launch (only its low four matter),
     found without checking it; 0 where it cannot be told (the argument check then refuses an
     address less aligned than the kernel needs, naming the parameter)."""
-    if tensors.is_tensor(value):
-        if value.is_cpu:  # staged on the simulator: its storage copied to an aligned allocation
-            return value.storage_offset() * value.itemsize  # type: ignore[no-any-return]
+    if tensors.is_tensor(value):  # (a CPU tensor staged on the simulator keeps its address mod 256)
         return value.data_ptr()  # type: ignore[no-any-return]
     try:
         interface = getattr(value, "__cuda_array_interface__", None)

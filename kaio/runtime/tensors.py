@@ -223,16 +223,22 @@ def _refusal(where_: str, t: Any, want: Any, ktype: ScalarType, device: Device) 
 
 class SimStaging:
     """The CPU torch storages one simulator launch uses, copied into simulator memory. Called
-    after the launch (it sits in the launch's cleanups): copies written storages back, frees."""
+    after the launch (it sits in the launch's cleanups): copies written storages back, frees.
+    Each copy keeps its storage's host address modulo 256 (the simulator's allocation
+    granule), so a tensor whose address is misaligned for the kernel faults on the simulator as
+    it would on a GPU instead of being realigned by the copy."""
 
     __slots__ = ("backend", "storages")
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
-        # host address of a storage -> [simulator address, host bytes, written by the kernel]
+        # host address of a storage -> [simulator allocation, host bytes, written by the kernel,
+        # the copy's address in it]
         self.storages: dict[int, list[Any]] = {}
 
     def address(self, t: Any, writes: bool) -> int:
+        from kaio.targets.sim.memory import ALLOC_ALIGN  # what simulator allocations are aligned to
+
         storage = t.untyped_storage()
         base = storage.data_ptr()
         entry = self.storages.get(base)
@@ -243,19 +249,20 @@ class SimStaging:
                 if nbytes
                 else np.empty(0, np.uint8)
             )
-            ptr = self.backend.alloc(nbytes) if nbytes else 0
+            skew = base % ALLOC_ALIGN
+            ptr = self.backend.alloc(nbytes + skew) if nbytes else 0
             if nbytes:
-                self.backend.upload(ptr, host)
-            entry = self.storages[base] = [ptr, host, False]
+                self.backend.upload(ptr + skew, host)
+            entry = self.storages[base] = [ptr, host, False, ptr + skew]
         entry[2] = entry[2] or writes
-        return int(entry[0]) + t.data_ptr() - base
+        return int(entry[3]) + t.data_ptr() - base
 
     def __call__(self) -> None:
         storages, self.storages = self.storages, {}
-        for ptr, host, written in storages.values():
+        for ptr, host, written, copy in storages.values():
             if ptr:
                 if written:
-                    self.backend.download(ptr, host)
+                    self.backend.download(copy, host)
                 self.backend.free(ptr)
 
 

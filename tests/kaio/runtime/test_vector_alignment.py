@@ -34,3 +34,25 @@ def test_a_misaligned_array_is_refused_before_launch():
     with pytest.raises(kaio.KaioTypeError, match=r"parameter `?x`?.*16-byte vector loads"):
         scale4[1](View(base + 4, 4 * n4), ys, 1.0, n4)
     scale4[1](View(base, 4 * n4), ys, 1.0, n4)  # the aligned start of the same memory is fine
+
+
+def test_a_misaligned_cpu_tensor_is_refused_on_the_simulator_as_on_a_gpu():
+    """A CPU tensor is staged into simulator memory for the launch; the copy keeps its host
+    address modulo 256, so a tensor 4 bytes off a 16-byte boundary is refused (on a GPU the
+    vector loads would fault) instead of being realigned by the copy and running."""
+    torch = pytest.importorskip("torch")
+    dev = kaio.Device("sim")
+    n4 = 16
+    host = np.zeros(4 * n4 + 8, np.float32)
+    start = (-host.ctypes.data % 16) // 4  # the first 16-byte aligned element
+    x = np.random.default_rng().standard_normal(4 * n4).astype(np.float32)
+    host[start : start + 4 * n4] = x
+    aligned = torch.from_numpy(host[start : start + 4 * n4])
+    off = torch.from_numpy(host[start + 1 : start + 1 + 4 * n4])
+    assert aligned.data_ptr() % 16 == 0 and off.data_ptr() % 16 == 4
+    ys = torch.full((4 * n4,), float("nan"))
+    with pytest.raises(kaio.KaioTypeError, match=r"parameter `?x`?.*16-byte vector loads"):
+        scale4.launch(dev, off, ys, 1.0, n4, grid=1)
+    assert torch.isnan(ys).all()  # refused before anything ran
+    scale4.launch(dev, aligned, ys, 2.0, n4, grid=1)
+    np.testing.assert_allclose(ys.numpy(), 2 * x, rtol=1e-6)
