@@ -26,7 +26,9 @@ __all__ = [
 SCALAR_PASSES: tuple[str, ...] = ("ptx-strength-reduce", "ptx-licm", "ptx-iv-reduce", "ptx-fold", "ptx-sync-cleanup")
 """The scalar passes on PTX, in order: turn multiplies, divisions and remainders by constants
 into shifts, masks and multiply-highs, move loop-invariant instructions out of loops, give
-values linear in a loop counter registers advanced with it, then fold constants, merge repeats and drop what nobody reads (see ``docs/dialect_stack.md``).
+values linear in a loop counter registers advanced with it, fold constants, merge repeats and
+drop what nobody reads, then drop the waits and barriers that order nothing (see
+``docs/dialect_stack.md``).
 Every default pipeline runs them after ``lower-to-ptx`` as the one stage
 :data:`SCALAR_STAGE` (one verification instead of three); name them separately to see the IR
 between them."""

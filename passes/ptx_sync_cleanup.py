@@ -1,27 +1,35 @@
 """``ptx-sync-cleanup``: drop the ``cp.async.wait_group`` and ``bar.sync`` instructions that
-order nothing, in straight-line code.
+order nothing.
 
 Lowerings emit their synchronisation locally: each buffer that takes a dead buffer's bytes
 waits for the copies in flight and adds a barrier before its first write (``shared_reuse``), a
-pipelined loop drains its ring when it ends. Side by side these repeat each other: three
-reusing buffers give three wait-and-barrier pairs where the first orders everything, and a
-drain is followed by a reuse's wait. The synchronisation-mutant campaign
-(``kaio.tools.sync_mutants``) finds them as survivors: deleting one changes nothing. Here, in
-each run of instructions with no label between (so every instruction in it runs after the
-ones before it, on every path):
+pipelined loop drains its ring when it ends, a layout conversion through shared memory fences
+its scratch on both sides. Side by side these repeat each other: three reusing buffers give
+three wait-and-barrier pairs where the first orders everything, a drain is followed by a
+reuse's wait, a conversion's closing barrier meets the next one's opening barrier with only
+global loads between. The synchronisation-mutant campaign (``kaio.tools.sync_mutants``) finds
+them as survivors: deleting one changes nothing.
 
-* a ``cp.async.wait_group N`` is dropped when at most N committed groups can be pending: the
-  run counts the ``cp.async.commit_group`` since its last wait (a wait lands only committed
-  groups, so copies issued but not committed do not count);
-* a CTA-wide ``bar.sync 0`` (no thread count, unguarded) is dropped when an earlier one in the
-  run has been followed only by instructions that touch no memory (arithmetic, moves,
-  branches, register-only ``mma``), ``cp.async`` issues and commits (their writes are ordered
-  by the wait and barrier that land them, their reads of the source by the earlier barrier),
-  and waits that land nothing.
-
-Anything else between two barriers (a load or store in any space: a barrier orders global
-memory too; ``ldmatrix``; a wait that may land copies; an mbarrier, fence or wgmma operation;
-a guarded instruction) keeps the second. A label starts a run with nothing known.
+* A ``cp.async.wait_group N`` (or ``wgmma.wait_group N``) goes when at most N committed
+  groups of its kind can be pending on every path to it: a forward walk counts the commits
+  since the last wait (a wait lands only committed groups, so copies issued but not committed
+  do not count; a guarded commit counts, a guarded wait tells nothing); a label's count
+  merges its fall-through's with every branch to it from above, a loop head's is unknown.
+* A CTA-wide ``bar.sync 0`` (no thread count, unguarded) orders the accesses its threads made
+  since their previous CTA barrier (the kernel's start counts as one) before those they make up
+  to their next one (or their exit). Over the control-flow graph, each barrier gets the union
+  of what can come *before* it and *after* it, as a set of {shared, global} x {read, write};
+  it goes when no access before can conflict with one after (the same space, one of them a
+  write). A barrier is executed by every thread, so the k-th barrier of one thread is the k-th
+  of every other: two threads' accesses are ordered by this barrier only when one is before it
+  and the other after. Which accesses count: ``ld``/``st``/``atom``/``red`` in their space (a
+  generic address: both), ``ldmatrix`` reads shared, a ``cp.async`` reads global and, seen
+  from an earlier barrier, writes shared (its bytes land any time after the issue), a wait
+  that may land copies writes shared; ``ld.param``/``.const``/``.local`` and register-only
+  instructions touch nothing shared between threads. Anything else (an mbarrier, fence, wgmma,
+  bulk copy, a counted or guarded barrier, an instruction this pass does not know) conflicts
+  with everything. Barriers go one at a time (each removal merges two intervals), the most
+  deeply nested first: of a loop's barrier and the one after the loop, the loop's.
 """
 
 from __future__ import annotations
@@ -34,11 +42,10 @@ from xdsl.ir import Operation
 from xdsl.passes import ModulePass
 
 from kaio.dialects import ptx
+from kaio.dialects.ptx_hopper import WgmmaCommitOp, WgmmaWaitOp
 from kaio.pass_contracts import PassContract
 from kaio.passes.ptx_scalar import PURE_OPS, block_ops, const_int, entries, is_instr
 
-# instructions that read and write registers only (a barrier between them and the next is moot)
-_REGISTER_ONLY = PURE_OPS | {ptx.AssignOp, ptx.RegOp, ptx.ConstOp, ptx.BraOp, ptx.MmaOp}
 
 
 @dataclass(frozen=True)
@@ -59,72 +66,242 @@ def _cta_barrier(op: Operation) -> bool:
             and const_int(op.srcs[0]) == 0)  # type: ignore[attr-defined]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _State:
-    """What is known at a point: how many committed groups may be in flight (None: any), and
-    whether a CTA barrier came on every path here with nothing it must order since."""
-
-    pending: int | None
-    barrier_open: bool
-
-    def merge(self, other: _State | None) -> _State:
-        if other is None:
-            return self
-        pending = None if self.pending is None or other.pending is None else max(self.pending, other.pending)
-        return _State(pending, self.barrier_open and other.barrier_open)
-
-
-_UNKNOWN = _State(None, False)
-
-
 def redundant_syncs(ops: list[Operation]) -> list[Operation]:
-    """The waits and barriers of ``ops`` (an entry's instructions, in order) that order nothing.
+    """The waits and barriers of ``ops`` (an entry's instructions, in order) that order nothing,
+    in program order."""
+    waits = redundant_waits(ops)
+    gone = {id(op) for op in waits}
+    barriers = redundant_barriers(ops, gone)
+    gone |= {id(op) for op in barriers}
+    return [op for op in ops if id(op) in gone]
 
-    One forward walk: a label's state merges the fall-through's with that of every branch to it
-    from above (a local if/else, a zero-fill diamond); a label some branch reaches from below (a
-    loop's head) starts from nothing known."""
+
+# -- waits ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Queue:
+    """A kind of asynchronous operation that completes in committed groups, waited on by count."""
+
+    commit: type[Operation]
+    wait: type[Operation]
+    wait_all: type[Operation] | None = None
+
+
+_QUEUES = (
+    _Queue(ptx.CpAsyncCommitOp, ptx.CpAsyncWaitGroupOp, ptx.CpAsyncWaitAllOp),
+    _Queue(WgmmaCommitOp, WgmmaWaitOp),
+)
+_QUEUE_OF = {cls: n for n, q in enumerate(_QUEUES) for cls in (q.commit, q.wait, q.wait_all) if cls is not None}
+
+
+def redundant_waits(ops: list[Operation]) -> list[Operation]:
+    """The ``cp.async.wait_group`` and ``wgmma.wait_group`` of ``ops`` that can land nothing: one
+    forward walk with, per queue, the number of committed groups that may be pending (None:
+    unknown)."""
     position = {op.sym_name.data: i for i, op in enumerate(ops) if type(op) is ptx.LabelOp}  # type: ignore[attr-defined]
     loop_heads = {op.symbol.data for i, op in enumerate(ops)  # type: ignore[attr-defined]
                   if type(op) is ptx.BraOp and position.get(op.symbol.data, -1) <= i}  # type: ignore[attr-defined]  # fmt: skip
-    incoming: dict[str, _State] = {}  # label -> the merge of the branches to it seen so far
+    unknown: tuple[int | None, ...] = (None,) * len(_QUEUES)
+    incoming: dict[str, tuple[int | None, ...]] = {}  # label -> the merge of the branches to it seen so far
     dead: list[Operation] = []
-    state: _State | None = _State(0, False)  # None: unreachable (after an unconditional branch)
+    pending: tuple[int | None, ...] = (0,) * len(_QUEUES)
+    live = True  # False after an unconditional branch, until a label
+
+    def merge(a: tuple[int | None, ...], b: tuple[int | None, ...]) -> tuple[int | None, ...]:
+        return tuple(None if x is None or y is None else max(x, y) for x, y in zip(a, b, strict=True))
+
     for op in ops:
         cls = type(op)
         if cls is ptx.LabelOp:
             name = op.sym_name.data  # type: ignore[attr-defined]
-            arrived = incoming.pop(name, None)
-            state = _UNKNOWN if name in loop_heads else (arrived if state is None else state.merge(arrived)) or _UNKNOWN
+            if name in loop_heads:
+                pending = unknown
+            elif name in incoming:
+                arrived = incoming.pop(name)
+                pending = merge(pending, arrived) if live else arrived
+            elif not live:
+                pending = unknown  # reached from nowhere above: assume anything
+            live = True
             continue
-        if state is None:
-            continue  # unreachable until a label
+        if not live:
+            continue
         if cls is ptx.BraOp:
             target = op.symbol.data  # type: ignore[attr-defined]
             if target not in loop_heads:
-                incoming[target] = state.merge(incoming.get(target))
-            if "guard" not in op.properties:
-                state = None
+                incoming[target] = merge(pending, incoming[target]) if target in incoming else pending
+            live = "guard" in op.properties
             continue
-        state, drop = _step(op, state)
-        if drop:
-            dead.append(op)
+        n = _QUEUE_OF.get(cls)
+        if n is None:
+            continue
+        queue, count = _QUEUES[n], pending[n]
+        if cls is not queue.commit and "guard" in op.properties:
+            continue  # a guarded wait may not run: it tells nothing (a guarded commit may: counted)
+        if cls is queue.commit:
+            count = None if count is None else count + 1
+        elif cls is queue.wait:
+            keep = const_int(op.srcs[0])  # type: ignore[attr-defined]
+            if keep is not None and count is not None and count <= keep:
+                dead.append(op)
+                continue
+            count = keep if count is None or keep is None else min(count, keep)
+        else:
+            count = 0
+        pending = (*pending[:n], count, *pending[n + 1 :])
     return dead
 
 
-def _step(op: Operation, state: _State) -> tuple[_State, bool]:
-    """The state after ``op``, and whether ``op`` orders nothing (may go)."""
-    cls, guarded = type(op), "guard" in op.properties
-    if cls is ptx.CpAsyncCommitOp:
-        return _State(None if state.pending is None else state.pending + 1, state.barrier_open), False
-    if cls is ptx.CpAsyncOp and not guarded:
-        return state, False  # ordered by the wait and barrier that land it
-    if cls is ptx.CpAsyncWaitGroupOp and not guarded:
-        keep = const_int(op.srcs[0])  # type: ignore[attr-defined]
-        if keep is not None and state.pending is not None and state.pending <= keep:
-            return state, True  # nothing it could land
-        return _State(keep, False), False  # it may land copies: a barrier after it publishes them
+# -- barriers ---------------------------------------------------------------------------------
+
+SHARED_READ, SHARED_WRITE, GLOBAL_READ, GLOBAL_WRITE = 1, 2, 4, 8
+EVERYTHING = 15
+_READS, _WRITES = SHARED_READ | GLOBAL_READ, SHARED_WRITE | GLOBAL_WRITE
+# instructions that read and write registers only (PURE_OPS and the ones with side conditions
+# other passes care about: special-function approximations, warp collectives)
+_TOUCH_NOTHING = PURE_OPS | {
+    ptx.AssignOp, ptx.RegOp, ptx.ConstOp, ptx.BraOp, ptx.LabelOp, ptx.MmaOp, ptx.ShflOp, ptx.VoteOp,
+    ptx.ActivemaskOp, ptx.CpAsyncCommitOp, ptx.RcpOp, ptx.SqrtOp,
+    ptx.RsqrtOp, ptx.Ex2Op, ptx.Lg2Op, ptx.SinOp, ptx.CosOp, ptx.TanhOp, ptx.Dp4aOp, ptx.Dp2aOp,
+    ptx.CopysignOp,
+}  # fmt: skip
+_END = (ptx.RetOp, ptx.ExitOp)
+_BARRIER = -1  # the effect of a CTA barrier: it starts a new interval
+
+
+def conflict(before: int, after: int) -> bool:
+    """Whether accesses ``before`` a barrier and ``after`` it need it: the same space, one a write."""
+    return bool((before & _WRITES) & (after | (after << 1)) or (before & _READS) & (after >> 1))
+
+
+def _space(op: Operation) -> int:
+    """The read bit(s) of the state space ``op`` addresses (shared, global, both for a generic
+    address, none for param, const and local); the write bits are twice these."""
+    mods = op.mods  # type: ignore[attr-defined]
+    if any(m.startswith("shared") for m in mods):
+        return SHARED_READ
+    if "global" in mods:
+        return GLOBAL_READ
+    if any(m in ("param", "const", "local") for m in mods):
+        return 0
+    return SHARED_READ | GLOBAL_READ
+
+
+def _effects(op: Operation) -> tuple[int, int]:
+    """What ``op`` does as seen from a later barrier and from an earlier one."""
+    cls = type(op)
+    if cls in _TOUCH_NOTHING or not is_instr(cls) or cls in _END:
+        return 0, 0
     if _cta_barrier(op):
-        return _State(state.pending, True), state.barrier_open
-    if (cls in _REGISTER_ONLY and not guarded) or (not is_instr(cls) and cls is not ptx.LabelOp):
-        return state, False  # no memory touched (or not an instruction: a declaration, a comment)
-    return _State(0 if cls is ptx.CpAsyncWaitAllOp else state.pending, False), False
+        return _BARRIER, _BARRIER
+    if cls is ptx.LdOp or cls is ptx.LdIntoOp:
+        return (_space(op),) * 2
+    if cls is ptx.StOp:
+        return (_space(op) << 1,) * 2
+    if cls is ptx.AtomOp or cls is ptx.RedOp:
+        return (_space(op) * 3,) * 2
+    if cls is ptx.LdmatrixOp:
+        return SHARED_READ, SHARED_READ
+    if cls is ptx.CpAsyncOp:
+        return GLOBAL_READ, GLOBAL_READ | SHARED_WRITE
+    if cls is ptx.CpAsyncWaitGroupOp or cls is ptx.CpAsyncWaitAllOp:
+        return SHARED_WRITE, SHARED_WRITE
+    return EVERYTHING, EVERYTHING
+
+
+@dataclass
+class _Block:
+    ops: list[int]  # indices into the entry's instructions
+    succs: list[int]
+    preds: list[int]
+
+
+def _blocks(ops: list[Operation]) -> list[_Block]:
+    """The entry's basic blocks: a label starts one, a branch, ``ret`` or ``exit`` ends one."""
+    starts, label_block = [0], {}
+    for i, op in enumerate(ops):
+        cls = type(op)
+        if cls is ptx.LabelOp and i:
+            starts.append(i)
+        elif (cls is ptx.BraOp or cls in _END) and i + 1 < len(ops):
+            starts.append(i + 1)
+    starts = sorted(set(starts))
+    blocks = [_Block(list(range(a, b)), [], []) for a, b in zip(starts, [*starts[1:], len(ops)], strict=True)]
+    for n, block in enumerate(blocks):
+        for i in block.ops:
+            if type(ops[i]) is ptx.LabelOp:
+                label_block[ops[i].sym_name.data] = n  # type: ignore[attr-defined]
+    for n, block in enumerate(blocks):
+        last = ops[block.ops[-1]] if block.ops else None
+        cls, guarded = type(last), last is not None and "guard" in last.properties
+        if cls is ptx.BraOp:
+            block.succs.append(label_block[last.symbol.data])  # type: ignore[union-attr]
+        if n + 1 < len(blocks) and (cls not in (ptx.BraOp, *_END) or guarded):
+            block.succs.append(n + 1)
+    for n, block in enumerate(blocks):
+        for s in block.succs:
+            blocks[s].preds.append(n)
+    return blocks
+
+
+def _intervals(blocks: list[_Block], effect: list[int], forward: bool) -> dict[int, int]:
+    """Per CTA barrier (by index), the union of the effects on every path from the previous
+    barrier or the kernel's start (``forward``), or to the next barrier or an exit."""
+    at_barrier: dict[int, int] = {}
+    edge = [0] * len(blocks)  # per block: what leaves it (forward) or enters it (backward)
+    order = range(len(blocks)) if forward else range(len(blocks) - 1, -1, -1)
+    changed = True
+    while changed:
+        changed = False
+        for n in order:
+            block = blocks[n]
+            state = 0
+            for m in block.preds if forward else block.succs:
+                state |= edge[m]
+            for i in block.ops if forward else reversed(block.ops):
+                e = effect[i]
+                if e == _BARRIER:
+                    at_barrier[i] = state
+                    state = 0
+                else:
+                    state |= e
+            if state != edge[n]:
+                edge[n] = state
+                changed = True
+    return at_barrier
+
+
+def _loop_depth(ops: list[Operation]) -> list[int]:
+    """How many loops (a label and a branch back to it) hold each instruction."""
+    position = {op.sym_name.data: i for i, op in enumerate(ops) if type(op) is ptx.LabelOp}  # type: ignore[attr-defined]
+    delta = [0] * (len(ops) + 1)
+    for i, op in enumerate(ops):
+        if type(op) is ptx.BraOp and position.get(op.symbol.data, i + 1) <= i:  # type: ignore[attr-defined]
+            delta[position[op.symbol.data]] += 1  # type: ignore[attr-defined]
+            delta[i + 1] -= 1
+    depth, level = [], 0
+    for d in delta[:-1]:
+        level += d
+        depth.append(level)
+    return depth
+
+
+def redundant_barriers(ops: list[Operation], gone: set[int] = frozenset()) -> list[Operation]:  # type: ignore[assignment]
+    """The CTA barriers of ``ops`` that order no conflicting pair of accesses, with the ops
+    whose ids are in ``gone`` taken as deleted. Each removal changes the intervals around the
+    others, so they go one at a time, the most deeply nested (then the latest) first."""
+    pairs = [((0, 0) if id(op) in gone else _effects(op)) for op in ops]
+    before_effect, after_effect = [p[0] for p in pairs], [p[1] for p in pairs]
+    if _BARRIER not in before_effect:
+        return []
+    blocks, depth = _blocks(ops), _loop_depth(ops)
+    dead: list[int] = []
+    while True:
+        before = _intervals(blocks, before_effect, forward=True)
+        after = _intervals(blocks, after_effect, forward=False)
+        free = [i for i in before if not conflict(before[i], after.get(i, 0))]
+        if not free:
+            return [ops[i] for i in sorted(dead)]
+        i = max(free, key=lambda i: (depth[i], i))
+        before_effect[i] = after_effect[i] = 0
+        dead.append(i)

@@ -11,13 +11,16 @@ import pytest
 from xdsl.dialects.builtin import ModuleOp, i1, i32, i64
 
 from kaio.dialects import ptx
+from kaio.dialects.ptx_hopper import WgmmaCommitOp, WgmmaWaitOp
 from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass, redundant_syncs
 
 
 class Program:
     """An entry written as words: ``cp``, ``commit``, ``wait N``, ``bar``, ``bar 64`` (a counted
-    barrier), ``st`` (shared store), ``ld`` (global load), ``add``, ``label L``, ``bra L``,
-    ``@bra L`` (a guarded branch), ``wait_all``. Each op is named by its index."""
+    barrier), ``st`` / ``lds`` (shared store / load), ``stg`` / ``ld`` (global store / load),
+    ``ldp`` (param load), ``add``, ``label L``, ``bra L``, ``@bra L`` (a guarded branch),
+    ``ret``, ``wait_all``, ``@commit`` (guarded), ``wgcommit``, ``wgwait N``. Each op is named by
+    its index."""
 
     def __init__(self, words: list[str]) -> None:
         self.entry = ptx.EntryOp("k", [("k_p", "u64")])
@@ -36,6 +39,13 @@ class Program:
             elif kind == "wait":
                 op = ptx.CpAsyncWaitGroupOp("", [ptx.ConstOp(int(arg), i32).result])
                 block.add_op(op.srcs[0].owner)  # type: ignore[arg-type]
+            elif kind == "@commit":
+                op = ptx.CpAsyncCommitOp("", guard=pred.results[0])
+            elif kind == "wgcommit":
+                op = WgmmaCommitOp("sync.aligned")
+            elif kind == "wgwait":
+                op = WgmmaWaitOp("sync.aligned", [ptx.ConstOp(int(arg), i32).result])
+                block.add_op(op.srcs[0].owner)  # type: ignore[arg-type]
             elif kind == "wait_all":
                 op = ptx.CpAsyncWaitAllOp("")
             elif kind == "bar":
@@ -46,6 +56,14 @@ class Program:
                 op = ptx.StOp("shared.u32", [zero.result, zero.result])
             elif kind == "ld":
                 op = ptx.LdOp("global.u32", [addr64.result], [i32])
+            elif kind == "lds":
+                op = ptx.LdOp("shared.u32", [zero.result], [i32])
+            elif kind == "stg":
+                op = ptx.StOp("global.u32", [addr64.result, zero.result])
+            elif kind == "ldp":
+                op = ptx.LdOp("param.u32", [addr64.result], [i32])
+            elif kind == "ret":
+                op = ptx.RetOp("")
             elif kind == "add":
                 op = ptx.AddOp("s32", [zero.result, zero.result], [i32])
             elif kind == "label":
@@ -70,18 +88,33 @@ class Program:
         (["cp", "commit", "cp", "commit", "wait 1", "wait 1", "wait 0"], [5]),
         (["cp", "wait 0"], [1]),  # a wait lands committed groups only
         (["cp", "commit", "wait 0", "bar", "cp", "wait 0", "bar"], [5, 6]),  # the reuse pairs of attention
-        (["bar", "add", "bar"], [2]),
-        (["bar", "st", "bar"], []),  # the store must be published
-        (["bar", "ld", "bar"], []),  # a barrier orders global memory too
-        (["cp", "commit", "bar", "wait 0", "bar"], []),  # the wait lands the copy: publish it
-        (["bar", "bar 64"], []),  # a counted barrier is another barrier
-        (["bar", "label L", "bar", "add", "bra L"], []),  # a loop head: its back edge is unknown
-        (["bar", "@bra A", "add", "label A", "bar"], [4]),  # both paths quiet
-        (["bar", "@bra A", "st", "label A", "bar"], []),  # one arm stores
-        (["bar", "@bra B", "st", "bra C", "label B", "st", "label C", "bar"], []),
-        (["bar", "@bra B", "add", "bra C", "label B", "add", "label C", "bar"], [7]),  # a quiet diamond
+        (["st", "bar", "lds"], []),  # read after write
+        (["lds", "bar", "st"], []),  # write after read
+        (["st", "bar", "st"], []),  # write after write
+        (["lds", "bar", "lds"], [1]),  # reads need no order
+        (["st", "bar", "ld"], [1]),  # shared and global memory do not overlap
+        (["stg", "bar", "ld"], []),  # a barrier orders global memory too
+        (["ld", "bar", "ld", "ldp"], [1]),
+        (["bar", "st"], [0]),  # nothing before the kernel's start
+        (["st", "bar"], [1]),  # nothing after its end
+        (["st", "bar", "add", "bar", "lds"], [3]),  # two in a row: one goes
+        (["lds", "bar", "ld", "bar", "st"], [3]),  # a conversion's two fences with global loads between
+        (["cp", "commit", "bar", "wait 0", "bar", "lds"], [2]),  # the wait lands the copy, the second publishes it
+        (["lds", "bar", "cp", "commit", "wait 0"], []),  # an issued copy writes shared at any time after
+        (["st", "bar", "bar 64", "lds"], []),  # a counted barrier is another barrier
+        (["st", "label L", "bar", "lds", "st", "@bra L"], []),  # a loop's: its back edge stores
+        (["st", "label L", "bar", "ld", "@bra L", "bar", "lds"], [2]),  # the loop's goes, not the one after
+        (["lds", "bar", "@bra A", "add", "label A", "bar", "st"], [5]),  # both paths quiet
+        (["st", "bar", "@bra A", "st", "label A", "bar", "lds"], []),  # one arm stores
+        (["lds", "bar", "@bra A", "ret", "label A", "st"], []),  # one path ends, the other stores
+        (["lds", "bar", "@bra A", "st", "ret", "label A", "ret"], []),
+        (["lds", "bar", "@bra A", "ld", "ret", "label A", "ret"], [1]),
         (["cp", "commit", "@bra A", "wait 0", "label A", "wait 0"], []),  # pending on one path
         (["cp", "wait_all", "wait 0"], [2]),
+        (["cp", "@commit", "wait 0"], []),  # a guarded commit may commit
+        (["wgcommit", "wgwait 1", "wgwait 0", "wgwait 0"], [1, 3]),  # the wgmma queue: one pending, a second drain
+        (["cp", "commit", "wgwait 0", "wait 0"], [2]),  # the queues are counted apart
+
     ],
 )
 def test_what_orders_nothing_goes(words: list[str], dropped: list[int]) -> None:
@@ -89,7 +122,7 @@ def test_what_orders_nothing_goes(words: list[str], dropped: list[int]) -> None:
 
 
 def test_the_pass_erases_them_and_the_entry_verifies() -> None:
-    p = Program(["cp", "commit", "wait 0", "bar", "cp", "wait 0", "bar", "st", "bar"])
+    p = Program(["cp", "commit", "wait 0", "bar", "cp", "wait 0", "bar", "st", "bar", "lds"])
     module = ModuleOp([p.entry])
     PtxSyncCleanupPass().apply(None, module)  # type: ignore[arg-type]
     module.verify()
