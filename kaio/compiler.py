@@ -137,17 +137,26 @@ def _check_pipeline_arch(pipeline: PassPipeline, arch_name: str) -> None:
             )
 
 
-def _check_lowered(module: ModuleOp, pipeline: PassPipeline) -> None:
+def _where(pipeline: PassPipeline) -> str:
+    last = pipeline.passes[-1].name if pipeline.passes else None
+    return f"after pass '{last}'" if last else "with an empty pipeline"
+
+
+def check_only_ptx(module: ModuleOp, pipeline: PassPipeline) -> None:
     """After the pipeline only PTX may be left: anything else has no printer and would vanish
     from the PTX silently (an empty pipeline leaves the whole kernel behind)."""
-    last = pipeline.passes[-1].name if pipeline.passes else None
-    where = f"after pass '{last}'" if last else "with an empty pipeline"
     for op in ops_within(module)[1:]:
         if not op.name.startswith("ptx."):
             raise KaioCompileError(
-                f"the pipeline left `{op.name}` unlowered {where}",
+                f"the pipeline left `{op.name}` unlowered {_where(pipeline)}",
                 hint="end the pipeline with lower-to-ptx (see kaio.pipeline.kernel_pipeline)",
             )
+
+
+def _check_lowered(module: ModuleOp, pipeline: PassPipeline) -> None:
+    """Only PTX left, and exactly the one kernel a compile makes."""
+    check_only_ptx(module, pipeline)
+    where = _where(pipeline)
     entries = sum(isinstance(op, ptx.EntryOp) for op in module.ops)
     if entries != 1:  # a pass emptied the module, or made a second kernel
         raise KaioCompileError(

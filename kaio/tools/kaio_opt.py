@@ -116,10 +116,10 @@ class KaioOptMain(xDSLOptMain):
         """The ``ptx`` target prints only PTX ops: what is left unlowered would vanish from the
         output (a module never lowered printed a PTX file with no ``.entry``, exit status 0).
         Refused as ``kaio.compile`` refuses it."""
-        from kaio.compiler import _check_lowered
+        from kaio.compiler import check_only_ptx
         from kaio.dialects import ptx
 
-        _check_lowered(prog, self.pipeline)
+        check_only_ptx(prog, self.pipeline)
         if not any(isinstance(op, ptx.EntryOp) for op in prog.ops):
             raise OptInputError(
                 "the module holds no ptx.entry: nothing to print as PTX "
