@@ -18,14 +18,18 @@ them as survivors: deleting one changes nothing.
 * A CTA-wide ``bar.sync 0`` (no thread count, unguarded) orders the accesses its threads made
   since their previous CTA barrier (the kernel's start counts as one) before those they make up
   to their next one (or their exit). Over the control-flow graph, each barrier gets the union
-  of what can come *before* it and *after* it, as a set of {shared, global} x {read, write};
-  it goes when no access before can conflict with one after (the same space, one of them a
-  write). A barrier is executed by every thread, so the k-th barrier of one thread is the k-th
-  of every other: two threads' accesses are ordered by this barrier only when one is before it
-  and the other after. Which accesses count: ``ld``/``st``/``atom``/``red`` in their space (a
-  generic address: both), ``ldmatrix`` reads shared, a ``cp.async`` reads global and, seen
-  from an earlier barrier, writes shared (its bytes land any time after the issue), a wait
-  that may land copies writes shared; ``ld.param``/``.const``/``.local`` and register-only
+  of what can come *before* it and *after* it, as a set of regions x {read, write}, a region
+  being global memory or one shared array (an address is traced back through the arithmetic
+  that computes it to the ``mov`` of the array's symbol; one the trace cannot follow may be in
+  any array, and the dynamic arrays are one region); it goes when no access before can
+  conflict with one after (the same region, one of them a write). A layout conversion's
+  scratch needs no barrier against the reduction scratch or the operand tiles around it. A
+  barrier is executed by every thread, so the k-th barrier of one thread is the k-th of every
+  other: two threads' accesses are ordered by this barrier only when one is before it and the
+  other after. Which accesses count: ``ld``/``st``/``atom``/``red`` in their space (a generic
+  address: global and every shared array), ``ldmatrix`` reads shared, a ``cp.async`` reads
+  global and, seen from an earlier barrier, writes its shared array (its bytes land any time
+  after the issue), a wait that may land copies writes the arrays copies go to; ``ld.param``/``.const``/``.local`` and register-only
   instructions touch nothing shared between threads. Anything else (an mbarrier, fence, wgmma,
   bulk copy, a counted or guarded barrier, an instruction this pass does not know) conflicts
   with everything. Barriers go one at a time (each removal merges two intervals), the most
@@ -38,7 +42,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from kaio.dialects import ptx
@@ -154,9 +158,11 @@ def redundant_waits(ops: list[Operation]) -> list[Operation]:
 
 # -- barriers ---------------------------------------------------------------------------------
 
-SHARED_READ, SHARED_WRITE, GLOBAL_READ, GLOBAL_WRITE = 1, 2, 4, 8
-EVERYTHING = 15
-_READS, _WRITES = SHARED_READ | GLOBAL_READ, SHARED_WRITE | GLOBAL_WRITE
+# An access's effect is a bit set over *regions*: global memory is region 0, each static
+# ``.shared`` array of the entry one more, the dynamic shared arrays (which all start at the
+# same byte) one together, and one for shared memory reached through an address of no known
+# array. Region r has a read bit (1 << 2r) and a write bit above it.
+GLOBAL_READ, GLOBAL_WRITE = 1, 2
 # instructions that read and write registers only (PURE_OPS and the ones with side conditions
 # other passes care about: special-function approximations, warp collectives)
 _TOUCH_NOTHING = PURE_OPS | {
@@ -169,44 +175,119 @@ _END = (ptx.RetOp, ptx.ExitOp)
 _BARRIER = -1  # the effect of a CTA barrier: it starts a new interval
 
 
+def _reads_mask(regions: int) -> int:
+    return int("01" * regions, 2)
+
+
 def conflict(before: int, after: int) -> bool:
-    """Whether accesses ``before`` a barrier and ``after`` it need it: the same space, one a write."""
-    return bool((before & _WRITES) & (after | (after << 1)) or (before & _READS) & (after >> 1))
+    """Whether accesses ``before`` a barrier and ``after`` it need it: the same region, one a write."""
+    reads = _reads_mask(max(before.bit_length(), after.bit_length()) // 2 + 1)
+    before_writes, after_writes = (before >> 1) & reads, (after >> 1) & reads
+    return bool(before_writes & (after | after_writes) or before & reads & after_writes)
 
 
-def _space(op: Operation) -> int:
-    """The read bit(s) of the state space ``op`` addresses (shared, global, both for a generic
-    address, none for param, const and local); the write bits are twice these."""
+class _Regions:
+    """Which regions an entry's shared accesses touch: an address is traced through the
+    register instructions that compute it to the ``mov`` of an array's symbol. An address the
+    trace cannot follow (loaded from memory, from no array, or a generic one) touches every
+    shared region. PTX places distinct ``.shared`` arrays apart, and an address computed from
+    one array's start stays inside that array (an access past its end is out of bounds), so
+    accesses to two arrays never overlap."""
+
+    def __init__(self, ops: list[Operation], arrays: bool = True) -> None:
+        """``arrays`` False: shared memory is one region (every address may be anywhere)."""
+        static = [op.sym_name.data for op in ops if arrays and type(op) is ptx.SharedDeclOp]  # type: ignore[attr-defined]
+        dynamic = [op.sym_name.data for op in ops if arrays and type(op) is ptx.DynamicSharedDeclOp]  # type: ignore[attr-defined]
+        index = {name: r for r, name in enumerate(static, 1)} | {name: len(static) + 1 for name in dynamic}
+        self.count = len(static) + bool(dynamic) + 2  # global, the arrays, the unknown
+        self.shared = sum(1 << (2 * r) for r in range(1, self.count))  # read bits of every shared region
+        self.everything = (1 << (2 * self.count)) - 1
+        self._bit = {name: 1 << (2 * r) for name, r in index.items()}
+        self._origin = self._trace(ops) if index else {}
+        self.copied = 0  # the regions cp.async writes: what a wait may land
+        for op in ops:
+            if type(op) is ptx.CpAsyncOp:
+                self.copied |= self.of(op, op.srcs[0])  # type: ignore[attr-defined]
+
+    def _trace(self, ops: list[Operation]) -> dict[SSAValue, int | None]:
+        """Per register, the read bits of the arrays its value may point into (0: none, an
+        integer; None: unknown), to a fixed point over the registers ``mov`` assigns."""
+        origin: dict[SSAValue, int | None] = {}
+        changed = True
+        while changed:
+            changed = False
+            for op in ops:
+                cls = type(op)
+                if cls is ptx.AssignOp:
+                    dst, src = op.srcs  # type: ignore[attr-defined]
+                    value = _join(origin.get(dst, 0), origin.get(src, 0))
+                    if value != origin.get(dst, 0):
+                        origin[dst] = value
+                        changed = True
+                    continue
+                if not op.results or cls is ptx.RegOp or cls is ptx.ConstOp:
+                    continue
+                if cls is ptx.MovOp and "symbol" in op.properties:
+                    value = self._bit.get(op.symbol.data, 0)  # type: ignore[attr-defined]  # (a special register: an integer)
+                elif cls is ptx.LdOp and "param" in op.mods:  # type: ignore[attr-defined]
+                    value = 0
+                elif cls in _TOUCH_NOTHING or cls in PURE_OPS:
+                    value = 0
+                    for src in op.operands:
+                        value = _join(value, origin.get(src, 0))
+                else:
+                    value = None  # loaded, exchanged: anything
+                for result in op.results:
+                    if origin.get(result, 0) != value:
+                        origin[result] = value
+                        changed = True
+        return origin
+
+    def of(self, op: Operation, address: SSAValue | None) -> int:
+        """The read bits of the shared regions ``op`` may touch at ``address`` (or its symbol)."""
+        if "symbol" in op.properties:
+            bit = self._bit.get(op.symbol.data)  # type: ignore[attr-defined]
+            return bit if bit is not None else self.shared
+        origin = self._origin.get(address, 0) if address is not None else None
+        return origin or self.shared
+
+
+def _join(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a | b
+
+
+def _space(op: Operation, regions: _Regions) -> int:
+    """The read bits of what ``op`` addresses: its shared arrays, global memory, both for a
+    generic address, nothing for param, const and local; the write bits are twice these."""
     mods = op.mods  # type: ignore[attr-defined]
+    address = op.srcs[0] if op.srcs else None  # type: ignore[attr-defined]
     if any(m.startswith("shared") for m in mods):
-        return SHARED_READ
+        return regions.of(op, address)
     if "global" in mods:
         return GLOBAL_READ
     if any(m in ("param", "const", "local") for m in mods):
         return 0
-    return SHARED_READ | GLOBAL_READ
+    return regions.shared | GLOBAL_READ
 
 
-def _effects(op: Operation) -> tuple[int, int]:
+def _effects(op: Operation, regions: _Regions) -> tuple[int, int]:
     """What ``op`` does as seen from a later barrier and from an earlier one."""
     cls = type(op)
     if cls in _TOUCH_NOTHING or not is_instr(cls) or cls in _END:
         return 0, 0
     if _cta_barrier(op):
         return _BARRIER, _BARRIER
-    if cls is ptx.LdOp or cls is ptx.LdIntoOp:
-        return (_space(op),) * 2
+    if cls is ptx.LdOp or cls is ptx.LdIntoOp or cls is ptx.LdmatrixOp:
+        return (_space(op, regions),) * 2
     if cls is ptx.StOp:
-        return (_space(op) << 1,) * 2
+        return (_space(op, regions) << 1,) * 2
     if cls is ptx.AtomOp or cls is ptx.RedOp:
-        return (_space(op) * 3,) * 2
-    if cls is ptx.LdmatrixOp:
-        return SHARED_READ, SHARED_READ
+        return (_space(op, regions) * 3,) * 2
     if cls is ptx.CpAsyncOp:
-        return GLOBAL_READ, GLOBAL_READ | SHARED_WRITE
+        return GLOBAL_READ, GLOBAL_READ | regions.of(op, op.srcs[0]) << 1  # type: ignore[attr-defined]
     if cls is ptx.CpAsyncWaitGroupOp or cls is ptx.CpAsyncWaitAllOp:
-        return SHARED_WRITE, SHARED_WRITE
-    return EVERYTHING, EVERYTHING
+        return (regions.copied << 1,) * 2
+    return regions.everything, regions.everything
 
 
 @dataclass
@@ -289,9 +370,20 @@ def _loop_depth(ops: list[Operation]) -> list[int]:
 def redundant_barriers(ops: list[Operation], gone: set[int] = frozenset()) -> list[Operation]:  # type: ignore[assignment]
     """The CTA barriers of ``ops`` that order no conflicting pair of accesses, with the ops
     whose ids are in ``gone`` taken as deleted. Each removal changes the intervals around the
-    others, so they go one at a time, the most deeply nested (then the latest) first."""
-    pairs = [((0, 0) if id(op) in gone else _effects(op)) for op in ops]
-    before_effect, after_effect = [p[0] for p in pairs], [p[1] for p in pairs]
+    others, so they go one at a time, the most deeply nested (then the latest) first: first
+    those that go with all of shared memory one region, then those the arrays let go. (Of two
+    barriers either of which may go, which one stays moves ptxas's schedule: the first round
+    keeps the choices made before arrays were told apart, which the kernels' spill-free
+    register budgets were tuned on.)"""
+    dead: list[int] = []
+    for regions in (_Regions(ops, arrays=False), _Regions(ops)):
+        pairs = [((0, 0) if id(op) in gone or i in dead else _effects(op, regions)) for i, op in enumerate(ops)]
+        dead += _removable(ops, [p[0] for p in pairs], [p[1] for p in pairs])
+    return [ops[i] for i in sorted(dead)]
+
+
+def _removable(ops: list[Operation], before_effect: list[int], after_effect: list[int]) -> list[int]:
+    """The barriers (by index) that go, one at a time, given each op's effects."""
     if _BARRIER not in before_effect:
         return []
     blocks, depth = _blocks(ops), _loop_depth(ops)
@@ -301,7 +393,7 @@ def redundant_barriers(ops: list[Operation], gone: set[int] = frozenset()) -> li
         after = _intervals(blocks, after_effect, forward=False)
         free = [i for i in before if not conflict(before[i], after.get(i, 0))]
         if not free:
-            return [ops[i] for i in sorted(dead)]
+            return dead
         i = max(free, key=lambda i: (depth[i], i))
         before_effect[i] = after_effect[i] = 0
         dead.append(i)

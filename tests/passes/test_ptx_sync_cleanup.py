@@ -19,8 +19,10 @@ class Program:
     """An entry written as words: ``cp``, ``commit``, ``wait N``, ``bar``, ``bar 64`` (a counted
     barrier), ``st`` / ``lds`` (shared store / load), ``stg`` / ``ld`` (global store / load),
     ``ldp`` (param load), ``add``, ``label L``, ``bra L``, ``@bra L`` (a guarded branch),
-    ``ret``, ``wait_all``, ``@commit`` (guarded), ``wgcommit``, ``wgwait N``. Each op is named by
-    its index."""
+    ``ret``, ``wait_all``, ``@commit`` (guarded), ``wgcommit``, ``wgwait N``. ``st A`` / ``lds A``
+    / ``cp A`` address the shared array ``A`` (declared on first use; ``$A`` a dynamic one),
+    ``setr A`` points the register ``r`` into it, ``str`` / ``ldr`` access through ``r``, and
+    ``ldx A`` reads ``A`` at an index loaded from global memory. Each op is named by its index."""
 
     def __init__(self, words: list[str]) -> None:
         self.entry = ptx.EntryOp("k", [("k_p", "u64")])
@@ -28,12 +30,37 @@ class Program:
         self.ops: list[object] = []
         zero = ptx.ConstOp(0, i32)
         addr64, sixteen, pred = ptx.ConstOp(0, i64), ptx.ConstOp(16, i32), ptx.RegOp(i1)
-        block.add_ops([zero, addr64, sixteen, pred])
+        ring = ptx.RegOp(i32)
+        block.add_ops([zero, addr64, sixteen, pred, ring])
+        declared: set[str] = set()
+
+        def address(name: str, index: ptx.ConstOp | ptx.LdOp = zero) -> object:
+            """``name``'s start plus ``index`` times 4, as lowerings compute it."""
+            if not name:
+                return index.results[0]
+            if name not in declared:
+                declared.add(name)
+                decl = ptx.DynamicSharedDeclOp if name.startswith("$") else ptx.SharedDeclOp
+                block.insert_op_before(decl(name, 256), block.first_op)  # type: ignore[arg-type]
+            start = ptx.MovOp("u32", [], [i32], symbol=name)
+            at = ptx.MadOp("lo.s32", [index.results[0], ptx.ConstOp(4, i32).result, start.results[0]], [i32])
+            block.add_ops([at.srcs[1].owner, start, at])  # type: ignore[list-item]
+            return at.results[0]
+
         for word in words:
             kind, _, arg = word.partition(" ")
             op: ptx.PtxInstr | ptx.LabelOp
             if kind == "cp":
-                op = ptx.CpAsyncOp("cg.shared.global", [zero.result, addr64.result, sixteen.result])
+                op = ptx.CpAsyncOp("cg.shared.global", [address(arg), addr64.result, sixteen.result])
+            elif kind == "setr":
+                op = ptx.AssignOp("b32", [ring.results[0], address(arg)])
+            elif kind in ("str", "ldr"):
+                op = (ptx.StOp("shared.u32", [ring.results[0], zero.result]) if kind == "str"
+                      else ptx.LdOp("shared.u32", [ring.results[0]], [i32]))  # fmt: skip
+            elif kind == "ldx":
+                index = ptx.LdOp("global.u32", [addr64.result], [i32])
+                block.add_op(index)
+                op = ptx.LdOp("shared.u32", [address(arg, index)], [i32])
             elif kind == "commit":
                 op = ptx.CpAsyncCommitOp("")
             elif kind == "wait":
@@ -53,11 +80,11 @@ class Program:
                 block.add_ops(counts)
                 op = ptx.BarSyncOp("", [zero.result, *(c.result for c in counts)])
             elif kind == "st":
-                op = ptx.StOp("shared.u32", [zero.result, zero.result])
+                op = ptx.StOp("shared.u32", [address(arg), zero.result])
             elif kind == "ld":
                 op = ptx.LdOp("global.u32", [addr64.result], [i32])
             elif kind == "lds":
-                op = ptx.LdOp("shared.u32", [zero.result], [i32])
+                op = ptx.LdOp("shared.u32", [address(arg)], [i32])
             elif kind == "stg":
                 op = ptx.StOp("global.u32", [addr64.result, zero.result])
             elif kind == "ldp":
@@ -114,6 +141,17 @@ class Program:
         (["cp", "@commit", "wait 0"], []),  # a guarded commit may commit
         (["wgcommit", "wgwait 1", "wgwait 0", "wgwait 0"], [1, 3]),  # the wgmma queue: one pending, a second drain
         (["cp", "commit", "wgwait 0", "wait 0"], [2]),  # the queues are counted apart
+        (["st A", "bar", "lds B"], [1]),  # two arrays never overlap
+        (["st A", "bar", "lds A"], []),
+        (["lds A", "bar", "st B", "bar", "lds A"], [1, 3]),  # a conversion's scratch beside another array
+        (["st A", "bar", "lds"], []),  # an address from no array may be in any
+        (["st $A", "bar", "lds $B"], []),  # dynamic shared arrays all start at the same byte
+        (["setr A", "setr B", "st A", "bar", "ldr"], []),  # r may point into A
+        (["setr B", "st A", "bar", "ldr"], [2]),  # r points into B only
+        (["setr A", "str", "bar", "lds A"], []),
+        (["st B", "bar", "ldx A"], []),  # a value loaded from memory may be any address
+        (["cp A", "commit", "wait 0", "bar", "lds B"], [3]),  # the wait lands copies into A only
+        (["cp A", "commit", "wait 0", "bar", "lds A"], []),
 
     ],
 )
