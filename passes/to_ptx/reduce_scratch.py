@@ -19,12 +19,15 @@ its own first. A region (a loop body, an ``scf.if`` without ``else``) may not ru
 barriers clean does not count after it, while what it reads does; of an ``if`` and its ``else``
 one runs, so either's state may follow.
 
-In a loop, the next trip writes the halves again: the last reduction of each block in a loop
-ends with a barrier after its reads, and the others need none (the next one's barrier, in the
-same block, comes first). A block in a loop thus ends with nothing dirty that was not dirty
-where it began, the back edge adds nothing, and one pass in program order is the whole
-analysis. Two reductions in a loop (layer_norm's long rows: the mean, the squared deviations)
-take three barriers a trip, not four.
+In a loop, the next trip writes the halves again. A loop body whose reductions take the same
+halves on every trip with none waiting first needs nothing more: its first reduction writes a
+half the previous trip left clean, and its barrier orders the rest (two reductions a trip,
+layer_norm's long rows and its backward: half 0, then half 1, two barriers a trip). The plan
+finds that by walking the body again with what a trip leaves dirty assumed dirty at its start,
+until nothing new is. Otherwise (one reduction a trip, always in the same half) the last
+reduction of each block in a loop ends with a barrier after its reads, and the others need none
+(the next one's barrier, in the same block, comes first): the block ends with nothing dirty
+that was not dirty where it began.
 """
 
 from __future__ import annotations
@@ -69,15 +72,33 @@ def plan_reductions(root: Block, needs: Callable[[tile.ReduceOp], int | None]) -
     widest = 0
 
     def walk(block: Block, dirty: frozenset[int]) -> frozenset[int]:
-        nonlocal widest
         sizes = {op: n for op in block.ops if isinstance(op, tile.ReduceOp) and (n := needs(op)) is not None}
+        if sizes and isinstance(block.parent_op(), scf.ForOp):
+            # a loop body whose reductions take the same halves on every trip, none waiting
+            # first, needs no barrier after its last: the halves the next trip reads were
+            # assumed dirty at its start. Assume what a trip leaves dirty until that holds.
+            assumed = dirty
+            for _ in range(HALVES + 1):
+                saved = dict(slots)
+                end = walk_block(block, assumed, sizes, after_last=False)
+                if end <= assumed and not any(slots[op].barrier_first for op in sizes):
+                    return end
+                slots.clear()
+                slots.update(saved)
+                if end <= assumed:
+                    break
+                assumed |= end
+        return walk_block(block, dirty, sizes, after_last=in_loop(block))
+
+    def walk_block(block: Block, dirty: frozenset[int], sizes: dict[tile.ReduceOp, int], after_last: bool) -> frozenset[int]:
+        nonlocal widest
         last = list(sizes)[-1] if sizes else None
         for op in block.ops:
             if op in sizes:
                 assert isinstance(op, tile.ReduceOp)
                 widest = max(widest, sizes[op])
                 clean = [h for h in range(HALVES) if h not in dirty]
-                after = op is last and in_loop(block)
+                after = op is last and after_last
                 slots[op] = ScratchSlot(clean[0] if clean else 0, not clean, after)
                 # its reads leave its half dirty, unless a barrier after them cleans it
                 dirty = frozenset() if after else frozenset({slots[op].half})
