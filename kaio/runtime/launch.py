@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,16 @@ if TYPE_CHECKING:
 
 _CACHED_SHAPES = 64  # validated grids/blocks remembered per specialization
 _torch_streams: dict[tuple[Device, int], Any] = {}  # (device, torch's raw stream) -> handle
+_launchers: weakref.WeakSet[Launcher] = weakref.WeakSet()  # every kernel's, for forget_loaded
+
+
+def forget_loaded(device: Device | None = None) -> None:
+    """Drop every kernel's loaded specializations on ``device`` (None: on every device): the
+    next launch looks its module up again. For when a device's modules were unloaded
+    (``dev._modules.clear()``: the handles the specializations hold are gone) and for tools that
+    change the PTX a device loads (kaio.tools.sync_mutants)."""
+    for launcher in list(_launchers):
+        launcher.forget(device)
 
 
 def _cacheable(shape: Any) -> bool:
@@ -155,6 +166,7 @@ class Launcher:
         self._last: tuple[Device | None, Any, Loaded | None] = (None, None, None)
         self._last_on: dict[Device, Loaded] = {}  # the latest launch's, per device
         self._bound: dict[Any, BoundLaunch] = {}
+        _launchers.add(self)
         # Kernels that specialize on argument values (tile kernels: integer divisibility), and
         # the key and constexprs of each (key, facts) seen: the same objects every launch.
         self._arg_specialization = getattr(kernel, "arg_specialization", None)
@@ -310,6 +322,14 @@ class Launcher:
             )
         key = constexpr_key([values[n] for n in self.signature.constexpr_names])
         return self._specs.get((device, key)) or self._specialize(device, values, key)
+
+    def forget(self, device: Device | None = None) -> None:
+        """Drop the loaded specializations on ``device`` (None: all); see :func:`forget_loaded`."""
+        with self._lock:
+            self._specs = {key: s for key, s in self._specs.items() if device is not None and key[0] is not device}
+            self._last = (None, None, None)
+            self._last_on = {} if device is None else {d: s for d, s in self._last_on.items() if d is not device}
+            self._bound = {}
 
     def specializations(self, device: Any = None) -> list[Specialization]:
         """What launches (and ``specialization()``) compiled so far, on ``device`` or on any,
