@@ -1,0 +1,525 @@
+"""The library's kernels as synchronisation-mutant cases (:mod:`kaio.tools.sync_mutants`): each
+a small launch on the simulated device, its result checked against numpy. Shapes are the
+smallest that still exercise what synchronises: K loops longer than the copy ring (every stage
+refilled), several warps per reduction, ragged edges, more than one program."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+Case = Callable[[Any], None]
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(1234)  # the same inputs for the case and each of its mutants
+
+
+def _close(got: Any, want: np.ndarray, tol: float) -> None:
+    got = np.asarray(got, dtype=np.float64)
+    assert np.isfinite(got).all(), "unwritten or non-finite elements"
+    err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+    assert err <= tol, f"relative error {err:.3g} > {tol}"
+
+
+def _matmul(config: Any, m: int = 96, n: int = 80, k: int = 320) -> Case:
+    def run(dev: Any) -> None:
+        from kaio.ops_library import matmul
+        from kaio.ops_library.matmul_kernel import MatmulKernel
+
+        rng = _rng()
+        a, b = (rng.standard_normal(s).astype(np.float16) for s in ((m, k), (k, n)))
+        out = dev.alloc_from(np.full((m, n), np.nan, np.float32))
+        # a persistent kernel on one program: it walks every tile, prefetching the next one's
+        # first stages under the last one's epilogue (with a program per SM, each has one tile)
+        with _constants(MatmulKernel, programs=lambda self, device: 1):
+            matmul(dev.alloc_from(a), dev.alloc_from(b), out, config=config)
+        _close(out.to_host(), a.astype(np.float64) @ b.astype(np.float64), 1e-3)
+
+    return run
+
+
+def _attention(causal: bool, sq: int = 70, sk: int | None = None, d: int = 64, backward: bool = False,
+               deterministic: bool = False) -> Case:  # fmt: skip
+    """Forward (or, with ``backward``, the backward kernels alone: o and lse from numpy). ``sk``
+    None: enough keys for three whole key blocks of the arch's tile (the two-stage K/V ring
+    refilled) and a ragged one."""
+
+    def run(dev: Any) -> None:
+        from kaio.ops_library import attention, attention_backward
+        from kaio.ops_library.attention import choose_config
+
+        keys = sk if sk is not None else max(200, 3 * choose_config(sq, d, dev.arch).block_n + 72)
+        rng = _rng()
+        q, do = (rng.standard_normal((1, 2, sq, d)).astype(np.float16) for _ in range(2))
+        k, v = (rng.standard_normal((1, 1, keys, d)).astype(np.float16) for _ in range(2))
+        s = q.astype(np.float64) @ np.repeat(k, 2, 1).astype(np.float64).transpose(0, 1, 3, 2) / np.sqrt(d)
+        if causal:
+            s = np.where(np.arange(keys)[None, :] <= np.arange(sq)[:, None] + keys - sq, s, -np.inf)
+        m = s.max(-1, keepdims=True)
+        p = np.exp(s - m)
+        p /= p.sum(-1, keepdims=True)
+        vv = np.repeat(v, 2, 1).astype(np.float64)
+        if not backward:
+            o = attention(*(dev.alloc_from(x) for x in (q, k, v)), causal=causal)
+            _close(o.to_host(), p @ vv, 2e-2)
+            return
+        o = (p @ vv).astype(np.float16)
+        lse = (m[..., 0] + np.log(np.exp(s - m).sum(-1))).astype(np.float32)
+        dq, dk, dv = attention_backward(q, k, v, o, lse, do, causal=causal, deterministic=deterministic, device=dev)
+        dov = do.astype(np.float64)
+        ds = p * (dov @ vv.transpose(0, 1, 3, 2) - (dov * o.astype(np.float64)).sum(-1, keepdims=True))
+        _close(dv, (p.transpose(0, 1, 3, 2) @ dov).reshape(1, 1, 2, keys, d).sum(2), 2e-2)
+        _close(dq, ds @ np.repeat(k, 2, 1).astype(np.float64) / np.sqrt(d), 2e-2)
+        _close(dk, (ds.transpose(0, 1, 3, 2) @ q.astype(np.float64)).reshape(1, 1, 2, keys, d).sum(2) / np.sqrt(d), 2e-2)
+
+    return run
+
+
+def _rows(op: str) -> Case:
+    def run(dev: Any) -> None:
+        from kaio import ops_library as ol
+
+        rng = _rng()
+        x = rng.standard_normal((5, 3000)).astype(np.float32)
+        w = rng.standard_normal(3000).astype(np.float32)
+        xd = x.astype(np.float64)
+        if op == "rms_norm":
+            got, want = ol.rms_norm(dev.alloc_from(x), dev.alloc_from(w)), xd / np.sqrt((xd**2).mean(-1, keepdims=True) + 1e-6) * w
+        elif op == "layer_norm":
+            c = xd - xd.mean(-1, keepdims=True)
+            got, want = ol.layer_norm(dev.alloc_from(x), dev.alloc_from(w)), c / np.sqrt((c**2).mean(-1, keepdims=True) + 1e-5) * w
+        elif op == "softmax":
+            e = np.exp(xd - xd.max(-1, keepdims=True))
+            got, want = ol.softmax(dev.alloc_from(x)), e / e.sum(-1, keepdims=True)
+        else:  # cross_entropy
+            t = rng.integers(0, 3000, 5)
+            got = ol.cross_entropy(dev.alloc_from(x), dev.alloc_from(t.astype(np.int32)))
+            want = np.log(np.exp(xd - xd.max(-1, keepdims=True)).sum(-1)) + xd.max(-1) - xd[np.arange(5), t]
+        _close(got.to_host(), want, 1e-4)
+
+    return run
+
+
+def _gguf(m: int) -> Case:
+    def run(dev: Any) -> None:
+        from kaio.ops_library import gguf_matmul
+        from kaio.ops_library.gguf_blocks import FORMATS
+
+        rng = _rng()
+        n, k = 72, 256
+        fmt = FORMATS["Q8_0"]
+        blocks = rng.integers(-127, 128, (n, k // 32, 34), dtype=np.int64).astype(np.uint8)
+        blocks[:, :, :2] = np.full((n, k // 32, 1), 0.01, np.float16).view(np.uint8)
+        w = blocks.reshape(n, -1)
+        q = w.reshape(n, k // 32, fmt.nbytes)[:, :, 2:].view(np.int8).astype(np.float64).reshape(n, k) * 0.01
+        x = rng.standard_normal((m, k)).astype(np.float16)
+        _close(gguf_matmul(dev.alloc_from(x), dev.alloc_from(w), "Q8_0").to_host(), x.astype(np.float64) @ q.T, 2e-2)
+
+    return run
+
+
+def _sigmoid(a: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-a))
+
+
+def _elementwise(op: str) -> Case:
+    """The ops with no shared memory or a row reduction in one warp: run for the race check and
+    synccheck (a barrier they should not need would show as a mutant)."""
+
+    def run(dev: Any) -> None:
+        from kaio import ops_library as ol
+        from kaio.random import rand
+
+        rng = _rng()
+        x = rng.standard_normal((3, 1000)).astype(np.float32)
+        g = rng.standard_normal((3, 500)).astype(np.float32)
+        a, b = x[:, :500].astype(np.float64), x[:, 500:].astype(np.float64)
+        s = _sigmoid(a)
+        if op == "silu_and_mul":
+            got, want = ol.silu_and_mul(dev.alloc_from(x)), a * s * b
+        elif op == "silu_and_mul_backward":
+            got = ol.silu_and_mul_backward(dev.alloc_from(g), dev.alloc_from(x))
+            want = np.concatenate([g * b * s * (1 + a * (1 - s)), g * a * s], axis=-1)
+        elif op.startswith("gelu_and_mul"):
+            c = np.sqrt(2 / np.pi)
+            t = np.tanh(c * (a + 0.044715 * a**3))
+            gelu = 0.5 * a * (1 + t)
+            if op == "gelu_and_mul":
+                got, want = ol.gelu_and_mul(dev.alloc_from(x), "tanh"), gelu * b
+            else:
+                slope = 0.5 * (1 + t) + 0.5 * a * (1 - t**2) * c * (1 + 3 * 0.044715 * a**2)
+                got = ol.gelu_and_mul_backward(dev.alloc_from(g), dev.alloc_from(x), approximate="tanh")
+                want = np.concatenate([g * b * slope, g * gelu], axis=-1)
+        else:  # dropout, dropout_add
+            keep = rand(7, np.arange(x.size, dtype=np.int32)).reshape(x.shape) > 0.25
+            want = np.where(keep, x.astype(np.float64) / 0.75, 0)
+            if op == "dropout":
+                got = ol.dropout(dev.alloc_from(x), 0.25, 7)
+            else:
+                residual = rng.standard_normal(x.shape).astype(np.float32)
+                got, want = ol.dropout_add(dev.alloc_from(x), dev.alloc_from(residual), 0.25, 7), want + residual
+        _close(got.to_host(), want, 1e-4)
+
+    return run
+
+
+def _row_backward(op: str) -> Case:
+    def run(dev: Any) -> None:
+        from kaio import ops_library as ol
+
+        rng = _rng()
+        x = rng.standard_normal((4, 3000)).astype(np.float32)
+        w = rng.standard_normal(3000).astype(np.float32)
+        g = rng.standard_normal((4, 3000)).astype(np.float32)
+        xd, gd = x.astype(np.float64), g.astype(np.float64)
+        if op in ("softmax_backward", "log_softmax_backward"):
+            e = np.exp(xd - xd.max(-1, keepdims=True))
+            y = e / e.sum(-1, keepdims=True)
+            if op == "softmax_backward":
+                got = ol.softmax_backward(dev.alloc_from(g), dev.alloc_from(y.astype(np.float32)))
+                want = y * (gd - (gd * y).sum(-1, keepdims=True))
+            else:
+                got = ol.log_softmax_backward(dev.alloc_from(g), dev.alloc_from(np.log(y).astype(np.float32)))
+                want = gd - y * gd.sum(-1, keepdims=True)
+            _close(got.to_host(), want, 1e-4)
+            return
+        if op == "log_softmax":
+            m = xd.max(-1, keepdims=True)
+            _close(ol.log_softmax(dev.alloc_from(x)).to_host(), xd - m - np.log(np.exp(xd - m).sum(-1, keepdims=True)), 1e-4)
+            return
+        if op == "cross_entropy_backward":
+            t = rng.integers(0, 3000, 4)
+            grad_loss = rng.standard_normal(4).astype(np.float32)
+            e = np.exp(xd - xd.max(-1, keepdims=True))
+            want = e / e.sum(-1, keepdims=True)
+            want[np.arange(4), t] -= 1
+            got = ol.cross_entropy_backward(dev.alloc_from(x), dev.alloc_from(t.astype(np.int32)), dev.alloc_from(grad_loss))
+            _close(got.to_host(), want * grad_loss[:, None], 1e-4)
+            return
+        mean = xd.mean(-1, keepdims=True) if op == "layer_norm_backward" else 0.0
+        c = xd - mean
+        rstd = 1 / np.sqrt((c**2).mean(-1, keepdims=True) + (1e-5 if op == "layer_norm_backward" else 1e-6))
+        xhat, gw = c * rstd, gd * w
+        assert op in ("rms_norm_backward", "layer_norm_backward"), op
+        from kaio.ops_library import norms_backward
+
+        want_dx = rstd * (gw - xhat * (gw * xhat).mean(-1, keepdims=True))
+        if op == "layer_norm_backward":
+            want_dx -= rstd * gw.mean(-1, keepdims=True)
+        # 4 rows on the 108 simulated SMs are a program each, and 4 programs' partial sums one
+        # column-sum step: two programs make the row loop run two trips, a smaller column-sum
+        # tile the column loop
+        for tuning in ({"PROGRAMS_PER_SM": 2 / dev.sm_count}, {"SUM_TILE": 512}):
+            with _constants(norms_backward, **tuning):
+                dx, dw = _norm_backward(op, dev, g, x, w, mean, rstd)
+            _close(dx.to_host(), want_dx, 1e-4)
+            _close(dw.to_host(), (gd * xhat).sum(0), 1e-4)
+
+    return run
+
+
+def _norm_backward(op: str, dev: Any, g: np.ndarray, x: np.ndarray, w: np.ndarray, mean: Any, rstd: np.ndarray) -> tuple[Any, Any]:
+    from kaio import ops_library as ol
+
+    stats = dev.alloc_from(rstd[:, 0].astype(np.float32))
+    if op == "layer_norm_backward":
+        dx, dw, _ = ol.layer_norm_backward(*(dev.alloc_from(v) for v in (g, x, w)), dev.alloc_from(mean[:, 0].astype(np.float32)), stats)
+        return dx, dw
+    return ol.rms_norm_backward(*(dev.alloc_from(v) for v in (g, x, w)), stats)
+
+
+@contextmanager
+def _constants(module: Any, **values: Any) -> Iterator[None]:
+    """``module``'s tuning constants set to ``values`` inside."""
+    saved = {name: getattr(module, name) for name in values}
+    for name, value in values.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
+
+
+def _rope(backward: bool) -> Case:
+    def run(dev: Any) -> None:
+        from kaio.ops_library import rope, rope_backward
+
+        rng = _rng()
+        x = rng.standard_normal((1, 5, 3, 64)).astype(np.float32)  # (B, S, H, D)
+        angle = rng.random((5, 32)) * 6
+        cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+        a, b = x[..., :32].astype(np.float64), x[..., 32:].astype(np.float64)
+        c, s = cos[None, :, None].astype(np.float64), sin[None, :, None].astype(np.float64)
+        s = -s if backward else s  # the backward rotates back
+        want = np.concatenate([a * c - b * s, b * c + a * s], axis=-1)
+        op = rope_backward if backward else rope
+        _close(op(*(dev.alloc_from(v) for v in (x, cos, sin))).to_host(), want, 1e-5)
+
+    return run
+
+
+def _matmul_backward(dev: Any) -> None:
+    from kaio.ops_library import matmul_backward
+
+    rng = _rng()
+    # both products' K (the batch and the output width) past a wgmma ring (up to four 64-deep stages)
+    m, n = (320, 320) if dev.arch == "sm_90a" else (48, 40)
+    a, b, g = (rng.standard_normal(s).astype(np.float16) for s in ((m, 96), (96, n), (m, n)))
+    da, db, dbias = matmul_backward(*(dev.alloc_from(v) for v in (g, a, b)), bias=True)
+    ad, bd, gd = (v.astype(np.float64) for v in (a, b, g))
+    _close(da.to_host(), gd @ bd.T, 2e-3)
+    _close(db.to_host(), ad.T @ gd, 2e-3)
+    _close(dbias.to_host(), gd.sum(0), 2e-3)
+
+
+def _quantized(kind: str) -> Case:
+    def run(dev: Any) -> None:
+        from kaio import ops_library as ol
+
+        rng = _rng()
+        # K = 384 rows of w: the per-tensor scale's loop over row maxima (256 a trip) runs two trips
+        x = rng.standard_normal((40, 384)).astype(np.float16)
+        w = rng.standard_normal((384, 72)).astype(np.float16)
+        if kind == "int8":
+            qa, sa = ol.quantize_int8(dev.alloc_from(x))
+            qb, sb = ol.quantize_int8(dev.alloc_from(np.ascontiguousarray(w.T)))
+            qa_h, sa_h, qb_h, sb_h = qa.to_host(), sa.to_host(), qb.to_host(), sb.to_host()
+            _close(qa_h * sa_h[:, None].astype(np.float64), x.astype(np.float64), 1e-2)
+            got = ol.int8_matmul(qa, dev.alloc_from(np.ascontiguousarray(qb_h.T)), sa, sb)
+            want = (qa_h.astype(np.float64) @ qb_h.T.astype(np.float64)) * sa_h[:, None] * sb_h[None, :]
+        else:  # fp8
+            qa, sa = ol.quantize_fp8(dev.alloc_from(x))
+            qb, sb = ol.quantize_fp8(dev.alloc_from(w))
+            got = ol.fp8_matmul(qa, qb, sa, sb)
+            dq = lambda q, s: q.to_host().astype(np.float64) * float(s.to_host()[0])  # noqa: E731
+            want = dq(qa, sa) @ dq(qb, sb)
+        _close(got.to_host(), want, 1e-2)
+
+    return run
+
+
+def _w4a16(dev: Any) -> None:
+    from kaio.ops_library import w4a16_matmul
+
+    rng = _rng()
+    k, n = 256, 64
+    qweight = rng.integers(0, 2**32, (k // 8, n), dtype=np.uint64).astype(np.uint32).view(np.int32)
+    scales = (rng.random((k // 128, n)) * 0.02 + 0.002).astype(np.float16)
+    x = rng.standard_normal((24, k)).astype(np.float16)
+    nib = np.stack([(qweight.view(np.uint32) >> (4 * j)) & 0xF for j in range(8)], axis=1).reshape(k, n).astype(np.float64)
+    weight = (nib - 8) * scales.astype(np.float64)[np.arange(k) // 128]
+    got = w4a16_matmul(*(dev.alloc_from(v) for v in (x, qweight, scales)), group_size=128)
+    _close(got.to_host(), x.astype(np.float64) @ weight, 1e-2)
+
+
+def _linear_cross_entropy(dev: Any) -> None:
+    from kaio.ops_library import linear_cross_entropy, linear_cross_entropy_backward
+
+    rng = _rng()
+    tokens, hidden, vocab = 24, 64, 200
+    x = rng.standard_normal((tokens, hidden)).astype(np.float16)
+    w = (rng.standard_normal((vocab, hidden)) * 0.2).astype(np.float16)
+    t = rng.integers(0, vocab, tokens).astype(np.int32)
+    logits = x.astype(np.float64) @ w.astype(np.float64).T
+    m = logits.max(-1, keepdims=True)
+    lse = (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))[:, 0]
+    loss, got_lse = linear_cross_entropy(*(dev.alloc_from(v) for v in (x, w, t)), return_lse=True)
+    _close(loss.to_host(), lse - logits[np.arange(tokens), t], 1e-2)
+    grad = np.ones(tokens, np.float32)
+    dx, dw, _ = linear_cross_entropy_backward(*(dev.alloc_from(v) for v in (x, w, t)), got_lse, dev.alloc_from(grad))
+    p = np.exp(logits - lse[:, None])
+    p[np.arange(tokens), t] -= 1
+    _close(dx.to_host(), p @ w.astype(np.float64), 2e-2)
+    _close(dw.to_host(), p.T @ x.astype(np.float64), 2e-2)
+
+
+def _attention_dropout(dev: Any) -> None:
+    """Forward with dropout: each probability kept iff ``rand(seed, ((b*H + h)*Sq + q)*Sk + k) > p``."""
+    from kaio.ops_library import attention
+    from kaio.random import rand
+
+    from kaio.ops_library.attention import choose_config
+
+    rng = _rng()
+    sq, d, p = 40, 64, 0.2
+    sk = max(72, 3 * choose_config(sq, d, dev.arch).block_n + 8)  # the K/V ring refilled, a ragged block
+    q, k, v = (rng.standard_normal((1, 2, n, d)).astype(np.float16) for n in (sq, sk, sk))
+    s = q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / np.sqrt(d)
+    prob = np.exp(s - s.max(-1, keepdims=True))
+    prob /= prob.sum(-1, keepdims=True)
+    offsets = np.arange(2 * sq, dtype=np.int64).reshape(1, 2, sq, 1) * sk + np.arange(sk)
+    keep = np.where(rand(3, offsets) > np.float32(p), 1 / (1 - p), 0.0)
+    got = attention(*(dev.alloc_from(x) for x in (q, k, v)), dropout_p=p, seed=3)
+    _close(got.to_host(), (prob * keep) @ v.astype(np.float64), 2e-2)
+
+
+def cases(arch: str) -> dict[str, Case]:
+    """Every library kernel family on ``arch`` (the sm_90a matmul in each of its paths); on
+    sm_90 (Hopper without its ``a`` features: the sm_80 kernels) the matmul family only."""
+    from kaio.ops_library.matmul_config import WGMMA_CONFIGS, MatmulConfig
+
+    small = MatmulConfig((32, 64, 32), (2, 2), 3)
+    out: dict[str, Case] = {
+        "matmul mma.sync cp.async": _matmul(small),
+        "matmul split-K": _matmul(small.with_split_k(3), m=16, n=64, k=512),
+        "matmul default config": _matmul(None),
+    }
+    if arch == "sm_90":
+        return out
+    if arch == "sm_90a":
+        head = WGMMA_CONFIGS[4]  # 64x64x64, 4 warps, a 3-stage ring: K of 5 tiles refills every stage
+        out |= {
+            "matmul wgmma tma": _matmul(head, m=64, n=64, k=320),
+            "matmul wgmma warp-specialised": _matmul(replace(head, warp_specialize=True), m=64, n=64, k=320),
+            "matmul wgmma cp.async": _matmul(replace(head, tma=False), m=64, n=64, k=320),
+            "matmul wgmma persistent": _matmul(replace(head, persistent=True), m=256, n=64, k=320),
+            # two consumer warpgroups: one's C staging must wait for the other's last wgmma reads
+            "matmul wgmma 2 warpgroups": _matmul(replace(WGMMA_CONFIGS[3], block=(128, 64, 32)), m=128, n=64, k=160),
+            "matmul wgmma persistent 2 warpgroups": _matmul(replace(WGMMA_CONFIGS[7], block=(128, 64, 64)), m=256, n=64, k=320),
+        }
+    out |= {
+        "attention": _attention(False),
+        "attention causal": _attention(True),
+        "attention dropout": _attention_dropout,
+        "attention decode (split keys)": _attention(False, sq=1, sk=1100),
+        "attention backward (atomic dQ)": _attention(True, sq=70, sk=130, backward=True),
+        "attention backward (deterministic dQ)": _attention(False, sq=70, sk=130, backward=True, deterministic=True),
+        "rms_norm": _rows("rms_norm"),
+        "layer_norm": _rows("layer_norm"),
+        "softmax": _rows("softmax"),
+        "cross_entropy": _rows("cross_entropy"),
+        "gguf Q8_0 decode": _gguf(1),
+        "gguf Q8_0 prefill": _gguf(40),
+        "silu_and_mul": _elementwise("silu_and_mul"),
+        "silu_and_mul_backward": _elementwise("silu_and_mul_backward"),
+        "gelu_and_mul": _elementwise("gelu_and_mul"),
+        "gelu_and_mul_backward": _elementwise("gelu_and_mul_backward"),
+        "dropout": _elementwise("dropout"),
+        "dropout_add": _elementwise("dropout_add"),
+        "log_softmax": _row_backward("log_softmax"),
+        "softmax_backward": _row_backward("softmax_backward"),
+        "log_softmax_backward": _row_backward("log_softmax_backward"),
+        "cross_entropy_backward": _row_backward("cross_entropy_backward"),
+        "rms_norm_backward": _row_backward("rms_norm_backward"),
+        "layer_norm_backward": _row_backward("layer_norm_backward"),
+        "rope": _rope(False),
+        "rope_backward": _rope(True),
+        "matmul_backward": _matmul_backward,
+        "int8 quantize + matmul": _quantized("int8"),
+        "w4a16 matmul": _w4a16,
+        "linear_cross_entropy fwd + bwd": _linear_cross_entropy,
+    }
+    if arch != "sm_80":  # fp8 needs sm_89
+        out["fp8 quantize + matmul"] = _quantized("fp8")
+    return out
+
+
+# Why each survivor of the campaign survives, per arch, by case name and Site.key (kernel,
+# instruction, which occurrence of it in the kernel): the table shows it, and a survivor missing
+# here fails `python -m kaio.tools.sync_mutants` and the slow campaign test. Each is either an
+# instruction that orders nothing (for the compiler to stop emitting) or one this case's shape
+# does not need and another case kills; none is a rule the simulator lacks.
+_DISJOINT = ("redundant: it orders only accesses to disjoint bytes of one shared array ({}); the race check, which "
+             "compares bytes, finds no pair it orders. ptx-sync-cleanup tells arrays apart, not byte ranges within "
+             "one: a compiler follow-up")  # fmt: skip
+_Q_BEFORE_RING = _DISJOINT.format("the diagonal block's Q tile stored before it, the K/V ring's first copies after it")
+_STAGING = _DISJOINT.format("a dot's operand staging read before it, the next dot's staging written after it into other "
+                            "bytes; these bytes are written again only after that dot's own barrier")  # fmt: skip
+_SCRATCH_HALVES = _DISJOINT.format("the reduce scratch's second half read before it, the next trip's first reduction "
+                                   "writing the first half after it, whose barrier orders the rest (reduce_scratch "
+                                   "keeps a loop's last read barrier even with an even number of reductions a trip)")  # fmt: skip
+_W4A16_STAGES = _DISJOINT.format("one K step's ldmatrix reads of a stage of the dequantized W ring before it, the next "
+                                 "step's stores into the other stage after it; a stage is rewritten two steps on, "
+                                 "after the next step's barrier")  # fmt: skip
+_DRAIN_SHAPE = ("needed, not in this shape: the drain after the whole-block key loop keeps its last prefetch from "
+                "landing after the masked block's first copy into the same ring stage, and whether they share a stage "
+                "depends on the number of trips; the 'attention' case gets a wrong result without it")
+
+SCHEDULING_FENCES = {
+    ("*", "*", "membar.cta;", -1): "not synchronisation: kaio emits membar.cta only as a ptxas scheduling fence in "
+    "the shared writes of a map that reads global memory (relayout.FENCE_BYTES: without it ptxas hoists the map's "
+    "loads into the K loop's tail and spills); no result depends on it, by design",
+}  # fmt: skip
+
+_ONE_WARPGROUP = ("redundant with one consumer warpgroup: what it orders is that warpgroup's own wgmma reads (of a ring "
+                  "stage or the accumulator) before a refill or the C staging, and a wgmma and its wait_group are "
+                  "warpgroup-wide (.sync.aligned over the 4 warps), so each warp's wait already covers them; with two "
+                  "warpgroups it is needed ('matmul wgmma 2 warpgroups' and 'matmul wgmma persistent 2 warpgroups' kill "
+                  "their own). A compiler follow-up: drop it when one warpgroup consumes")  # fmt: skip
+_ASYNC_OPAQUE = ("redundant: the race check, which compares bytes, finds no pair it orders under three schedule seeds (the "
+                 "barrier before the loop is covered by the loop's first barrier; the others by barriers of the loop "
+                 "body). ptx-sync-cleanup keeps it because an mbarrier, TMA or wgmma instruction lies beside it, which "
+                 "it counts as touching everything (their shared addresses are mbarriers, tensor maps and descriptors "
+                 "it does not trace): a compiler follow-up")  # fmt: skip
+_MASKED_ONE_TRIP = ("not exercised: the masked-block loop runs one trip in these shapes (at most one when not causal: fewer "
+                    "than BN keys are left after the whole blocks), so its second ring stage (that mbarrier's init, the "
+                    "prefetch's expect_tx and fence) is never used. A kernel follow-up: no ring for that loop when not "
+                    "causal")  # fmt: skip
+_ONE_OF_TWO = ("redundant while the masked-block loop runs one trip: the barrier before the loop and the one at the top "
+               "of its trip order the same things (Q's stores, the mbarrier inits); the campaign deletes one at a time")  # fmt: skip
+_SHORT_K = ("not exercised: this product's K (24 tokens, 64 hidden or 200 vocabulary entries) is shorter than the wgmma "
+            "ring plus one stage, so the refill path (a later stage's mbarrier init and expect_tx, the wait that frees a "
+            "stage, the barrier before the refill) never runs; the matmul cases (K = 320) kill it in their own "
+            "specializations")  # fmt: skip
+
+EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
+    "sm_80": {
+        **SCHEDULING_FENCES,
+        **{(case, "attention", "bar.sync 0;", 2): _Q_BEFORE_RING
+           for case in ("attention", "attention causal", "attention dropout", "attention decode (split keys)",
+                        "attention backward (atomic dQ)", "attention backward (deterministic dQ)")},  # fmt: skip
+        ("attention decode (split keys)", "attention", "cp.async.wait_group 0;", 1): _DRAIN_SHAPE,
+        **{("attention backward (atomic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 9, 10)},
+        **{("attention backward (deterministic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 8)},
+        ("layer_norm_backward", "norm_backward", "bar.sync 0;", 2): _SCRATCH_HALVES,
+        **{("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for n in range(2, 15, 2)},
+    },
+    "sm_90": {},
+    "sm_90a": {
+        **SCHEDULING_FENCES,
+        ("matmul wgmma tma", "matmul", "bar.sync 0;", 1): _ONE_WARPGROUP,
+        ("matmul wgmma tma", "matmul", "bar.sync 0;", 2): _ONE_WARPGROUP,
+        ("matmul wgmma warp-specialised", "matmul", "bar.sync 1, 128;", 0): _ONE_WARPGROUP,
+        ("matmul wgmma cp.async", "matmul", "bar.sync 0;", 1): _ONE_WARPGROUP,
+        ("matmul wgmma persistent", "persistent_matmul", "bar.sync 0;", 1): _ONE_WARPGROUP,
+        ("matmul wgmma persistent", "persistent_matmul", "bar.sync 0;", 2): _ASYNC_OPAQUE,
+        ("matmul wgmma persistent", "persistent_matmul", "bar.sync 0;", 3): _ASYNC_OPAQUE,
+        ("matmul wgmma persistent 2 warpgroups", "persistent_matmul", "bar.sync 0;", 2): _ASYNC_OPAQUE,
+        ("matmul wgmma persistent 2 warpgroups", "persistent_matmul", "bar.sync 0;", 3): _ASYNC_OPAQUE,
+        **{(case, "attention", "bar.sync 0;", n): why
+           for case in ("attention", "attention causal", "attention dropout", "attention decode (split keys)")
+           for n, why in ((0, _ASYNC_OPAQUE), (3, _ASYNC_OPAQUE), (4, _ONE_OF_TWO))},  # fmt: skip
+        **{(case, "attention", "bar.sync 0;", 5): _ASYNC_OPAQUE for case in ("attention", "attention causal", "attention dropout")},
+        **{(case, "attention", text, 0): _MASKED_ONE_TRIP for case, text in (
+            ("attention", "mbarrier.init.shared::cta.b64 [%r207], 1;"),
+            ("attention", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r254], 32768;"),
+            ("attention causal", "mbarrier.init.shared::cta.b64 [%r216], 1;"),
+            ("attention causal", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r269], 32768;"),
+            ("attention dropout", "mbarrier.init.shared::cta.b64 [%r5905], 1;"),
+            ("attention dropout", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r5913], 32768;"),
+            ("attention decode (split keys)", "mbarrier.init.shared::cta.b64 [%r312], 1;"),
+            ("attention decode (split keys)", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r397], 4096;"),
+        )},  # fmt: skip
+        ("attention decode (split keys)", "attention", "fence.proxy.async.shared::cta;", 3): _MASKED_ONE_TRIP,
+        ("attention backward (deterministic dQ)", "attention_dq", "bar.sync 0;", 0): _ASYNC_OPAQUE,
+        ("attention backward (deterministic dQ)", "attention_dq", "bar.sync 0;", 1): _ASYNC_OPAQUE,
+        ("gguf Q8_0 prefill", "gguf_matmul", "bar.sync 0;", 2): _ASYNC_OPAQUE,
+        ("gguf Q8_0 prefill", "gguf_matmul", "bar.sync 0;", 3): _ASYNC_OPAQUE,
+        **{(case, "scaled_matmul", "bar.sync 0;", n): _ASYNC_OPAQUE
+           for case in ("int8 quantize + matmul", "fp8 quantize + matmul") for n in (1, 4)},  # fmt: skip
+        ("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", 0): _ASYNC_OPAQUE,
+        **{("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for n in range(3, 16, 2)},
+        **{("linear_cross_entropy fwd + bwd", "matmul#2", text, n): _SHORT_K for text, n in (
+            ("mbarrier.init.shared::cta.b64 [%r52], 1;", 0), ("mbarrier.init.shared::cta.b64 [%r53], 1;", 0),
+            ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r57], 49152;", 0),
+            ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r82], 49152;", 0),
+            ("wgmma.wait_group.sync.aligned 1;", 0), ("bar.sync 0;", 1),
+        )},  # fmt: skip
+    },
+}
