@@ -107,7 +107,8 @@ def test_a_failing_unmutated_case_is_reported_not_mutated():
 
 def test_loading_edits_only_inside_and_strict_restores_the_simulator(monkeypatch):
     monkeypatch.delenv("KAIO_SIM_SCHEDULE_SEED", raising=False)
-    dev = kaio.Device("sim", arch="sm_80")
+    dev = kaio.Device("sim", arch="sm_80")  # (a device shared with other tests: its settings as they are)
+    before = dev.simulator.race_check, dev.simulator.synccheck
     with strict(dev, 3):
         assert dev.simulator.race_check and dev.simulator.synccheck
         with loading(dev, lambda ptx, name: ptx.replace("mul.rn.f32", "add.rn.f32")) as seen:
@@ -116,7 +117,7 @@ def test_loading_edits_only_inside_and_strict_restores_the_simulator(monkeypatch
             own_slot[2](dev.alloc_from(x), y, 100)
         assert [name for name, _ in seen] == ["own_slot"]
         assert (y.to_host() == 3).all()  # x + 2.0: the edited kernel ran
-    assert not dev.simulator.race_check and not dev.simulator.synccheck
+    assert (dev.simulator.race_check, dev.simulator.synccheck) == before
     own_slot[2](dev.alloc_from(x), y, 100)
     assert (y.to_host() == 2).all()  # the original again: the edited specialization was forgotten
 

@@ -11,6 +11,8 @@ shared-memory race checker, against numpy, with planted bugs that must be caught
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import re
 
 import numpy as np
@@ -58,10 +60,12 @@ def _kernels():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def dev() -> kaio.Device:
-    d = kaio.Device("sim")
+def dev() -> Iterator[kaio.Device]:
+    d = kaio.Device("sim")  # shared with other tests: its race check as it was, after
+    before = d._backend.simulator.race_check  # type: ignore[attr-defined]
     d._backend.simulator.race_check = True  # type: ignore[attr-defined]
-    return d
+    yield d
+    d._backend.simulator.race_check = before  # type: ignore[attr-defined]
 
 
 def _run_looped(dev: kaio.Device, kernel: object, rng: np.random.Generator, cols: int) -> None:
