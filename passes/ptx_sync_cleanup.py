@@ -175,13 +175,9 @@ _END = (ptx.RetOp, ptx.ExitOp)
 _BARRIER = -1  # the effect of a CTA barrier: it starts a new interval
 
 
-def _reads_mask(regions: int) -> int:
-    return int("01" * regions, 2)
-
-
-def conflict(before: int, after: int) -> bool:
-    """Whether accesses ``before`` a barrier and ``after`` it need it: the same region, one a write."""
-    reads = _reads_mask(max(before.bit_length(), after.bit_length()) // 2 + 1)
+def conflict(before: int, after: int, reads: int) -> bool:
+    """Whether accesses ``before`` a barrier and ``after`` it need it: the same region, one a
+    write (``reads``: the read bit of every region)."""
     before_writes, after_writes = (before >> 1) & reads, (after >> 1) & reads
     return bool(before_writes & (after | after_writes) or before & reads & after_writes)
 
@@ -200,8 +196,9 @@ class _Regions:
         dynamic = [op.sym_name.data for op in ops if arrays and type(op) is ptx.DynamicSharedDeclOp]  # type: ignore[attr-defined]
         index = {name: r for r, name in enumerate(static, 1)} | {name: len(static) + 1 for name in dynamic}
         self.count = len(static) + bool(dynamic) + 2  # global, the arrays, the unknown
-        self.shared = sum(1 << (2 * r) for r in range(1, self.count))  # read bits of every shared region
         self.everything = (1 << (2 * self.count)) - 1
+        self.reads = self.everything // 3  # 0b0101...: the read bit of every region
+        self.shared = self.reads - GLOBAL_READ  # of every shared region
         self._bit = {name: 1 << (2 * r) for name, r in index.items()}
         self._origin = self._trace(ops) if index else {}
         self.copied = 0  # the regions cp.async writes: what a wait may land
@@ -209,23 +206,25 @@ class _Regions:
             if type(op) is ptx.CpAsyncOp:
                 self.copied |= self.of(op, op.srcs[0])  # type: ignore[attr-defined]
 
-    def _trace(self, ops: list[Operation]) -> dict[SSAValue, int | None]:
-        """Per register, the read bits of the arrays its value may point into (0: none, an
-        integer; None: unknown), to a fixed point over the registers ``mov`` assigns."""
-        origin: dict[SSAValue, int | None] = {}
+    def _trace(self, ops: list[Operation]) -> dict[int, int | None]:
+        """Per register (by ``id``: xDSL's value hash is slow), the read bits of the arrays its value may point into (absent or 0:
+        none, an integer; None: unknown). One walk in program order settles every SSA value
+        (defined before its uses); the walk repeats only while a ``mov`` into a ``ptx.reg``
+        (loop-carried, read before it is assigned) still widens what that register holds."""
+        origin: dict[int, int | None] = {}
+        get = origin.get
+        steps = [op for op in ops if op.results and type(op) not in (ptx.RegOp, ptx.ConstOp) or type(op) is ptx.AssignOp]
         changed = True
         while changed:
             changed = False
-            for op in ops:
+            for op in steps:
                 cls = type(op)
                 if cls is ptx.AssignOp:
-                    dst, src = op.srcs  # type: ignore[attr-defined]
-                    value = _join(origin.get(dst, 0), origin.get(src, 0))
-                    if value != origin.get(dst, 0):
+                    dst, src = (id(v) for v in op.srcs)  # type: ignore[attr-defined]
+                    value = _join(get(dst, 0), get(src, 0))
+                    if value != get(dst, 0):
                         origin[dst] = value
                         changed = True
-                    continue
-                if not op.results or cls is ptx.RegOp or cls is ptx.ConstOp:
                     continue
                 if cls is ptx.MovOp and "symbol" in op.properties:
                     value = self._bit.get(op.symbol.data, 0)  # type: ignore[attr-defined]  # (a special register: an integer)
@@ -234,13 +233,12 @@ class _Regions:
                 elif cls in _TOUCH_NOTHING or cls in PURE_OPS:
                     value = 0
                     for src in op.operands:
-                        value = _join(value, origin.get(src, 0))
+                        value = _join(value, get(id(src), 0))
                 else:
                     value = None  # loaded, exchanged: anything
-                for result in op.results:
-                    if origin.get(result, 0) != value:
-                        origin[result] = value
-                        changed = True
+                if value != 0 or get(id(op.results[0]), 0) != 0:
+                    for result in op.results:
+                        origin[id(result)] = value
         return origin
 
     def of(self, op: Operation, address: SSAValue | None) -> int:
@@ -248,7 +246,7 @@ class _Regions:
         if "symbol" in op.properties:
             bit = self._bit.get(op.symbol.data)  # type: ignore[attr-defined]
             return bit if bit is not None else self.shared
-        origin = self._origin.get(address, 0) if address is not None else None
+        origin = self._origin.get(id(address), 0) if address is not None else None
         return origin or self.shared
 
 
@@ -375,23 +373,26 @@ def redundant_barriers(ops: list[Operation], gone: set[int] = frozenset()) -> li
     barriers either of which may go, which one stays moves ptxas's schedule: the first round
     keeps the choices made before arrays were told apart, which the kernels' spill-free
     register budgets were tuned on.)"""
+    if not any(_cta_barrier(op) for op in ops):
+        return []
+    blocks, depth = _blocks(ops), _loop_depth(ops)
+    arrays = _Regions(ops)
     dead: list[int] = []
-    for regions in (_Regions(ops, arrays=False), _Regions(ops)):
+    # with fewer than two arrays, telling them apart lets nothing more go
+    for regions in (_Regions(ops, arrays=False), arrays) if arrays.count > 3 else (arrays,):
         pairs = [((0, 0) if id(op) in gone or i in dead else _effects(op, regions)) for i, op in enumerate(ops)]
-        dead += _removable(ops, [p[0] for p in pairs], [p[1] for p in pairs])
+        dead += _removable(blocks, depth, [p[0] for p in pairs], [p[1] for p in pairs], regions.reads)
     return [ops[i] for i in sorted(dead)]
 
 
-def _removable(ops: list[Operation], before_effect: list[int], after_effect: list[int]) -> list[int]:
+def _removable(blocks: list[_Block], depth: list[int], before_effect: list[int], after_effect: list[int],
+               reads: int) -> list[int]:  # fmt: skip
     """The barriers (by index) that go, one at a time, given each op's effects."""
-    if _BARRIER not in before_effect:
-        return []
-    blocks, depth = _blocks(ops), _loop_depth(ops)
     dead: list[int] = []
     while True:
         before = _intervals(blocks, before_effect, forward=True)
         after = _intervals(blocks, after_effect, forward=False)
-        free = [i for i in before if not conflict(before[i], after.get(i, 0))]
+        free = [i for i in before if not conflict(before[i], after.get(i, 0), reads)]
         if not free:
             return dead
         i = max(free, key=lambda i: (depth[i], i))
