@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from kaio import dtypes
+from kaio.aot.c_expressions import evaluate
 from kaio.errors import KaioTypeError
 from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.matmul_config import (
@@ -56,6 +57,8 @@ from kaio.ops_library.matmul_kernel import (
 from kaio.ops_library.operands import Operand as _Operand
 from kaio.ops_library.operands import Operands
 from kaio.pipeline import Pipeline
+
+_TILES = "cdiv(m, BM) * cdiv(n, BN)"  # C tiles: MatmulKernel.grid_rule of a plain kernel
 
 
 def _check(a: _Operand, b: _Operand, out: _Operand | None, acc: Any) -> tuple[int, int, int]:
@@ -108,8 +111,10 @@ def _overlaps(x: _Operand, y: _Operand) -> bool:
 
 def launch(kernel: MatmulKernel, a: Any, b: Any, c: Any, bias: Any, m: int, n: int, k: int,
            alpha: float, beta: float, dev: Any) -> None:  # fmt: skip
-    """One launch of a specialization (a program per C tile)."""
-    tiles = math.ceil(m / kernel.config.block[0]) * math.ceil(n / kernel.config.block[1])
+    """One launch of a specialization (a program per C tile: the rule of the plain kernel,
+    which split-K and persistent kernels share)."""
+    bm, bn, _ = kernel.config.block
+    tiles = evaluate(_TILES, {"m": m, "n": n, "BM": bm, "BN": bn})
     kernel.launch(tiles, (a, b, c, c if bias is None else bias, m, n, k, alpha, beta), dev)
 
 
@@ -186,6 +191,29 @@ class Matmul:
         from kaio.ops_library.matmul_autotune import autotune
 
         return autotune(self, a, b, m, n, k, c.dtype, align, tensor_cores, dev)
+
+    def aot_kernel(self, arch: str, dtype: Any = "f16", out_dtype: Any = "f32", config: MatmulConfig | None = None,
+                   bias: Any = None, activation: str | None = None) -> MatmulKernel:  # fmt: skip
+        """The kernel :func:`kaio.aot.export` ships for ``arch``: 16-byte aligned operands, rows
+        a multiple of 16 elements (m, n, k % 16 == 0: the C dispatcher checks), ``config`` or
+        the default tensor-core config of ``arch``, no split-K (a C launch is one kernel)."""
+        def scalar(value: Any, what: str) -> dtypes.ScalarType:
+            t = value if isinstance(value, dtypes.ScalarType) else dtypes.BY_NAME.get(str(value))
+            if t is None:
+                raise KaioTypeError(f"matmul.aot_kernel: `{what}` must be a kaio type name, got {value!r}")
+            return t
+
+        in_type, out_type = scalar(dtype, "dtype"), scalar(out_dtype, "out_dtype")
+        bias_type = None if bias is None else scalar(bias, "bias")
+        if in_type not in INPUT_TYPES or out_type not in (dtypes.f32, in_type):
+            raise KaioTypeError(f"matmul.aot_kernel: inputs f16, bf16 or f32 and out f32 or the input type; got "
+                                f"{in_type.name} -> {out_type.name}")  # fmt: skip
+        if activation not in ACTIVATIONS:
+            raise KaioTypeError(f"matmul.aot_kernel: activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
+        if config is None:
+            config = default_config(in_type != dtypes.f32, (8, 8, 2) if in_type.nbytes == 2 else (4, 4, 4),
+                                    in_type.nbytes, arch=arch)  # fmt: skip
+        return MatmulKernel(in_type, out_type, (16, 16, 16), config, bias_type, activation)
 
     def pipeline(self, config: MatmulConfig | None = None, arch: str = "sm_80") -> Pipeline:
         """The pass pipeline of ``config`` (default: the f16/bf16 tensor-core default of ``arch``)."""

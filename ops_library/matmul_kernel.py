@@ -282,6 +282,16 @@ class MatmulKernel:
         per_sm = min(device.shared_memory_per_block_optin // max(shared, 1), 2048 // self.config.threads)
         return device.sm_count * max(per_sm, 1)
 
+    @property
+    def grid_rule(self) -> tuple[str, ...] | None:
+        """Programs of one launch as an expression of the arguments and constexprs (what
+        :func:`kaio.aot.export` compiles into C; :func:`kaio.ops_library.matmul.launch` reads it
+        too); None where the count depends on the device (persistent) or two kernels run
+        (split-K)."""
+        if self.split or self.config.persistent:
+            return None
+        return ("cdiv(m, BM) * cdiv(n, BN)",)
+
     def launch(self, tiles: int, args: tuple[Any, ...], device: Any) -> None:
         """One program per C tile (``args``: a, b, c, bias, m, n, k, alpha, beta); with split-K,
         SPLIT_K programs per tile into an f32 workspace, then the ordered reduction."""

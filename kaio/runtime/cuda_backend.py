@@ -41,7 +41,7 @@ _RETRY_ERRORS = (
 
 # element types TMA moves, by kaio name -> CU_TENSOR_MAP_DATA_TYPE_* (16-bit floats keep their
 # type so the map reads as what it is; integers by width)
-_TMA_TYPES = {
+TMA_DATA_TYPES = {
     "f16": "FLOAT16", "bf16": "BFLOAT16", "f32": "FLOAT32", "f64": "FLOAT64",
     "i8": "UINT8", "u8": "UINT8", "bool": "UINT8", "i16": "UINT16", "u16": "UINT16",
     "i32": "INT32", "u32": "UINT32", "i64": "INT64", "u64": "UINT64",
@@ -335,7 +335,7 @@ class CudaBackend(Backend):
         drv = self._drv
         kinds = drv.CUtensorMapDataType
         try:
-            kind = getattr(kinds, "CU_TENSOR_MAP_DATA_TYPE_" + _TMA_TYPES[dtype.name])
+            kind = getattr(kinds, "CU_TENSOR_MAP_DATA_TYPE_" + TMA_DATA_TYPES[dtype.name])
         except KeyError:
             raise KaioLaunchError(f"TMA cannot move {dtype.name} elements") from None
         swizzles = drv.CUtensorMapSwizzle

@@ -239,5 +239,5 @@ def test_every_kaio_type_has_a_tma_element_type() -> None:
     """fp8 tiles reach TMA as bytes (CU_TENSOR_MAP_DATA_TYPE_UINT8): a wgmma fp8 kernel's maps encode."""
     from kaio.runtime import cuda_backend
 
-    assert {t.name for t in dtypes.ALL_TYPES} <= set(cuda_backend._TMA_TYPES)
-    assert cuda_backend._TMA_TYPES["f8e4m3"] == cuda_backend._TMA_TYPES["f8e5m2"] == "UINT8"
+    assert {t.name for t in dtypes.ALL_TYPES} <= set(cuda_backend.TMA_DATA_TYPES)
+    assert cuda_backend.TMA_DATA_TYPES["f8e4m3"] == cuda_backend.TMA_DATA_TYPES["f8e5m2"] == "UINT8"
