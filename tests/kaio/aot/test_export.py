@@ -155,3 +155,15 @@ def test_cli_writes_and_fails_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "kaio-aot: error:" in err and "nothing" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_rust_module_type_checks(tmp_path):
+    rustc = shutil.which("rustc") or shutil.which("rustc", path=str(Path.home() / ".cargo" / "bin"))
+    if rustc is None:
+        pytest.skip("needs rustc")
+    export(matmul, tmp_path, arch=("sm_80", "sm_90a"), cubin=False, rust=True)
+    text = (tmp_path / "matmul.rs").read_text()
+    assert "pub unsafe fn launch(stream: CUstream, grid: Option<[u32; 3]>, a: CUdeviceptr" in text
+    result = subprocess.run([rustc, "--edition", "2021", "--crate-type", "lib", "--emit", "metadata", "-D", "warnings",
+                             "--out-dir", str(tmp_path), str(tmp_path / "matmul.rs")], capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr
