@@ -18,25 +18,14 @@ from kaio.tools import kaio_aot
 
 sys.path.insert(0, str(Path(__file__).parent))
 import aot_kernels  # noqa: E402
+from fake_cuda import GCC, WARNINGS, need_gcc  # noqa: E402
 
-GCC = shutil.which("gcc")
-WARNINGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
-
-
-def cuda_include() -> Path | None:
-    try:
-        import nvidia.cuda_runtime
-    except ImportError:
-        return None
-    include = Path(list(nvidia.cuda_runtime.__path__)[0]) / "include"
-    return include if (include / "cuda.h").is_file() else None
 
 
 def compile_c(source: Path, tmp: Path) -> subprocess.CompletedProcess:
-    if GCC is None or cuda_include() is None:
-        pytest.skip("needs gcc and the cuda.h of the nvidia-cuda-runtime-cu12 wheel")
+    gcc, include = need_gcc()
     # -isystem: cuda.h itself uses unnamed unions, which -pedantic C99 flags; the generated code does not
-    return subprocess.run([GCC, *WARNINGS, "-fPIC", "-c", "-isystem", str(cuda_include()), str(source),
+    return subprocess.run([gcc, *WARNINGS, "-fPIC", "-c", "-isystem", str(include), str(source),
                            "-o", str(tmp / (source.stem + ".o"))], capture_output=True, text=True)  # fmt: skip
 
 
