@@ -18,6 +18,8 @@ from kaio.dialects.ptx_base import (
     _gate,
     _half_requirements,
 )
+from kaio.dialects.ptx_grammar import FLOAT_ROUNDING as R
+from kaio.dialects.ptx_grammar import TypeRule, rule
 from xdsl.irdl import (
     irdl_op_definition,
 )
@@ -27,6 +29,22 @@ from xdsl.utils.exceptions import VerifyException
 
 _FLOAT_MODS = _ROUND | {"ftz", "sat"}
 _ARITH_TYPES = frozenset(TYPE_BITS) - {"pred", "b8", "u8", "s8", "b16", "b32", "b64", "tf32"}
+
+# type classes of the rules (ptx_grammar): which modifiers each takes, as ptxas has them
+_SIGNED = ("s16", "s32", "s64")
+_INTS = (*_SIGNED, "u16", "u32", "u64")
+_INTS_16_32 = ("s16", "s32", "u16", "u32")
+_INTS_64 = ("s64", "u64")
+_F16 = ("f16", "f16x2")
+_BF16 = ("bf16", "bf16x2")
+# add/sub/mul on floats: rounding optional; .ftz on f32 and f16, .sat on them too
+_FLOAT_RULES = (
+    rule(["f32"], R | {"ftz", "sat"}),
+    rule(["f64"], R),
+    rule(_F16, R | {"ftz", "sat"}),
+    rule(_BF16, R),
+)
+_MULTIPLY_MODE = ("lo", "hi", "wide")  # of an integer mul/mad: required, .wide up to 32 bits
 
 
 class _Arith(PtxInstr):
@@ -43,11 +61,18 @@ class _Arith(PtxInstr):
 class AddOp(_Arith):
     name = "ptx.add"
     INFO: ClassVar[InstrInfo] = _Arith.INFO.but(mods=_FLOAT_MODS | {"cc"})
+    RULES: ClassVar[tuple[TypeRule, ...]] = (
+        rule(["s32"], {"sat", "cc"}),
+        rule(["u32", "s64", "u64"], {"cc"}),
+        rule(["s16", "u16"]),
+        *_FLOAT_RULES,
+    )
 
 
 @irdl_op_definition
 class SubOp(_Arith):
     name = "ptx.sub"
+    RULES: ClassVar[tuple[TypeRule, ...]] = (rule(["s32"], {"sat"}), rule(_INTS), *_FLOAT_RULES)
 
 
 @irdl_op_definition
@@ -56,6 +81,11 @@ class MulOp(_Arith):
 
     name = "ptx.mul"
     INFO: ClassVar[InstrInfo] = _Arith.INFO.but(mods=_FLOAT_MODS | {"lo", "hi", "wide"})
+    RULES: ClassVar[tuple[TypeRule, ...]] = (
+        rule(_INTS_16_32, required=[_MULTIPLY_MODE]),
+        rule(_INTS_64, required=[("lo", "hi")]),
+        *_FLOAT_RULES,
+    )
 
     def check(self, mods: list[str], types: list[str]) -> None:
         bits = TYPE_BITS[types[0]]
@@ -71,6 +101,13 @@ class MadOp(_Arith):
     name = "ptx.mad"
     INFO: ClassVar[InstrInfo] = _Arith.INFO.but(
         n_args=(3, 3), mods=_FLOAT_MODS | {"lo", "hi", "wide"}, imm_args=frozenset({1, 2})
+    )
+    RULES: ClassVar[tuple[TypeRule, ...]] = (
+        rule(["s32"], {"sat"}, required=[_MULTIPLY_MODE], needs={"sat": ["hi"]}),
+        rule(_INTS_16_32, required=[_MULTIPLY_MODE]),
+        rule(_INTS_64, required=[("lo", "hi")]),
+        rule(["f32"], {"ftz", "sat"}, required=[R]),
+        rule(["f64"], required=[R]),
     )
 
     def check(self, mods: list[str], types: list[str]) -> None:
@@ -88,6 +125,12 @@ class FmaOp(_Arith):
     INFO: ClassVar[InstrInfo] = _Arith.INFO.but(
         n_args=(3, 3), types=FLOAT_TYPES, imm_args=frozenset({1, 2})
     )
+    RULES: ClassVar[tuple[TypeRule, ...]] = (
+        rule(["f32"], {"ftz", "sat"}, required=[R]),
+        rule(["f64"], required=[R]),
+        rule(_F16, {"ftz", "sat", "relu"}, required=[R]),
+        rule(_BF16, {"relu"}, required=[R]),
+    )
 
     def requirements(self) -> Iterable[Requirement]:
         yield from _half_requirements(self)
@@ -97,6 +140,11 @@ class FmaOp(_Arith):
 class DivOp(_Arith):
     name = "ptx.div"
     INFO: ClassVar[InstrInfo] = _Arith.INFO.but(mods=_FLOAT_MODS | {"approx", "full"})
+    RULES: ClassVar[tuple[TypeRule, ...]] = (
+        rule(_INTS),
+        rule(["f32"], {"ftz"}, required=[R | {"approx", "full"}]),
+        rule(["f64"], required=[R]),
+    )
 
 
 @irdl_op_definition
@@ -105,10 +153,18 @@ class RemOp(_Arith):
     INFO: ClassVar[InstrInfo] = _Arith.INFO.but(
         types=INT_TYPES - {"b16", "b32", "b64"}, mods=frozenset()
     )
+    RULES: ClassVar[tuple[TypeRule, ...]] = (rule(_INTS),)
 
 
 class _MinMax(_Arith):
     INFO: ClassVar[InstrInfo] = _Arith.INFO.but(mods=frozenset({"ftz", "NaN"}))
+    RULES: ClassVar[tuple[TypeRule, ...]] = (
+        rule(_INTS),
+        rule(["f32"], {"ftz", "NaN"}),
+        rule(["f64"]),
+        rule(_F16, {"ftz", "NaN"}),
+        rule(_BF16, {"NaN"}),
+    )
 
     def requirements(self) -> Iterable[Requirement]:
         if any(t in ("f16", "f16x2", "bf16", "bf16x2") for t in self.ptx_types):
@@ -137,17 +193,20 @@ class _Unary(PtxInstr):
 @irdl_op_definition
 class AbsOp(_Unary):
     name = "ptx.abs"
+    RULES: ClassVar[tuple[TypeRule, ...]] = (rule(_SIGNED), rule(["f32"], {"ftz"}), rule(["f64"]), rule(_F16, {"ftz"}), rule(_BF16))
 
 
 @irdl_op_definition
 class NegOp(_Unary):
     name = "ptx.neg"
+    RULES: ClassVar[tuple[TypeRule, ...]] = AbsOp.RULES
 
 
 @irdl_op_definition
 class CopysignOp(_Arith):
     name = "ptx.copysign"
     INFO: ClassVar[InstrInfo] = _Arith.INFO.but(types=frozenset(("f32", "f64")), mods=frozenset())
+    RULES: ClassVar[tuple[TypeRule, ...]] = (rule(["f32", "f64"]),)
 
 
 class _FloatUnary(_Unary):
@@ -159,22 +218,29 @@ class _FloatUnary(_Unary):
 @irdl_op_definition
 class RcpOp(_FloatUnary):
     name = "ptx.rcp"
+    RULES: ClassVar[tuple[TypeRule, ...]] = (
+        rule(["f32"], {"ftz"}, required=[R | {"approx"}]),
+        rule(["f64"], {"ftz"}, required=[R | {"approx"}], needs={"approx": ["ftz"]}),
+    )
 
 
 @irdl_op_definition
 class SqrtOp(_FloatUnary):
     name = "ptx.sqrt"
+    RULES: ClassVar[tuple[TypeRule, ...]] = (rule(["f32"], {"ftz"}, required=[R | {"approx"}]), rule(["f64"], required=[R]))
 
 
 @irdl_op_definition
 class RsqrtOp(_FloatUnary):
     name = "ptx.rsqrt"
+    RULES: ClassVar[tuple[TypeRule, ...]] = (rule(["f32", "f64"], {"ftz"}, required=[["approx"]]),)
 
 
 class _Sfu(_FloatUnary):
     """ex2/lg2/sin/cos: f32 only, .approx; ex2 also has f16 forms (sm_75)."""
 
     INFO: ClassVar[InstrInfo] = _FloatUnary.INFO.but(types=frozenset(("f32", "f16", "f16x2")))
+    RULES: ClassVar[tuple[TypeRule, ...]] = (rule(["f32"], {"ftz"}, required=[["approx"]]), rule(_F16, required=[["approx"]]))
 
     def requirements(self) -> Iterable[Requirement]:
         if any(t in ("f16", "f16x2") for t in self.ptx_types):
@@ -207,6 +273,7 @@ class CosOp(_Sfu):
 @irdl_op_definition
 class TanhOp(_Sfu):
     name = "ptx.tanh"
+    RULES: ClassVar[tuple[TypeRule, ...]] = (rule(["f32", *_F16], required=[["approx"]]),)
 
     def requirements(self) -> Iterable[Requirement]:
         yield _gate(self.opcode(), 75, (7, 0))

@@ -44,6 +44,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects.plain_init import init_plain
+from kaio.dialects.ptx_grammar import FLOAT_ROUNDING, TypeRule, check_exclusive, check_type_rules
 
 # --------------------------------------------------------------------------- types and registers
 
@@ -199,6 +200,8 @@ class PtxInstr(IRDLOperation):
     """Base of every PTX instruction op; concrete ops mostly only name themselves."""
 
     INFO: ClassVar[InstrInfo] = InstrInfo()
+    # the modifiers each type class takes (ptx_grammar); empty: INFO's lists alone
+    RULES: ClassVar[tuple[TypeRule, ...]] = ()
 
     spec = prop_def(StringAttr)
     guard = opt_prop_def(StringAttr)  # "@" or "@!": the last arg is the predicate
@@ -309,7 +312,16 @@ class PtxInstr(IRDLOperation):
         bad = [m for m in mods if m not in self.INFO.mods]
         if bad:
             raise VerifyException(f"{name}.{self.spec_text}: unknown modifier(s) {bad}")
+        self.check_spec(mods, types)
         return tuple(mods), tuple(types)
+
+    def check_spec(self, mods: list[str], types: list[str]) -> None:
+        """The spec's grammar beyond INFO's lists (which modifiers go together and with which
+        type); it depends on the op class and the spec alone, so it runs once per pair."""
+        opcode = self.opcode()
+        check_exclusive(opcode, mods)
+        if self.RULES:
+            check_type_rules(opcode, self.RULES, mods, types[0])
 
     def check(self, mods: list[str], types: list[str]) -> None:
         """Register widths; the default: all outs and value sources have the type's width."""
@@ -494,7 +506,7 @@ def _half_requirements(
 
 # --------------------------------------------------------------------------- shared by families
 
-_ROUND = frozenset(("rn", "rz", "rm", "rp"))
+_ROUND = FLOAT_ROUNDING
 
 
 class _NoTypes(PtxInstr):

@@ -13,6 +13,7 @@ from kaio.dialects.ptx_base import (
     _check_width,
     _half_requirements,
 )
+from kaio.dialects.ptx_grammar import TypeRule, rule
 from xdsl.irdl import (
     irdl_op_definition,
 )
@@ -161,10 +162,12 @@ class BrevOp(PtxInstr):
 
 # --------------------------------------------------------------------------- compare and select
 
-CMP_OPS = frozenset(
-    ("eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs",
-     "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")
-)  # fmt: skip
+_EQUALITY = ("eq", "ne")
+_ORDERED = (*_EQUALITY, "lt", "le", "gt", "ge")
+_UNSIGNED_CMP = (*_ORDERED, "lo", "ls", "hi", "hs")
+_FLOAT_CMP = (*_ORDERED, "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan")
+CMP_OPS = frozenset(_UNSIGNED_CMP + _FLOAT_CMP)
+_COMBINE = ("and", "or", "xor")  # setp's optional third predicate
 
 
 @irdl_op_definition
@@ -180,10 +183,16 @@ class SetpOp(PtxInstr):
         mods=CMP_OPS | {"and", "or", "xor", "ftz"},
         imm_args=frozenset({1}),
     )
+    # each type class its comparisons (one of them, required); .ftz on f32 and f16
+    RULES: ClassVar[tuple[TypeRule, ...]] = (
+        rule(["b16", "b32", "b64"], _COMBINE, required=[_EQUALITY]),
+        rule(["s16", "s32", "s64"], _COMBINE, required=[_ORDERED]),
+        rule(["u16", "u32", "u64"], _COMBINE, required=[_UNSIGNED_CMP]),
+        rule(["f32", "f16", "f16x2"], (*_COMBINE, "ftz"), required=[_FLOAT_CMP]),
+        rule(["f64", "bf16", "bf16x2"], _COMBINE, required=[_FLOAT_CMP]),
+    )
 
     def check(self, mods: list[str], types: list[str]) -> None:
-        if not any(m in CMP_OPS for m in mods):
-            raise VerifyException("setp needs a comparison (lt, eq, ...)")
         for v in self.results:
             _check_width(v, 1, "setp")
         bits = TYPE_BITS[types[0]]

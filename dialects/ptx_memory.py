@@ -20,6 +20,7 @@ from kaio.dialects.ptx_base import (
     _NoTypes,
     register_bits,
 )
+from kaio.dialects.ptx_grammar import VECTORS, check_memory_spec, vector_count
 from xdsl.dialects.builtin import (
     IntegerAttr,
 )
@@ -50,15 +51,21 @@ _CACHE = frozenset(
         "sys",
     )
 )
-_VECTOR = {"v2": 2, "v4": 4}
+_VECTOR = VECTORS
 
 
-def _vector_count(mods: list[str]) -> int:
-    return next((_VECTOR[m] for m in mods if m in _VECTOR), 1)
+class _LoadStore(PtxInstr):
+    """ld and st: ptx_grammar's rules for spaces, cache operators, orders and vector widths."""
+
+    STORE: ClassVar[bool] = False
+
+    def check_spec(self, mods: list[str], types: list[str]) -> None:
+        super().check_spec(mods, types)
+        check_memory_spec(self.opcode(), mods, TYPE_BITS[types[0]], self.STORE)
 
 
 @irdl_op_definition
-class LdOp(PtxInstr):
+class LdOp(_LoadStore):
     """``ld.global.v4.f32 {a, b, c, d}, [%rd + 16]``; ``ld.param.u64 %rd, [kernel_param_0]``."""
 
     name = "ptx.ld"
@@ -73,16 +80,16 @@ class LdOp(PtxInstr):
 
     def check(self, mods: list[str], types: list[str]) -> None:
         _check_address(self, mods)
-        if len(self.results) != _vector_count(mods):
+        if len(self.results) != vector_count(mods):
             raise VerifyException(
-                f"ld.{self.spec_text} yields {_vector_count(mods)} values, got {len(self.results)}"
+                f"ld.{self.spec_text} yields {vector_count(mods)} values, got {len(self.results)}"
             )
         for v in self.results:
             _check_width(v, TYPE_BITS[types[0]], "ld")
 
 
 @irdl_op_definition
-class LdIntoOp(PtxInstr):
+class LdIntoOp(_LoadStore):
     """``@p ld.global.v4.b32 {a, b, c, d}, [%rd]`` into *existing* registers (``ptx.reg``; args:
     the address, then the destinations): a masked load whose destinations were first set to the
     masked-off value, as nvcc and Triton write it. Where the guard is false the registers keep
@@ -106,9 +113,9 @@ class LdIntoOp(PtxInstr):
         _check_address(self, mods)
         if self.symbol is not None:
             raise VerifyException("ld_into takes a register address")
-        if len(self.destinations) != _vector_count(mods):
+        if len(self.destinations) != vector_count(mods):
             raise VerifyException(
-                f"ld.{self.spec_text} writes {_vector_count(mods)} registers, got {len(self.destinations)}"
+                f"ld.{self.spec_text} writes {vector_count(mods)} registers, got {len(self.destinations)}"
             )
         for v in self.destinations:
             if not isinstance(v.owner, RegOp):
@@ -121,10 +128,11 @@ class LdIntoOp(PtxInstr):
 
 
 @irdl_op_definition
-class StOp(PtxInstr):
+class StOp(_LoadStore):
     """``st.global.f32 [%rd], %f``; vector stores take 2 or 4 values."""
 
     name = "ptx.st"
+    STORE: ClassVar[bool] = True
     INFO: ClassVar[InstrInfo] = PtxInstr.INFO.but(
         n_outs=(0, 0),
         n_args=(1, 5),
@@ -136,9 +144,9 @@ class StOp(PtxInstr):
     def check(self, mods: list[str], types: list[str]) -> None:
         _check_address(self, mods)
         values = self.value_srcs()
-        if len(values) != _vector_count(mods):
+        if len(values) != vector_count(mods):
             raise VerifyException(
-                f"st.{self.spec_text} stores {_vector_count(mods)} values, got {len(values)}"
+                f"st.{self.spec_text} stores {vector_count(mods)} values, got {len(values)}"
             )
         for v in values:
             _check_width(v, TYPE_BITS[types[0]], "st")
@@ -159,6 +167,11 @@ class _Atomic(PtxInstr):
         | _ATOM_OPS,
         has_address=True,
     )
+
+    def check_spec(self, mods: list[str], types: list[str]) -> None:
+        super().check_spec(mods, types)
+        if len(set(mods) & _SPACES) > 1:
+            raise VerifyException(f"{self.opcode()}: one state space")
 
     def check(self, mods: list[str], types: list[str]) -> None:
         _check_address(self, mods)

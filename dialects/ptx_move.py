@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from kaio.dialects.ptx_base import (
     _ROUND,
+    FLOAT_TYPES,
     FP8_PAIR_TYPES,
     TYPE_BITS,
     InstrInfo,
@@ -17,6 +18,7 @@ from kaio.dialects.ptx_base import (
     _check_width,
     _gate,
 )
+from kaio.dialects.ptx_grammar import check_cvt_spec
 from xdsl.irdl import (
     irdl_op_definition,
 )
@@ -39,6 +41,11 @@ class CvtOp(PtxInstr):
         types=frozenset(TYPE_BITS) - {"pred", "b8", "b16", "b32", "b64", "e4m3", "e5m2"},
         mods=_ROUND | {"rni", "rzi", "rmi", "rpi", "ftz", "sat", "relu", "satfinite"},
     )
+
+    def check_spec(self, mods: list[str], types: list[str]) -> None:
+        super().check_spec(mods, types)
+        if not {*types} & (FP8_PAIR_TYPES | {"tf32"}):  # those carry their own (.rn.satfinite)
+            check_cvt_spec(self.opcode(), mods, types[0], types[1], TYPE_BITS, FLOAT_TYPES)
 
     def check(self, mods: list[str], types: list[str]) -> None:
         _check_width(self.results[0], TYPE_BITS[types[0]], "cvt")
