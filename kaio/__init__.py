@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from kaio.runtime.bench import BenchResult, bench
     from kaio.runtime.buffer import Buffer
     from kaio.runtime.device import Device
-    from kaio.runtime.grid import cdiv
+    from kaio.prelude import cdiv
     from kaio.runtime.streams import Event, Stream
 
 
@@ -53,7 +53,7 @@ _LAZY = {
     "Event": ("kaio.runtime.streams", "Event"),
     "bench": ("kaio.runtime.bench", "bench"),
     "BenchResult": ("kaio.runtime.bench", "BenchResult"),
-    "cdiv": ("kaio.runtime.grid", "cdiv"),
+    "cdiv": ("kaio.prelude", "cdiv"),  # a kernel builtin that also runs on the host
 }
 
 
@@ -68,6 +68,11 @@ def __getattr__(name: str) -> object:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'kaio' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazy names too, so dir(kaio) and tab completion show the whole public API
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [

@@ -121,6 +121,15 @@ abs = _builtin("abs(x)", host=_py.abs)
 min = _builtin("min(a, b, ...)", host=_py.min)
 max = _builtin("max(a, b, ...)", host=_py.max)
 
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# ceiling division of integers, in a kernel (``cdiv(n, BLOCK)`` trips of a loop) and on the
+# host (grids: ``kaio.cdiv(1000, 256) == 4``); for a >= 0 and b > 0, as Triton's
+cdiv = _builtin("cdiv(a, b)", host=_ceil_div)
+
 # bits of 32-bit words (dequantisation): kaio.frontend.bit_builtins
 dp4a = _builtin("dp4a(a, b, c)")
 dp2a = _builtin("dp2a(a, b, c, hi=False)")

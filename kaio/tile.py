@@ -7,7 +7,7 @@ a clear error); the reference is docs/tile_language.md.
 
 Elementwise operators (``+ - * / // % **``, comparisons, ``& | ^``), the prelude's math builtins
 (``exp exp2 log log2 sqrt rsqrt tanh sin cos abs min max fma``), the bit builtins (``dp4a dp2a
-prmt lop3 bitcast unpack_nibble``), the random numbers (``rand randn randint randint4x``:
+prmt lop3 bitcast unpack_nibble``), ``cdiv``, the random numbers (``rand randn randint randint4x``:
 Triton's Philox, bit for bit), casts (``f16(t)``, ``f32(t)``, ``f8e4m3(t)``) and
 ``@kaio.device`` functions apply to tiles element by element, with numpy broadcasting
 between tiles and scalars.
@@ -19,6 +19,7 @@ from kaio.prelude import (
     Builtin,
     abs,
     bitcast,
+    cdiv,
     cos,
     dp2a,
     dp4a,
@@ -89,4 +90,5 @@ __all__ = [
     "trans", "expand_dims", "broadcast_to", "dot", "where", "maximum", "minimum", "sum", "max",
     "min", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sin", "cos", "abs", "fma",
     "dp4a", "dp2a", "prmt", "lop3", "bitcast", "unpack_nibble", "rand", "randn", "randint", "randint4x",
+    "cdiv",
 ]  # fmt: skip

@@ -366,6 +366,18 @@ def _abs(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Va
     return Scalar(fc.em.value(op_cls(s.ssa)), t)
 
 
+def _cdiv(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+    """``(a + b - 1) // b`` of two integers (folded when both are known), as Triton's cdiv."""
+    a, b = (require_scalar(v, "`cdiv`") for v in _signature(node, args, kwargs, "cdiv(a, b)", ["a", "b"]))
+    for v in (a, b):
+        integer = v.type.is_int if v.type is not None else type(v.value) is int  # type: ignore[union-attr]
+        if not integer:
+            raise SemanticError(f"`cdiv` takes integers, got {type_name(v)}", None, node)
+    if isinstance(b, Const) and int(b.value) <= 0:
+        raise SemanticError(f"`cdiv` divides by a positive integer, got {b.value}", None, node)
+    return binary(fc.em, "//", binary(fc.em, "+", a, binary(fc.em, "-", b, Const(1))), b)
+
+
 def _min_max(
     is_max: bool, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
 ) -> Value:
@@ -479,6 +491,7 @@ _TABLE: dict[kp.Builtin, Handler] = {
     kp.min: partial(_min_max, False),
     kp.max: partial(_min_max, True),
     kp.fma: _fma,
+    kp.cdiv: _cdiv,
     kp.static_range: _only_in_for,
     **BIT_BUILTINS,
     **RANDOM_BUILTINS,

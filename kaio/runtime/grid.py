@@ -22,13 +22,9 @@ from typing import Any
 import numpy as np
 
 from kaio.errors import KaioLaunchError
+from kaio.prelude import cdiv  # ceiling division for grid sizes (also a kernel builtin)
 
 Dim3 = tuple[int, int, int]
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division for grid sizes: ``cdiv(1000, 256) == 4``."""
-    return -(-a // b)
 
 
 def _dims(value: Any, what: str, limits: Dim3) -> Dim3:

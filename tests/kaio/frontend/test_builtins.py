@@ -190,11 +190,12 @@ def test_every_prelude_builtin_has_a_compile_rule_and_fails_on_the_host() -> Non
     from kaio.frontend.builtins import builtin_handler  # noqa: F401 - the table asserts coverage
 
     for b in kp.BUILTINS:
-        if b in (kp.abs, kp.min, kp.max):
+        if b in (kp.abs, kp.min, kp.max, kp.cdiv):
             continue
         with pytest.raises(kaio.KaioError, match="can only be called inside"):
             b()
     assert kp.abs(-2) == 2 and kp.min(3, 1, 2) == 1 and kp.max([4, 5]) == 5  # host behaviour
+    assert kp.cdiv(1000, 256) == 4 and kp.cdiv(0, 7) == 0 and kaio.cdiv is kp.cdiv
     assert kp.f32(1.5) == 1.5 and math.isclose(kp.f16(0.1), 0.1, rel_tol=1e-3)
 
 
