@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # what the lazy names below resolve to, for type checkers and
     from kaio.compiler import compile
     from kaio.frontend import device, gpu_kernel, tile_kernel
     from kaio.ir_loader import LoadedKernel, load_ir
+    from kaio.dialect_registry import register_dialect
+    from kaio.frontend.user_builtins import BuiltinCall, builtin
     from kaio.pass_registry import register_pass
     from kaio.pipeline import Pipeline
     from kaio.runtime.bench import BenchResult, bench
@@ -43,6 +45,9 @@ _LAZY = {
     "LoadedKernel": ("kaio.ir_loader", "LoadedKernel"),
     "Pipeline": ("kaio.pipeline", "Pipeline"),
     "register_pass": ("kaio.pass_registry", "register_pass"),
+    "register_dialect": ("kaio.dialect_registry", "register_dialect"),
+    "builtin": ("kaio.frontend.user_builtins", "builtin"),
+    "BuiltinCall": ("kaio.frontend.user_builtins", "BuiltinCall"),
     "gpu_kernel": ("kaio.frontend", "gpu_kernel"),
     "tile_kernel": ("kaio.frontend", "tile_kernel"),
     "device": ("kaio.frontend", "device"),
@@ -82,6 +87,9 @@ __all__ = [
     "LoadedKernel",
     "Pipeline",
     "register_pass",
+    "register_dialect",
+    "builtin",
+    "BuiltinCall",
     "Array",
     "MutArray",
     "constexpr",

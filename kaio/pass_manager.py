@@ -151,13 +151,12 @@ def chained(*callbacks: PipelineCallback | None) -> PipelineCallback | None:
 
 @cache
 def kaio_context() -> Context:
-    """An xDSL context that knows xDSL's dialects and kaio's (loaded lazily, on first use)."""
-    from xdsl.dialects import get_all_dialects
-
-    from kaio.dialects import get_all_dialects as kaio_dialects
+    """An xDSL context that knows every dialect kaio parses (xDSL's, kaio's, the installed
+    packages' and the registered ones: :mod:`kaio.dialect_registry`), loaded on first use."""
+    from kaio.dialect_registry import available_dialects
 
     ctx = Context()
-    for name, factory in {**get_all_dialects(), **kaio_dialects()}.items():
+    for name, factory in available_dialects().items():
         ctx.register_dialect(name, factory)
     return ctx
 

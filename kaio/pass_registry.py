@@ -8,20 +8,18 @@ harmless, another class under a taken name is an error naming both.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from functools import cache
-from importlib import metadata
 
 from xdsl.passes import ModulePass
 
-from kaio.errors import KaioPipelineError, KaioPipelineWarning, KaioTypeError
+from kaio.entry_points import ENTRY_POINT_GROUP, installed
+from kaio.errors import KaioPipelineError, KaioTypeError
 
 PassFactory = Callable[[], type[ModulePass]]
 
 _registered: dict[str, type[ModulePass]] = {}
 
-ENTRY_POINT_GROUP = "xdsl.universe"
 
 
 def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
@@ -74,6 +72,12 @@ def available_passes() -> dict[str, PassFactory]:
     return found
 
 
+def registered_passes() -> dict[str, PassFactory]:
+    """Those given to :func:`register_pass` in this process (kaio-opt adds them to the entry
+    points' that xDSL's own driver reads)."""
+    return {name: _factory(cls) for name, cls in _registered.items()}
+
+
 def _factory(cls: type[ModulePass]) -> PassFactory:
     return lambda: cls
 
@@ -96,21 +100,8 @@ def _discovered_passes() -> dict[str, PassFactory]:
 
     found: dict[str, PassFactory] = {**xdsl_passes(), **get_all_passes()}
     found["canonicalize"] = _kaio_canonicalize  # xDSL's rewrites, its per-class look-ups kept
-    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if entry.value.startswith("kaio."):
-            continue  # kaio's own universe: already in
-        try:
-            passes = entry.load().all_passes
-        except Exception as e:
-            warnings.warn(
-                f"the {ENTRY_POINT_GROUP} entry point '{entry.name}' ({entry.value}) does not load "
-                f"({type(e).__name__}: {e}); its passes are left out",
-                KaioPipelineWarning,
-                stacklevel=2,
-            )
-            continue
-        for name, factory in passes.items():
-            found.setdefault(name, factory)
+    for name, factory in installed("all_passes").items():
+        found.setdefault(name, factory)
     return found
 
 

@@ -45,6 +45,7 @@ from kaio.frontend.diagnostics import SemanticError
 from kaio.frontend.expressions import ExpressionsMixin
 from kaio.frontend.operators import binary, cast, compile_time, materialize, require_scalar
 from kaio.frontend.random_builtins import RANDOM_BUILTINS
+from kaio.frontend.user_builtins import user_builtin_handler
 from kaio.frontend.typerules import adapt, default_type, normalize, require_not_fp8, unify
 from kaio.frontend.values import (
     ArrayRef,
@@ -69,7 +70,7 @@ def builtin_handler(fc: CompilerBase, obj: Any) -> Callable[[ast.Call, Args, Kwa
         return partial(_cast, fc, obj)
     obj = _PYTHON_ALIASES.get(id(obj), obj)
     if isinstance(obj, kp.Builtin):
-        handler = _TABLE.get(obj)
+        handler = _TABLE.get(obj) or user_builtin_handler(obj)
         if handler is None:  # a kaio.tile builtin in a SIMT kernel
             raise SemanticError(
                 f"`{obj.signature}` can only be used in a @kaio.tile_kernel",

@@ -29,6 +29,8 @@ from kaio.tools.opt_errors import (
     one_line,
     pipeline_message,
 )
+from kaio.dialect_registry import registered_dialects
+from kaio.pass_registry import registered_passes
 from kaio.universe import KAIO_UNIVERSE
 
 
@@ -37,13 +39,15 @@ class KaioOptMain(xDSLOptMain):
 
     def register_all_dialects(self) -> None:
         super().register_all_dialects()
-        for name, factory in KAIO_UNIVERSE.all_dialects.items():
+        # kaio's, then those registered in this process (kaio.register_dialect)
+        for name, factory in {**KAIO_UNIVERSE.all_dialects, **registered_dialects()}.items():
             if name not in self.ctx.registered_dialect_names:
                 self.ctx.register_dialect(name, factory)
 
     def register_all_passes(self) -> None:
         super().register_all_passes()
-        for name, factory in KAIO_UNIVERSE.all_passes.items():
+        # kaio's, then those registered in this process (kaio.register_pass)
+        for name, factory in {**KAIO_UNIVERSE.all_passes, **registered_passes()}.items():
             if name not in self.available_passes:
                 self.register_pass(name, factory)
 
