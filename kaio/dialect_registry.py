@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
+from xdsl.context import Context
 from xdsl.ir import Dialect
 
 from kaio.entry_points import installed
@@ -39,7 +40,18 @@ def register_dialect(dialect: Dialect) -> Dialect:
             "give yours another name"
         )
     _registered[name] = dialect
+    kaio_context.cache_clear()  # the next context knows it
     return dialect
+
+
+@cache
+def kaio_context() -> Context:
+    """An xDSL context that knows every dialect of :func:`available_dialects` (each loaded on
+    first use), built once until a registration or a rediscovery changes the list."""
+    ctx = Context()
+    for name, factory in available_dialects().items():
+        ctx.register_dialect(name, factory)
+    return ctx
 
 
 def available_dialects() -> dict[str, DialectFactory]:
@@ -78,3 +90,4 @@ def _discovered_dialects() -> dict[str, DialectFactory]:
 def rediscover_dialects() -> None:
     """Read the entry points again (after installing a package into the running process)."""
     _discovered_dialects.cache_clear()
+    kaio_context.cache_clear()

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
+from xdsl.utils.lexer import Span
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.utils.exceptions import ParseError, VerifyException
 
@@ -33,6 +33,8 @@ from kaio.errors import KaioCompileError, KaioTypeError
 from kaio.frontend.kernel import ParamKind, ParamSpec
 from kaio.pass_manager import kaio_context, stage_names
 from kaio.pipeline import Pipeline, as_pipeline, kernel_pipeline, tile_pipeline
+from kaio.positioned_parser import PositionedParser
+from kaio.verifier import first_failing_op
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
 
 _STAGE_FILE = re.compile(r"\d+-(?P<stage>.+)\.mlir")
@@ -170,24 +172,35 @@ def _arch(arch: str | None, info: FolderInfo | None, own_pipeline: bool) -> str:
 
 
 def _parse(text: str, where: str) -> ModuleOp:
+    parser = PositionedParser(kaio_context(), text, name=where)
     try:
-        module = Parser(kaio_context(), text, name=where).parse_module()
+        module = parser.parse_module()
     except ParseError as e:
-        file, number, column = e.span.get_location()
-        lines = text.splitlines()
-        raise KaioCompileError(
-            f"load_ir: cannot parse the IR: {e.msg}",
-            filename=file, line=number, col=int(column) - 1,
-            end_col=int(column) - 1 + max(len(e.span.text), 1),
-            source_line=lines[number - 1] if 0 < number <= len(lines) else None,
-        ) from None
+        raise _at(e.span, f"load_ir: cannot parse the IR: {e.msg}") from None
+    except VerifyException as e:  # an op built while parsing refused its operands
+        raise _at(parser.op_start(), f"load_ir: cannot parse the IR: {e}") from None
     except Exception as e:  # noqa: BLE001  (xDSL's other parser failures: a bad attribute value, nesting)
         raise KaioCompileError(f"load_ir: cannot parse the IR in {where}: {type(e).__name__}: {e}") from None
     try:
         module.verify()
     except VerifyException as e:
-        raise KaioCompileError(f"load_ir: the IR in {where} does not verify: {e}") from None
+        culprit = first_failing_op(module)
+        span = parser.positions.get(culprit[0]) if culprit is not None else None
+        message = f"load_ir: the IR in {where} does not verify: {culprit[1] if culprit else e}"
+        raise (_at(span, message) if span is not None else KaioCompileError(message)) from None
     return module
+
+
+def _at(span: Span, message: str) -> KaioCompileError:
+    """``message`` at ``span``'s file:line:col, with its line of IR and a caret."""
+    file, number, column = span.get_location()
+    lines = span.input.content.splitlines()
+    return KaioCompileError(
+        message,
+        filename=file, line=number, col=int(column) - 1,
+        end_col=int(column) - 1 + max(len(span.text), 1),
+        source_line=lines[number - 1] if 0 < number <= len(lines) else None,
+    )
 
 
 def _rest_of_pipeline(

@@ -61,6 +61,23 @@ def _stamp_block(block: Block, inherited: FileLineColLoc | None) -> None:
                 _stamp_block(inner, own)
 
 
+def op_source_location(op: Operation) -> FileLineColLoc | None:
+    """The Python line ``op`` implements: its own location, else that of the ``kernel.loc``
+    marker before it in its block or, failing one, of the enclosing op (as :func:`stamp_locations`
+    would give it), without changing the IR."""
+    current: Operation | None = op
+    while current is not None:
+        if isinstance(current.location, FileLineColLoc):
+            return current.location
+        before = current.prev_op
+        while before is not None:
+            if isinstance(before, SourceLocOp):
+                return marker_location(before)
+            before = before.prev_op
+        current = current.parent_op()
+    return None
+
+
 def print_with_locations(module: ModuleOp) -> str:
     """The module's text with an MLIR ``loc(...)`` after every op (what the dumps show)."""
     stamp_locations(module)

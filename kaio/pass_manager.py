@@ -16,24 +16,24 @@
 
 from __future__ import annotations
 
+import linecache
 import sys
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
-from typing import TextIO
+from typing import Any, TextIO
 
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 from xdsl.passes import ModulePass, PassPipeline
 
+from kaio.dialect_registry import kaio_context
 from kaio.errors import KaioCompileError, KaioError, KaioPipelineWarning
 from kaio.ir_walk import ops_within
-from kaio.locations import print_with_locations
+from kaio.locations import op_source_location, print_with_locations
 from kaio.pass_contracts import check_postconditions, missing_work, op_text, order_problems
-from kaio.verifier import IncrementalVerifier
+from kaio.verifier import IncrementalVerifier, first_failing_op
 
 DumpCallback = Callable[[str, str], None]
 PipelineCallback = Callable[[ModulePass | None, ModuleOp, ModulePass | None], None]
@@ -149,18 +149,6 @@ def chained(*callbacks: PipelineCallback | None) -> PipelineCallback | None:
     return callback
 
 
-@cache
-def kaio_context() -> Context:
-    """An xDSL context that knows every dialect kaio parses (xDSL's, kaio's, the installed
-    packages' and the registered ones: :mod:`kaio.dialect_registry`), loaded on first use."""
-    from kaio.dialect_registry import available_dialects
-
-    ctx = Context()
-    for name, factory in available_dialects().items():
-        ctx.register_dialect(name, factory)
-    return ctx
-
-
 def _count_ops(module: ModuleOp) -> int:
     return len(ops_within(module))
 
@@ -175,17 +163,24 @@ def _verify(module: ModuleOp, what: str, verifier: IncrementalVerifier) -> None:
         module.verify()
         return  # not reached while the verifier agrees with module.verify()
     except Exception as whole:
-        culprit: tuple[Operation, BaseException] | None = None
-        for op in module.walk():
-            try:
-                op.verify(verify_nested_ops=False)
-            except Exception as e:
-                culprit = (op, e.__cause__ or e)
-                break
+        culprit = first_failing_op(module)
         if culprit is None:
             raise KaioCompileError(f"{what}: {_first_line(whole)}") from whole
         op, error = culprit
-        raise KaioCompileError(f"{what}: `{op.name}` does not verify ({_first_line(error)}):\n    {op_text(op)}") from whole
+        raise KaioCompileError(
+            f"{what}: `{op.name}` does not verify ({_first_line(error)}):\n    {op_text(op)}",
+            **python_position(op),
+        ) from whole
+
+
+def python_position(op: Operation) -> dict[str, Any]:
+    """KaioCompileError's position fields for the Python line ``op`` implements (none known: {})."""
+    loc = op_source_location(op)
+    if loc is None:
+        return {}
+    file, line, col = loc.filename.data, loc.line.data, loc.column.data
+    text = linecache.getline(file, line).rstrip("\n")
+    return {"filename": file, "line": line, "col": col - 1 if col else None, "source_line": text or None}
 
 
 def _first_line(e: BaseException) -> str:

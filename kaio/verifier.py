@@ -153,3 +153,14 @@ def _verify_plain(op: Operation) -> None:
             raise ValueError("Erased SSA value is used by the operation")
     install_shortcut(type(op))
     op.verify_()
+
+
+def first_failing_op(module: Operation) -> tuple[Operation, BaseException] | None:
+    """The first op (in walk order) that does not verify on its own, and its error: what a
+    message shows instead of the whole module. None when each op verifies by itself."""
+    for op in module.walk():
+        try:
+            op.verify(verify_nested_ops=False)
+        except Exception as e:
+            return op, e.__cause__ or e
+    return None

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import IO
 
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.utils.arg_spec import parse_spec
 from xdsl.utils.exceptions import ArgSpecParseError, ParseError, VerifyException
@@ -25,11 +24,11 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 from kaio.tools.opt_errors import (
     OptInputError,
     check_float_literals,
-    line_before,
     one_line,
     pipeline_message,
 )
 from kaio.dialect_registry import registered_dialects
+from kaio.positioned_parser import PositionedParser
 from kaio.pass_registry import registered_passes
 from kaio.universe import KAIO_UNIVERSE
 
@@ -79,11 +78,11 @@ class KaioOptMain(xDSLOptMain):
             raise OptInputError(
                 f"{name}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
             ) from None
-        parser = Parser(self.ctx, text, name)
+        parser = PositionedParser(self.ctx, text, name)
         try:
             module = parser.parse_module(not self.args.no_implicit_module)
         except VerifyException as e:  # an op built while parsing refused its operands
-            raise ParseError(line_before(parser._current_token.span), str(e)) from None
+            raise ParseError(parser.op_start(), str(e)) from None
         check_float_literals(text, name)
         return module
 

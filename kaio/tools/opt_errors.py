@@ -98,13 +98,3 @@ def check_float_literals(text: str, name: str) -> None:
             raise ParseError(
                 token.span, f"float literal {token.span.text} overflows a 64-bit float"
             )
-
-
-def line_before(span: Span[str]) -> Span[str]:
-    """The start of the last line with text before ``span``: where the op the parser had just
-    read begins (the parser's own position is already on the next token, often the next line)."""
-    text = span.input.content
-    end = len(text[: span.start].rstrip())
-    start = text.rfind("\n", 0, end) + 1
-    start += len(text[start:end]) - len(text[start:end].lstrip())
-    return Span(start, start, span.input)

@@ -129,8 +129,11 @@ PLANTED_MODULE = """builtin.module {
 
 
 def test_load_ir_refuses_a_planted_spec_naming_it():
-    with pytest.raises(KaioCompileError, match=r"does not verify: mul\.lo\.f32: \.lo does not apply to \.f32"):
+    with pytest.raises(KaioCompileError, match=r"does not verify: mul\.lo\.f32: \.lo does not apply to \.f32") as refused:
         kaio.load_ir(PLANTED_MODULE)
+    err = refused.value  # at the op's line of IR, as a parse error is
+    assert (err.filename, err.line, err.col) == ("<ir>", 4, 4)
+    assert err.source_line is not None and "ptx.mul lo.f32" in err.source_line
     with pytest.raises(KaioCompileError) as sound:  # the same IR with .rn verifies (and lacks its dump folder)
         kaio.load_ir(PLANTED_MODULE.replace("lo.f32", "rn.f32"))
     assert "does not verify" not in str(sound.value)

@@ -84,6 +84,34 @@ def test_a_pass_making_invalid_ir_is_named_with_the_op():
     assert "mul.rn.f32" not in str(info.value)
 
 
+@dataclass(frozen=True)
+class MulLoF32(ModulePass):
+    """A broken late pass: gives the kernel's f32 multiply an integer mode (``mul.lo.f32``)."""
+
+    name = "test-mul-lo-f32"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        from xdsl.dialects.builtin import StringAttr
+
+        from kaio.dialects import ptx
+
+        mul = next(o for o in op.walk() if isinstance(o, ptx.MulOp) and o.spec_text.endswith("f32"))
+        mul.properties["spec"] = StringAttr("lo.f32")
+
+
+@pytest.mark.parametrize("broken, stage", [(IntoMulf(), "lower-to-ptx"), (MulLoF32(), "ptx-optimize")])
+def test_invalid_ir_from_a_pass_points_at_the_python_line(broken: ModulePass, stage: str):
+    pipeline = triple.default_pipeline("sm_80").insert(broken, before=stage)
+    with pytest.raises(KaioCompileError) as info:
+        kaio.compile(triple, "sm_80", pipeline=pipeline)
+    err = info.value
+    assert err.filename == __file__ and err.source_line is not None
+    assert err.source_line.strip() == "y[i] = x[i] * 3.0"
+    assert str(err).startswith(f"{__file__}:{err.line}:")
+    if isinstance(broken, MulLoF32):
+        assert "mul.lo.f32: .lo does not apply to .f32" in err.message
+
+
 def test_verify_each_off_lets_the_broken_ir_through():
     """The off switch is real: unverified, the i32 reaches the PTX as an f32 operand."""
     pipeline = triple.default_pipeline("sm_80").insert(IntoMulf(), before="lower-to-ptx")
