@@ -72,6 +72,8 @@ from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.str_enum import StrEnum
 
 from kaio.dialects.isolated_from_above import IsolatedFromAbove
+from kaio.dialects.stage_attrs import TENSOR_MAPS_ATTR
+from kaio.errors import KaioCompileError
 
 SHARED_SPACE = 3  # PTX/NVVM address space number of shared memory
 
@@ -128,9 +130,6 @@ class TensorMapType(ParametrizedAttribute, TypeAttribute):
     address, the operand ``tma.load`` takes."""
 
     name = "kernel.tensor_map"
-
-
-TENSOR_MAPS_ATTR = "kaio.tensor_maps"
 
 
 def add_tensor_map_param(func: KernelFuncOp, name: str, recipe: str) -> BlockArgument:
@@ -542,16 +541,6 @@ class BarrierOp(IRDLOperation):
     assembly_format = "attr-dict"
 
 
-PRODUCER_THREADS_ATTR = "kaio.producer_threads"
-"""On a kernel.func: threads launched beyond ``block_size`` (a producer warpgroup that
-``pipeline-tma{warp_specialize}`` adds; ``block_size`` stays the threads the tile code is laid
-out for, which are the consumers)."""
-
-ENTRY_REGISTERS_ATTR = "kaio.entry_registers"
-"""On a kernel.func: the registers per thread its ``setmaxnreg`` counts were budgeted from (the
-count at entry); ``lower-to-ptx`` pins ptxas to it with ``.maxnreg``."""
-
-
 @irdl_op_definition
 class BarrierThreadsOp(IRDLOperation):
     """``kernel.barrier_threads 256``: from here on, block barriers synchronize only the first N
@@ -797,4 +786,14 @@ def kernel_funcs(module: Operation) -> list[KernelFuncOp]:
     return [op for op in module.walk() if isinstance(op, KernelFuncOp)]
 
 
-__all__ = ["Kernel", "KernelFuncOp", "ArrayType", "kernel_funcs"]
+def enclosing_kernel(op: Operation) -> KernelFuncOp:
+    """The ``kernel.func`` ``op`` sits in (a pass's error where there is none)."""
+    parent = op.parent_op()
+    while parent is not None and not isinstance(parent, KernelFuncOp):
+        parent = parent.parent_op()
+    if parent is None:
+        raise KaioCompileError(f"{op.name} outside a kernel.func")
+    return parent
+
+
+__all__ = ["Kernel", "KernelFuncOp", "ArrayType", "kernel_funcs", "enclosing_kernel"]

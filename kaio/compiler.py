@@ -23,6 +23,7 @@ from kaio import cache as disk_cache
 from kaio import dtypes
 from kaio.compiled import ARG_FACTS, CompiledKernel, KernelParam, Specialization, TensorMapParam
 from kaio.dialects import kernel as kernel_dialect
+from kaio.dialects import stage_attrs
 from kaio.dialects import ptx
 from kaio.dump_folders import dump_directory
 from kaio.errors import KaioCompileError, KaioError, KaioTypeError
@@ -81,7 +82,7 @@ def _the_kernel(module: ModuleOp) -> kernel_dialect.KernelFuncOp:
 
 def _with_alignment(params: tuple[KernelParam, ...], entry: ptx.EntryOp) -> tuple[KernelParam, ...]:
     """Record the base-address alignment vector accesses need (``kaio.align`` on the entry)."""
-    from kaio.passes.vectorize_loads import ALIGN_ATTR
+    from kaio.dialects.stage_attrs import ALIGN_ATTR
 
     if ALIGN_ATTR not in entry.attributes:
         return params
@@ -91,7 +92,7 @@ def _with_alignment(params: tuple[KernelParam, ...], entry: ptx.EntryOp) -> tupl
 
 def _tensor_maps(entry: ptx.EntryOp) -> tuple[TensorMapParam, ...]:
     """The tensor maps passes added as parameters (``kaio.tensor_maps`` on the entry)."""
-    recipes = entry.attributes.get(kernel_dialect.TENSOR_MAPS_ATTR)
+    recipes = entry.attributes.get(stage_attrs.TENSOR_MAPS_ATTR)
     if recipes is None:
         return ()
     return tuple(TensorMapParam.from_recipe(name, text.data) for name, text in recipes.data.items())  # type: ignore[attr-defined]

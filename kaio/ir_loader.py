@@ -34,7 +34,7 @@ from kaio.frontend.kernel import ParamKind, ParamSpec
 from kaio.pass_manager import kaio_context, stage_names
 from kaio.pipeline import Pipeline, as_pipeline, kernel_pipeline, tile_pipeline
 from kaio.positioned_parser import PositionedParser
-from kaio.verifier import first_failing_op
+from kaio.verifier import first_failing_op, verify_module
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
 
 _STAGE_FILE = re.compile(r"\d+-(?P<stage>.+)\.mlir")
@@ -182,7 +182,7 @@ def _parse(text: str, where: str) -> ModuleOp:
     except Exception as e:  # noqa: BLE001  (xDSL's other parser failures: a bad attribute value, nesting)
         raise KaioCompileError(f"load_ir: cannot parse the IR in {where}: {type(e).__name__}: {e}") from None
     try:
-        module.verify()
+        verify_module(module)
     except VerifyException as e:
         culprit = first_failing_op(module)
         span = parser.positions.get(culprit[0]) if culprit is not None else None

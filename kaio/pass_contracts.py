@@ -15,7 +15,7 @@ A pass declares ``contract = PassContract(...)`` as a class attribute:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects.builtin import ModuleOp
@@ -91,12 +91,13 @@ def order_problems(passes: Sequence[ModulePass]) -> list[str]:
     return problems
 
 
-def missing_work(p: ModulePass, ran: Sequence[str], later: Sequence[str], module: ModuleOp) -> list[str]:
+def missing_work(
+    p: ModulePass, ran: Sequence[str], later: Sequence[str], module: ModuleOp,
+    known: Mapping[str, Callable[[], type[ModulePass]]],
+) -> list[str]:
     """Before ``p``: the work of passes it comes after that the pipeline lacks, seen in the IR
-    (those it runs later are :func:`order_problems`)."""
-    from kaio.pass_registry import available_passes
-
-    known = available_passes()
+    (those it runs later are :func:`order_problems`); ``known``: the passes by name (the
+    registry's, handed in: passes import this module, so it imports no registry of passes)."""
     problems = []
     for needed in contract_of(p).after:
         if needed in ran or needed in later or needed not in known:

@@ -33,7 +33,8 @@ from kaio.errors import KaioCompileError, KaioError, KaioPipelineWarning
 from kaio.ir_walk import ops_within
 from kaio.locations import op_source_location, print_with_locations
 from kaio.pass_contracts import check_postconditions, missing_work, op_text, order_problems
-from kaio.verifier import IncrementalVerifier, first_failing_op
+from kaio.pass_registry import available_passes
+from kaio.verifier import IncrementalVerifier, first_failing_op, verify_module
 
 DumpCallback = Callable[[str, str], None]
 PipelineCallback = Callable[[ModulePass | None, ModuleOp, ModulePass | None], None]
@@ -87,6 +88,7 @@ def run_pipeline(
     names = stage_names(passes)
     for problem in order_problems(passes):
         warnings.warn(problem, KaioPipelineWarning, stacklevel=3)
+    known = available_passes()
     verifier = IncrementalVerifier()
     if verify_each:
         _verify(module, "the module given to the pipeline does not verify", verifier)
@@ -96,7 +98,7 @@ def run_pipeline(
     times = []
     ops = verifier.op_count if verify_each else _count_ops(module)
     for i, (name, p) in enumerate(zip(names, passes)):
-        for problem in missing_work(p, [q.name for q in passes[:i]], [q.name for q in passes[i + 1 :]], module):
+        for problem in missing_work(p, [q.name for q in passes[:i]], [q.name for q in passes[i + 1 :]], module, known):
             warnings.warn(problem, KaioPipelineWarning, stacklevel=3)
         start = time.perf_counter()
         try:
@@ -160,8 +162,8 @@ def _verify(module: ModuleOp, what: str, verifier: IncrementalVerifier) -> None:
     if verifier.verifies(module):
         return
     try:
-        module.verify()
-        return  # not reached while the verifier agrees with module.verify()
+        verify_module(module)
+        return  # not reached while the incremental verifier agrees with it
     except Exception as whole:
         culprit = first_failing_op(module)
         if culprit is None:

@@ -13,8 +13,11 @@ an op inside verified again, or the number of ops inside changed. The structure 
 pointers, empty blocks) is checked every time. Ops of the simplest IRDL shape skip xDSL's
 generic definition interpreter (:mod:`kaio.irdl_shortcut`).
 
+Each op's ``kaio.*`` attributes are checked against their stage contracts too
+(:mod:`kaio.dialects.stage_attrs`), which xDSL's verifier does not know.
+
 The verifier only answers *whether* the module verifies. On a failure the caller re-verifies
-the whole module the ordinary way (``ModuleOp.verify``) to find and print the culprit, so the
+the whole module the ordinary way (:func:`verify_module`) to find and print the culprit, so the
 error text is exactly the full verifier's.
 """
 
@@ -26,6 +29,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, ErasedSSAValue, Operation, OpResult
 from xdsl.traits import NoTerminator
 
+from kaio.dialects.stage_attrs import check_stage_attrs
 from kaio.ir_walk import ops_of
 from kaio.irdl_shortcut import install_shortcut
 
@@ -74,7 +78,7 @@ class IncrementalVerifier:
         counts them): the pass manager's op counts, without a walk of its own."""
 
     def verifies(self, module: ModuleOp) -> bool:
-        """Whether ``module`` verifies (the same answer as ``module.verify()`` not raising)."""
+        """Whether ``module`` verifies (the same answer as :func:`verify_module` not raising)."""
         self._walked = 1  # the module
         try:
             inner = self._verify_body(module)
@@ -140,6 +144,7 @@ class IncrementalVerifier:
     def _verify_one(self, op: Operation) -> None:
         install_shortcut(type(op))
         op.verify(verify_nested_ops=False)
+        check_stage_attrs(op)
 
 
 def _verify_plain(op: Operation) -> None:
@@ -153,6 +158,7 @@ def _verify_plain(op: Operation) -> None:
             raise ValueError("Erased SSA value is used by the operation")
     install_shortcut(type(op))
     op.verify_()
+    check_stage_attrs(op)
 
 
 def first_failing_op(module: Operation) -> tuple[Operation, BaseException] | None:
@@ -161,6 +167,15 @@ def first_failing_op(module: Operation) -> tuple[Operation, BaseException] | Non
     for op in module.walk():
         try:
             op.verify(verify_nested_ops=False)
+            check_stage_attrs(op)
         except Exception as e:
             return op, e.__cause__ or e
     return None
+
+
+def verify_module(module: Operation) -> None:
+    """``module.verify()``, then the stage contracts (``kaio.*`` attributes) of every op, which
+    xDSL's verifier does not know: what the incremental verifier answers, the ordinary way."""
+    module.verify()
+    for op in module.walk():
+        check_stage_attrs(op)

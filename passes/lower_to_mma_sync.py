@@ -31,7 +31,6 @@ from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import OpRule, PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.promote_to_shared import enclosing_kernel
 
 
 def _fail(why: str) -> KaioCompileError:
@@ -118,5 +117,5 @@ class LowerToMmaSyncPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for dot in [o for o in op.walk() if isinstance(o, tile.DotOp)]:
             if isinstance(layout_of(dot.acc.type), MmaLayout):
-                func = enclosing_kernel(dot)
+                func = kernel.enclosing_kernel(dot)
                 lower_dot(dot, max(func.block_shape[0] // 32, 1))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaio.dialects import kernel, ptx
+from kaio.dialects import stage_attrs
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import OpRule, OptionRange, PassContract
 from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
@@ -26,7 +27,6 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     tiles,
 )
 from kaio.passes.to_ptx.emitter import PtxEmitter
-from kaio.passes.vectorize_loads import ALIGN_ATTR
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
@@ -54,7 +54,7 @@ class LowerToPtxPass(ModulePass):
         if self.maxnreg is not None and not ptx.MIN_MAXNREG <= self.maxnreg <= ptx.MAX_MAXNREG:
             raise KaioCompileError(f"lower-to-ptx: maxnreg is {ptx.MIN_MAXNREG}..{ptx.MAX_MAXNREG} (or unset: no cap), not {self.maxnreg}")
         for func in kernel.kernel_funcs(op):
-            budget = func.attributes.get(kernel.ENTRY_REGISTERS_ATTR)
+            budget = func.attributes.get(stage_attrs.ENTRY_REGISTERS_ATTR)
             entry = PtxEmitter(func, target).run()
             if self.maxnreg:
                 entry.maxnreg = IntegerAttr(self.maxnreg, i64)
@@ -66,7 +66,7 @@ class LowerToPtxPass(ModulePass):
                         f"registers per thread at entry, but maxnreg={self.maxnreg}: give pipeline-tma the same maxnreg"
                     )
                 entry.maxnreg = IntegerAttr(registers, i64)
-            for attr in (ALIGN_ATTR, kernel.TENSOR_MAPS_ATTR):  # what the runtime checks and builds
+            for attr in (stage_attrs.ALIGN_ATTR, stage_attrs.TENSOR_MAPS_ATTR):  # what the runtime checks and builds
                 if attr in func.attributes:
                     entry.attributes[attr] = func.attributes[attr]
             func.parent_block().insert_op_before(entry, func)  # type: ignore[union-attr]

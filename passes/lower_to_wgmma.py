@@ -55,11 +55,10 @@ from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects import kernel, mma, smem, tile, tma, wgmma
+from kaio.dialects import stage_attrs
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.pass_contracts import PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.pipeline_tma import REFILL_BARRIER, REFILL_FENCE, TMA_RING
-from kaio.passes.promote_to_shared import enclosing_kernel
 
 SWIZZLE_NAMES = {128: "128B", 64: "64B", 32: "32B"}
 
@@ -167,7 +166,7 @@ def overlap_loop(dot: tile.DotOp) -> scf.ForOp | None:
 def filled_by_tma(buffer: SSAValue) -> bool:
     """A stage of a ring only TMA writes (the async proxy wgmma reads through: no fence)."""
     stage = buffer.owner
-    return isinstance(stage, smem.StageOp) and TMA_RING in stage.ring.owner.attributes  # type: ignore[union-attr]
+    return isinstance(stage, smem.StageOp) and stage_attrs.TMA_RING_ATTR in stage.ring.owner.attributes  # type: ignore[union-attr]
 
 
 def fence_point(dot: tile.DotOp, buffers: list[SSAValue]) -> Operation:
@@ -219,7 +218,7 @@ def refilled_before(dot: tile.DotOp) -> bool:
     """Whether ``pipeline-tma`` refills the ring before the dot in its iteration (then the
     next iteration's refill overwrites the stage this dot reads)."""
     op = dot.prev_op
-    while op is not None and REFILL_BARRIER not in op.attributes:
+    while op is not None and stage_attrs.REFILL_BARRIER_ATTR not in op.attributes:
         op = op.prev_op
     return op is not None
 
@@ -228,7 +227,7 @@ def refilled_after_barrier(dot: tile.DotOp) -> bool:
     """Whether ``pipeline-tma`` already ordered the refill after the dot (a barrier, or the
     release of the stage to a producer warpgroup)."""
     op = dot.next_op
-    while op is not None and REFILL_BARRIER not in op.attributes:
+    while op is not None and stage_attrs.REFILL_BARRIER_ATTR not in op.attributes:
         op = op.next_op
     return op is not None
 
@@ -319,7 +318,7 @@ def drop_async_only_refill_fences(module: ModuleOp) -> None:
     """``pipeline-tma`` fences every refill (its stage may be read by ``ldmatrix``); once the
     dots are wgmmas, a refill whose rings only the async proxy reads needs none: TMA's write
     after wgmma's read is one proxy, ordered by the wait_group and the barrier (or mbarrier)."""
-    for fence in [o for o in module.walk() if isinstance(o, tma.FenceOp) and REFILL_FENCE in o.attributes]:
+    for fence in [o for o in module.walk() if isinstance(o, tma.FenceOp) and stage_attrs.REFILL_FENCE_ATTR in o.attributes]:
         rings = []
         op = fence.next_op
         while op is not None:
@@ -343,7 +342,7 @@ class LowerToWgmmaPass(ModulePass):
         for dot in [o for o in op.walk() if isinstance(o, tile.DotOp)]:
             if dot.acc.type.element_type not in (f32, i32):  # type: ignore[attr-defined]
                 continue
-            func = enclosing_kernel(dot)
+            func = kernel.enclosing_kernel(dot)
             num_warps = max(func.block_shape[0] * func.block_shape[1] * func.block_shape[2] // 32, 1)
             plan = dot_plan(dot, num_warps)
             if not isinstance(plan, str):

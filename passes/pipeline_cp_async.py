@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
-from xdsl.dialects import arith, scf
+from xdsl.dialects import scf
 from xdsl.dialects.builtin import ModuleOp, i32
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
@@ -27,29 +27,7 @@ from kaio.dialects import cpasync, kernel, smem
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import OptionRange, PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.promote_to_shared import COPY_BARRIER
-
-
-def load_slice(body: Block, values: list[SSAValue]) -> list[Operation]:
-    """The body ops the values (the copies' sources) are computed by, in program order."""
-    needed: set[Operation] = set()
-    work: list[SSAValue] = list(values)
-    while work:
-        owner = work.pop().owner
-        if isinstance(owner, Operation) and owner.parent_block() is body and owner not in needed:
-            needed.add(owner)
-            work.extend(owner.operands)
-    return [op for op in body.ops if op in needed]
-
-
-MAX_STAGES = 8
-"""The deepest ring (a tile kernel's ``num_stages`` cap): deeper rings only grow the PTX."""
-
-
-def next_stage(ix: IndexBuilder, stage: SSAValue, stages: int) -> SSAValue:
-    bumped = ix.add(stage, ix.const(1))
-    wrap = ix.b.insert(arith.CmpiOp(bumped, ix.const(stages), "eq")).result
-    return ix.b.insert(arith.SelectOp(wrap, ix.const(0), bumped)).result
+from kaio.passes.stage_rings import MAX_STAGES, erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 
 
 def _issue_copies(
@@ -69,53 +47,6 @@ def _issue_copies(
         dst = ix.b.insert(smem.StageOp(rings[c.dst], stage)).result
         ix.b.insert(cpasync.CopyOp(mapping.get(c.src, c.src), dst, c.vec.value.data))
     ix.b.insert(cpasync.CommitOp())
-
-
-def make_rings(copies: list[smem.CopyOp], stages: int, pass_name: str) -> dict[SSAValue, SSAValue]:
-    """Each copy's shared buffer -> a ring of ``stages`` such buffers (allocated beside it)."""
-    rings: dict[SSAValue, SSAValue] = {}
-    for c in copies:
-        alloc = c.dst.owner
-        if not isinstance(alloc, smem.AllocOp) or c.dst in rings:
-            raise KaioCompileError(f"{pass_name} needs each copy to fill its own smem.alloc buffer")
-        single = alloc.result.type
-        ring = smem.AllocOp(alloc.sym_name.data, smem.BufferType((stages, *single.dims), single.element_type, single.layout))
-        Rewriter.insert_op(ring, InsertPoint.after(alloc))
-        rings[c.dst] = ring.result
-    return rings
-
-
-def move_math(body: Block, b: Builder) -> scf.YieldOp:
-    """Move the loop body's ops to ``b``, except its tile copies and the barriers that only
-    ordered them (the pipeline replaces both); returns the old body's yield (not moved)."""
-    old_yield = body.last_op
-    assert isinstance(old_yield, scf.YieldOp)
-    for op in list(body.ops):
-        op.detach()
-        if isinstance(op, smem.CopyOp) or (isinstance(op, kernel.BarrierOp) and COPY_BARRIER in op.attributes):
-            op.erase(safe_erase=False)
-        elif op is not old_yield:
-            b.insert(op)
-    return old_yield
-
-
-def read_stages(body: Block, rings: dict[SSAValue, SSAValue], read: SSAValue) -> None:
-    """The loop's math reads stage ``read`` of each ring instead of the single buffer."""
-    for buffer, ring in rings.items():
-        stage_view = smem.StageOp(ring, read)
-        Rewriter.insert_op(stage_view, InsertPoint.after(body.ops.first))  # type: ignore[arg-type]
-        for use in list(buffer.uses):
-            if use.operation.parent_block() is body:
-                use.operation.operands[use.index] = stage_view.result
-
-
-def erase_single_buffers(rings: dict[SSAValue, SSAValue]) -> None:
-    for buffer in rings:
-        owner = buffer.owner
-        assert isinstance(owner, smem.AllocOp)
-        if not buffer.uses:
-            owner.detach()
-            owner.erase()
 
 
 def _runs_again(loop: scf.ForOp) -> bool:

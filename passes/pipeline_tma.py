@@ -22,7 +22,7 @@ The loop becomes (S stages, K tiles t = 0, 1, ..; stage of tile t: t mod S)::
 
 Only tiles inside the loop's range are loaded, so nothing is in flight after the loop. The
 phase parity flips each time the read stage wraps. The barrier before the refill is marked
-(:data:`REFILL_BARRIER`): ``lower-to-wgmma`` keeps one group of wgmmas in flight across
+(:data:`stage_attrs.REFILL_BARRIER_ATTR`): ``lower-to-wgmma`` keeps one group of wgmmas in flight across
 iterations and would otherwise add one of its own for the same reason.
 
 The refill comes after the math so that those wgmmas of tile t - 1 may still run while tile t
@@ -63,17 +63,14 @@ from xdsl.rewriter import Rewriter
 from xdsl.traits import is_side_effect_free
 
 from kaio.dialects import kernel, mbarrier, smem, tile, tma
+from kaio.dialects import stage_attrs
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import OptionRange, PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.pipeline_cp_async import MAX_STAGES, erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
-from kaio.passes.promote_to_shared import enclosing_kernel
+from kaio.passes.stage_rings import MAX_STAGES, erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 from kaio.passes.register_trade import PRODUCER_REGISTERS, PRODUCER_THREADS, RegisterTrade, plan_trade
 from kaio.passes.tensor_map_views import MappedView, add_map_param, map_view
 
-REFILL_BARRIER = "kaio.refill_barrier"  # every thread is done with the stage about to be refilled
-TMA_RING = "kaio.tma_ring"  # on a ring's smem.alloc: filled by TMA (the async proxy) only
-REFILL_FENCE = "kaio.refill_fence"  # a tma.fence before a refill: dropped where only the async proxy read the stage
 log = logging.getLogger("kaio.passes")
 
 
@@ -159,7 +156,7 @@ class _Issuer:
         synchronisation, before the copy). ``lower-to-wgmma`` drops the fence where every reader
         of the stage is a wgmma (the async proxy already)."""
         if refill:
-            body.b.insert(tma.FenceOp()).attributes[REFILL_FENCE] = UnitAttr()
+            body.b.insert(tma.FenceOp()).attributes[stage_attrs.REFILL_FENCE_ATTR] = UnitAttr()
         mapping: dict[SSAValue, SSAValue] = {**(outer or {}), self.iv: k}
         for op in self.slice_ops:
             body.b.insert(op.clone(value_mapper=mapping))
@@ -182,7 +179,7 @@ def _prepare(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kernel.Ke
     slice_ops = load_slice(body, [v for p in plans for v in p.coords])
     rings = make_rings([p.copy for p in plans], stages, "pipeline-tma")
     for ring in rings.values():
-        ring.owner.attributes[TMA_RING] = UnitAttr()  # type: ignore[union-attr]
+        ring.owner.attributes[stage_attrs.TMA_RING_ATTR] = UnitAttr()  # type: ignore[union-attr]
     maps = [add_map_param(func, plan.mapped) for plan in plans]
     barriers = outer.b.insert(mbarrier.AllocOp(stages)).result
     tid = outer.b.insert(kernel.ThreadIdOp("x")).result
@@ -293,7 +290,7 @@ def pipeline_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: kern
         stage = next_stage(outer, stage, stages) if ring is not None else outer.const(s + 1)
 
     def refill(ix: IndexBuilder, body: Block, write: SSAValue) -> None:
-        ix.b.insert(kernel.BarrierOp()).attributes[REFILL_BARRIER] = UnitAttr()
+        ix.b.insert(kernel.BarrierOp()).attributes[stage_attrs.REFILL_BARRIER_ATTR] = UnitAttr()
         issuer.issue(ix, ix.add(body.args[0], ix.mul(loop.step, ix.const(stages - 1))), write, refill=True)
 
     def nothing(ix: IndexBuilder, body: Block, write: SSAValue) -> None:
@@ -458,12 +455,12 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
     outer.b.insert(scf.IfOp(is_producer, [], [producer]))
     if trade.trade:
         outer.b.insert(kernel.SetMaxRegistersOp("inc", trade.consumer))
-        func.attributes[kernel.ENTRY_REGISTERS_ATTR] = IntegerAttr(trade.entry, i64)
+        func.attributes[stage_attrs.ENTRY_REGISTERS_ATTR] = IntegerAttr(trade.entry, i64)
     else:
         log.debug("pipeline-tma: kernel %s trades no registers: its %d at entry leave the producer nothing to give",
                   func.sym_name.data, trade.entry)  # fmt: skip
     outer.b.insert(kernel.BarrierThreadsOp(consumers))
-    func.attributes[kernel.PRODUCER_THREADS_ATTR] = IntegerAttr(PRODUCER_THREADS, i64)
+    func.attributes[stage_attrs.PRODUCER_THREADS_ATTR] = IntegerAttr(PRODUCER_THREADS, i64)
 
     def release(ix: IndexBuilder, body: Block, previous: SSAValue) -> None:
         """Release the previous tile's stage (none before the first tile): lane 0 of each
@@ -476,7 +473,7 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
         block.add_op(scf.YieldOp())
         later = ix.b.insert(arith.CmpiOp(body.args[0], loop.lb, "ne")).result
         signal = ix.b.insert(arith.AndIOp(later, first_lane)).result
-        ix.b.insert(scf.IfOp(signal, [], [block])).attributes[REFILL_BARRIER] = UnitAttr()
+        ix.b.insert(scf.IfOp(signal, [], [block])).attributes[stage_attrs.REFILL_BARRIER_ATTR] = UnitAttr()
 
     _rebuild_loop(loop, issuer, stages, release)
 
@@ -512,7 +509,7 @@ class PipelineTmaPass(ModulePass):
             raise KaioCompileError(f"pipeline-tma needs at least 2 stages, got {self.stages}")
         loops = [o for o in op.walk() if isinstance(o, scf.ForOp) and any(isinstance(x, smem.CopyOp) for x in o.body.block.ops)]
         for loop in loops:
-            func = enclosing_kernel(loop)
+            func = kernel.enclosing_kernel(loop)
             copies = [x for x in loop.body.block.ops if isinstance(x, smem.CopyOp)]
             plans = [plan_copy(c, func) for c in copies]
             why = next((p for p in plans if isinstance(p, str)), None)
@@ -527,7 +524,7 @@ class PipelineTmaPass(ModulePass):
             specialize = self.warp_specialize and func.block_shape[0] % 128 == 0
             if specialize and enclosing:
                 log.debug("pipeline-tma: kernel %s is not warp-specialised: its K loop is nested", func.sym_name.data)
-            if specialize and not enclosing and kernel.PRODUCER_THREADS_ATTR not in func.attributes:
+            if specialize and not enclosing and stage_attrs.PRODUCER_THREADS_ATTR not in func.attributes:
                 specialize_loop(loop, plans, self.stages, func, self.budget)  # type: ignore[arg-type]
             else:
                 pipeline_loop(loop, plans, self.stages, func, enclosing)  # type: ignore[arg-type,arg-type]

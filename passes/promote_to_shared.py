@@ -26,10 +26,10 @@ from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import VerifyException
 
 from kaio.dialects import kernel, mma, smem, tile
+from kaio.dialects import stage_attrs
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import PassContract
 
-COPY_BARRIER = "kaio.copy_barrier"  # a barrier that only orders tile copies
 
 
 def copy_vector(view: tile.ViewOp) -> int:
@@ -107,19 +107,10 @@ class _Stager:
             Rewriter.erase_op(op)
         before, after = kernel.BarrierOp(), kernel.BarrierOp()
         if ca and cb:
-            before.attributes[COPY_BARRIER] = UnitAttr()
-            after.attributes[COPY_BARRIER] = UnitAttr()
+            before.attributes[stage_attrs.COPY_BARRIER_ATTR] = UnitAttr()
+            after.attributes[stage_attrs.COPY_BARRIER_ATTR] = UnitAttr()
         Rewriter.insert_op(before, InsertPoint.before(new))
         Rewriter.insert_op(after, InsertPoint.after(new))
-
-
-def enclosing_kernel(op: Operation) -> kernel.KernelFuncOp:
-    parent = op.parent_op()
-    while parent is not None and not isinstance(parent, kernel.KernelFuncOp):
-        parent = parent.parent_op()
-    if parent is None:
-        raise KaioCompileError(f"{op.name} outside a kernel.func")
-    return parent
 
 
 @dataclass(frozen=True)
@@ -138,6 +129,6 @@ class PromoteToSharedPass(ModulePass):
         for dot in [o for o in op.walk() if isinstance(o, tile.DotOp)]:
             if isinstance(dot.b.type, smem.BufferType):
                 continue  # already staged
-            func = enclosing_kernel(dot)
+            func = kernel.enclosing_kernel(dot)
             stager = stagers.setdefault(func, _Stager(func, self.layout))
             stager.promote(dot)

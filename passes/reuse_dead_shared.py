@@ -29,7 +29,8 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from kaio.dialects import kernel, smem
-from kaio.passes.to_ptx.shared_reuse import REUSE_DEAD, precedes, touching_ops
+from kaio.dialects import stage_attrs
+from kaio.passes.to_ptx.shared_reuse import precedes, touching_ops
 
 
 def _top_level(op: Operation, block: Block) -> Operation:
@@ -45,7 +46,7 @@ def reuse_dead_buffers(func: kernel.KernelFuncOp) -> int:
     """Move each buffer of ``func``'s body that is first touched after another is dead to that
     first touch, marked for reuse; the number of buffers moved."""
     body = func.body.block
-    allocs = [op for op in body.ops if isinstance(op, smem.AllocOp) and REUSE_DEAD not in op.attributes]
+    allocs = [op for op in body.ops if isinstance(op, smem.AllocOp) and stage_attrs.REUSE_DEAD_ATTR not in op.attributes]
     touchers = {a: touching_ops(a.result) for a in allocs}
     first: dict[smem.AllocOp, Operation] = {}
     order = {op: n for n, op in enumerate(body.ops)}
@@ -59,7 +60,7 @@ def reuse_dead_buffers(func: kernel.KernelFuncOp) -> int:
     for anchor, group in moved.items():
         for alloc in group:
             alloc.detach()
-            alloc.attributes[REUSE_DEAD] = UnitAttr()
+            alloc.attributes[stage_attrs.REUSE_DEAD_ATTR] = UnitAttr()
             Rewriter.insert_op(alloc, InsertPoint.before(anchor))
         # the old buffers' last readers are done everywhere before any thread writes the bytes
         Rewriter.insert_op(kernel.BarrierOp(), InsertPoint.before(anchor))

@@ -52,12 +52,11 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from kaio.dialects import kernel, smem, tile, tma
+from kaio.dialects import stage_attrs
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.pass_contracts import PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.promote_to_shared import enclosing_kernel
 from kaio.passes.tensor_map_views import MappedView, add_map_param, map_view
-from kaio.passes.to_ptx.shared_reuse import REUSE_DEAD
 
 log = logging.getLogger("kaio.passes")
 STORE_LAYOUT = smem.LayoutAttr("wgmma")  # TMA's swizzled boxes, one per column panel
@@ -132,7 +131,7 @@ def rewrite_store(plan: TmaStore, func: kernel.KernelFuncOp) -> None:
     tmap = add_map_param(func, plan.mapped)
     b = Builder(InsertPoint.before(store))
     alloc = b.insert(smem.AllocOp("tma_store", plan.buffer))
-    alloc.attributes[REUSE_DEAD] = UnitAttr()
+    alloc.attributes[stage_attrs.REUSE_DEAD_ATTR] = UnitAttr()
     b.insert(kernel.BarrierOp())
     b.insert(smem.StoreOp(plan.value, alloc.result))
     b.insert(tma.FenceOp())
@@ -167,7 +166,7 @@ class StoreTmaPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for store in [o for o in op.walk() if isinstance(o, tile.StoreOp)]:
-            func = enclosing_kernel(store)
+            func = kernel.enclosing_kernel(store)
             plan = plan_store(store, func)
             if isinstance(plan, str):
                 log.debug("store-tma: a store of kernel %s keeps its path: %s", func.sym_name.data, plan)

@@ -31,8 +31,8 @@ from xdsl.ir import BlockArgument, SSAValue
 from kaio.compiled import TensorMapParam
 from kaio.dialects import kernel, tile
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.tile_layout import divisibility
-from kaio.passes.vectorize_loads import require_alignment
+from kaio.dialects.stage_attrs import require_alignment
+from kaio.passes.value_facts import divisibility
 
 MAX_BOX = 256  # elements per box dimension
 TMA_ALIGN = 16  # bytes a tensor map's base address and row strides must be multiples of

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects import arith, scf
 from xdsl.dialects.builtin import ModuleOp, TensorType, bf16, f16, i8
-from xdsl.ir import Attribute, Block, BlockArgument, Operation, OpResult, SSAValue
+from xdsl.ir import Attribute, Block, Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import VerifyException
@@ -58,36 +58,11 @@ from kaio.dialects.tile_layout import (
 )
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import OpRule, PassContract
-from kaio.passes.to_ptx.emitter import element_bytes
+from kaio.passes.element_types import element_bytes
+from kaio.passes.value_facts import divisibility
 
-CAP = 1 << 20
 
 # --------------------------------------------------------------------------- alignment
-
-
-def divisibility(v: SSAValue, depth: int = 0) -> int:
-    """A power of two ``v`` is proven to be a multiple of (``CAP`` for zero)."""
-    if depth > 32:
-        return 1
-    owner = v.owner
-    d = lambda x: divisibility(x, depth + 1)  # noqa: E731
-    if isinstance(owner, arith.ConstantOp):
-        value = getattr(owner.value, "value", None)
-        n = int(value.data) if value is not None and isinstance(value.data, int) else 1
-        return CAP if n == 0 else min(n & -n, CAP)
-    if isinstance(owner, tile.MultipleOfOp):
-        return max(owner.n.value.data, d(owner.input))
-    if isinstance(owner, arith.MuliOp):
-        return min(d(owner.lhs) * d(owner.rhs), CAP)
-    if isinstance(owner, arith.ShLIOp) and isinstance(owner.rhs.owner, arith.ConstantOp):
-        return min(d(owner.lhs) << int(owner.rhs.owner.value.value.data), CAP)  # type: ignore[union-attr]
-    if isinstance(owner, arith.AddiOp | arith.SubiOp):
-        return min(d(owner.lhs), d(owner.rhs))
-    if isinstance(owner, arith.SelectOp):
-        return min(d(owner.lhs), d(owner.rhs))
-    if isinstance(v, BlockArgument) and v.index == 0 and isinstance(loop := v.block.parent_op(), scf.ForOp):
-        return min(d(loop.lb), d(loop.step))
-    return 1
 
 
 def view_alignment(view: tile.ViewOp) -> int:

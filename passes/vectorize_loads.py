@@ -16,33 +16,14 @@ from dataclasses import dataclass
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, i32, i64
+from xdsl.dialects.builtin import ModuleOp, i32, i64
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.traits import is_side_effect_free
 
 from kaio.dialects import kernel
-
-ALIGN_ATTR = "kaio.align"
-
-
-def require_alignment(func: kernel.KernelFuncOp, name: str, nbytes: int) -> None:
-    """Record on the kernel that the launch must check that array parameter ``name`` starts at a
-    multiple of ``nbytes`` (``kaio.align``; the largest requirement of all accesses wins)."""
-    if nbytes <= 1:
-        return
-    old = func.attributes.get(ALIGN_ATTR)
-    merged = {k: v.value.data for k, v in old.data.items()} if isinstance(old, DictionaryAttr) else {}  # type: ignore[union-attr]
-    merged[name] = max(merged.get(name, 1), nbytes)
-    func.attributes[ALIGN_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in merged.items()})
-
-
-def constant_int(v: SSAValue) -> int | None:
-    """The value of an integer ``arith.constant``, else None."""
-    owner = v.owner
-    if isinstance(owner, arith.ConstantOp):
-        return int(owner.value.value.data)  # type: ignore[union-attr]
-    return None
+from kaio.dialects.stage_attrs import require_alignment
+from kaio.passes.value_facts import constant_int
 
 
 def _is_multiple(v: SSAValue, k: int) -> bool:

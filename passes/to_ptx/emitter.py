@@ -11,19 +11,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from kaio.dialects import kernel, ptx
+from kaio.dialects import stage_attrs
 from kaio.dialects.plain_init import add_ops_plain
 from kaio.dialects.ptx_base import is_instr_class, spec_requirements
 from kaio.passes.to_ptx import AGGREGATES, LOWERINGS
 from kaio.targets.ptx.arch import Arch
 from xdsl.dialects.builtin import (
-    AnyFloat,
     FileLineColLoc,
     IntegerAttr,
     IntegerType,
     MemRefType,
     bf16,
-    f8E4M3FN,
-    f8E5M2,
     f16,
     f32,
     f64,
@@ -36,11 +34,9 @@ from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from kaio.errors import KaioCompileError, KaioTargetError
 from kaio.locations import marker_location
+from kaio.passes.element_types import FP8_TYPES, element_bytes, is_float, width  # noqa: F401  (rules read them here too)
 
 # --------------------------------------------------------------------------- type helpers
-
-
-FP8_TYPES: dict[Attribute, str] = {f8E4M3FN: "e4m3", f8E5M2: "e5m2"}
 
 
 def reg_type(t: Attribute) -> Attribute:
@@ -50,15 +46,6 @@ def reg_type(t: Attribute) -> Attribute:
     if t in (i1, i16, i32, i64, f16, bf16, f32, f64):
         return t
     raise KaioCompileError(f"type {t} has no PTX register class")
-
-
-def width(t: Attribute) -> int:
-    if t == i1:
-        return 1
-    if isinstance(t, IntegerType):
-        return t.width.data
-    assert isinstance(t, AnyFloat)
-    return t.bitwidth
 
 
 def int_spec(t: Attribute, signed: bool) -> str:
@@ -86,14 +73,6 @@ def mem_spec(t: Attribute) -> str:
     if t in (f16, bf16):
         return "b16"
     return float_spec(t)
-
-
-def is_float(t: Attribute) -> bool:
-    return isinstance(t, AnyFloat)
-
-
-def element_bytes(t: Attribute) -> int:
-    return max(width(t) // 8, 1)
 
 
 # --------------------------------------------------------------------------- the emitter
@@ -125,7 +104,7 @@ class PtxEmitter:
         for pname, ptype in zip(func.param_names.data, func.function_type.inputs.data):
             params.append((f"{self.name}_{pname.data}", self._param_ptx_type(ptype)))
         # a producer warpgroup (kaio.producer_threads) is launched beyond the laid-out block
-        producers = func.attributes.get(kernel.PRODUCER_THREADS_ATTR)
+        producers = func.attributes.get(stage_attrs.PRODUCER_THREADS_ATTR)
         extra = producers.value.data if producers is not None else 0  # type: ignore[attr-defined]
         bx, by, bz = self.block_shape
         self.entry = ptx.EntryOp(self.name, params, maxntid=(bx + extra, by, bz))

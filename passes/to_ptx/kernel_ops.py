@@ -6,7 +6,7 @@ from kaio.dialects import kernel, kernel_bits, ptx
 from kaio.dialects.kernel import Combine
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.arith_math import _float_op
-from kaio.passes.vectorize_loads import constant_int
+from kaio.passes.value_facts import constant_int
 from kaio.passes.to_ptx.emitter import (
     PtxEmitter,
     bits_spec,

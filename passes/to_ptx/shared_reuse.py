@@ -26,11 +26,6 @@ from kaio.dialects import cpasync, ptx, smem, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.to_ptx.emitter import PtxEmitter
 
-REUSE_DEAD = "kaio.reuse_dead"
-"""On an ``smem.alloc``: scratch allocated where it is first needed, which may take the bytes
-of buffers dead there (``store-tma``'s staging buffer)."""
-
-
 def _touching_ops(buffer: SSAValue) -> list[Operation]:
     """Every op using ``buffer`` or a value derived from it (a stage, an address, a descriptor:
     buffers and integers; a tensor, fragment or accumulator computed from its contents is data)."""

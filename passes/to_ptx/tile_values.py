@@ -30,8 +30,8 @@ from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_
 from kaio.passes.to_ptx.half_pairs import Lanes, lower_pair, worth_pairing
 from kaio.passes.to_ptx.kernel_ops import combine, linear_thread_id, shuffle
 from kaio.passes.to_ptx.reduce_scratch import ScratchSlot, reduce_slot
-from kaio.passes.tile_layout import divisibility
-from kaio.passes.vectorize_loads import constant_int, require_alignment as record_alignment
+from kaio.dialects.stage_attrs import require_alignment as record_alignment
+from kaio.passes.value_facts import constant_int, divisibility
 
 # --------------------------------------------------------------------------- distributions
 

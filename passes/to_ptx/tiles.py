@@ -17,14 +17,15 @@ from xdsl.dialects.builtin import bf16, f32, i1, i16, i32, i64
 from xdsl.ir import SSAValue
 
 from kaio.dialects import cpasync, ptx, smem, tile
+from kaio.dialects import stage_attrs
 from kaio.dialects.tile_layout import Distribution
 from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, float_spec, mem_spec
 from kaio.passes.to_ptx.kernel_ops import linear_thread_id
-from kaio.passes.tile_layout import divisibility
+from kaio.passes.value_facts import divisibility
 from kaio.passes.to_ptx.relayout import fence_interval
-from kaio.passes.to_ptx.shared_reuse import REUSE_DEAD, reuse_or_declare, wait_for_async_accesses
+from kaio.passes.to_ptx.shared_reuse import reuse_or_declare, wait_for_async_accesses
 from kaio.passes.to_ptx.tile_values import (
     STREAMING_USERS,
     add32,
@@ -48,7 +49,7 @@ def lower_alloc(em: PtxEmitter, op: smem.AllocOp) -> None:
     accesses are done (``shared_reuse``)."""
     buffer = op.result.type
     nbytes, align = buffer.total_bytes, buffer.layout.alignment()
-    if REUSE_DEAD not in op.attributes:
+    if stage_attrs.REUSE_DEAD_ATTR not in op.attributes:
         em.bind(op.result, em.shared(op.sym_name.data, nbytes, align))
         return
     address, reused = reuse_or_declare(em, op, op.sym_name.data, nbytes, align)

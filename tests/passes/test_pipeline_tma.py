@@ -298,11 +298,12 @@ def test_barriers_after_the_split_count_the_consumers_only():
     from xdsl.dialects.builtin import ModuleOp
 
     from kaio.dialects import kernel as k
+    from kaio.dialects import stage_attrs
     from kaio.passes.lower_to_ptx import LowerToPtxPass
     from kaio.targets.ptx.printer import print_ptx
 
     func = k.KernelFuncOp("split", [], [], (64, 1, 1))
-    func.attributes[k.PRODUCER_THREADS_ATTR] = IntegerAttr(128, i64)
+    func.attributes[stage_attrs.PRODUCER_THREADS_ATTR] = IntegerAttr(128, i64)
     b = Builder(InsertPoint.at_end(func.body.block))
     for op in (k.BarrierOp(), k.SetMaxRegistersOp("dec", 40), k.ExitOp(), k.BarrierThreadsOp(64), k.BarrierOp(), k.ReturnOp()):
         b.insert(op)

@@ -14,7 +14,7 @@ import kaio.tile as kt
 from kaio.dialects import kernel, smem
 from kaio.errors import KaioMemoryError
 from kaio.passes.reuse_dead_shared import ReuseDeadSharedPass
-from kaio.passes.to_ptx.shared_reuse import REUSE_DEAD
+from kaio.dialects.stage_attrs import REUSE_DEAD_ATTR as REUSE_DEAD
 from kaio.pipeline import Pipeline
 from kaio.prelude import Array, MutArray, f16, f32, i32, static_range
 

@@ -1,0 +1,118 @@
+"""The contracts between stages: every ``kaio.*`` attribute one pass leaves on the IR for a
+later pass, the printer or the runtime, defined once here with the ops it may sit on and the
+value it holds, and checked wherever the IR is verified (after each pass, ``load_ir``).
+
+A pass writes and reads these by name from this module, never from the pass that writes them,
+so no pass module imports another. Ops are named by their IR name (``"kernel.func"``), so this
+module imports no dialect and every dialect may use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, UnitAttr, i64
+from xdsl.ir import Attribute, Operation
+from xdsl.utils.exceptions import VerifyException
+
+
+@dataclass(frozen=True)
+class StageAttr:
+    """One contract: its attribute name, the ops that may carry it, the value's kind."""
+
+    name: str
+    on: tuple[str, ...]
+    value: type[Attribute]
+    meaning: str
+
+    def check(self, op: Operation, value: Attribute) -> None:
+        if op.name not in self.on:
+            raise VerifyException(f"{self.name} sits on {', '.join(self.on)}, not on {op.name}")
+        if not isinstance(value, self.value):
+            raise VerifyException(f"{op.name}'s {self.name} must be a {self.value.__name__}, got {value}")
+        if isinstance(value, DictionaryAttr):
+            if self is ALIGN and any(not isinstance(v, IntegerAttr) for v in value.data.values()):
+                raise VerifyException(f"{op.name}'s {self.name} maps parameter names to byte counts")
+            if self is TENSOR_MAPS and any(not isinstance(v, StringAttr) for v in value.data.values()):
+                raise VerifyException(f"{op.name}'s {self.name} maps parameter names to JSON recipes")
+
+
+_KERNELS = ("kernel.func", "ptx.entry")
+
+ALIGN = StageAttr(
+    "kaio.align", _KERNELS, DictionaryAttr,
+    "array parameter -> the byte alignment of its base that the launch must check (vectorize-loads, tile loads)",
+)
+TENSOR_MAPS = StageAttr(
+    "kaio.tensor_maps", _KERNELS, DictionaryAttr,
+    "tensor-map parameter -> the JSON recipe the runtime builds it from at launch (pipeline-tma, store-tma)",
+)
+PRODUCER_THREADS = StageAttr(
+    "kaio.producer_threads", ("kernel.func",), IntegerAttr,
+    "threads launched beyond block_size: the producer warpgroup of pipeline-tma{warp_specialize}",
+)
+ENTRY_REGISTERS = StageAttr(
+    "kaio.entry_registers", ("kernel.func",), IntegerAttr,
+    "registers per thread the setmaxnreg counts were budgeted from; lower-to-ptx pins .maxnreg to it",
+)
+COPY_BARRIER = StageAttr(
+    "kaio.copy_barrier", ("kernel.barrier",), UnitAttr,
+    "a barrier promote-to-shared placed that only orders tile copies (pipeline-cp-async may drop it)",
+)
+REFILL_BARRIER = StageAttr(
+    "kaio.refill_barrier", ("kernel.barrier", "scf.if"), UnitAttr,
+    "pipeline-tma: every thread is done with the stage about to be refilled (lower-to-wgmma waits before it)",
+)
+TMA_RING = StageAttr(
+    "kaio.tma_ring", ("smem.alloc",), UnitAttr,
+    "a ring filled by TMA (the async proxy) only (pipeline-tma, read by lower-to-wgmma)",
+)
+REFILL_FENCE = StageAttr(
+    "kaio.refill_fence", ("tma.fence",), UnitAttr,
+    "pipeline-tma's fence before a refill: lower-to-wgmma drops it where only the async proxy read the stage",
+)
+REUSE_DEAD = StageAttr(
+    "kaio.reuse_dead", ("smem.alloc",), UnitAttr,
+    "scratch allocated where first needed, which may take the bytes of buffers dead there (store-tma, reuse-dead-shared)",
+)
+
+STAGE_ATTRS: dict[str, StageAttr] = {
+    a.name: a
+    for a in (ALIGN, TENSOR_MAPS, PRODUCER_THREADS, ENTRY_REGISTERS, COPY_BARRIER, REFILL_BARRIER, TMA_RING, REFILL_FENCE, REUSE_DEAD)
+}
+
+# the names, as passes spell them in op.attributes
+ALIGN_ATTR = ALIGN.name
+TENSOR_MAPS_ATTR = TENSOR_MAPS.name
+PRODUCER_THREADS_ATTR = PRODUCER_THREADS.name
+ENTRY_REGISTERS_ATTR = ENTRY_REGISTERS.name
+COPY_BARRIER_ATTR = COPY_BARRIER.name
+REFILL_BARRIER_ATTR = REFILL_BARRIER.name
+TMA_RING_ATTR = TMA_RING.name
+REFILL_FENCE_ATTR = REFILL_FENCE.name
+REUSE_DEAD_ATTR = REUSE_DEAD.name
+
+
+def check_stage_attrs(op: Operation) -> None:
+    """``op``'s ``kaio.*`` attributes against their contracts (an unknown ``kaio.*`` name is
+    an error too: a contract nobody defined is a typo or a pass reading a stale name)."""
+    attributes = op.attributes
+    if not attributes:
+        return
+    for name, value in attributes.items():
+        if name.startswith("kaio."):
+            contract = STAGE_ATTRS.get(name)
+            if contract is None:
+                raise VerifyException(f"{op.name} carries {name}, which no stage defines (kaio.dialects.stage_attrs)")
+            contract.check(op, value)
+
+
+def require_alignment(func: Operation, name: str, nbytes: int) -> None:
+    """Record on the kernel that the launch must check that array parameter ``name`` starts at a
+    multiple of ``nbytes`` (``kaio.align``; the largest requirement of all accesses wins)."""
+    if nbytes <= 1:
+        return
+    old = func.attributes.get(ALIGN_ATTR)
+    merged = {k: v.value.data for k, v in old.data.items()} if isinstance(old, DictionaryAttr) else {}  # type: ignore[union-attr]
+    merged[name] = max(merged.get(name, 1), nbytes)
+    func.attributes[ALIGN_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in merged.items()})
