@@ -159,3 +159,63 @@ def test_ptx_dialect_families_import_only_the_base() -> None:
         assert "kaio.dialects.ptx_base" in graph[family], family
         assert graph[family] - leaves == {"kaio.dialects.ptx_base"}, family
     assert _cycles(graph) == []
+
+
+def _pass_modules(modules: dict[str, Path]) -> set[str]:
+    """The modules under kaio.passes that define a ModulePass subclass."""
+    found = set()
+    for name, path in modules.items():
+        if not name.startswith("kaio.passes."):
+            continue
+        tree = ast.parse(path.read_text())
+        if any(
+            isinstance(node, ast.ClassDef) and any(ast.unparse(base).endswith("ModulePass") for base in node.bases)
+            for node in ast.walk(tree)
+        ):
+            found.add(name)
+    return found
+
+
+def _pass_imports(graph: dict[str, set[str]], passes: set[str]) -> list[tuple[str, str]]:
+    """Edges into a pass module from any module under kaio.passes but the registry package."""
+    return sorted(
+        (m, d) for m, deps in graph.items() if m != "kaio.passes" for d in deps if d in passes and d != m
+    )
+
+
+def test_no_pass_module_imports_another_nor_does_a_pass_utility() -> None:
+    # stage contracts live in kaio.dialects.stage_attrs, shared helpers in utility modules
+    # (value_facts, stage_rings, element_types, ...): a pass depends on dialects and
+    # utilities, never on another pass; only the registry (kaio.passes) names them all
+    modules = _modules()
+    passes = _pass_modules(modules)
+    assert {"kaio.passes.tile_layout", "kaio.passes.lower_to_ptx", "kaio.passes.pipeline_tma"} <= passes
+    assert _pass_imports(_graph(["kaio.passes"]), passes) == []
+
+
+def test_the_pass_rule_catches_a_planted_import() -> None:
+    graph = {"kaio.passes.a": {"kaio.passes.b"}, "kaio.passes.util": {"kaio.passes.b"}, "kaio.passes": {"kaio.passes.b"}}
+    assert _pass_imports(graph, {"kaio.passes.a", "kaio.passes.b"}) == [
+        ("kaio.passes.a", "kaio.passes.b"),
+        ("kaio.passes.util", "kaio.passes.b"),
+    ]
+
+
+def test_the_passes_and_dialects_form_no_cycle_with_kaio_s_own_modules() -> None:
+    # pass -> pass_contracts -> pass_registry -> kaio.passes -> pass was one: the registry is
+    # handed to the contract checks instead
+    graph = _graph(["kaio"])
+    cycles = [c for c in _cycles(graph) if any(m.startswith(("kaio.passes", "kaio.dialects")) for m in c)]
+    assert cycles == []
+
+
+def test_the_runtime_imports_neither_the_frontend_nor_the_compiler() -> None:
+    graph = _graph(["kaio"])
+    wrong = sorted(
+        (m, d)
+        for m, deps in graph.items()
+        if m.startswith("kaio.runtime")
+        for d in deps
+        if d.startswith("kaio.frontend") or d in ("kaio.compiler", "kaio.pass_manager", "kaio.pipeline")
+    )
+    assert wrong == []
