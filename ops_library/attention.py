@@ -46,7 +46,7 @@ from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library.autograd import needs_grad, refuse_traced
 from kaio.ops_library.config_fields import bool_field, int_field, settle
-from kaio.ops_library.matmul_config import MAX_STAGES, MAX_THREADS
+from kaio.launch_limits import MAX_STAGES, MAX_THREADS
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
 from kaio.ops_library.rows import next_pow2 as padded

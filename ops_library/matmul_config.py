@@ -8,11 +8,9 @@ from dataclasses import dataclass, field, replace
 from kaio.dialects.ptx import MAX_MAXNREG, MIN_MAXNREG
 from kaio.dialects.smem import LAYOUT_KINDS
 from kaio.errors import KaioValueError
+from kaio.launch_limits import MAX_STAGES, MAX_THREADS
 from kaio.ops_library.config_fields import bool_field, choice_field, int_field, int_tuple_field, settle
 from kaio.pipeline import SCALAR_STAGE, Pipeline, has_wgmma
-
-MAX_STAGES = 8  # as a tile kernel's num_stages: deeper rings only grow the PTX
-MAX_THREADS = 1024  # a CTA's limit on every arch
 
 
 @dataclass(frozen=True)

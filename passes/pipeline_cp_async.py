@@ -27,7 +27,8 @@ from kaio.dialects import cpasync, kernel, smem
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import OptionRange, PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.stage_rings import MAX_STAGES, erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
+from kaio.launch_limits import MAX_STAGES
+from kaio.passes.stage_rings import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 
 
 def _issue_copies(

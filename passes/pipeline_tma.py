@@ -67,7 +67,8 @@ from kaio.dialects import stage_attrs
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import OptionRange, PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.passes.stage_rings import MAX_STAGES, erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
+from kaio.launch_limits import MAX_STAGES
+from kaio.passes.stage_rings import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 from kaio.passes.register_trade import PRODUCER_REGISTERS, PRODUCER_THREADS, RegisterTrade, plan_trade
 from kaio.passes.tensor_map_views import MappedView, add_map_param, map_view
 

@@ -27,10 +27,6 @@ def load_slice(body: Block, values: list[SSAValue]) -> list[Operation]:
     return [op for op in body.ops if op in needed]
 
 
-MAX_STAGES = 8
-"""The deepest ring (a tile kernel's ``num_stages`` cap): deeper rings only grow the PTX."""
-
-
 def next_stage(ix: IndexBuilder, stage: SSAValue, stages: int) -> SSAValue:
     bumped = ix.add(stage, ix.const(1))
     wrap = ix.b.insert(arith.CmpiOp(bumped, ix.const(stages), "eq")).result

@@ -27,6 +27,7 @@ from kaio.dialects.kernel import ArrayType, KernelFuncOp, ReturnOp
 from kaio.dtypes import ArrayType as KaioArrayType
 from kaio.dtypes import ConstexprType, ScalarType, _Constexpr, bool_, i32
 from kaio.errors import KaioCompileError, KaioTypeError
+from kaio.launch_limits import MAX_THREADS
 from kaio.frontend.analysis import check_syntax, global_reads
 from kaio.frontend.context import MISSING, BuildState, Env, annotation_value
 from kaio.frontend.diagnostics import FunctionSource, SemanticError
@@ -326,11 +327,11 @@ def _block_shape(block_size: int | tuple[int, ...], src: FunctionSource) -> tupl
         isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims
     )
     shape = (*dims, 1, 1)[:3] if ok else (0, 0, 0)
-    if not ok or shape[0] * shape[1] * shape[2] > 1024:
+    if not ok or shape[0] * shape[1] * shape[2] > MAX_THREADS:
         raise src.error(
             src.tree,
             f"invalid block_size {block_size!r}",
-            "give 1 to 3 positive ints with at most 1024 threads in all, e.g. 256 or (16, 16)",
+            f"give 1 to 3 positive ints with at most {MAX_THREADS} threads in all, e.g. 256 or (16, 16)",
         )
     return (int(shape[0]), int(shape[1]), int(shape[2]))
 

@@ -18,6 +18,7 @@ from typing import Any
 from kaio.compiled import ARG_FACTS
 from kaio.dialects.ptx import MAX_MAXNREG, MIN_MAXNREG
 from kaio.errors import KaioCompileError
+from kaio.launch_limits import MAX_STAGES, MAX_WARPS
 from kaio.frontend.context import BuildState
 from kaio.frontend.kernel import GpuKernel, KernelIR
 from kaio.frontend.scope import Scope
@@ -25,7 +26,6 @@ from kaio.frontend.tiles import TileCompiler
 from kaio.frontend import tile_atomics  # noqa: F401  (registers kt.atomic_*)
 from kaio.frontend.values import ArrayRef, Scalar
 
-MAX_WARPS = 32
 # a launch's facts: (name, the power of two up to this dividing the argument). 16 makes views
 # vectorise (Triton's divisibility); 64, a 128-byte swizzle span of 16-bit elements, lets a
 # tensor map load a tile several spans wide as one box (passes/tensor_map_views.py)
@@ -40,8 +40,8 @@ class TileKernel(GpuKernel):
     def __init__(self, fn: Callable[..., Any], num_warps: int = 4, num_stages: int = 3, maxnreg: int | None = None):
         self.num_warps = _checked("num_warps", num_warps, fn, lambda n: 1 <= n <= MAX_WARPS and not n & (n - 1),
                                   f"a power of two from 1 to {MAX_WARPS}")  # fmt: skip
-        self.num_stages = _checked("num_stages", num_stages, fn, lambda n: 0 <= n <= 8,
-                                   "0 or 1 (no cp.async ring) up to 8")  # fmt: skip
+        self.num_stages = _checked("num_stages", num_stages, fn, lambda n: 0 <= n <= MAX_STAGES,
+                                   f"0 or 1 (no cp.async ring) up to {MAX_STAGES}")  # fmt: skip
         self.maxnreg = None if maxnreg is None else _checked(
             "maxnreg", maxnreg, fn, lambda n: MIN_MAXNREG <= n <= MAX_MAXNREG, f"None or {MIN_MAXNREG}..{MAX_MAXNREG}"
         )
