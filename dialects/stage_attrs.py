@@ -39,6 +39,11 @@ class StageAttr:
 
 _KERNELS = ("kernel.func", "ptx.entry")
 
+TARGET = StageAttr(
+    "kaio.target", ("builtin.module",), StringAttr,
+    "the arch the module compiles for (\"sm_90a\"): kaio.compile sets it once; lower-to-ptx and the printer read it",
+)
+
 ALIGN = StageAttr(
     "kaio.align", _KERNELS, DictionaryAttr,
     "array parameter -> the byte alignment of its base that the launch must check (vectorize-loads, tile loads)",
@@ -78,10 +83,11 @@ REUSE_DEAD = StageAttr(
 
 STAGE_ATTRS: dict[str, StageAttr] = {
     a.name: a
-    for a in (ALIGN, TENSOR_MAPS, PRODUCER_THREADS, ENTRY_REGISTERS, COPY_BARRIER, REFILL_BARRIER, TMA_RING, REFILL_FENCE, REUSE_DEAD)
+    for a in (TARGET, ALIGN, TENSOR_MAPS, PRODUCER_THREADS, ENTRY_REGISTERS, COPY_BARRIER, REFILL_BARRIER, TMA_RING, REFILL_FENCE, REUSE_DEAD)
 }
 
 # the names, as passes spell them in op.attributes
+TARGET_ATTR = TARGET.name
 ALIGN_ATTR = ALIGN.name
 TENSOR_MAPS_ATTR = TENSOR_MAPS.name
 PRODUCER_THREADS_ATTR = PRODUCER_THREADS.name
@@ -116,3 +122,18 @@ def require_alignment(func: Operation, name: str, nbytes: int) -> None:
     merged = {k: v.value.data for k, v in old.data.items()} if isinstance(old, DictionaryAttr) else {}  # type: ignore[union-attr]
     merged[name] = max(merged.get(name, 1), nbytes)
     func.attributes[ALIGN_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in merged.items()})
+
+
+def module_target(module: Operation) -> str | None:
+    """The arch ``module`` compiles for (its ``kaio.target``), or None where none was set."""
+    value = module.attributes.get(TARGET_ATTR)
+    return value.data if isinstance(value, StringAttr) else None
+
+
+def set_module_target(module: Operation, arch: str) -> None:
+    """Give ``module`` its target, once: a module already compiled for another arch is an error
+    (its lowering chose instructions for that one)."""
+    held = module_target(module)
+    if held is not None and held != arch:
+        raise VerifyException(f"the module is compiled for {held} (its kaio.target), not {arch}")
+    module.attributes[TARGET_ATTR] = StringAttr(arch)

@@ -57,7 +57,8 @@ def hopper_matmul_stages() -> dict[str, str]:
 
     kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), default_config(True, (8, 8, 8), 2, arch="sm_90a"))
     stages = dict(kaio.compile(kernel, "sm_90a").stages)
-    stages["pipeline"] = ",\n".join(str(p.spec(include_default=True)) for p in kernel.default_pipeline("sm_90a").passes)
+    # one pass a line, as the pipeline string writes each (unset options left out)
+    stages["pipeline"] = ",\n".join(str(kaio.Pipeline([p])) for p in kernel.default_pipeline("sm_90a").passes)
     return stages
 
 

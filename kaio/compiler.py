@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from xdsl.dialects.builtin import IntegerType, ModuleOp
 from xdsl.ir import Attribute
 from xdsl.passes import ModulePass, PassPipeline
+from xdsl.utils.exceptions import VerifyException
 
 from kaio import cache as disk_cache
 from kaio import dtypes
@@ -133,8 +134,8 @@ def _check_pipeline_arch(pipeline: PassPipeline, arch_name: str) -> None:
             raise KaioCompileError(
                 f"pass '{p.name}' lowers for {get_arch(wanted).name} but the compile is for "
                 f"{arch_name}",
-                hint=f"name one arch: kaio.compile(..., arch=\"{get_arch(wanted).name}\") or "
-                f"{p.name}{{arch={arch_name}}} (a pass without arch= lowers for {DEFAULT_ARCH})",
+                hint=f"name one arch: kaio.compile(..., arch=\"{get_arch(wanted).name}\"), or drop the "
+                f"pass's arch= (it lowers for the compile's)",
             )
 
 
@@ -395,6 +396,10 @@ def lower_module(
     changes), check that only PTX is left and print it. ``watchers`` see ``first_stage`` (the
     module as given), every pass, and the PTX. :func:`kaio.load_ir` runs an edited stage
     through it."""
+    try:  # the one place the compile's arch is given: passes and the printer read it from here
+        stage_attrs.set_module_target(module, arch_name)
+    except VerifyException as e:
+        raise KaioCompileError(f"{e}", hint=f"compile it for {stage_attrs.module_target(module)}, or from an earlier stage") from None
     stages: dict[str, str] | None = None
     watch: DumpCallback | None = None
     if watchers:
@@ -408,7 +413,7 @@ def lower_module(
         watch(first_stage, print_with_locations(module))
     times = run_pipeline(module, chosen, watch)
     _check_lowered(module, chosen)
-    ptx_text = print_ptx(module, arch_name)
+    ptx_text = print_ptx(module)
     if watch is not None:
         watch("ptx", ptx_text)
 

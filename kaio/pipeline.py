@@ -71,7 +71,7 @@ class Pipeline(PassPipeline):
 
     @staticmethod
     def parse(spec: str) -> Pipeline:  # type: ignore[override]
-        """``"canonicalize,cse,lower-to-ptx{arch=sm_90}"`` -> Pipeline. Any pass of
+        """``"canonicalize,cse,lower-to-ptx{maxnreg=128}"`` -> Pipeline. Any pass of
         :func:`available_passes` may be named (xDSL's, kaio's, entry points', registered ones).
         A malformed string, an unknown pass or a bad option raises :class:`KaioPipelineError`
         (a ``ValueError``) pointing at the column."""
@@ -192,7 +192,7 @@ def kernel_pipeline(arch: str) -> Pipeline:
     from kaio.passes.ptx_optimize import PtxOptimizePass
 
     return Pipeline(
-        (CanonicalizePass(), CommonSubexpressionElimination(), VectorizeLoadsPass(), LowerToPtxPass(arch), PtxOptimizePass())
+        (CanonicalizePass(), CommonSubexpressionElimination(), VectorizeLoadsPass(), LowerToPtxPass(), PtxOptimizePass())
     )
 
 
@@ -223,6 +223,6 @@ def tile_pipeline(arch: str, stages: int = 3, layout: str | None = None, maxnreg
         spec.append(f"pipeline-cp-async{{stages={stages}}}")
     if hopper:
         spec.append("lower-to-wgmma")
-    cap = f" maxnreg={maxnreg}" if maxnreg else ""
-    spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}", SCALAR_STAGE]
+    cap = f"{{maxnreg={maxnreg}}}" if maxnreg else ""  # the arch is the module's (kaio.target)
+    spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{cap}", SCALAR_STAGE]
     return Pipeline.parse(",".join(spec))

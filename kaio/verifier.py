@@ -91,6 +91,7 @@ class IncrementalVerifier:
             )
             if inner or self._seen.get(module) != key:
                 module.verify(verify_nested_ops=False)
+                check_stage_attrs(module)
                 self._seen[module] = key
         except Exception:  # noqa: BLE001  (any failure: the caller re-verifies whole for the message)
             self._seen.clear()  # the caller reports it; start afresh if asked again

@@ -108,8 +108,8 @@ class MatmulConfig:
             spec.append("lower-to-wgmma")
         if self.tensor_cores:
             spec.append("lower-to-mma-sync")
-        cap = f" maxnreg={self.maxnreg}" if self.maxnreg else ""
-        spec += ["canonicalize", "cse", f"lower-to-ptx{{arch={arch}{cap}}}", SCALAR_STAGE]
+        cap = f"{{maxnreg={self.maxnreg}}}" if self.maxnreg else ""  # the arch is the module's (kaio.target)
+        spec += ["canonicalize", "cse", f"lower-to-ptx{cap}", SCALAR_STAGE]
         return Pipeline.parse(",".join(spec))
 
     def suits(self, align: tuple[int, int, int], elem_bytes: int) -> bool:

@@ -13,7 +13,7 @@ the module, and ``lower-to-ptx`` reads them (:mod:`kaio.passes.to_ptx.arith_math
 
 Flags already set on an op are kept (the pass only adds). Put it anywhere before
 ``lower-to-ptx``: ``kaio.compile(kernel, pipeline=kernel.default_pipeline(arch).insert(
-FastMathPass(), before="lower-to-ptx"))`` or ``"...,fast-math,lower-to-ptx{arch=sm_90a}"``.
+FastMathPass(), before="lower-to-ptx"))`` or ``"...,fast-math,lower-to-ptx"``.
 FlashAttention's softmax (``ops_library.attention``) runs with it.
 """
 

@@ -42,15 +42,21 @@ class LowerToPtxPass(ModulePass):
         options=(OptionRange("maxnreg", ptx.MIN_MAXNREG, ptx.MAX_MAXNREG),),
     )
 
-    arch: str = DEFAULT_ARCH
-    """Target GPU: some lowerings depend on it (native bf16 math on sm_90, tanh.approx on sm_75)."""
+    arch: str | None = None
+    """Target GPU (some lowerings depend on it: native bf16 math on sm_90, tanh.approx on
+    sm_75). None, the default: the module's own (``kaio.target``, which ``kaio.compile`` sets),
+    else sm_80. Given, it must be the module's."""
 
     maxnreg: int | None = None
     """Registers per thread ptxas may use at most (``.maxnreg``; None: no cap). A lower cap fits
     more warps on an SM; below what the kernel needs, ptxas spills to local memory."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        target = get_arch(self.arch)
+        held = stage_attrs.module_target(op)
+        target = get_arch(self.arch or held or DEFAULT_ARCH)
+        if held is not None and get_arch(held).name != target.name:
+            raise KaioCompileError(f"lower-to-ptx: arch={self.arch} but the module compiles for {held} (its kaio.target)")
+        stage_attrs.set_module_target(op, target.name)
         if self.maxnreg is not None and not ptx.MIN_MAXNREG <= self.maxnreg <= ptx.MAX_MAXNREG:
             raise KaioCompileError(f"lower-to-ptx: maxnreg is {ptx.MIN_MAXNREG}..{ptx.MAX_MAXNREG} (or unset: no cap), not {self.maxnreg}")
         for func in kernel.kernel_funcs(op):

@@ -1,6 +1,6 @@
 """``kaio-opt``: xDSL's optimizer driver with kaio's dialects, passes and ``ptx`` target.
 
-    kaio-opt kernel.mlir -p "canonicalize,cse,lower-to-ptx{arch=sm_90}" -t ptx{arch=sm_90}
+    kaio-opt kernel.mlir -p "canonicalize,cse,lower-to-ptx" -t ptx
 
 An error in the input (a missing or binary file, a malformed or unknown pass, IR that does not
 parse or verify, a float literal that overflows, a module not lowered to PTX given to ``-t

@@ -23,11 +23,12 @@ from typing import IO
 
 from kaio.dialects import ptx
 from kaio.dialects.ptx_base import is_instr_class, spec_requirements
-from kaio.targets.ptx.arch import MAX_PTX, get_arch, ptx_version_text
+from kaio.dialects.stage_attrs import module_target
+from kaio.targets.ptx.arch import DEFAULT_ARCH, MAX_PTX, get_arch, ptx_version_text
 from xdsl.dialects.builtin import FileLineColLoc, ModuleOp
 from xdsl.ir import Operation, SSAValue
 
-from kaio.errors import KaioTargetError
+from kaio.errors import KaioCompileError, KaioTargetError
 from kaio.ir_walk import ops_of, ops_within
 
 # .reg declarations in this order, as nvcc does
@@ -211,15 +212,19 @@ def _print_entry(entry: ptx.EntryOp, out: IO[str], comments: bool, lines: _LineI
     out.write("\n}\n")
 
 
-def print_ptx(module: ModuleOp, arch: str, comments: bool = True) -> str:
-    """PTX text of every ``ptx.entry`` in the module, for ``arch`` (e.g. ``"sm_80"``).
+def print_ptx(module: ModuleOp, arch: str | None = None, comments: bool = True) -> str:
+    """PTX text of every ``ptx.entry`` in the module, for ``arch`` (e.g. ``"sm_80"``; None: the
+    module's ``kaio.target``, else sm_80; given, it must be the module's).
 
     ``comments``: write each Python statement's text beside its ``.loc`` (the ``.file`` and
     ``.loc`` line info is written either way).
 
     Raises KaioTargetError if an instruction needs a newer GPU than ``arch``.
     """
-    target = get_arch(arch)
+    held = module_target(module)
+    target = get_arch(arch or held or DEFAULT_ARCH)
+    if held is not None and get_arch(held).name != target.name:
+        raise KaioCompileError(f"print_ptx: the module compiles for {held} (its kaio.target), not {target.name}")
     ops = ops_within(module)  # one walk for the requirements and the line table
     needed = [req for op in ops if is_instr_class(type(op)) for req in spec_requirements(op)]  # type: ignore[arg-type]
     for req in needed:

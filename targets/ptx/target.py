@@ -9,7 +9,6 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.utils.target import Target
 
-from kaio.targets.ptx.arch import DEFAULT_ARCH
 from kaio.targets.ptx.printer import print_ptx
 
 
@@ -17,7 +16,7 @@ from kaio.targets.ptx.printer import print_ptx
 class PtxTarget(Target):
     name = "ptx"
 
-    arch: str = DEFAULT_ARCH
+    arch: str | None = None  # None: the module's kaio.target (else sm_80)
     comments: bool = True  # the "// file.py:line" lines mapping PTX back to Python
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:

@@ -259,7 +259,6 @@ CASES: list[tuple[str, str | None, Callable[..., Any], type[KaioError], str]] = 
     ("pipeline: empty", GOOD, lambda m, d: kaio.compile(m.k, pipeline=""), KaioCompileError, "kernel.func"),
     ("pipeline: no lowering", GOOD, lambda m, d: kaio.compile(m.k, pipeline="canonicalize,cse"), KaioCompileError, "cse"),
     ("pipeline: other arch", GOOD, lambda m, d: kaio.compile(m.k, pipeline="lower-to-ptx{arch=sm_90}"), KaioCompileError, "sm_90"),
-    ("pipeline: default arch under sm_90", GOOD, lambda m, d: kaio.compile(m.k, "sm_90", pipeline="lower-to-ptx"), KaioCompileError, "sm_80"),
     ("pipeline: unknown pass", GOOD, lambda m, d: kaio.compile(m.k, pipeline="no-such-pass"), KaioCompileError, "no-such-pass"),
     ("pipeline: not a pipeline", GOOD, lambda m, d: kaio.compile(m.k, pipeline=42), KaioCompileError, "42"),
     # bad decorator arguments, non-kernels, unusable dump paths
