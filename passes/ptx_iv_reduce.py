@@ -1,6 +1,6 @@
 """``ptx-iv-reduce``: induction-variable strength reduction on the flat ``ptx`` form.
 
-A loop (:func:`~kaio.passes.ptx_licm.find_loops`: a label, its body, one backward ``bra``) whose
+A loop (:func:`~kaio.passes.ptx_loops.find_loops`: a label, its body, one backward ``bra``) whose
 body writes a register ``i`` once, ``assign i <- i + c`` with ``c`` a constant or a loop
 invariant, has ``i`` as a basic induction variable. A pure value of the body that is linear in
 ``i`` (``f(i) = b + i*s`` through ``add``/``sub``/``neg``, ``mul.lo``/``mad.lo``/``shl`` by an
@@ -56,7 +56,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
-from kaio.passes.ptx_licm import Loop, entry_constant, for_each_loop, loop_assignments
+from kaio.passes.ptx_loops import Loop, entry_constant, for_each_loop, loop_assignments
 from kaio.passes.ptx_ring_offsets import rotate_rings
 from kaio.passes.ptx_scalar import (
     ConstPool,

@@ -10,7 +10,8 @@ warp-collective, not guarded) and each of its operands is defined outside the lo
 what leaves one can leave the next as well.
 
 A loop is moved out of only when it has a single entry: no branch from outside its range lands
-on its label or inside it (then the code before the label runs exactly when the loop is entered).
+on its label or inside it (then the code before the label runs exactly when the loop is entered:
+:func:`~kaio.passes.ptx_loops.find_loops`).
 
 Loads are moved too, but only from loops that write no memory and synchronise nothing (no
 store, atomic, asynchronous copy, barrier, fence, tensor-core or warp-collective instruction:
@@ -26,14 +27,12 @@ same straight-line stretch and read no ``ptx.reg`` (:func:`merge_repeats`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
 from kaio.passes.ptx_fold import value_key
+from kaio.passes.ptx_loops import Loop, for_each_loop
 from kaio.passes.ptx_scalar import (
-    block_ops,
-    const_int,
     entries,
     is_pure,
     reads_registers,
@@ -41,65 +40,13 @@ from kaio.passes.ptx_scalar import (
 )
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, f64, i64
-from xdsl.ir import Block, Operation, OpResult, SSAValue
+from xdsl.ir import Operation, OpResult, SSAValue
 from xdsl.passes import ModulePass
 
 from kaio.pass_contracts import PassContract
 
 _READS_OR_CONTROL = frozenset((ptx.LdOp, ptx.ConstOp, ptx.LabelOp, ptx.BraOp, ptx.AssignOp, ptx.CommentOp))
 _ORDERED_LOADS = frozenset(("volatile", "relaxed", "acquire", "mmio"))
-
-
-@dataclass
-class Loop:
-    """Positions in the entry's op list: ``head`` is the label, ``latch`` the backward branch."""
-
-    head: int
-    latch: int
-
-    @property
-    def size(self) -> int:
-        return self.latch - self.head
-
-
-def loop_assignments(
-    ops: list[Operation], loop: Loop
-) -> tuple[set[Operation], dict[SSAValue, list[ptx.AssignOp]]]:
-    """The loop body's ops, and the loop-carried registers with the ``ptx.assign`` ops writing
-    each (in body order): what the induction and ring rewrites start from."""
-    body = ops[loop.head + 1 : loop.latch + 1]
-    writes: dict[SSAValue, list[ptx.AssignOp]] = {}
-    for op in body:
-        if type(op) is ptx.AssignOp:
-            writes.setdefault(op.operands[0], []).append(op)  # type: ignore[arg-type]
-    return set(body), writes
-
-
-def find_loops(ops: list[Operation]) -> list[Loop]:
-    """The single-entry loops (label ... backward branch to it), innermost first."""
-    labels = {op.sym_name.data: i for i, op in enumerate(ops) if type(op) is ptx.LabelOp}  # type: ignore[attr-defined]
-    branches = [(i, labels.get(op.symbol.data)) for i, op in enumerate(ops) if type(op) is ptx.BraOp and op.symbol is not None]  # type: ignore[attr-defined]
-    loops: dict[int, Loop] = {}
-    for at, target in branches:
-        if target is not None and target < at:
-            loop = loops.setdefault(target, Loop(target, at))
-            loop.latch = max(loop.latch, at)
-    single = [
-        lp for lp in loops.values()
-        if not any(t is not None and lp.head <= t <= lp.latch and not lp.head <= at <= lp.latch for at, t in branches)
-    ]  # fmt: skip
-    return sorted(single, key=lambda lp: lp.size)
-
-
-def entry_constant(ops: list[Operation], head: int, reg: SSAValue) -> int | None:
-    """The constant ``reg`` is last assigned in the straight-line code right before ``head``
-    (the value a single-entry loop starts with), else None."""
-    for op in reversed(ops[:head]):
-        if type(op) is ptx.LabelOp:
-            return None
-        if type(op) is ptx.AssignOp and op.operands[0] is reg:
-            return const_int(op.operands[1])
-    return None
 
 
 def _hoistable_load(op: Operation, before_control: bool, read_only: bool) -> bool:
@@ -207,21 +154,6 @@ def hoist_loop(ops: list[Operation], loop: Loop, budget: int) -> int:
     moved_ids = {id(op) for op in kept_out}
     merge_repeats([op for op in body if id(op) not in moved_ids], BODY_WINDOW)
     return len(moved)
-
-
-def for_each_loop(block: Block, visit: Callable[[list[Operation], Loop], int]) -> int:
-    """``visit(ops, loop)`` once per single-entry loop of ``block``, inner loops first; the block
-    is listed again after each visit (a visit moves ops). Returns the sum of the visits."""
-    total = 0
-    done: set[Operation] = set()  # loop labels already handled
-    while True:
-        ops = block_ops(block)
-        pending = [lp for lp in find_loops(ops) if ops[lp.head] not in done]
-        if not pending:
-            return total
-        loop = pending[0]
-        done.add(ops[loop.head])
-        total += visit(ops, loop)
 
 
 def licm_entry(entry: ptx.EntryOp, budget: int = 64) -> int:
