@@ -71,7 +71,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return LowerToPtxPass
 
     def ptx_fold() -> type[ModulePass]:
-        from kaio.passes.ptx_fold import PtxFoldPass
+        from kaio.passes.ptx_optimize import PtxFoldPass
 
         return PtxFoldPass
 
