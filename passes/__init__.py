@@ -76,7 +76,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return PtxFoldPass
 
     def ptx_strength_reduce() -> type[ModulePass]:
-        from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
+        from kaio.passes.ptx_optimize import PtxStrengthReducePass
 
         return PtxStrengthReducePass
 

@@ -2,6 +2,7 @@
 here, each a frozen dataclass (name, options, contract) whose ``apply`` calls one function of
 the utility module that holds its logic, so that no pass module imports another:
 
+- ``ptx-strength-reduce``: :func:`~kaio.passes.ptx_strength_reduce.strength_reduce_module`;
 - ``ptx-fold``: :func:`~kaio.passes.ptx_fold.fold_module`.
 
 ``ptx-optimize`` runs them as one pipeline stage: ``ptx-strength-reduce``, then ``ptx-licm``,
@@ -23,13 +24,25 @@ from dataclasses import dataclass
 from kaio.passes.ptx_fold import fold_module
 from kaio.passes.ptx_iv_reduce import PtxIvReducePass
 from kaio.passes.ptx_licm import PtxLicmPass
-from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
+from kaio.passes.ptx_strength_reduce import strength_reduce_module
 from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
 from kaio.pass_contracts import PassContract
+
+
+@dataclass(frozen=True)
+class PtxStrengthReducePass(ModulePass):
+    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
+    name = "ptx-strength-reduce"
+
+    magic: bool = True
+    """Also divide by constants that are not powers of two with a multiply-high."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        strength_reduce_module(op, self.magic)
 
 
 @dataclass(frozen=True)

@@ -182,8 +182,7 @@ def expected(x: np.ndarray, n: int, a: int, b: int) -> tuple[np.ndarray, np.ndar
 
 def expanded(pipeline: Pipeline, **planted: object) -> Pipeline:
     """``pipeline`` with its ptx-optimize stage as the three passes, one of them replaced."""
-    from kaio.passes.ptx_optimize import PtxFoldPass
-    from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
+    from kaio.passes.ptx_optimize import PtxFoldPass, PtxStrengthReducePass
 
     passes = {"strength_reduce": PtxStrengthReducePass(), "licm": PtxLicmPass(), "fold": PtxFoldPass(), **planted}
     return Pipeline((*pipeline.without("ptx-optimize").passes, *passes.values()))  # type: ignore[arg-type]
