@@ -81,7 +81,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return PtxStrengthReducePass
 
     def ptx_licm() -> type[ModulePass]:
-        from kaio.passes.ptx_licm import PtxLicmPass
+        from kaio.passes.ptx_optimize import PtxLicmPass
 
         return PtxLicmPass
 

@@ -1,4 +1,5 @@
-"""``ptx-licm``: loop-invariant code motion on the flat ``ptx`` form.
+"""What ``ptx-licm`` does (the pass is :class:`~kaio.passes.ptx_optimize.PtxLicmPass`, which
+calls :func:`licm_module`): loop-invariant code motion on the flat ``ptx`` form.
 
 ``lower-to-ptx`` turns each loop into a label, its body and a backward ``bra``; the lowering
 rules recompute their index math (warp and lane coordinates, swizzled shared offsets, row
@@ -27,8 +28,6 @@ same straight-line stretch and read no ``ptx.reg`` (:func:`merge_repeats`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kaio.dialects import ptx
 from kaio.passes.ptx_fold import value_key
 from kaio.passes.ptx_loops import Loop, for_each_loop
@@ -38,12 +37,8 @@ from kaio.passes.ptx_scalar import (
     reads_registers,
     spec_parts,
 )
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, f64, i64
 from xdsl.ir import Operation, OpResult, SSAValue
-from xdsl.passes import ModulePass
-
-from kaio.pass_contracts import PassContract
 
 _READS_OR_CONTROL = frozenset((ptx.LdOp, ptx.ConstOp, ptx.LabelOp, ptx.BraOp, ptx.AssignOp, ptx.CommentOp))
 _ORDERED_LOADS = frozenset(("volatile", "relaxed", "acquire", "mmio"))
@@ -161,16 +156,8 @@ def licm_entry(entry: ptx.EntryOp, budget: int = 64) -> int:
     return for_each_loop(entry.body.block, lambda ops, loop: hoist_loop(ops, loop, budget))
 
 
-@dataclass(frozen=True)
-class PtxLicmPass(ModulePass):
-    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
-    name = "ptx-licm"
-
-    budget: int = 64
-    """Registers (32-bit words; a predicate counts one) that moved values may keep live across
-    one loop; a loop whose invariant instructions would need more keeps them (ptxas
-    rematerialises them where it has the registers)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for entry in entries(op):
-            licm_entry(entry, self.budget)
+def licm_module(module: ModuleOp, budget: int) -> None:
+    """``ptx-licm`` on every entry of ``module``: what moves out of one loop keeps at most
+    ``budget`` registers live across it (:func:`within_budget`)."""
+    for entry in entries(module):
+        licm_entry(entry, budget)

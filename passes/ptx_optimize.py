@@ -3,6 +3,7 @@ here, each a frozen dataclass (name, options, contract) whose ``apply`` calls on
 the utility module that holds its logic, so that no pass module imports another:
 
 - ``ptx-strength-reduce``: :func:`~kaio.passes.ptx_strength_reduce.strength_reduce_module`;
+- ``ptx-licm``: :func:`~kaio.passes.ptx_licm.licm_module`;
 - ``ptx-fold``: :func:`~kaio.passes.ptx_fold.fold_module`.
 
 ``ptx-optimize`` runs them as one pipeline stage: ``ptx-strength-reduce``, then ``ptx-licm``,
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from kaio.passes.ptx_fold import fold_module
 from kaio.passes.ptx_iv_reduce import PtxIvReducePass
-from kaio.passes.ptx_licm import PtxLicmPass
+from kaio.passes.ptx_licm import licm_module
 from kaio.passes.ptx_strength_reduce import strength_reduce_module
 from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass
 from xdsl.context import Context
@@ -43,6 +44,20 @@ class PtxStrengthReducePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         strength_reduce_module(op, self.magic)
+
+
+@dataclass(frozen=True)
+class PtxLicmPass(ModulePass):
+    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
+    name = "ptx-licm"
+
+    budget: int = 64
+    """Registers (32-bit words; a predicate counts one) that moved values may keep live across
+    one loop; a loop whose invariant instructions would need more keeps them (ptxas
+    rematerialises them where it has the registers)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        licm_module(op, self.budget)
 
 
 @dataclass(frozen=True)
