@@ -86,7 +86,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return PtxLicmPass
 
     def ptx_iv_reduce() -> type[ModulePass]:
-        from kaio.passes.ptx_iv_reduce import PtxIvReducePass
+        from kaio.passes.ptx_optimize import PtxIvReducePass
 
         return PtxIvReducePass
 

@@ -4,6 +4,7 @@ the utility module that holds its logic, so that no pass module imports another:
 
 - ``ptx-strength-reduce``: :func:`~kaio.passes.ptx_strength_reduce.strength_reduce_module`;
 - ``ptx-licm``: :func:`~kaio.passes.ptx_licm.licm_module`;
+- ``ptx-iv-reduce``: :func:`~kaio.passes.ptx_iv_reduce.iv_reduce_module`;
 - ``ptx-fold``: :func:`~kaio.passes.ptx_fold.fold_module`.
 
 ``ptx-optimize`` runs them as one pipeline stage: ``ptx-strength-reduce``, then ``ptx-licm``,
@@ -23,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaio.passes.ptx_fold import fold_module
-from kaio.passes.ptx_iv_reduce import PtxIvReducePass
+from kaio.passes.ptx_iv_reduce import iv_reduce_module
 from kaio.passes.ptx_licm import licm_module
 from kaio.passes.ptx_strength_reduce import strength_reduce_module
 from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass
@@ -58,6 +59,18 @@ class PtxLicmPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         licm_module(op, self.budget)
+
+
+@dataclass(frozen=True)
+class PtxIvReducePass(ModulePass):
+    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
+    name = "ptx-iv-reduce"
+
+    budget: int = 8
+    """Registers (32-bit words) the new loop-carried values of one loop may take."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        iv_reduce_module(op, self.budget)
 
 
 @dataclass(frozen=True)
