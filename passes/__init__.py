@@ -91,7 +91,7 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return PtxIvReducePass
 
     def ptx_sync_cleanup() -> type[ModulePass]:
-        from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass
+        from kaio.passes.ptx_optimize import PtxSyncCleanupPass
 
         return PtxSyncCleanupPass
 

@@ -5,7 +5,8 @@ the utility module that holds its logic, so that no pass module imports another:
 - ``ptx-strength-reduce``: :func:`~kaio.passes.ptx_strength_reduce.strength_reduce_module`;
 - ``ptx-licm``: :func:`~kaio.passes.ptx_licm.licm_module`;
 - ``ptx-iv-reduce``: :func:`~kaio.passes.ptx_iv_reduce.iv_reduce_module`;
-- ``ptx-fold``: :func:`~kaio.passes.ptx_fold.fold_module`.
+- ``ptx-fold``: :func:`~kaio.passes.ptx_fold.fold_module`;
+- ``ptx-sync-cleanup``: :func:`~kaio.passes.ptx_sync_cleanup.sync_cleanup_module`.
 
 ``ptx-optimize`` runs them as one pipeline stage: ``ptx-strength-reduce``, then ``ptx-licm``,
 then ``ptx-iv-reduce``, then ``ptx-fold``, then ``ptx-sync-cleanup`` (waits and barriers that
@@ -27,7 +28,7 @@ from kaio.passes.ptx_fold import fold_module
 from kaio.passes.ptx_iv_reduce import iv_reduce_module
 from kaio.passes.ptx_licm import licm_module
 from kaio.passes.ptx_strength_reduce import strength_reduce_module
-from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass
+from kaio.passes.ptx_sync_cleanup import sync_cleanup_module
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -86,6 +87,15 @@ class PtxFoldPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         fold_module(op, self.window)
+
+
+@dataclass(frozen=True)
+class PtxSyncCleanupPass(ModulePass):
+    contract = PassContract(after=("lower-to-ptx",))
+    name = "ptx-sync-cleanup"
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        sync_cleanup_module(op)
 
 
 @dataclass(frozen=True)
