@@ -71,27 +71,27 @@ def get_all_passes() -> dict[str, Callable[[], type[ModulePass]]]:
         return LowerToPtxPass
 
     def ptx_fold() -> type[ModulePass]:
-        from kaio.passes.ptx_fold import PtxFoldPass
+        from kaio.passes.ptx_optimize import PtxFoldPass
 
         return PtxFoldPass
 
     def ptx_strength_reduce() -> type[ModulePass]:
-        from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
+        from kaio.passes.ptx_optimize import PtxStrengthReducePass
 
         return PtxStrengthReducePass
 
     def ptx_licm() -> type[ModulePass]:
-        from kaio.passes.ptx_licm import PtxLicmPass
+        from kaio.passes.ptx_optimize import PtxLicmPass
 
         return PtxLicmPass
 
     def ptx_iv_reduce() -> type[ModulePass]:
-        from kaio.passes.ptx_iv_reduce import PtxIvReducePass
+        from kaio.passes.ptx_optimize import PtxIvReducePass
 
         return PtxIvReducePass
 
     def ptx_sync_cleanup() -> type[ModulePass]:
-        from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass
+        from kaio.passes.ptx_optimize import PtxSyncCleanupPass
 
         return PtxSyncCleanupPass
 

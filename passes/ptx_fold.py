@@ -1,6 +1,8 @@
-"""``ptx-fold``: constant folding, algebraic simplification and local value numbering on the
-``ptx`` dialect, after ``lower-to-ptx`` (where the lowering rules' index math is finally
-visible as instructions, constants and casts included).
+"""What ``ptx-fold`` does (the pass is :class:`~kaio.passes.ptx_optimize.PtxFoldPass`, which
+calls :func:`fold_module`): constant folding, algebraic simplification and local value numbering
+on the ``ptx`` dialect, after ``lower-to-ptx`` (where the lowering rules' index math is finally
+visible as instructions, constants and casts included). :func:`value_key`, what makes two pure
+instructions the same, is shared with ``ptx-licm``'s merging of repeats.
 
 - An integer instruction whose sources are all constants becomes a constant (``add``, ``sub``,
   ``mul``, ``mad``, ``div``, ``rem``, shifts, logic, ``min``/``max``, ``neg``, and ``cvt``
@@ -23,7 +25,6 @@ Only 32- and 64-bit integer forms are rewritten; floating point is left exactly 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from kaio.dialects import ptx
 from kaio.passes.ptx_scalar import (
@@ -44,12 +45,8 @@ from kaio.passes.ptx_scalar import (
     word,
     word_type,
 )
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
-
-from kaio.pass_contracts import PassContract
 
 _FOLDABLE = frozenset((
     ptx.AddOp, ptx.SubOp, ptx.MulOp, ptx.MadOp, ptx.DivOp, ptx.RemOp, ptx.ShlOp, ptx.ShrOp, ptx.AndOp,
@@ -221,17 +218,8 @@ def fold_entry(entry: ptx.EntryOp, window: int = 0) -> None:
     erase_dead(entry)
 
 
-@dataclass(frozen=True)
-class PtxFoldPass(ModulePass):
-    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
-    name = "ptx-fold"
-
-    window: int = 0
-    """How far back (in instructions) a repeat may find its twin (0, the default: repeats stay).
-    Merging stretches a register's life across everything between the two, ptxas does not undo
-    it and merges repeats itself: near its register limit, one merge is enough for it to spill
-    (a log_softmax row kernel at 40 registers, the D=256 dK/dV kernel at 255)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for entry in entries(op):
-            fold_entry(entry, self.window)
+def fold_module(module: ModuleOp, window: int) -> None:
+    """``ptx-fold`` on every entry of ``module``: repeats merge at most ``window`` instructions
+    apart (0: none)."""
+    for entry in entries(module):
+        fold_entry(entry, window)

@@ -1,6 +1,8 @@
-"""``ptx-iv-reduce``: induction-variable strength reduction on the flat ``ptx`` form.
+"""What ``ptx-iv-reduce`` does (the pass is :class:`~kaio.passes.ptx_optimize.PtxIvReducePass`,
+which calls :func:`iv_reduce_module`): induction-variable strength reduction on the flat ``ptx``
+form.
 
-A loop (:func:`~kaio.passes.ptx_licm.find_loops`: a label, its body, one backward ``bra``) whose
+A loop (:func:`~kaio.passes.ptx_loops.find_loops`: a label, its body, one backward ``bra``) whose
 body writes a register ``i`` once, ``assign i <- i + c`` with ``c`` a constant or a loop
 invariant, has ``i`` as a basic induction variable. A pure value of the body that is linear in
 ``i`` (``f(i) = b + i*s`` through ``add``/``sub``/``neg``, ``mul.lo``/``mad.lo``/``shl`` by an
@@ -56,7 +58,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
-from kaio.passes.ptx_licm import Loop, entry_constant, for_each_loop, loop_assignments
+from kaio.passes.ptx_loops import Loop, entry_constant, for_each_loop, loop_assignments
 from kaio.passes.ptx_ring_offsets import rotate_rings
 from kaio.passes.ptx_scalar import (
     ConstPool,
@@ -69,12 +71,8 @@ from kaio.passes.ptx_scalar import (
     spec_parts,
     word_type,
 )
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, i32
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
-
-from kaio.pass_contracts import PassContract
 
 Step = int | SSAValue
 """How much a value grows per trip: a constant (unsigned bits) or a loop-invariant value."""
@@ -455,14 +453,8 @@ def iv_reduce_entry(entry: ptx.EntryOp, budget: int = 8) -> int:
     return for_each_loop(entry.body.block, visit)
 
 
-@dataclass(frozen=True)
-class PtxIvReducePass(ModulePass):
-    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
-    name = "ptx-iv-reduce"
-
-    budget: int = 8
-    """Registers (32-bit words) the new loop-carried values of one loop may take."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for entry in entries(op):
-            iv_reduce_entry(entry, self.budget)
+def iv_reduce_module(module: ModuleOp, budget: int) -> None:
+    """``ptx-iv-reduce`` on every entry of ``module``: the new loop-carried values of one loop
+    take at most ``budget`` registers."""
+    for entry in entries(module):
+        iv_reduce_entry(entry, budget)

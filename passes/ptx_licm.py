@@ -1,4 +1,5 @@
-"""``ptx-licm``: loop-invariant code motion on the flat ``ptx`` form.
+"""What ``ptx-licm`` does (the pass is :class:`~kaio.passes.ptx_optimize.PtxLicmPass`, which
+calls :func:`licm_module`): loop-invariant code motion on the flat ``ptx`` form.
 
 ``lower-to-ptx`` turns each loop into a label, its body and a backward ``bra``; the lowering
 rules recompute their index math (warp and lane coordinates, swizzled shared offsets, row
@@ -10,7 +11,8 @@ warp-collective, not guarded) and each of its operands is defined outside the lo
 what leaves one can leave the next as well.
 
 A loop is moved out of only when it has a single entry: no branch from outside its range lands
-on its label or inside it (then the code before the label runs exactly when the loop is entered).
+on its label or inside it (then the code before the label runs exactly when the loop is entered:
+:func:`~kaio.passes.ptx_loops.find_loops`).
 
 Loads are moved too, but only from loops that write no memory and synchronise nothing (no
 store, atomic, asynchronous copy, barrier, fence, tensor-core or warp-collective instruction:
@@ -26,80 +28,20 @@ same straight-line stretch and read no ``ptx.reg`` (:func:`merge_repeats`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from kaio.dialects import ptx
 from kaio.passes.ptx_fold import value_key
+from kaio.passes.ptx_loops import Loop, for_each_loop
 from kaio.passes.ptx_scalar import (
-    block_ops,
-    const_int,
     entries,
     is_pure,
     reads_registers,
     spec_parts,
 )
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp, f64, i64
-from xdsl.ir import Block, Operation, OpResult, SSAValue
-from xdsl.passes import ModulePass
-
-from kaio.pass_contracts import PassContract
+from xdsl.ir import Operation, OpResult, SSAValue
 
 _READS_OR_CONTROL = frozenset((ptx.LdOp, ptx.ConstOp, ptx.LabelOp, ptx.BraOp, ptx.AssignOp, ptx.CommentOp))
 _ORDERED_LOADS = frozenset(("volatile", "relaxed", "acquire", "mmio"))
-
-
-@dataclass
-class Loop:
-    """Positions in the entry's op list: ``head`` is the label, ``latch`` the backward branch."""
-
-    head: int
-    latch: int
-
-    @property
-    def size(self) -> int:
-        return self.latch - self.head
-
-
-def loop_assignments(
-    ops: list[Operation], loop: Loop
-) -> tuple[set[Operation], dict[SSAValue, list[ptx.AssignOp]]]:
-    """The loop body's ops, and the loop-carried registers with the ``ptx.assign`` ops writing
-    each (in body order): what the induction and ring rewrites start from."""
-    body = ops[loop.head + 1 : loop.latch + 1]
-    writes: dict[SSAValue, list[ptx.AssignOp]] = {}
-    for op in body:
-        if type(op) is ptx.AssignOp:
-            writes.setdefault(op.operands[0], []).append(op)  # type: ignore[arg-type]
-    return set(body), writes
-
-
-def find_loops(ops: list[Operation]) -> list[Loop]:
-    """The single-entry loops (label ... backward branch to it), innermost first."""
-    labels = {op.sym_name.data: i for i, op in enumerate(ops) if type(op) is ptx.LabelOp}  # type: ignore[attr-defined]
-    branches = [(i, labels.get(op.symbol.data)) for i, op in enumerate(ops) if type(op) is ptx.BraOp and op.symbol is not None]  # type: ignore[attr-defined]
-    loops: dict[int, Loop] = {}
-    for at, target in branches:
-        if target is not None and target < at:
-            loop = loops.setdefault(target, Loop(target, at))
-            loop.latch = max(loop.latch, at)
-    single = [
-        lp for lp in loops.values()
-        if not any(t is not None and lp.head <= t <= lp.latch and not lp.head <= at <= lp.latch for at, t in branches)
-    ]  # fmt: skip
-    return sorted(single, key=lambda lp: lp.size)
-
-
-def entry_constant(ops: list[Operation], head: int, reg: SSAValue) -> int | None:
-    """The constant ``reg`` is last assigned in the straight-line code right before ``head``
-    (the value a single-entry loop starts with), else None."""
-    for op in reversed(ops[:head]):
-        if type(op) is ptx.LabelOp:
-            return None
-        if type(op) is ptx.AssignOp and op.operands[0] is reg:
-            return const_int(op.operands[1])
-    return None
 
 
 def _hoistable_load(op: Operation, before_control: bool, read_only: bool) -> bool:
@@ -209,36 +151,13 @@ def hoist_loop(ops: list[Operation], loop: Loop, budget: int) -> int:
     return len(moved)
 
 
-def for_each_loop(block: Block, visit: Callable[[list[Operation], Loop], int]) -> int:
-    """``visit(ops, loop)`` once per single-entry loop of ``block``, inner loops first; the block
-    is listed again after each visit (a visit moves ops). Returns the sum of the visits."""
-    total = 0
-    done: set[Operation] = set()  # loop labels already handled
-    while True:
-        ops = block_ops(block)
-        pending = [lp for lp in find_loops(ops) if ops[lp.head] not in done]
-        if not pending:
-            return total
-        loop = pending[0]
-        done.add(ops[loop.head])
-        total += visit(ops, loop)
-
-
 def licm_entry(entry: ptx.EntryOp, budget: int = 64) -> int:
     """Hoist out of every loop of the entry, inner loops first; returns how many moved."""
     return for_each_loop(entry.body.block, lambda ops, loop: hoist_loop(ops, loop, budget))
 
 
-@dataclass(frozen=True)
-class PtxLicmPass(ModulePass):
-    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
-    name = "ptx-licm"
-
-    budget: int = 64
-    """Registers (32-bit words; a predicate counts one) that moved values may keep live across
-    one loop; a loop whose invariant instructions would need more keeps them (ptxas
-    rematerialises them where it has the registers)."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for entry in entries(op):
-            licm_entry(entry, self.budget)
+def licm_module(module: ModuleOp, budget: int) -> None:
+    """``ptx-licm`` on every entry of ``module``: what moves out of one loop keeps at most
+    ``budget`` registers live across it (:func:`within_budget`)."""
+    for entry in entries(module):
+        licm_entry(entry, budget)

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kaio.dialects import ptx
-from kaio.passes.ptx_licm import Loop, entry_constant, loop_assignments
+from kaio.passes.ptx_loops import Loop, entry_constant, loop_assignments
 from kaio.passes.ptx_scalar import ConstPool, Emit, block_ops, const_int, spec_parts
 from xdsl.dialects.builtin import i1, i32
 from xdsl.ir import Operation, SSAValue

@@ -1,6 +1,8 @@
-"""``ptx-strength-reduce``: integer ``mul``, ``div`` and ``rem`` by a constant become cheaper
-instructions, for every kernel (tile layouts, copy loops and the frontend's code all reach PTX
-as ``div.u32 x, 4``).
+"""What ``ptx-strength-reduce`` does (the pass is
+:class:`~kaio.passes.ptx_optimize.PtxStrengthReducePass`, which calls
+:func:`strength_reduce_module`): integer ``mul``, ``div`` and ``rem`` by a constant become
+cheaper instructions, for every kernel (tile layouts, copy loops and the frontend's code all
+reach PTX as ``div.u32 x, 4``).
 
 - ``mul.lo`` by 2^k: ``shl``.
 - unsigned ``div``/``rem`` by 2^k: ``shr`` / ``and``.
@@ -19,8 +21,6 @@ stay as they are.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kaio.dialects import ptx
 from kaio.passes.magic_division import signed_magic, unsigned_magic
 from kaio.passes.ptx_scalar import (
@@ -36,12 +36,8 @@ from kaio.passes.ptx_scalar import (
     spec_parts,
     word,
 )
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
-from xdsl.passes import ModulePass
-
-from kaio.pass_contracts import PassContract
 
 
 def _pow2_quotient(e: Emit, x: SSAValue, k: int, bits: int, is_signed: bool, want_rem: bool) -> SSAValue:
@@ -119,20 +115,14 @@ def reduce(op: ptx.PtxInstr, pool: ConstPool) -> bool:
 _REDUCIBLE = frozenset((ptx.MulOp, ptx.DivOp, ptx.RemOp))
 
 
-@dataclass(frozen=True)
-class PtxStrengthReducePass(ModulePass):
-    contract = PassContract(after=("lower-to-ptx",))  # it rewrites ptx.entry bodies only
-    name = "ptx-strength-reduce"
-
-    magic: bool = True
-    """Also divide by constants that are not powers of two with a multiply-high."""
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for entry in entries(op):
-            pool = ConstPool(entry)
-            for instr in block_ops(entry.body.block):
-                if type(instr) in _REDUCIBLE and (self.magic or _power_case(instr)):  # type: ignore[arg-type]
-                    reduce(instr, pool)  # type: ignore[arg-type]
+def strength_reduce_module(module: ModuleOp, magic: bool) -> None:
+    """``ptx-strength-reduce`` on every entry of ``module``; with ``magic`` false, only the
+    powers of two (no multiply-high)."""
+    for entry in entries(module):
+        pool = ConstPool(entry)
+        for instr in block_ops(entry.body.block):
+            if type(instr) in _REDUCIBLE and (magic or _power_case(instr)):  # type: ignore[arg-type]
+                reduce(instr, pool)  # type: ignore[arg-type]
 
 
 def _power_case(op: ptx.PtxInstr) -> bool:

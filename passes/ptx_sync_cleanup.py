@@ -1,5 +1,6 @@
-"""``ptx-sync-cleanup``: drop the ``cp.async.wait_group`` and ``bar.sync`` instructions that
-order nothing.
+"""What ``ptx-sync-cleanup`` does (the pass is
+:class:`~kaio.passes.ptx_optimize.PtxSyncCleanupPass`, which calls :func:`sync_cleanup_module`):
+drop the ``cp.async.wait_group`` and ``bar.sync`` instructions that order nothing.
 
 Lowerings emit their synchronisation locally: each buffer that takes a dead buffer's bytes
 waits for the copies in flight and adds a barrier before its first write (``shared_reuse``), a
@@ -40,28 +41,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
-from xdsl.passes import ModulePass
 
 from kaio.dialects import ptx
 from kaio.dialects.ptx_hopper import WgmmaCommitOp, WgmmaWaitOp
-from kaio.pass_contracts import PassContract
 from kaio.passes.ptx_scalar import PURE_OPS, block_ops, const_int, entries, is_instr
 
 
 
-@dataclass(frozen=True)
-class PtxSyncCleanupPass(ModulePass):
-    contract = PassContract(after=("lower-to-ptx",))
-    name = "ptx-sync-cleanup"
-
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for entry in entries(op):
-            for dead in redundant_syncs(block_ops(entry.body.block)):
-                dead.detach()
-                dead.erase()
+def sync_cleanup_module(module: ModuleOp) -> None:
+    """``ptx-sync-cleanup`` on every entry of ``module``: its :func:`redundant_syncs` go."""
+    for entry in entries(module):
+        for dead in redundant_syncs(block_ops(entry.body.block)):
+            dead.detach()
+            dead.erase()
 
 
 def _cta_barrier(op: Operation) -> bool:

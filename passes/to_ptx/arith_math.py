@@ -30,6 +30,7 @@ from kaio.passes.to_ptx.emitter import (
     reg_type,
     width,
 )
+from kaio.passes.to_ptx.f32_convert import f32_rounded_to_odd, from_f32, to_f32
 from xdsl.dialects import arith
 from xdsl.dialects import math as xmath
 from xdsl.dialects.builtin import FloatAttr, IntegerType, bf16, f16, f32, f64, i1, i16, i32
@@ -67,20 +68,6 @@ def _widen_byte(em: PtxEmitter, v: SSAValue, t: Attribute, signed: bool) -> SSAV
     return em.instr(ptx.CvtOp, f"{s}16.{s}8", [v], i16)
 
 
-def _to_f32(em: PtxEmitter, v: SSAValue) -> SSAValue:
-    if v.type == f32:
-        return v
-    if v.type == bf16:  # bf16 is the high half of an f32: no conversion instruction needed
-        return em.instr(ptx.MovOp, "b32", [em.const(0, bf16), v], f32)
-    return em.instr(ptx.CvtOp, f"f32.{float_spec(v.type)}", [v], f32)
-
-
-def _from_f32(em: PtxEmitter, v: SSAValue, t: Attribute) -> SSAValue:
-    if t == f32:
-        return v
-    return em.instr(ptx.CvtOp, f"rn.{float_spec(t)}.f32", [v], t)
-
-
 # Native half-precision arithmetic: mnemonic -> oldest sm for (f16, bf16)
 _HALF_NATIVE: dict[str, tuple[int, int]] = {
     "add": (53, 90),
@@ -110,8 +97,8 @@ def _float_op(
     mnemonic = cls.INFO.mnemonic or cls.name[4:]
     prefix = f"{mods}." if mods else ""
     if t in (f16, bf16) and not _native_half(em, mnemonic, t):
-        wide = [_to_f32(em, a) for a in args]
-        return _from_f32(em, em.instr(cls, f"{prefix}f32", wide, f32), t)
+        wide = [to_f32(em, a) for a in args]
+        return from_f32(em, em.instr(cls, f"{prefix}f32", wide, f32), t)
     return em.instr(cls, f"{prefix}{float_spec(t)}", list(args), t)
 
 
@@ -203,7 +190,7 @@ def lower_float_binary(em: PtxEmitter, op: Operation) -> None:
     cls, mods = _FLOAT_BINARY[type(op)]
     t = op.results[0].type
     if isinstance(op, arith.DivfOp) and t != f64 and _fast(op, _RECIPROCAL):
-        em.bind(op.result, _from_f32(em, _approximate_division(em, op), t))
+        em.bind(op.result, from_f32(em, _approximate_division(em, op), t))
         return
     if mods == "NaN" and t == f64:
         mods = ""  # max.NaN has no f64 form; kaio's frontend uses maxnum semantics anyway
@@ -261,10 +248,10 @@ def _approximate_division(em: PtxEmitter, op: Operation) -> SSAValue:
     """``a / b`` as ``a * rcp.approx.ftz(b)`` in f32 (``1 / b``: the reciprocal alone), about
     1 ulp from the rounded quotient; a zero ``b`` gives inf, as the division does."""
     lhs, rhs = op.operands
-    recip = em.instr(ptx.RcpOp, "approx.ftz.f32", [_to_f32(em, em.value(rhs))], f32)
+    recip = em.instr(ptx.RcpOp, "approx.ftz.f32", [to_f32(em, em.value(rhs))], f32)
     if _float_constant(lhs) == 1.0:
         return recip
-    return em.instr(ptx.MulOp, "rn.f32", [_to_f32(em, em.value(lhs)), recip], f32)
+    return em.instr(ptx.MulOp, "rn.f32", [to_f32(em, em.value(lhs)), recip], f32)
 
 
 def _float_constant(v: SSAValue) -> float | None:
@@ -323,8 +310,8 @@ _TRANSCENDENTAL: dict[type[Operation], Transcendental] = {
 def lower_transcendental(em: PtxEmitter, op: Operation) -> None:
     t = op.results[0].type
     _require_f32_math(op, t)
-    x = _to_f32(em, em.value(op.operands[0]))
-    em.bind(op.results[0], _from_f32(em, _TRANSCENDENTAL[type(op)](em, x, _fast(op, _APPROXIMATE)), t))
+    x = to_f32(em, em.value(op.operands[0]))
+    em.bind(op.results[0], from_f32(em, _TRANSCENDENTAL[type(op)](em, x, _fast(op, _APPROXIMATE)), t))
 
 
 # math op -> (instruction, modifiers) usable on f32 and f64
@@ -345,10 +332,10 @@ def lower_rounded_unary(em: PtxEmitter, op: Operation) -> None:
     x = em.value(op.operands[0])
     ft = f64 if t == f64 else f32
     if ft == f32:
-        x = _to_f32(em, x)
+        x = to_f32(em, x)
     fs = float_spec(ft)
     spec = f"{mods}{fs}.{fs}" if same else f"{mods}{fs}"
-    em.bind(op.results[0], _from_f32(em, em.instr(cls, spec, [x], ft), t) if ft == f32 else em.instr(cls, spec, [x], ft))
+    em.bind(op.results[0], from_f32(em, em.instr(cls, spec, [x], ft), t) if ft == f32 else em.instr(cls, spec, [x], ft))
 
 
 @lowering(xmath.CtPopOp, xmath.CountLeadingZerosOp)
@@ -407,7 +394,7 @@ def lower_cmpf(em: PtxEmitter, op: arith.CmpfOp) -> None:
     t = op.lhs.type
     a, b = em.value(op.lhs), em.value(op.rhs)
     if t == bf16 and em.arch.sm < 90 or t == f16 and em.arch.sm < 53:
-        a, b, t = _to_f32(em, a), _to_f32(em, b), f32
+        a, b, t = to_f32(em, a), to_f32(em, b), f32
     em.bind(op.result, em.instr(ptx.SetpOp, f"{_CMPF[pred]}.{float_spec(t)}", [a, b], i1))
 
 
@@ -472,7 +459,7 @@ def lower_int_to_float(em: PtxEmitter, op: Operation) -> None:
     if src == i1:
         one = -1.0 if signed else 1.0
         wide = em.instr(ptx.SelpOp, "f32", [em.const(one, f32), em.const(0.0, f32), v], f32)
-        em.bind(op.results[0], _from_f32(em, wide, dst) if dst != f64 else em.instr(ptx.CvtOp, "f64.f32", [wide], f64))
+        em.bind(op.results[0], from_f32(em, wide, dst) if dst != f64 else em.instr(ptx.CvtOp, "f64.f32", [wide], f64))
         return
     v = _widen_byte(em, v, src, signed)
     spec = f"rn.{float_spec(dst)}.{int_spec(src, signed)}"
@@ -480,26 +467,10 @@ def lower_int_to_float(em: PtxEmitter, op: Operation) -> None:
         if width(src) <= 16:  # exact in f32: one rounding anyway
             wide = em.instr(ptx.CvtOp, f"rn.f32.{int_spec(src, signed)}", [v], f32)
         else:
-            wide = _f32_rounded_to_odd(em, v, int_spec(src, signed), f"rzi.{int_spec(src, signed)}")
-        em.bind(op.results[0], _from_f32(em, wide, bf16))
+            wide = f32_rounded_to_odd(em, v, int_spec(src, signed), f"rzi.{int_spec(src, signed)}")
+        em.bind(op.results[0], from_f32(em, wide, bf16))
         return
     em.bind(op.results[0], em.instr(ptx.CvtOp, spec, [v], dst))
-
-
-def _f32_rounded_to_odd(em: PtxEmitter, v: SSAValue, spec: str, back: str) -> SSAValue:
-    """``v`` (a 32/64-bit integer of PTX type ``spec``, or an f64) in f32 rounded to odd: truncated,
-    its last bit set when that lost anything. Rounding an f32 to nearest twice (source -> f32 ->
-    bf16) can land a value that was just off a bf16 halfway point exactly on it and round it the
-    wrong way; f32 keeps more than two bits beyond bf16, so rounding a round-to-odd f32 to bf16 is
-    the one correct rounding. ``back`` converts the f32 back to ``v``'s type to test exactness."""
-    truncated = em.instr(ptx.CvtOp, f"rz.f32.{spec}", [v], f32)
-    again = em.instr(ptx.CvtOp, f"{back}.f32", [truncated], v.type)
-    compare = "f64" if spec == "f64" else "b" + spec[1:]
-    inexact = em.instr(ptx.SetpOp, f"ne.{compare}", [again, v], i1)
-    bits = em.instr(ptx.MovOp, "b32", [truncated], i32)
-    sticky = em.instr(ptx.SelpOp, "b32", [em.const(1, i32), em.const(0, i32), inexact], i32)
-    odd = em.instr(ptx.OrOp, "b32", [bits, sticky], i32)
-    return em.instr(ptx.MovOp, "b32", [odd], f32)
 
 
 @lowering(arith.FPToSIOp, arith.FPToUIOp)
@@ -508,7 +479,7 @@ def lower_float_to_int(em: PtxEmitter, op: Operation) -> None:
     src, dst = op.operands[0].type, op.results[0].type
     v = em.value(op.operands[0])
     if src == bf16:
-        v, src = _to_f32(em, v), f32
+        v, src = to_f32(em, v), f32
     spec = f"rzi.{_int_name(dst, signed) if not _is_byte(dst) else ('s' if signed else 'u') + '16'}.{float_spec(src)}"
     em.bind(op.results[0], em.instr(ptx.CvtOp, spec, [v], reg_type(dst)))
 
@@ -524,13 +495,13 @@ def lower_float_resize(em: PtxEmitter, op: Operation) -> None:
         em.bind(op.results[0], fp8.from_fp8(em, v, src, dst))
         return
     if src == bf16:
-        v, src = _to_f32(em, v), f32
+        v, src = to_f32(em, v), f32
         if dst == f32:
             em.bind(op.results[0], v)
             return
     rounding = "rn." if width(dst) < width(src) else ""
     if dst == bf16 and src == f64 and em.arch.sm < 90:  # cvt.rn.bf16.f64 is sm_90's
-        v, src = _f32_rounded_to_odd(em, v, "f64", "f64"), f32
+        v, src = f32_rounded_to_odd(em, v, "f64", "f64"), f32
     em.bind(op.results[0], em.instr(ptx.CvtOp, f"{rounding}{float_spec(dst)}.{float_spec(src)}", [v], dst))
 
 

@@ -19,6 +19,7 @@ import ml_dtypes
 import numpy as np
 from kaio.dialects import ptx
 from kaio.passes.to_ptx.emitter import FP8_TYPES, PtxEmitter
+from kaio.passes.to_ptx.f32_convert import f32_rounded_to_odd, from_f32, to_f32
 from xdsl.dialects.builtin import bf16, f16, f32, f64, i16, i32
 from xdsl.ir import Attribute, SSAValue
 
@@ -37,15 +38,10 @@ def fp8_bits(value: float, t: Attribute) -> int:
 
 def to_fp8(em: PtxEmitter, v: SSAValue, src: Attribute, dst: Attribute) -> SSAValue:
     """``v`` (a float of type ``src``) converted to the FP8 type ``dst``, in a 16-bit register."""
-    from kaio.passes.to_ptx.arith_math import (  # (arith_math imports us)
-        _f32_rounded_to_odd,
-        _to_f32,
-    )
-
     if src == f64:
-        v = _f32_rounded_to_odd(em, v, "f64", "f64")
+        v = f32_rounded_to_odd(em, v, "f64", "f64")
     elif src != f32:
-        v = _to_f32(em, v)
+        v = to_f32(em, v)
     spec = f"rn.satfinite.{FP8_TYPES[dst]}x2.f32"
     return em.instr(ptx.CvtOp, spec, [em.const(0.0, f32), v], i16)
 
@@ -60,8 +56,6 @@ def fp8_to_f16(em: PtxEmitter, v: SSAValue, src: Attribute) -> SSAValue:
 
 def from_fp8(em: PtxEmitter, v: SSAValue, src: Attribute, dst: Attribute) -> SSAValue:
     """The FP8 value ``v`` as the float type ``dst``."""
-    from kaio.passes.to_ptx.arith_math import _from_f32
-
     half = fp8_to_f16(em, v, src)
     if dst == f16:
         return half
@@ -69,4 +63,4 @@ def from_fp8(em: PtxEmitter, v: SSAValue, src: Attribute, dst: Attribute) -> SSA
         return em.instr(ptx.CvtOp, f"{'f32' if dst == f32 else 'f64'}.f16", [half], dst)
     assert dst == bf16
     wide = em.instr(ptx.CvtOp, "f32.f16", [half], f32)
-    return _from_f32(em, wide, bf16)
+    return from_f32(em, wide, bf16)

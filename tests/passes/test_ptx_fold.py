@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from kaio.dialects import ptx
 from kaio.passes import ptx_fold
-from kaio.passes.ptx_fold import PtxFoldPass
+from kaio.passes.ptx_optimize import PtxFoldPass
 from kaio.targets.ptx import toolchain
 from kaio.targets.ptx.printer import print_ptx
 from kaio.targets.sim import Simulator

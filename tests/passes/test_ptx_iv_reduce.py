@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from kaio.dialects import ptx
 from kaio.passes import ptx_iv_reduce
-from kaio.passes.ptx_iv_reduce import Linear, PtxIvReducePass
-from kaio.passes.ptx_optimize import PtxOptimizePass
+from kaio.passes.ptx_iv_reduce import Linear
+from kaio.passes.ptx_optimize import PtxIvReducePass, PtxOptimizePass
 from xdsl.dialects.builtin import ModuleOp, i1, i32, i64
 from xdsl.ir import Operation, SSAValue
 

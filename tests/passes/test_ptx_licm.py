@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from kaio.dialects import ptx
 from kaio.passes import ptx_licm
-from kaio.passes.ptx_licm import PtxLicmPass
+from kaio.passes.ptx_optimize import PtxFoldPass, PtxLicmPass, PtxStrengthReducePass
 from kaio.passes.ptx_scalar import block_ops
 from xdsl.dialects.builtin import ModuleOp, i1, i32, i64
 from xdsl.ir import Block, Operation, SSAValue
@@ -182,9 +182,6 @@ def expected(x: np.ndarray, n: int, a: int, b: int) -> tuple[np.ndarray, np.ndar
 
 def expanded(pipeline: Pipeline, **planted: object) -> Pipeline:
     """``pipeline`` with its ptx-optimize stage as the three passes, one of them replaced."""
-    from kaio.passes.ptx_fold import PtxFoldPass
-    from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
-
     passes = {"strength_reduce": PtxStrengthReducePass(), "licm": PtxLicmPass(), "fold": PtxFoldPass(), **planted}
     return Pipeline((*pipeline.without("ptx-optimize").passes, *passes.values()))  # type: ignore[arg-type]
 

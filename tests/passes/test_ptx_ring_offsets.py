@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 from kaio.dialects import ptx
 from kaio.passes import ptx_ring_offsets
-from kaio.passes.ptx_iv_reduce import PtxIvReducePass
-from kaio.passes.ptx_optimize import PtxOptimizePass
+from kaio.passes.ptx_optimize import PtxIvReducePass, PtxOptimizePass
 from xdsl.dialects.builtin import ModuleOp, i1, i32
 from xdsl.ir import Operation, SSAValue
 

@@ -28,7 +28,7 @@ from kaio.passes.magic_division import (
     udiv_model,
     unsigned_magic,
 )
-from kaio.passes.ptx_strength_reduce import PtxStrengthReducePass
+from kaio.passes.ptx_optimize import PtxStrengthReducePass
 from kaio.targets.ptx import toolchain
 from xdsl.dialects.builtin import i32, i64
 

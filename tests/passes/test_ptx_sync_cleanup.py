@@ -12,7 +12,8 @@ from xdsl.dialects.builtin import ModuleOp, i1, i32, i64
 
 from kaio.dialects import ptx
 from kaio.dialects.ptx_hopper import WgmmaCommitOp, WgmmaWaitOp
-from kaio.passes.ptx_sync_cleanup import PtxSyncCleanupPass, redundant_syncs
+from kaio.passes.ptx_optimize import PtxSyncCleanupPass
+from kaio.passes.ptx_sync_cleanup import redundant_syncs
 
 
 class Program:
