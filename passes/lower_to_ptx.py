@@ -23,6 +23,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     random,
     relayout,
     tile_atomics,
+    tile_distribution,
     tile_values,
     tiles,
 )

@@ -28,13 +28,11 @@ from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, reg_type
 from kaio.passes.to_ptx.half_pairs import Lanes
 from kaio.passes.to_ptx.shared_reuse import in_loop, reuse_or_declare, wait_for_async_accesses
+from kaio.passes.to_ptx.tile_distribution import distribution, owner_predicate, thread_base
 from kaio.passes.to_ptx.tile_values import (
     STREAMING_USERS,
     bind_relabelled,
-    distribution,
-    owner_predicate,
     relabel,
-    thread_base,
     through_shared,
     tile_elements,
 )

@@ -18,12 +18,10 @@ from kaio.dialects.kernel import Combine
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, is_float, mem_spec, reg_type, width
 from kaio.passes.to_ptx.kernel_ops import atomic_spec, float_min_max_loop, linear_thread_id
+from kaio.passes.to_ptx.tile_distribution import and_pred, distribution, owner_predicate
 from kaio.passes.to_ptx.tile_values import (
     _element_address,
     _selp_spec,
-    and_pred,
-    distribution,
-    owner_predicate,
     through_shared,
 )
 

@@ -26,15 +26,12 @@ from kaio.passes.to_ptx.kernel_ops import linear_thread_id
 from kaio.passes.value_facts import divisibility
 from kaio.passes.to_ptx.relayout import fence_interval
 from kaio.passes.to_ptx.shared_reuse import reuse_or_declare, wait_for_async_accesses
+from kaio.passes.to_ptx.tile_distribution import add32, distribution, owner_predicate, thread_base
 from kaio.passes.to_ptx.tile_values import (
     STREAMING_USERS,
-    add32,
-    distribution,
     extent,
     inside,
-    owner_predicate,
     require_alignment,
-    thread_base,
     tile_elements,
     view_of,
 )
