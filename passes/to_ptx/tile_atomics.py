@@ -19,11 +19,8 @@ from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, is_float, mem_spec, reg_type, width
 from kaio.passes.to_ptx.kernel_ops import atomic_spec, float_min_max_loop, linear_thread_id
 from kaio.passes.to_ptx.tile_distribution import and_pred, distribution, owner_predicate
-from kaio.passes.to_ptx.tile_values import (
-    _element_address,
-    _selp_spec,
-    through_shared,
-)
+from kaio.passes.to_ptx.relayout import through_shared
+from kaio.passes.to_ptx.tile_values import _element_address, _selp_spec
 
 
 def _update(em: PtxEmitter, op: tile.TileAtomic, addr: SSAValue, operands: list[SSAValue],
