@@ -39,7 +39,7 @@ from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_
 from kaio.passes.to_ptx.half_pairs import Lanes
 from kaio.passes.to_ptx.shared_reuse import in_loop, reuse_or_declare, wait_for_async_accesses
 from kaio.passes.to_ptx.tile_distribution import add32, distribution, owner_predicate, thread_base
-from kaio.passes.to_ptx.tile_values import STREAMING_USERS, tile_elements
+from kaio.passes.to_ptx.tile_elementwise import STREAMING_USERS, tile_elements
 
 VECTOR_TYPES = (f16, bf16)
 """Element types a conversion moves as vectors (pairs as 32-bit words). f32 tiles keep the

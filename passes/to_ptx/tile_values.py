@@ -15,19 +15,18 @@ that hold copies of an element (a tile smaller than the CTA) all load it; only o
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from xdsl.dialects import arith
-from xdsl.dialects.builtin import IntegerAttr, TensorType, bf16, f16, f32, f64, i1, i32, i64
-from xdsl.ir import Attribute, Operation, SSAValue
+from xdsl.dialects.builtin import TensorType, bf16, f16, f32, f64, i1, i32, i64
+from xdsl.ir import Attribute, SSAValue
 
-from kaio.dialects import ptx, smem, tile
+from kaio.dialects import ptx, tile
 from kaio.dialects.kernel import BlockIdOp, Combine
 from kaio.dialects.tile_layout import Distribution
 from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
-from kaio.passes.to_ptx.half_pairs import Lanes, lower_pair, worth_pairing
+from kaio.passes.to_ptx.half_pairs import Lanes
 from kaio.passes.to_ptx.kernel_ops import combine, shuffle
 from kaio.passes.to_ptx.reduce_scratch import ScratchSlot, reduce_slot
 from kaio.passes.to_ptx.tile_distribution import (
@@ -41,6 +40,7 @@ from kaio.passes.to_ptx.tile_distribution import (
     thread_base,
     warp_id,
 )
+from kaio.passes.to_ptx.tile_elementwise import STREAMED_INPUTS, STREAMING_USERS, MapElements, tile_elements
 from kaio.dialects.stage_attrs import require_alignment as record_alignment
 from kaio.passes.value_facts import constant_int, divisibility
 
@@ -64,161 +64,13 @@ def inside(em: PtxEmitter, index: SSAValue, bound: SSAValue) -> SSAValue:
     return em.instr(ptx.SetpOp, "lt.u32", [index, bound], i1)
 
 
-# --------------------------------------------------------------------------- making tiles
-
-
-@lowering(tile.SplatOp)
-def lower_splat(em: PtxEmitter, op: tile.SplatOp) -> None:
-    em.bind(op.result, [em.value(op.value)] * distribution(em, op.result.type).registers)
-
-
-@lowering(tile.RangeOp)
-def lower_range(em: PtxEmitter, op: tile.RangeOp) -> None:
-    dist = distribution(em, op.result.type)
-    (base,) = thread_base(em, dist)
-    em.bind(op.result, [add32(em, base, off[0]) for off in dist.offsets])
-
-
-@lowering(tile.MultipleOfOp)
-def lower_multiple_of(em: PtxEmitter, op: tile.MultipleOfOp) -> None:
-    em.bind(op.result, em.value(op.input))
-
-
-@lowering(tile.YieldOp)
-def lower_yield(em: PtxEmitter, op: tile.YieldOp) -> None:
-    """Nothing to emit: ``tile.map`` reads the yielded value."""
-
-
-def pair_of(em: PtxEmitter, value: SSAValue, r: int) -> Lanes:
-    """Registers r and r+1 of a lowered tile value (with their packed word if one exists)."""
-    parts = em.parts(value)
-    return Lanes(value.type.element_type, parts[r], parts[r + 1], em.packed.get((value, r)))  # type: ignore[attr-defined]
-
-
-WORD_USERS: tuple[type[Operation], ...] = (tile.StoreOp, tile.MapOp, tile.ConvertLayoutOp, smem.StoreOp)
-"""Users that take a 16-bit tile's registers two at a time, as packed words."""
-
-
-class MapElements:
-    """A map's region, one register at a time, or two (``pair``: packed 16-bit arithmetic, see
-    ``half_pairs``). A load only this map uses is streamed: each group of its registers is
-    loaded right before the elements that use it."""
-
-    def __init__(self, em: PtxEmitter, op: tile.MapOp):
-        self.em, self.op = em, op
-        self.streamed = {i: _LoadGroups(em, x.owner) for i, x in enumerate(op.inputs) if x in em.deferred}
-        self.inputs = [None if i in self.streamed else em.parts(x) for i, x in enumerate(op.inputs)]
-        self.yielded = op.block.last_op.operands[0]  # type: ignore[union-attr]
-        # pairs pay when their words flow on: into stores and maps (an mma operand, a reduction
-        # takes registers one by one, and pairing its producer only reorders the code)
-        takes_words = all(isinstance(use.operation, WORD_USERS) for use in op.result.uses)
-        self.paired = takes_words and distribution(em, op.result.type).registers % 2 == 0 and worth_pairing(em, op.block)
-
-    def value(self, r: int) -> SSAValue:
-        for i, (arg, parts) in enumerate(zip(self.op.block.args, self.inputs, strict=True)):
-            self.em.bind(arg, self.streamed[i].value(r) if parts is None else parts[r])
-        self.em.lower_block(self.op.block)
-        return self.em.value(self.yielded)
-
-    def pair(self, r: int) -> Lanes:
-        """Registers r and r+1 (r even)."""
-        if not self.paired:
-            return Lanes(self.yielded.type, self.value(r), self.value(r + 1))
-        args = [self.streamed[i].pair(r) if i in self.streamed else pair_of(self.em, x, r) for i, x in enumerate(self.op.inputs)]
-        return lower_pair(self.em, self.op.block, args)
-
-
-def tile_elements(em: PtxEmitter, value: SSAValue) -> tuple[Callable[[int], SSAValue], Callable[[int], Lanes]]:
-    """(register r, registers r and r+1) of a tile value for a streaming user: a deferred map's
-    are computed as they are asked for (the elementwise code that makes the value, streamed),
-    another value's are read off its lowered registers."""
-    if value in em.deferred:
-        elements = MapElements(em, value.owner)  # type: ignore[arg-type]
-        return elements.value, elements.pair
-    parts = em.parts(value)
-    return parts.__getitem__, lambda r: pair_of(em, value, r)
-
-
-STREAMING_USERS: dict[type[Operation], Callable[[PtxEmitter, Operation], bool]] = {tile.StoreOp: lambda em, op: True}
-"""Ops that compute a map they alone use themselves, a group of registers at a time (whether
-this one does): a store, a layout conversion through shared memory (``relayout``)."""
-
-
-@lowering(tile.MapOp)
-def lower_map(em: PtxEmitter, op: tile.MapOp) -> None:
-    """Every register of the result; a map only a store uses is computed by the store instead,
-    a vector at a time, so a whole tile of results is never live at once (an epilogue)."""
-    user = op.result.get_user_of_unique_use() if op.result.has_one_use() else None
-    streams = STREAMING_USERS.get(type(user)) if user is not None else None
-    if streams is not None and user.parent_block() is op.parent_block() and streams(em, user):  # type: ignore[union-attr]
-        em.deferred.add(op.result)
-        return
-    elements = MapElements(em, op)
-    registers = distribution(em, op.result.type).registers
-    if not elements.paired:
-        run = constant_run(em, op)
-        values: list[SSAValue] = []
-        for r in range(registers):
-            values.append(values[r - r % run] if r % run else elements.value(r))
-        em.bind(op.result, values)
-        return
-    parts: list[SSAValue] = []
-    for r in range(0, registers, 2):
-        lanes = elements.pair(r)
-        if lanes.word is not None:
-            em.packed[(op.result, r)] = lanes.word
-        parts += lanes.scalars(em)
-    em.bind(op.result, parts)
-
-
-# arith.cmpi predicates (slt, sge, ult, uge; and mirrored) whose truth for x in [g*q, g*q + g)
-# is that of g*q when the bound is a multiple of g: x < b is floor_g(x) < b
-_RANGE_LEFT = {2, 5, 6, 9}
-_RANGE_RIGHT = {3, 4, 7, 8}
-
-
-def known_multiple(value: SSAValue) -> int:
-    """The largest power of two ``value`` (an i32) is known to be a multiple of: a constant's, a
-    ``tile.multiple_of``'s (launch specialisation, ``kt.multiple_of``); 1 when unknown."""
-    owner = value.owner
-    if isinstance(owner, tile.MultipleOfOp):
-        n = owner.n.value.data
-        return max(n & -n, 1)
-    if isinstance(owner, arith.ConstantOp) and isinstance(owner.value, IntegerAttr):
-        c = owner.value.value.data
-        return 1 << 30 if c == 0 else min(c & -c, 1 << 30)
-    return 1
-
-
-def constant_run(em: PtxEmitter, op: tile.MapOp) -> int:
-    """Registers in a row over which the map's result is one value: a range compared with a
-    bound known to be a multiple of the run (``kt.arange(C) < n`` with n a multiple of 8 is one
-    predicate per 8 consecutive elements a thread holds, as Triton's axis analysis finds: one
-    compare instead of eight, and no predicate registers spilled to hold them). 1 otherwise."""
-    if len(op.inputs) != 1 or not isinstance(op.inputs[0].owner, tile.RangeOp):
-        return 1
-    body = list(op.block.ops)
-    if len(body) != 2 or not isinstance(body[0], arith.CmpiOp) or body[1].operands[0] is not body[0].result:
-        return 1
-    cmp, arg = body[0], op.block.args[0]
-    predicate = cmp.predicate.value.data
-    if cmp.lhs is arg and cmp.rhs is not arg and predicate in _RANGE_LEFT:
-        bound = cmp.rhs
-    elif cmp.rhs is arg and cmp.lhs is not arg and predicate in _RANGE_RIGHT:
-        bound = cmp.lhs
-    else:
-        return 1
-    # registers 0..c-1 hold consecutive elements from a multiple of c (the thread's base)
-    return min(known_multiple(bound), distribution(em, op.inputs[0].type).contiguous(0))
+# --------------------------------------------------------------------------- global memory
 
 
 def _streamable(op: tile.LoadOp) -> bool:
     """A load used once, by an elementwise map right after it in the same block."""
     user = op.result.get_user_of_unique_use() if op.result.has_one_use() else None
     return isinstance(user, tile.MapOp) and user.parent_block() is op.parent_block()
-
-
-# --------------------------------------------------------------------------- global memory
 
 
 def require_alignment(em: PtxEmitter, array: SSAValue, nbytes: int) -> None:
@@ -244,7 +96,7 @@ def _realigned(view: tile.ViewOp, dist: Distribution, t: Attribute) -> int:
     """Elements per 16-byte access of a load whose alignment is not proven (a misaligned base, a
     row length that is not a multiple of the vector), where each thread holds 16 consecutive
     bytes: such a load reads the two aligned 16-byte chunks its bytes straddle and shifts them
-    into place (``_LoadGroups.realigned``). 0 when the proven vector is already 16 bytes."""
+    into place (``LoadGroups.realigned``). 0 when the proven vector is already 16 bytes."""
     eb = element_bytes(t)
     full = 16 // eb
     if eb not in (2, 4) or constant_int(view.strides[-1]) != 1 or dist.contiguous(len(dist.shape) - 1) < full:
@@ -421,7 +273,7 @@ def masked_load(em: PtxEmitter, spec: str, addr: SSAValue, imm: int, types: list
     return regs
 
 
-class _LoadGroups:
+class LoadGroups:
     """A tile load, one vector access (``vec`` registers) at a time. 16-bit elements stay in
     their 32-bit words (``Lanes``) until an op needs them one by one."""
 
@@ -548,12 +400,15 @@ class _LoadGroups:
         return self.group[(r % self.vec) // 2]
 
 
+STREAMED_INPUTS[tile.LoadOp] = LoadGroups  # a load only a map uses: the map reads it (lower_load defers it)
+
+
 @lowering(tile.LoadOp)
 def lower_load(em: PtxEmitter, op: tile.LoadOp) -> None:
     if _streamable(op):
         em.deferred.add(op.result)  # the map that uses it loads it (lower_map)
         return
-    groups = _LoadGroups(em, op)
+    groups = LoadGroups(em, op)
     parts: list[SSAValue] = []
     for r in range(0, groups.dist.registers, groups.vec):
         group = groups.load(r)
@@ -925,4 +780,4 @@ def _across_warps(em: PtxEmitter, dist: Distribution, axis: int, warp_bits: list
     return result  # type: ignore[return-value]
 
 
-__all__ = ["MapElements", "pair_of", "view_of"]
+__all__ = ["LoadGroups", "view_of"]

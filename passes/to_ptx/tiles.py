@@ -27,14 +27,8 @@ from kaio.passes.value_facts import divisibility
 from kaio.passes.to_ptx.relayout import fence_interval
 from kaio.passes.to_ptx.shared_reuse import reuse_or_declare, wait_for_async_accesses
 from kaio.passes.to_ptx.tile_distribution import add32, distribution, owner_predicate, thread_base
-from kaio.passes.to_ptx.tile_values import (
-    STREAMING_USERS,
-    extent,
-    inside,
-    require_alignment,
-    tile_elements,
-    view_of,
-)
+from kaio.passes.to_ptx.tile_elementwise import STREAMING_USERS, tile_elements
+from kaio.passes.to_ptx.tile_values import extent, inside, require_alignment, view_of
 
 # --------------------------------------------------------------------------- shared buffers
 
