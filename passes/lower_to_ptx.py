@@ -25,6 +25,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     tile_atomics,
     tile_distribution,
     tile_elementwise,
+    tile_reduce,
     tile_values,
     tiles,
 )
