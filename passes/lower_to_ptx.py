@@ -27,6 +27,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     tile_elementwise,
     tile_reduce,
     tile_values,
+    tile_views,
     tiles,
 )
 from kaio.passes.to_ptx.emitter import PtxEmitter

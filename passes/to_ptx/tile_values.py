@@ -18,37 +18,15 @@ from xdsl.dialects.builtin import bf16, f16, f32, f64, i1, i32, i64
 from xdsl.ir import Attribute, SSAValue
 
 from kaio.dialects import ptx, tile
-from kaio.dialects.kernel import BlockIdOp
 from kaio.dialects.tile_layout import Distribution
-from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
 from kaio.passes.to_ptx.half_pairs import Lanes
 from kaio.passes.to_ptx.kernel_ops import shuffle
 from kaio.passes.to_ptx.tile_distribution import add32, and_pred, distribution, or_pred, owner_predicate, thread_base
 from kaio.passes.to_ptx.tile_elementwise import STREAMED_INPUTS, tile_elements
-from kaio.dialects.stage_attrs import require_alignment as record_alignment
+from kaio.passes.to_ptx.tile_views import ViewAccess, inside, require_alignment, view_of
 from kaio.passes.value_facts import constant_int, divisibility
-
-# --------------------------------------------------------------------------- bounds
-
-
-def extent(em: PtxEmitter, bound: SSAValue) -> SSAValue:
-    """A view's bound (IR value) as the element tests compare with it: a bound is a signed
-    32-bit count, and one below zero has no element inside, so ``max(bound, 0)`` (computed once,
-    in the prologue when the bound is a parameter)."""
-    c = constant_int(bound)
-    if c is not None and c >= 0:
-        return em.value(bound)
-    v = em.value(bound)
-    return em.hoisted(("extent", v), [v], lambda: em.instr(ptx.MaxOp, "s32", [v, em.const(0, i32)], i32))
-
-
-def inside(em: PtxEmitter, index: SSAValue, bound: SSAValue) -> SSAValue:
-    """``0 <= index < bound`` for an ``extent``: one unsigned compare (a negative index reads as
-    2^31 or more, past any extent)."""
-    return em.instr(ptx.SetpOp, "lt.u32", [index, bound], i1)
-
 
 # --------------------------------------------------------------------------- global memory
 
@@ -57,15 +35,6 @@ def _streamable(op: tile.LoadOp) -> bool:
     """A load used once, by an elementwise map right after it in the same block."""
     user = op.result.get_user_of_unique_use() if op.result.has_one_use() else None
     return isinstance(user, tile.MapOp) and user.parent_block() is op.parent_block()
-
-
-def require_alignment(em: PtxEmitter, array: SSAValue, nbytes: int) -> None:
-    """Record that the launch must check that the array parameter's base address is a multiple
-    of ``nbytes``: an access wider than the base alignment the compile was told would fault."""
-    func = em.func
-    args = list(func.body.block.args)
-    if array in args:
-        record_alignment(func, func.param_names.data[args.index(array)].data, nbytes)
 
 
 def _vector(view: tile.ViewOp, dist: Distribution, t: Attribute) -> tuple[int, bool]:
@@ -108,102 +77,6 @@ def _window(em: PtxEmitter, chunks: list[SSAValue], start: SSAValue, halves: boo
     return [em.instr(ptx.PrmtOp, "b32", [words[i], words[i + 1], sel], i32) for i in range(4)]
 
 
-def _never_negative(offset: SSAValue, extent: int) -> bool:
-    """Whether ``offset`` plus a thread base plus a register offset along a dim of ``extent``
-    elements is in [0, 2^31): a constant offset in [0, 2^30) (a thread base is below 2^16, a
-    register offset below 2^30), or a block index (below 2^31) in a dim of one element (one
-    row per program: no thread base, no register offset)."""
-    c = constant_int(offset)
-    if c is not None:
-        return 0 <= c < 1 << 30
-    return isinstance(offset.owner, BlockIdOp) and extent == 1
-
-
-class _Access:
-    """Addresses and masks of one view's elements for this thread, shared between registers."""
-
-    def __init__(self, em: PtxEmitter, view: tile.ViewOp, dist: Distribution):
-        self.em, self.view, self.dist = em, view, dist
-        self.t = view.result.type.element_type
-        self.eb = element_bytes(self.t)
-        base = thread_base(em, dist)
-        self.start = [em.instr(ptx.AddOp, "s32", [em.value(o), b], i32) for o, b in zip(view.offsets, base, strict=True)]
-        self.bounds = [extent(em, b) for b in view.bounds]
-        self.strides = [em.value(s) for s in view.strides]
-        # dims whose index is never negative (see _never_negative): there one signed compare with
-        # the bound itself is exact (a negative bound has nothing inside) and its max(bound, 0)
-        # is not needed
-        shape = view.result.type.dims  # type: ignore[attr-defined]
-        self._from_zero = [_never_negative(o, n) for o, n in zip(view.offsets, shape, strict=True)]
-        self._oks: dict[tuple[int, int], SSAValue] = {}
-        self._addrs: dict[tuple[int, ...], SSAValue] = {}
-
-    def ok(self, off: tuple[int, ...], upto: int | None = None) -> SSAValue | None:
-        """Whether the element at ``off`` is inside the bounds (of the dims before ``upto``)."""
-        preds = []
-        for d, o in enumerate(off[:upto]):
-            if (d, o) not in self._oks:
-                index = add32(self.em, self.start[d], o)
-                if self._from_zero[d] and 0 <= o < 1 << 30:
-                    bound = self.em.value(self.view.bounds[d])  # bound > index: the bound's test
-                    self._oks[(d, o)] = self.em.instr(ptx.SetpOp, "gt.s32", [bound, index], i1)
-                else:
-                    self._oks[(d, o)] = inside(self.em, index, self.bounds[d])
-            preds.append(self._oks[(d, o)])
-        return and_pred(self.em, preds)  # type: ignore[return-value]
-
-    def ok_here(self, off: tuple[int, ...]) -> SSAValue:
-        """``ok(off)``, its last-dim test computed here and not cached (inside a branch that may
-        be skipped, a cached predicate would be unset for the next user)."""
-        last = len(off) - 1
-        here = inside(self.em, add32(self.em, self.start[last], off[last]), self.bounds[last])
-        return and_pred(self.em, [self.ok(off, upto=last), here])  # type: ignore[return-value]
-
-    def none_inside(self, off: tuple[int, ...], count: int) -> SSAValue:
-        """Whether none of the ``count`` elements from ``off`` along the last dim is inside: the
-        run ends before column 0 or starts at or past the bound (a run that starts before 0 may
-        still reach inside, so its first element being outside proves nothing)."""
-        em, last = self.em, len(off) - 1
-        first = add32(em, self.start[last], off[last])
-        before = em.instr(ptx.SetpOp, "lt.s32", [add32(em, first, count - 1), em.const(0, i32)], i1)
-        after = em.instr(ptx.SetpOp, "ge.s32", [first, self.bounds[last]], i1)
-        rows_out = em.instr(ptx.NotOp, "pred", [self.ok(off, upto=last)], i1) if last else None
-        return or_pred(em, [before, after, rows_out])
-
-    def split(self, off: tuple[int, ...], vec: int) -> tuple[SSAValue, list[SSAValue]]:
-        """(the whole vector at ``off`` is inside, each element is inside and the vector is not):
-        the guards of one vector access and of the element accesses that replace it at the bound."""
-        em = self.em
-        last = list(off)
-        last[-1] += vec - 1
-        full = self.ok(tuple(last))
-        partial = em.instr(ptx.NotOp, "pred", [full], i1)
-        elements = []
-        for e in range(vec):
-            each = list(off)
-            each[-1] += e
-            elements.append(em.instr(ptx.AndOp, "pred", [self.ok(tuple(each)), partial], i1))
-        return full, elements
-
-    def address(self, off: tuple[int, ...]) -> tuple[SSAValue, int]:
-        """(register, immediate byte offset) of the element at ``off`` from the thread base."""
-        em = self.em
-        last = len(off) - 1
-        key = off[:last]
-        if key not in self._addrs:
-            addr = em.value(self.view.array)
-            for d in range(last + 1):
-                index = add32(em, self.start[d], off[d]) if d < last else self.start[d]
-                scale = em.instr(ptx.MulOp, "lo.s32", [self.strides[d], em.const(self.eb, i32)], i32)
-                addr = em.instr(ptx.MadOp, "wide.s32", [index, scale, addr], i64)  # a start may be negative
-            self._addrs[key] = addr
-        unit = constant_int(self.view.strides[last])
-        if unit is None:
-            scale = em.instr(ptx.MulOp, "lo.s32", [self.strides[last], em.const(off[last] * self.eb, i32)], i32)
-            return em.instr(ptx.MadOp, "wide.s32", [scale, em.const(1, i32), self._addrs[key]], i64), 0
-        return self._addrs[key], off[last] * unit * self.eb
-
-
 def _word_spec(t: Attribute, vec: int) -> tuple[str, Attribute, int]:
     """(ld/st type spec, register type, register count) moving ``vec`` elements of ``t``."""
     eb = element_bytes(t)
@@ -231,18 +104,6 @@ def _pack(em: PtxEmitter, values: list[SSAValue], t: Attribute, vec: int) -> lis
     return [em.instr(ptx.MovOp, "b32", values[i : i + 2], i32) for i in range(0, len(values), 2)]
 
 
-@lowering(tile.ViewOp)
-def lower_view(em: PtxEmitter, op: tile.ViewOp) -> None:
-    """Nothing to emit: loads, stores and copies read the view's operands."""
-
-
-def view_of(value: SSAValue) -> tile.ViewOp:
-    owner = value.owner
-    if not isinstance(owner, tile.ViewOp):
-        raise KaioCompileError("tile views must come straight from a tile.view")
-    return owner
-
-
 def masked_load(em: PtxEmitter, spec: str, addr: SSAValue, imm: int, types: list[Attribute], fill: SSAValue,
                 ok: SSAValue | None) -> list[SSAValue]:
     """Registers loaded from ``addr + imm`` where ``ok``, else ``fill``: the registers are set to
@@ -267,7 +128,7 @@ class LoadGroups:
         self.em, self.op = em, op
         view = view_of(op.view)
         self.dist = distribution(em, op.result.type)
-        self.access = _Access(em, view, self.dist)
+        self.access = ViewAccess(em, view, self.dist)
         self.t, self.other = self.access.t, em.value(op.other)
         self.vec, self.ragged = _vector(view, self.dist, self.t)
         self.proven = self.vec * self.access.eb  # bytes the address is proven a multiple of
@@ -419,7 +280,7 @@ def _selp_spec(t: Attribute) -> str:
 def lower_store(em: PtxEmitter, op: tile.StoreOp) -> None:
     view = view_of(op.view)
     dist = distribution(em, op.value.type)
-    access = _Access(em, view, dist)
+    access = ViewAccess(em, view, dist)
     t = access.t
     vec, ragged = _vector(view, dist, t)
     require_alignment(em, view.array, vec * access.eb)
@@ -533,7 +394,7 @@ class _RunHandoff:
         return em.instr(ptx.SetpOp, "lt.u32", [self.run_index(off), em.const(self.per_row - 1, i32)], i1)
 
 
-def _realigned_store(em: PtxEmitter, access: _Access, off: tuple[int, ...], data: list[SSAValue], runs: int,
+def _realigned_store(em: PtxEmitter, access: ViewAccess, off: tuple[int, ...], data: list[SSAValue], runs: int,
                      owner: SSAValue | None, proven: int, handoff: _RunHandoff) -> None:  # fmt: skip
     """16 bytes (4 words) at an address known only at run time, ``sh`` bytes past an aligned chunk.
     ``sh == 0``: one aligned store. Else each lane stores the aligned chunk that starts below its
@@ -640,4 +501,4 @@ def lower_scatter(em: PtxEmitter, op: tile.ScatterOp) -> None:
         em.emit(ptx.StOp(f"global.{mem_spec(t)}", [_element_address(em, op.array, idx, t), v], guard=guard))
 
 
-__all__ = ["LoadGroups", "view_of"]
+__all__ = ["LoadGroups"]

@@ -28,7 +28,7 @@ from kaio.passes.to_ptx.relayout import fence_interval
 from kaio.passes.to_ptx.shared_reuse import reuse_or_declare, wait_for_async_accesses
 from kaio.passes.to_ptx.tile_distribution import add32, distribution, owner_predicate, thread_base
 from kaio.passes.to_ptx.tile_elementwise import STREAMING_USERS, tile_elements
-from kaio.passes.to_ptx.tile_values import extent, inside, require_alignment, view_of
+from kaio.passes.to_ptx.tile_views import extent, inside, require_alignment, view_of
 
 # --------------------------------------------------------------------------- shared buffers
 
