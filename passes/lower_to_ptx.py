@@ -25,8 +25,8 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     tile_atomics,
     tile_distribution,
     tile_elementwise,
+    tile_memory,
     tile_reduce,
-    tile_values,
     tile_views,
     tiles,
 )

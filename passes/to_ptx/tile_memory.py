@@ -1,15 +1,13 @@
-"""Distributed tiles -> PTX: each thread holds the registers its layout gives it.
-
-A tile value is an aggregate: register r of a thread holds the element at the thread's base
-coordinates (from its lane and warp bits, computed once per kernel) plus the layout's
-compile-time offset of r. So elementwise code is the scalar code once per register
-(``tile.map`` lowers its region with the rules of every other scalar op), broadcasts and
-layout changes that keep each element in its thread just relabel registers, and only a
-``tile.convert_layout`` between incompatible layouts goes through shared memory.
+"""``tile.load``, ``tile.store``, ``tile.gather`` and ``tile.scatter`` -> global memory accesses.
 
 Global accesses take the view's proven alignment: up to 16 bytes of consecutive registers move
 as one ``ld.global.v4``/``st.global.v4`` (16-bit elements packed two per 32-bit word). Threads
 that hold copies of an element (a tile smaller than the CTA) all load it; only one stores it.
+Where each thread holds 16 consecutive bytes of a row whose alignment is not proven, the address
+is aligned at run time: a load reads the two aligned chunks around its bytes and shifts them into
+place, a store writes the aligned chunk below its bytes with the previous lane's. A load only a
+map uses is streamed into the map (:class:`LoadGroups`), and a map only a store uses is computed
+by the store (``tile_elementwise``). Gathers and scatters move one element per register.
 """
 
 from __future__ import annotations
@@ -160,8 +158,8 @@ class LoadGroups:
         for e, (v, ok) in enumerate(zip(values, elements, strict=True)):
             one = ptx.LdOp(f"global.{mem_spec(t)}", [addr], [reg_type(t)], guard=ok, offset=imm + e * eb)
             em.emit(one)
-            tail = em.instr(ptx.SelpOp, _selp_spec(t), [one.outs[0], self.other, ok], reg_type(t))
-            out.append(em.instr(ptx.SelpOp, _selp_spec(t), [v, tail, full], reg_type(t)))
+            tail = em.instr(ptx.SelpOp, selp_spec(t), [one.outs[0], self.other, ok], reg_type(t))
+            out.append(em.instr(ptx.SelpOp, selp_spec(t), [v, tail, full], reg_type(t)))
         if self.words:
             return [Lanes(t, out[i], out[i + 1]) for i in range(0, vec, 2)]
         return out
@@ -210,7 +208,7 @@ class LoadGroups:
             first = [em.instr(ptx.SelpOp, "b32", [w, other, whole], i32) for w in words[: vec // 2]]
         else:
             values = words if rt == i32 else [em.instr(ptx.MovOp, "b32", [w], rt) for w in words]
-            first = [em.instr(ptx.SelpOp, _selp_spec(t), [v, self.other, whole], rt) for v in values]
+            first = [em.instr(ptx.SelpOp, selp_spec(t), [v, self.other, whole], rt) for v in values]
         results = [em.reg(r.type) for r in first]
         for reg, v in zip(results, first, strict=True):
             em.assign(reg, v)
@@ -223,7 +221,7 @@ class LoadGroups:
             ok = self.access.ok_here(tuple(each))
             one = ptx.LdOp(f"global.{mem_spec(t)}", [addr], [rt], guard=ok, offset=e * eb)
             em.emit(one)
-            tails.append(em.instr(ptx.SelpOp, _selp_spec(t), [one.outs[0], self.other, ok], rt))
+            tails.append(em.instr(ptx.SelpOp, selp_spec(t), [one.outs[0], self.other, ok], rt))
         if eb == 2:
             tails = [Lanes(t, tails[i], tails[i + 1]).packed(em) for i in range(0, vec, 2)]
         for reg, v in zip(results, tails, strict=True):
@@ -269,7 +267,7 @@ def lower_load(em: PtxEmitter, op: tile.LoadOp) -> None:
     em.bind(op.result, parts)
 
 
-def _selp_spec(t: Attribute) -> str:
+def selp_spec(t: Attribute) -> str:
     if t in (f32, f64):
         return "f32" if t == f32 else "f64"
     bits = {f16: 16, bf16: 16}.get(t) or max(element_bytes(t) * 8, 16)
@@ -476,7 +474,7 @@ def _realigned_store(em: PtxEmitter, access: ViewAccess, off: tuple[int, ...], d
     em.place_label(skip)
 
 
-def _element_address(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribute) -> SSAValue:
+def indexed_address(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribute) -> SSAValue:
     return em.instr(ptx.MadOp, "wide.u32", [index, em.const(element_bytes(t), i32), em.value(array)], i64)
 
 
@@ -486,9 +484,9 @@ def lower_gather(em: PtxEmitter, op: tile.GatherOp) -> None:
     other = em.value(op.other)
     out = []
     for idx, ok in zip(em.parts(op.index), em.parts(op.mask), strict=True):
-        load = ptx.LdOp(f"global.{mem_spec(t)}", [_element_address(em, op.array, idx, t)], [reg_type(t)], guard=ok)
+        load = ptx.LdOp(f"global.{mem_spec(t)}", [indexed_address(em, op.array, idx, t)], [reg_type(t)], guard=ok)
         em.emit(load)
-        out.append(em.instr(ptx.SelpOp, _selp_spec(t), [load.outs[0], other, ok], reg_type(t)))
+        out.append(em.instr(ptx.SelpOp, selp_spec(t), [load.outs[0], other, ok], reg_type(t)))
     em.bind(op.result, out)
 
 
@@ -498,7 +496,7 @@ def lower_scatter(em: PtxEmitter, op: tile.ScatterOp) -> None:
     owner = owner_predicate(em, distribution(em, op.value.type))
     for idx, v, ok in zip(em.parts(op.index), em.parts(op.value), em.parts(op.mask), strict=True):
         guard = and_pred(em, [ok, owner])
-        em.emit(ptx.StOp(f"global.{mem_spec(t)}", [_element_address(em, op.array, idx, t), v], guard=guard))
+        em.emit(ptx.StOp(f"global.{mem_spec(t)}", [indexed_address(em, op.array, idx, t), v], guard=guard))
 
 
-__all__ = ["LoadGroups"]
+__all__ = ["LoadGroups", "indexed_address", "masked_load", "selp_spec"]
