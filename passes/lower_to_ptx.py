@@ -24,6 +24,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     relayout,
     tile_atomics,
     tile_distribution,
+    tile_dot,
     tile_elementwise,
     tile_memory,
     tile_reduce,
