@@ -22,6 +22,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     mma_sync,
     random,
     relayout,
+    smem_cpasync,
     tile_atomics,
     tile_distribution,
     tile_dot,
@@ -29,7 +30,6 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     tile_memory,
     tile_reduce,
     tile_views,
-    tiles,
 )
 from kaio.passes.to_ptx.emitter import PtxEmitter
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch

@@ -15,7 +15,7 @@ from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec, mem_spec
 from kaio.passes.to_ptx.tile_distribution import add32, distribution, thread_base
-from kaio.passes.to_ptx.tiles import shared_offset
+from kaio.passes.to_ptx.smem_cpasync import shared_offset
 
 
 def to_f32(em: PtxEmitter, v: SSAValue) -> SSAValue:

@@ -1,4 +1,4 @@
-"""``smem`` and ``cpasync`` -> PTX.
+"""``smem`` and ``cpasync`` -> PTX: shared buffers, tile copies into them, registers -> shared.
 
 Shared buffers are ``.shared`` arrays addressed by the smem layout function (the XOR swizzle is
 three integer ops). Tile copies are spread over all threads of the block, ``vec`` elements (up
