@@ -20,12 +20,12 @@ Most rules are one instruction; the exceptions say why:
 
 from __future__ import annotations
 
-from kaio.dialects import kernel, mbarrier, mma, ptx, tma, wgmma
+from kaio.dialects import mbarrier, mma, ptx, tma, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.ptx_scalar import signed
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter
-from kaio.passes.to_ptx.kernel_ops import linear_thread_id
+from kaio.passes.to_ptx.kernel_ops import uniform_warp
 from xdsl.dialects import scf
 from xdsl.dialects.builtin import f32, i1, i32, i64
 from xdsl.ir import Attribute, Block, SSAValue
@@ -97,19 +97,6 @@ def lower_advance(em: PtxEmitter, op: wgmma.AdvanceOp) -> None:
     low, high = parts
     moved = em.instr(ptx.AddOp, "s32", [low, em.const(op.bytes.value.data >> 4, i32)], i32)
     em.bind(op.result, _descriptor(em, moved, high))
-
-
-def uniform_warp(em: PtxEmitter) -> SSAValue:
-    """This thread's warp in the block, as lane 0 of the warp reads it: the same number, but
-    ptxas treats a ``shfl.sync.idx`` from a constant lane as warp-uniform (CUTLASS's
-    ``canonical_warp_idx_sync``). Computed where the kernel starts, every lane converged."""
-
-    def build() -> SSAValue:
-        warp = em.instr(ptx.ShrOp, "u32", [linear_thread_id(em), em.const(5, i32)], i32)
-        args = [warp, em.const(0, i32), em.const(31, i32), em.const(-1, i32)]
-        return em.instr(ptx.ShflOp, "sync.idx.b32", args, i32)
-
-    return em.invariant(("uniform warp",), build)
 
 
 @lowering(wgmma.WarpgroupIdOp)
@@ -278,11 +265,6 @@ def lower_store(em: PtxEmitter, op: wgmma.StoreOp) -> None:
         for half, base in enumerate((lower, upper)):
             pair = list(acc[4 * j + 2 * half : 4 * j + 2 * half + 2])
             em.emit(ptx.StOp("global.v2.f32", [base, *pair], offset=32 * j))
-
-
-@lowering(kernel.SetMaxRegistersOp)
-def lower_setmaxnreg(em: PtxEmitter, op: kernel.SetMaxRegistersOp) -> None:
-    em.emit(hp.SetmaxnregOp(f"{op.mode.data}.sync.aligned.u32", [em.const(op.count.value.data, i32)]))
 
 
 # --------------------------------------------------------------------------- mbarrier
