@@ -30,6 +30,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     tile_memory,
     tile_reduce,
     tile_views,
+    tma_mbarrier,
 )
 from kaio.passes.to_ptx.emitter import PtxEmitter
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
