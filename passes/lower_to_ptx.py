@@ -17,7 +17,6 @@ from kaio.pass_contracts import OpRule, OptionRange, PassContract
 from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     arith_math,
     control_flow,
-    hopper,
     kernel_ops,
     mma_sync,
     random,
@@ -31,6 +30,7 @@ from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     tile_reduce,
     tile_views,
     tma_mbarrier,
+    wgmma,
 )
 from kaio.passes.to_ptx.emitter import PtxEmitter
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch
