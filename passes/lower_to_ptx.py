@@ -17,14 +17,20 @@ from kaio.pass_contracts import OpRule, OptionRange, PassContract
 from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     arith_math,
     control_flow,
-    hopper,
     kernel_ops,
     mma_sync,
     random,
     relayout,
+    smem_cpasync,
     tile_atomics,
-    tile_values,
-    tiles,
+    tile_distribution,
+    tile_dot,
+    tile_elementwise,
+    tile_memory,
+    tile_reduce,
+    tile_views,
+    tma_mbarrier,
+    wgmma,
 )
 from kaio.passes.to_ptx.emitter import PtxEmitter
 from kaio.targets.ptx.arch import DEFAULT_ARCH, get_arch

@@ -1,9 +1,19 @@
 """Lowering rules to the ``ptx`` dialect, one table for every dialect that reaches PTX.
 
 A rule is a function ``(emitter, op) -> None`` registered for an op type with
-:func:`lowering`. Each dialect's rules live next to the others of their family (``arith_math``,
-``control_flow``, ``kernel_ops``, and the matmul stack's own files); ``lower-to-ptx`` walks a
-kernel and calls the rule of each op, so adding an op to kaio means adding one rule here.
+:func:`lowering`; ``lower-to-ptx`` walks a kernel and calls the rule of each op, so adding an op
+to kaio means adding one rule here. ``emitter`` holds the state of lowering one kernel, and the
+rules live in one module per source dialect or op family:
+
+- ``arith_math`` (``arith``, ``math``; with ``fp8`` and ``lop3_fusion``), ``control_flow``
+  (``scf``), ``kernel_ops`` (``kernel``), ``random`` (``kernel.philox``);
+- the tile dialect: ``tile_distribution`` (which thread holds which element: the layout
+  arithmetic the others share), ``tile_elementwise`` (making tiles, ``tile.map``; with
+  ``half_pairs``), ``tile_views`` and ``tile_memory`` (loads, stores, gathers, scatters),
+  ``tile_reduce`` (with ``reduce_scratch``), ``tile_atomics``, ``relayout`` (layout changes:
+  ``convert_layout``, ``broadcast``, ``expand_dims``, ``trans``), ``tile_dot`` (the SIMT dot);
+- ``smem_cpasync`` (``smem``, ``cpasync``; with ``shared_reuse``), ``mma_sync`` (``mma``),
+  ``wgmma``, ``tma_mbarrier`` (``tma``, ``mbarrier``).
 """
 
 from __future__ import annotations

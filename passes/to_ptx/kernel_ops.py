@@ -1,8 +1,10 @@
-"""``kernel`` dialect -> PTX: indices, memory, barriers, warp shuffles, reductions, atomics."""
+"""``kernel`` dialect -> PTX: indices, memory, barriers, warp shuffles, reductions, atomics, bits
+of words, register budgets (``setmaxnreg``)."""
 
 from __future__ import annotations
 
 from kaio.dialects import kernel, kernel_bits, ptx
+from kaio.dialects import ptx_hopper as hp
 from kaio.dialects.kernel import Combine
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.arith_math import _float_op
@@ -58,6 +60,19 @@ def linear_thread_id(em: PtxEmitter) -> SSAValue:
 @lowering(kernel.WarpIdOp)
 def lower_warp_id(em: PtxEmitter, op: kernel.WarpIdOp) -> None:
     em.bind(op.result, em.instr(ptx.ShrOp, "u32", [linear_thread_id(em), em.const(5, i32)], i32))
+
+
+def uniform_warp(em: PtxEmitter) -> SSAValue:
+    """This thread's warp in the block, as lane 0 of the warp reads it: the same number, but
+    ptxas treats a ``shfl.sync.idx`` from a constant lane as warp-uniform (CUTLASS's
+    ``canonical_warp_idx_sync``). Computed where the kernel starts, every lane converged."""
+
+    def build() -> SSAValue:
+        warp = em.instr(ptx.ShrOp, "u32", [linear_thread_id(em), em.const(5, i32)], i32)
+        args = [warp, em.const(0, i32), em.const(31, i32), em.const(-1, i32)]
+        return em.instr(ptx.ShflOp, "sync.idx.b32", args, i32)
+
+    return em.invariant(("uniform warp",), build)
 
 
 @lowering(kernel.SourceLocOp)
@@ -375,3 +390,11 @@ def lower_prmt(em: PtxEmitter, op: kernel_bits.PrmtOp) -> None:
 def lower_lop3(em: PtxEmitter, op: kernel_bits.Lop3Op) -> None:
     args = [em.value(v) for v in (op.a, op.b, op.c)]
     em.bind(op.result, em.instr(ptx.Lop3Op, "b32", [*args, em.const(op.lut.value.data, i32)], i32))
+
+
+# --------------------------------------------------------------------------- register budgets
+
+
+@lowering(kernel.SetMaxRegistersOp)
+def lower_setmaxnreg(em: PtxEmitter, op: kernel.SetMaxRegistersOp) -> None:
+    em.emit(hp.SetmaxnregOp(f"{op.mode.data}.sync.aligned.u32", [em.const(op.count.value.data, i32)]))

@@ -35,8 +35,8 @@ from xdsl.ir import Attribute, SSAValue
 from kaio.dialects import mma, ptx
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec
-from kaio.passes.to_ptx.tile_values import add32, distribution
-from kaio.passes.to_ptx.tiles import shared_offset
+from kaio.passes.to_ptx.smem_cpasync import shared_offset
+from kaio.passes.to_ptx.tile_distribution import add32, distribution
 
 
 @register_parts(mma.FragType)

@@ -1,7 +1,7 @@
 """One shared scratch for every cross-warp reduction of a kernel, in two halves used in turn.
 
 A reduction across warps goes through shared memory: each warp writes its partial result, a
-block barrier, then every thread reads all the warps' partials (``tile_values._across_warps``).
+block barrier, then every thread reads all the warps' partials (``tile_reduce._across_warps``).
 Giving each reduction a buffer of its own costs, besides the bytes, the buffer's address: on a
 cluster-capable arch (sm_90) ptxas builds every ``.shared`` symbol's address from
 ``SR_CgaCtaId``, once per symbol. One declaration serves all reductions here, and its two

@@ -1,4 +1,10 @@
-"""``tile.convert_layout`` -> PTX: relabel registers, or move the tile through shared memory.
+"""``tile.convert_layout``, ``tile.broadcast``, ``tile.expand_dims`` and ``tile.trans`` -> PTX:
+relabel registers, or move the tile through shared memory.
+
+Each of these ops gives a tile's elements a new distribution over the threads. Where every
+element stays in its thread, the result's registers are the input's, relabelled
+(:func:`relabel`); broadcasts and ``expand_dims`` always are, a transpose or a conversion between
+incompatible layouts goes through shared memory (:func:`through_shared`, element by element).
 
 A conversion that keeps every element in its thread only renames registers. Otherwise every
 thread writes its elements to a shared scratch tile and reads back the ones the new layout gives
@@ -19,25 +25,21 @@ its words are written, as a store would, so the tile of results is never live at
 
 from __future__ import annotations
 
-from xdsl.dialects.builtin import bf16, f16, i32
+import math
+from collections.abc import Sequence
+
+from xdsl.dialects.builtin import bf16, f16, i1, i16, i32
 from xdsl.ir import SSAValue
 
 from kaio.dialects import ptx, smem, tile
-from kaio.dialects.tile_layout import Distribution
+from kaio.dialects.tile_layout import Bit, Distribution
+from kaio.errors import KaioCompileError
 from kaio.passes.to_ptx import lowering
-from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, reg_type
+from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, mem_spec, reg_type
 from kaio.passes.to_ptx.half_pairs import Lanes
 from kaio.passes.to_ptx.shared_reuse import in_loop, reuse_or_declare, wait_for_async_accesses
-from kaio.passes.to_ptx.tile_values import (
-    STREAMING_USERS,
-    bind_relabelled,
-    distribution,
-    owner_predicate,
-    relabel,
-    thread_base,
-    through_shared,
-    tile_elements,
-)
+from kaio.passes.to_ptx.tile_distribution import add32, distribution, owner_predicate, thread_base
+from kaio.passes.to_ptx.tile_elementwise import STREAMING_USERS, tile_elements
 
 VECTOR_TYPES = (f16, bf16)
 """Element types a conversion moves as vectors (pairs as 32-bit words). f32 tiles keep the
@@ -161,3 +163,114 @@ def lower_convert(em: PtxEmitter, op: tile.ConvertLayoutOp) -> None:
         _convert_by_vectors(em, op, src, dst)
         return
     em.bind(op.result, through_shared(em, op.input, dst, transpose=False))
+
+
+# --------------------------------------------------------------------------- relabelling
+
+
+def relabel(src: Distribution, dst: Distribution, dim_map: Sequence[int | None]) -> list[int] | None:
+    """For each register of ``dst``, the register of ``src`` holding its element, when the
+    change keeps every element in its thread (``dim_map[d]``: the src dim of dst dim d, None
+    for a dim that src broadcasts); None when data must move between threads."""
+
+    def src_bit(b: Bit) -> Bit:
+        if b is None:
+            return None
+        d = dim_map[b[0]]
+        return None if d is None else (d, b[1])
+
+    if len(src.lane) != len(dst.lane) or len(src.warp) != len(dst.warp):
+        return None
+    for sb, db in zip(src.thread_bits(), dst.thread_bits(), strict=True):
+        if src_bit(db) != sb:
+            return None
+    result = []
+    for off in dst.offsets:
+        coord = [0] * len(src.shape)
+        for d, v in enumerate(off):
+            if dim_map[d] is not None:
+                coord[dim_map[d]] = v  # type: ignore[index]
+        r = src.register_of.get(tuple(coord))
+        if r is None:
+            return None
+        result.append(r)
+    return result
+
+
+def _relabel_or_fail(em: PtxEmitter, op_name: str, src_v: SSAValue, dst_v: SSAValue, dim_map: Sequence[int | None]) -> None:
+    src, dst = distribution(em, src_v.type), distribution(em, dst_v.type)
+    regs = relabel(src, dst, dim_map)
+    if regs is None:
+        raise KaioCompileError(f"internal: {op_name} from {src_v.type} to {dst_v.type} moves data between threads")
+    bind_relabelled(em, src_v, dst_v, regs)
+
+
+def bind_relabelled(em: PtxEmitter, src_v: SSAValue, dst_v: SSAValue, regs: Sequence[int]) -> None:
+    """``dst_v``'s registers are ``src_v``'s ``regs``; packed pairs that stay pairs stay packed."""
+    parts = em.parts(src_v)
+    em.bind(dst_v, [parts[r] for r in regs])
+    for r in range(0, len(regs) - 1, 2):
+        if regs[r] % 2 == 0 and regs[r + 1] == regs[r] + 1 and (src_v, regs[r]) in em.packed:
+            em.packed[(dst_v, r)] = em.packed[(src_v, regs[r])]
+
+
+@lowering(tile.BroadcastOp)
+def lower_broadcast(em: PtxEmitter, op: tile.BroadcastOp) -> None:
+    a, r = tile.shape_of(op.input.type), tile.shape_of(op.result.type)
+    _relabel_or_fail(em, "broadcast", op.input, op.result, [d if a[d] == r[d] else None for d in range(len(r))])
+
+
+@lowering(tile.ExpandDimsOp)
+def lower_expand_dims(em: PtxEmitter, op: tile.ExpandDimsOp) -> None:
+    axis = op.axis.value.data
+    rank = len(tile.shape_of(op.result.type))
+    _relabel_or_fail(em, "expand_dims", op.input, op.result, [None if d == axis else d - (d > axis) for d in range(rank)])
+
+
+@lowering(tile.TransOp)
+def lower_trans(em: PtxEmitter, op: tile.TransOp) -> None:
+    src, dst = distribution(em, op.input.type), distribution(em, op.result.type)
+    regs = relabel(src, dst, [1, 0])
+    if regs is None:
+        em.bind(op.result, through_shared(em, op.input, dst, transpose=True))
+        return
+    bind_relabelled(em, op.input, op.result, regs)
+
+
+def through_shared(em: PtxEmitter, value: SSAValue, dst: Distribution, transpose: bool) -> list[SSAValue]:
+    """Every thread writes its elements to a shared scratch tile, then reads the ones ``dst``
+    gives it (bracketed by barriers, so the scratch can be reused)."""
+    src = distribution(em, value.type)
+    t = value.type.element_type  # type: ignore[attr-defined]
+    eb = element_bytes(t)
+    rows = src.shape
+    scratch = em.shared("relayout", max(math.prod(rows) * eb, 4), 16)
+
+    def address(coord: Sequence[SSAValue]) -> SSAValue:
+        linear = coord[0]
+        for d in range(1, len(coord)):
+            linear = em.instr(ptx.MadOp, "lo.s32", [linear, em.const(rows[d], i32), coord[d]], i32)
+        return em.instr(ptx.MadOp, "lo.s32", [linear, em.const(eb, i32), scratch], i32)
+
+    em.barrier()
+    base, owner, parts = thread_base(em, src), owner_predicate(em, src), em.parts(value)
+    for r, off in enumerate(src.offsets):
+        coord = [add32(em, base[d], off[d]) for d in range(len(off))]
+        v = parts[r]
+        if t == i1:  # predicates have no memory form: store them as bytes
+            v = em.instr(ptx.SelpOp, "b16", [em.const(1, i16), em.const(0, i16), v], i16)
+        em.emit(ptx.StOp(f"shared.{mem_spec(t)}", [address(coord), v], guard=owner))
+    em.barrier()
+    base = thread_base(em, dst)
+    out = []
+    for off in dst.offsets:
+        coord = [add32(em, base[d], off[d]) for d in range(len(off))]
+        if transpose:
+            coord = coord[::-1]
+        if t == i1:
+            byte = em.instr(ptx.LdOp, "shared.u8", [address(coord)], i16)
+            out.append(em.instr(ptx.SetpOp, "ne.u16", [byte, em.const(0, i16)], i1))
+        else:
+            out.append(em.instr(ptx.LdOp, f"shared.{mem_spec(t)}", [address(coord)], reg_type(t)))
+    em.barrier()
+    return out

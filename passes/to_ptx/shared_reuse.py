@@ -26,7 +26,9 @@ from kaio.dialects import cpasync, ptx, smem, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.to_ptx.emitter import PtxEmitter
 
-def _touching_ops(buffer: SSAValue) -> list[Operation]:
+
+# touching_ops and precedes also serve a pass that plans reuse before lowering (``reuse-dead-shared``)
+def touching_ops(buffer: SSAValue) -> list[Operation]:
     """Every op using ``buffer`` or a value derived from it (a stage, an address, a descriptor:
     buffers and integers; a tensor, fragment or accumulator computed from its contents is data)."""
     ops: list[Operation] = []
@@ -45,7 +47,7 @@ def _touching_ops(buffer: SSAValue) -> list[Operation]:
     return ops
 
 
-def _precedes(toucher: Operation, op: Operation) -> bool:
+def precedes(toucher: Operation, op: Operation) -> bool:
     """Whether ``toucher`` runs before ``op`` and not again after it (see the module doc)."""
     ancestors: dict[Block, Operation] = {}
     current: Operation | None = op
@@ -82,7 +84,7 @@ def dead_buffers(em: PtxEmitter, op: Operation) -> list[tuple[SSAValue, int]]:
             address = em.value(alloc.result)
             owner = address.owner
             root = owner.operands[0] if isinstance(owner, ptx.AddOp) else address
-            dead = all(_precedes(t, op) for t in _touching_ops(alloc.result))
+            dead = all(precedes(t, op) for t in touching_ops(alloc.result))
             was_dead, size = regions.get(root, (True, 0))
             regions[root] = (was_dead and dead, max(size, alloc.result.type.total_bytes, em.shared_bytes(root)))
     return [(root, size) for root, (dead, size) in regions.items() if dead]
@@ -101,10 +103,6 @@ def reuse_or_declare(em: PtxEmitter, op: Operation, hint: str, nbytes: int, alig
         em.grow_shared(address, nbytes, align)
         return address, True
     return em.merge_shared([a for a, _ in dead], nbytes, align), True
-
-
-touching_ops = _touching_ops  # for passes that plan reuse before lowering (``reuse-dead-shared``)
-precedes = _precedes
 
 
 def wait_for_async_accesses(em: PtxEmitter) -> None:

@@ -18,14 +18,9 @@ from kaio.dialects.kernel import Combine
 from kaio.passes.to_ptx import lowering
 from kaio.passes.to_ptx.emitter import PtxEmitter, element_bytes, is_float, mem_spec, reg_type, width
 from kaio.passes.to_ptx.kernel_ops import atomic_spec, float_min_max_loop, linear_thread_id
-from kaio.passes.to_ptx.tile_values import (
-    _element_address,
-    _selp_spec,
-    and_pred,
-    distribution,
-    owner_predicate,
-    through_shared,
-)
+from kaio.passes.to_ptx.tile_distribution import and_pred, distribution, owner_predicate
+from kaio.passes.to_ptx.relayout import through_shared
+from kaio.passes.to_ptx.tile_memory import indexed_address, selp_spec
 
 
 def _update(em: PtxEmitter, op: tile.TileAtomic, addr: SSAValue, operands: list[SSAValue],
@@ -60,7 +55,7 @@ def _value_operands(op: tile.TileAtomic) -> list[SSAValue]:
 def _masked_old(em: PtxEmitter, old: SSAValue, ok: SSAValue, t: Attribute) -> SSAValue:
     """The old value where the element was updated, the type's zero where its mask is false."""
     zero = em.const(0.0 if is_float(t) else 0, reg_type(t))
-    return em.instr(ptx.SelpOp, _selp_spec(t), [old, zero, ok], reg_type(t))
+    return em.instr(ptx.SelpOp, selp_spec(t), [old, zero, ok], reg_type(t))
 
 
 @lowering(tile.AtomicRMWOp, tile.AtomicCasOp)
@@ -79,7 +74,7 @@ def _lower_elementwise(em: PtxEmitter, op: tile.TileAtomic) -> None:
     values = [em.parts(v) for v in _value_operands(op)]
     olds = []
     for r, (idx, ok) in enumerate(zip(em.parts(op.index), em.parts(op.mask), strict=True)):
-        addr = _element_address(em, op.array, idx, t)
+        addr = indexed_address(em, op.array, idx, t)
         old = _update(em, op, addr, [v[r] for v in values], and_pred(em, [ok, owner]), keep_old)
         if keep_old:
             assert old is not None
@@ -98,7 +93,7 @@ def _lower_once(em: PtxEmitter, op: tile.TileAtomic) -> None:
     )
     ok = em.value(op.mask)
     keep_old = bool(op.result.uses)
-    addr = _element_address(em, op.array, em.value(op.index), t)
+    addr = indexed_address(em, op.array, em.value(op.index), t)
     old = _update(em, op, addr, [em.value(v) for v in _value_operands(op)], and_pred(em, [ok, first]), keep_old)
     if old is None:
         return

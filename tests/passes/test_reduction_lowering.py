@@ -21,7 +21,7 @@ import pytest
 import kaio
 import kaio.tile as kt
 from kaio.errors import KaioMemoryError
-from kaio.passes.to_ptx import reduce_scratch, tile_values
+from kaio.passes.to_ptx import reduce_scratch, tile_elementwise, tile_views
 from kaio.prelude import Array, MutArray, f16, f32, i32
 
 C = 1024  # 4 warps of 32 lanes x 8 consecutive elements: every row reduction crosses warps
@@ -122,7 +122,7 @@ def test_a_range_mask_is_one_compare_per_known_multiple(dev, rng, n):
 
 def test_planted_a_run_longer_than_the_known_multiple_is_caught(dev, rng, monkeypatch):
     monkeypatch.setenv("KAIO_CACHE", "0")
-    monkeypatch.setattr(tile_values, "known_multiple", lambda value: 8)
+    monkeypatch.setattr(tile_elementwise, "known_multiple", lambda value: 8)
     _, _, masked_copy = _kernels()
     with pytest.raises(AssertionError):
         _masked(dev, masked_copy, rng, 1012)  # 4-aligned: groups of 8 are not all on one side
@@ -343,7 +343,7 @@ def test_an_offset_block_index_may_be_negative_and_keeps_both_tests(dev, rng):
 
 def test_planted_a_negative_row_taken_as_never_negative_is_read(dev, rng, monkeypatch):
     monkeypatch.setenv("KAIO_CACHE", "0")
-    monkeypatch.setattr(tile_values, "_never_negative", lambda offset, extent: True)
+    monkeypatch.setattr(tile_views, "_never_negative", lambda offset, extent: True)
     kernel = _row_per_program()
     with pytest.raises(KaioMemoryError, match="out-of-bounds"):
         _row_sums(dev, kernel, rng, 3, 4, 1)  # program 0 reads row -1

@@ -130,7 +130,7 @@ def test_results_match_numpy(dev, rng, kernel, m, n, k):
 def test_a_buffer_touched_earlier_in_a_loop_around_the_op_is_live():
     """The ring's stages read before the store in the same K-loop iteration hold tiles the
     next iterations read: not dead at the store, though no later op in the body touches them."""
-    from kaio.passes.to_ptx.shared_reuse import _precedes
+    from kaio.passes.to_ptx.shared_reuse import precedes
 
     module = running_sums.build({ARG_FACTS: ALIGNED}).module  # type: ignore[attr-defined]
     for p in Pipeline.parse("fuse-tile-maps,tile-layout,promote-to-shared,pipeline-cp-async{stages=3},lower-to-mma-sync").passes:
@@ -138,4 +138,4 @@ def test_a_buffer_touched_earlier_in_a_loop_around_the_op_is_live():
     (convert,) = [o for o in module.walk() if isinstance(o, tile.ConvertLayoutOp)]
     body = convert.parent_block()
     stages = [o for o in body.ops if o.name == "smem.stage" and o.is_before_in_block(convert)]
-    assert stages and not any(_precedes(s, convert) for s in stages)
+    assert stages and not any(precedes(s, convert) for s in stages)

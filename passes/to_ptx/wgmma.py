@@ -1,4 +1,4 @@
-"""``wgmma``, ``tma`` and ``mbarrier`` -> the Hopper ptx instructions (``ptx_hopper``).
+"""``wgmma`` -> the Hopper warpgroup mma instructions (``ptx_hopper``).
 
 Most rules are one instruction; the exceptions say why:
 
@@ -12,27 +12,24 @@ Most rules are one instruction; the exceptions say why:
   field never carries into the LBO beside it): ptxas keeps one 32-bit register per descriptor
   (uniform where the address is) and moves the constant half with the instruction, instead of
   64-bit arithmetic and two register moves per wgmma;
-- ``wgmma.warpgroup_id`` and ``tma.issuer`` are computed once where the kernel starts (every
-  warp converged there), from lane 0's warp index (``shfl.sync.idx``) and ``elect.sync``: ptxas
-  then knows what is built from them is warp-uniform;
-- ``mbarrier.wait_parity`` is the usual try_wait loop.
+- ``wgmma.warpgroup_id`` is computed once where the kernel starts (every warp converged
+  there), from lane 0's warp index (``shfl.sync.idx``, :func:`kernel_ops.uniform_warp`): ptxas
+  then knows what is built from it is warp-uniform.
+
+The TMA copies and mbarriers that feed the operands are lowered in ``tma_mbarrier``.
 """
 
 from __future__ import annotations
 
-from kaio.dialects import kernel, mbarrier, mma, ptx, tma, wgmma
+from kaio.dialects import mma, ptx, wgmma
 from kaio.dialects import ptx_hopper as hp
 from kaio.passes.ptx_scalar import signed
 from kaio.passes.to_ptx import lowering, register_parts
 from kaio.passes.to_ptx.emitter import PtxEmitter
-from kaio.passes.to_ptx.kernel_ops import linear_thread_id
+from kaio.passes.to_ptx.kernel_ops import uniform_warp
 from xdsl.dialects import scf
 from xdsl.dialects.builtin import f32, i1, i32, i64
 from xdsl.ir import Attribute, Block, SSAValue
-
-_TO_SHARED = "shared::cluster.global.mbarrier::complete_tx::bytes"
-_TO_GLOBAL = "global.shared::cta.bulk_group"
-_MBAR = "shared::cta.b64"
 
 
 @register_parts(wgmma.AccType)
@@ -97,19 +94,6 @@ def lower_advance(em: PtxEmitter, op: wgmma.AdvanceOp) -> None:
     low, high = parts
     moved = em.instr(ptx.AddOp, "s32", [low, em.const(op.bytes.value.data >> 4, i32)], i32)
     em.bind(op.result, _descriptor(em, moved, high))
-
-
-def uniform_warp(em: PtxEmitter) -> SSAValue:
-    """This thread's warp in the block, as lane 0 of the warp reads it: the same number, but
-    ptxas treats a ``shfl.sync.idx`` from a constant lane as warp-uniform (CUTLASS's
-    ``canonical_warp_idx_sync``). Computed where the kernel starts, every lane converged."""
-
-    def build() -> SSAValue:
-        warp = em.instr(ptx.ShrOp, "u32", [linear_thread_id(em), em.const(5, i32)], i32)
-        args = [warp, em.const(0, i32), em.const(31, i32), em.const(-1, i32)]
-        return em.instr(ptx.ShflOp, "sync.idx.b32", args, i32)
-
-    return em.invariant(("uniform warp",), build)
 
 
 @lowering(wgmma.WarpgroupIdOp)
@@ -278,109 +262,3 @@ def lower_store(em: PtxEmitter, op: wgmma.StoreOp) -> None:
         for half, base in enumerate((lower, upper)):
             pair = list(acc[4 * j + 2 * half : 4 * j + 2 * half + 2])
             em.emit(ptx.StOp("global.v2.f32", [base, *pair], offset=32 * j))
-
-
-@lowering(kernel.SetMaxRegistersOp)
-def lower_setmaxnreg(em: PtxEmitter, op: kernel.SetMaxRegistersOp) -> None:
-    em.emit(hp.SetmaxnregOp(f"{op.mode.data}.sync.aligned.u32", [em.const(op.count.value.data, i32)]))
-
-
-# --------------------------------------------------------------------------- mbarrier
-
-
-@lowering(mbarrier.AllocOp)
-def lower_mbarrier_alloc(em: PtxEmitter, op: mbarrier.AllocOp) -> None:
-    em.bind(op.result, em.shared("mbarrier", 8 * op.slots, 8))
-
-
-@lowering(mbarrier.InitOp)
-def lower_mbarrier_init(em: PtxEmitter, op: mbarrier.InitOp) -> None:
-    em.emit(hp.MbarrierInitOp(_MBAR, [em.value(op.barrier), em.const(op.count.value.data, i32)]))
-
-
-@lowering(mbarrier.ArriveOp)
-def lower_arrive(em: PtxEmitter, op: mbarrier.ArriveOp) -> None:
-    em.emit(hp.MbarrierArriveOp(_MBAR, [em.value(op.barrier)]))
-
-
-@lowering(mbarrier.ArriveExpectTxOp)
-def lower_arrive_expect_tx(em: PtxEmitter, op: mbarrier.ArriveExpectTxOp) -> None:
-    em.emit(hp.MbarrierArriveExpectTxOp(_MBAR, [em.value(op.barrier), em.value(op.bytes)]))
-
-
-def _try_wait(em: PtxEmitter, barrier: SSAValue, parity: SSAValue) -> SSAValue:
-    return em.instr(hp.MbarrierTryWaitParityOp, _MBAR, [em.value(barrier), em.value(parity)], i1)
-
-
-@lowering(mbarrier.TryWaitParityOp)
-def lower_try_wait(em: PtxEmitter, op: mbarrier.TryWaitParityOp) -> None:
-    em.bind(op.result, _try_wait(em, op.barrier, op.parity))
-
-
-@lowering(mbarrier.WaitParityOp)
-def lower_wait_parity(em: PtxEmitter, op: mbarrier.WaitParityOp) -> None:
-    again = em.label("mbarrier_wait")
-    em.place_label(again)
-    em.branch(again, _try_wait(em, op.barrier, op.parity), negate=True)
-
-
-# --------------------------------------------------------------------------- tma
-
-
-@lowering(tma.IssuerOp)
-def lower_issuer(em: PtxEmitter, op: tma.IssuerOp) -> None:
-    warp = op.warp.value.data
-
-    def build() -> SSAValue:
-        mine = em.instr(ptx.SetpOp, "eq.u32", [uniform_warp(em), em.const(warp, i32)], i1)
-        elect = hp.ElectSyncOp("", [em.const(-1, i32)], [i32, i1])
-        em.emit(elect)
-        return em.instr(ptx.AndOp, "pred", [mine, elect.outs[1]], i1)
-
-    em.bind(op.result, em.invariant(("tma issuer", warp), build))
-
-
-@lowering(tma.AllocOp)
-def lower_tma_alloc(em: PtxEmitter, op: tma.AllocOp) -> None:
-    em.bind(op.result, em.shared("tma_buffer", op.bytes.value.data, op.align.value.data))
-
-
-@lowering(tma.LoadOp)
-def lower_tma_load(em: PtxEmitter, op: tma.LoadOp) -> None:
-    coords = [em.value(c) for c in op.coords]
-    spec = f"{len(coords)}d.{_TO_SHARED}"
-    em.emit(hp.CpAsyncBulkTensorOp(spec, [em.value(op.dst), em.value(op.tmap), *coords, em.value(op.barrier)]))
-
-
-@lowering(tma.StoreOp)
-def lower_tma_store(em: PtxEmitter, op: tma.StoreOp) -> None:
-    coords = [em.value(c) for c in op.coords]
-    spec = f"{len(coords)}d.{_TO_GLOBAL}"
-    em.emit(hp.CpAsyncBulkTensorOp(spec, [em.value(op.tmap), *coords, em.value(op.src)]))
-
-
-@lowering(tma.BulkLoadOp)
-def lower_bulk_load(em: PtxEmitter, op: tma.BulkLoadOp) -> None:
-    args = [em.value(op.dst), em.value(op.src), em.value(op.size), em.value(op.barrier)]
-    em.emit(hp.CpAsyncBulkOp(_TO_SHARED, args))
-
-
-@lowering(tma.BulkStoreOp)
-def lower_bulk_store(em: PtxEmitter, op: tma.BulkStoreOp) -> None:
-    em.emit(hp.CpAsyncBulkOp(_TO_GLOBAL, [em.value(op.dst), em.value(op.src), em.value(op.size)]))
-
-
-@lowering(tma.CommitOp)
-def lower_tma_commit(em: PtxEmitter, op: tma.CommitOp) -> None:
-    em.emit(hp.CpAsyncBulkCommitOp(""))
-
-
-@lowering(tma.WaitOp)
-def lower_tma_wait(em: PtxEmitter, op: tma.WaitOp) -> None:
-    spec = "read" if op.read.value.data else ""
-    em.emit(hp.CpAsyncBulkWaitOp(spec, [em.const(op.pending.value.data, i32)]))
-
-
-@lowering(tma.FenceOp)
-def lower_tma_fence(em: PtxEmitter, op: tma.FenceOp) -> None:
-    em.emit(hp.FenceProxyAsyncOp("shared::cta"))
