@@ -86,7 +86,7 @@ def _native_half(em: PtxEmitter, mnemonic: str, t: Attribute) -> bool:
     return em.arch.sm >= (sms[0] if t == f16 else sms[1])
 
 
-def _float_op(
+def float_op(
     em: PtxEmitter,
     cls: type[ptx.PtxInstr],
     mods: str,
@@ -195,7 +195,7 @@ def lower_float_binary(em: PtxEmitter, op: Operation) -> None:
     if mods == "NaN" and t == f64:
         mods = ""  # max.NaN has no f64 form; kaio's frontend uses maxnum semantics anyway
     args = [em.value(v) for v in op.operands]
-    em.bind(op.results[0], _float_op(em, cls, mods, args, t))
+    em.bind(op.results[0], float_op(em, cls, mods, args, t))
 
 
 def _half_bits(em: PtxEmitter, cls: type[ptx.PtxInstr], mask: int, v: SSAValue) -> SSAValue:
@@ -225,7 +225,7 @@ def lower_sign_op(em: PtxEmitter, op: Operation) -> None:
 @lowering(xmath.FmaOp)
 def lower_fma(em: PtxEmitter, op: xmath.FmaOp) -> None:
     args = [em.value(v) for v in (op.a, op.b, op.c)]
-    em.bind(op.result, _float_op(em, ptx.FmaOp, "rn", args, op.result.type))
+    em.bind(op.result, float_op(em, ptx.FmaOp, "rn", args, op.result.type))
 
 
 # --------------------------------------------------------------------------- fast math

@@ -7,7 +7,7 @@ from kaio.dialects import kernel, kernel_bits, ptx
 from kaio.dialects import ptx_hopper as hp
 from kaio.dialects.kernel import Combine
 from kaio.passes.to_ptx import lowering
-from kaio.passes.to_ptx.arith_math import _float_op
+from kaio.passes.to_ptx.arith_math import float_op
 from kaio.passes.value_facts import constant_int
 from kaio.passes.to_ptx.emitter import (
     PtxEmitter,
@@ -223,7 +223,7 @@ def combine(em: PtxEmitter, kind: Combine, a: SSAValue, b: SSAValue, t: Attribut
         cls = ptx.MaxOp if kind in (Combine.MAXS, Combine.MAXU) else ptx.MinOp
         return em.instr(cls, int_spec(t, kind in (Combine.MAXS, Combine.MINS)), [a, b], reg_type(t))
     cls = {Combine.ADDF: ptx.AddOp, Combine.MAXF: ptx.MaxOp, Combine.MINF: ptx.MinOp}[kind]
-    return _float_op(em, cls, "", [a, b], t)
+    return float_op(em, cls, "", [a, b], t)
 
 
 def identity(em: PtxEmitter, kind: Combine, t: Attribute) -> SSAValue:
