@@ -16,7 +16,7 @@ The tensors are a GPTQ checkpoint's, as AutoGPTQ and GPTQModel save them (``chec
   (what a symmetric checkpoint's qzeros, all 7s, say too);
 * ``W[k, n] = (q[k, n] - z[k // group_size, n]) * scales[k // group_size, n]``.
 
-``x`` (M, K) is f16 or bf16 and so is the result (M, N); ``bias`` (N,) f16/bf16/f32 optional.
+``x`` (M, K) is f16 or bf16 and so is the result (M, N); ``bias`` (N,) f32 or x's type, optional.
 ``group_size`` is -1 (one group: per-column scales) or a power of two from 16 to 4096 dividing K.
 
 The kernel (:func:`w4a16_tile_kernel`) is a matmul whose B operand is computed rather than
