@@ -24,17 +24,16 @@ class StageAttr:
     on: tuple[str, ...]
     value: type[Attribute]
     meaning: str
+    entries: type[Attribute] | None = None  # a dictionary's values: parameter name -> this
 
     def check(self, op: Operation, value: Attribute) -> None:
         if op.name not in self.on:
             raise VerifyException(f"{self.name} sits on {', '.join(self.on)}, not on {op.name}")
         if not isinstance(value, self.value):
             raise VerifyException(f"{op.name}'s {self.name} must be a {self.value.__name__}, got {value}")
-        if isinstance(value, DictionaryAttr):
-            if self is ALIGN and any(not isinstance(v, IntegerAttr) for v in value.data.values()):
-                raise VerifyException(f"{op.name}'s {self.name} maps parameter names to byte counts")
-            if self is TENSOR_MAPS and any(not isinstance(v, StringAttr) for v in value.data.values()):
-                raise VerifyException(f"{op.name}'s {self.name} maps parameter names to JSON recipes")
+        if self.entries is not None and isinstance(value, DictionaryAttr):
+            if any(not isinstance(v, self.entries) for v in value.data.values()):
+                raise VerifyException(f"{op.name}'s {self.name} maps parameter names to {self.entries.__name__}s")
 
 
 _KERNELS = ("kernel.func", "ptx.entry")
@@ -47,10 +46,12 @@ TARGET = StageAttr(
 ALIGN = StageAttr(
     "kaio.align", _KERNELS, DictionaryAttr,
     "array parameter -> the byte alignment of its base that the launch must check (vectorize-loads, tile loads)",
+    IntegerAttr,
 )
 TENSOR_MAPS = StageAttr(
     "kaio.tensor_maps", _KERNELS, DictionaryAttr,
     "tensor-map parameter -> the JSON recipe the runtime builds it from at launch (pipeline-tma, store-tma)",
+    StringAttr,
 )
 PRODUCER_THREADS = StageAttr(
     "kaio.producer_threads", ("kernel.func",), IntegerAttr,

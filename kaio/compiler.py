@@ -413,7 +413,7 @@ def lower_module(
         watch(first_stage, print_with_locations(module))
     times = run_pipeline(module, chosen, watch)
     _check_lowered(module, chosen)
-    ptx_text = print_ptx(module, arch_name)
+    ptx_text = print_ptx(module)  # for the module's kaio.target, set above
     if watch is not None:
         watch("ptx", ptx_text)
 

@@ -90,7 +90,7 @@ class BuiltinCall:
         return SemanticError(message, hint, self._node)
 
 
-_BUILDERS: dict[int, tuple[kp.Builtin, Builder, inspect.Signature]] = {}
+_BUILDERS: dict[kp.Builtin, tuple[Builder, inspect.Signature]] = {}  # markers hash by identity
 
 
 def builtin(signature: str) -> Callable[[Builder], kp.Builtin]:
@@ -106,18 +106,18 @@ def builtin(signature: str) -> Callable[[Builder], kp.Builtin]:
         if not params:
             raise KaioTypeError(f"kaio.builtin: {build.__qualname__} must take the BuiltinCall first")
         marker = kp.Builtin(signature.split("(")[0], signature)
-        _BUILDERS[id(marker)] = (marker, build, inspect.Signature(params[1:]))
+        _BUILDERS[marker] = (build, inspect.Signature(params[1:]))
         return marker
 
     return register
 
 
-def user_builtin_handler(obj: Any) -> Callable[..., Value] | None:
+def user_builtin_handler(obj: kp.Builtin) -> Callable[..., Value] | None:
     """The handler ``(compiler, node, args, kwargs)`` of a marker made by :func:`builtin`."""
-    found = _BUILDERS.get(id(obj))
-    if found is None or found[0] is not obj:
+    found = _BUILDERS.get(obj)
+    if found is None:
         return None
-    marker, build, signature = found
+    marker, (build, signature) = obj, found
 
     def handle(compiler: Any, node: ast.Call, args: list[Value], kwargs: dict[str, Value]) -> Value:
         try:

@@ -408,9 +408,9 @@ def test_a_kernel_without_the_hoisted_fence_is_rejected(rng, monkeypatch):
         assert init_fence in ptx
         return ptx.replace(init_fence, "fence.mbarrier_init.release.cluster;\n$L_endif", 1)
 
-    monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch: swap_only(printer(module, arch)))
+    monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch=None: swap_only(printer(module, arch)))
     got, want = run_q_loop(rng)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
-    monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch: without_the_hoisted_fence(printer(module, arch)))
+    monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch=None: without_the_hoisted_fence(printer(module, arch)))
     with pytest.raises(kaio.KaioSimError, match=r"missing fence\.proxy\.async: a generic-proxy write"):
         run_q_loop(rng)

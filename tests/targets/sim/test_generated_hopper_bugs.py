@@ -115,7 +115,7 @@ def edit_ptx(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[str], str]]
 
     def install(edit: Callable[[str], str]) -> None:
         printer = kaio.compiler.print_ptx
-        monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch: edit(printer(module, arch)))
+        monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch=None: edit(printer(module, arch)))
 
     return install
 
