@@ -83,12 +83,14 @@ def compiler_fingerprint() -> str:
     return h.hexdigest()
 
 
-def extensions_fingerprint(passes: Any) -> str:
+def extensions_fingerprint(pipeline: Any) -> str:
     """A digest of the files defining user passes in the pipeline and user lowering rules (code
-    outside kaio and xDSL that changes the output without changing any name in the key)."""
-    from kaio.passes.to_ptx import LOWERINGS
+    outside kaio and xDSL that changes the output without changing any name in the key). A
+    deferred pipeline's passes are named from its string: kaio's and xDSL's by name, others
+    by loading their class, so a default pipeline imports no pass here."""
+    from kaio.passes.to_ptx import LOWERINGS  # the table only: rules register as they load
 
-    modules = {type(p).__module__ for p in passes}
+    modules = _pass_modules(pipeline)
     modules |= {rule.__module__ for rule in LOWERINGS.values()}
     h = hashlib.sha256()
     for name in sorted(m for m in modules if not m.startswith(("kaio.", "xdsl."))):
@@ -115,7 +117,7 @@ def compile_key(kernel: Any, arch: str, pipeline: Any, constexprs: dict[str, Any
     from kaio.pipeline import as_pipeline
 
     resolved = as_pipeline(pipeline)
-    pipeline_text = str(resolved)
+    pipeline_text = resolved.key_text
     from kaio import __version__
 
     # The PTX quotes the kernel's file and line numbers in comments; source_key() covers the
@@ -134,9 +136,22 @@ def compile_key(kernel: Any, arch: str, pipeline: Any, constexprs: dict[str, Any
         "kaio": __version__,
         "xdsl": _xdsl_version(),
         "compiler": compiler_fingerprint(),
-        "extensions": extensions_fingerprint(resolved.passes),
+        "extensions": extensions_fingerprint(resolved),
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _pass_modules(pipeline: Any) -> set[str]:
+    """The modules defining the pipeline's passes (kaio's and xDSL's own by name when the
+    pipeline is deferred and not parsed yet)."""
+    if "passes" in vars(pipeline) or not hasattr(pipeline, "pass_names"):
+        return {type(p).__module__ for p in pipeline.passes}
+    from kaio.pass_registry import available_passes, builtin_pass_names
+
+    builtin = builtin_pass_names()
+    available = available_passes()
+    # an unknown name: "?" (the compile's parse then names it)
+    return {available[name]().__module__ if name in available else "?" for name in pipeline.pass_names if name not in builtin}
 
 
 def _sha(text: str) -> str:

@@ -212,8 +212,7 @@ def compile(
         )
     arch_name = get_arch(arch or DEFAULT_ARCH).name
     constexprs, facts = _specialized(kernel, specialization, constexprs)
-    pipeline = _resolve_pipeline(kernel, arch_name, pipeline)
-    _check_pipeline_arch(pipeline, arch_name)
+    pipeline = _resolve_pipeline(kernel, arch_name, pipeline)  # a default one: deferred, not parsed yet
     if print_after_change:
         pipeline = pipeline.configured(callback=chained(pipeline.callback, ir_after_change()))
     watched = dump_ir is not None or timing or pipeline.callback is not None
@@ -361,6 +360,7 @@ def _compile_unpaused(
         name = func.sym_name.data
         spec = Specialization(values, getattr(built, "facts", ()))
     chosen = _resolve_pipeline(kernel, arch_name, pipeline)
+    _check_pipeline_arch(chosen, arch_name)  # here, not before the cache: parsing imports the passes
 
     watchers: list[DumpCallback] = []
     info = (params, func.block_shape, str(chosen), spec)

@@ -105,6 +105,17 @@ def _discovered_passes() -> dict[str, PassFactory]:
     return found
 
 
+@cache
+def builtin_pass_names() -> frozenset[str]:
+    """The names of xDSL's passes and kaio's (which no entry point nor registration can take):
+    known without importing any of them."""
+    from xdsl.transforms import get_all_passes as xdsl_passes
+
+    from kaio.passes import get_all_passes
+
+    return frozenset(xdsl_passes()) | frozenset(get_all_passes())
+
+
 def rediscover_passes() -> None:
     """Read the entry points again (after installing a package into the running process)."""
     _discovered_passes.cache_clear()

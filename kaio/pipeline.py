@@ -77,6 +77,46 @@ class Pipeline(PassPipeline):
         (a ``ValueError``) pointing at the column."""
         return Pipeline(parse_passes(spec, available_passes()))
 
+    @staticmethod
+    def deferred(spec: str) -> Pipeline:
+        """The pipeline ``spec`` names, parsed when its passes are first needed, as
+        :meth:`parse` would (its errors then): what kaio's default pipelines are, so that a
+        compile answered by the disk cache, keyed by :attr:`key_text`, imports no pass."""
+        if not isinstance(spec, str):
+            raise KaioPipelineError(f"Pipeline.deferred: a pipeline string must be a str, got {type(spec).__name__}")
+        pipeline = object.__new__(Pipeline)
+        object.__setattr__(pipeline, "callback", None)
+        object.__setattr__(pipeline, "verify_each", True)
+        object.__setattr__(pipeline, "_text", spec)
+        return pipeline
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for an attribute not set: a deferred pipeline's passes, parsed once
+        text = self.__dict__.get("_text")
+        if name != "passes" or text is None:
+            raise AttributeError(name)
+        passes = Pipeline.parse(text).passes
+        object.__setattr__(self, "passes", passes)
+        return passes
+
+    @property
+    def key_text(self) -> str:
+        """What the pipeline's disk-cache key quotes: a deferred pipeline's own string (read
+        without parsing it), else :meth:`__str__`."""
+        text = self.__dict__.get("_text")
+        return text if text is not None else str(self)
+
+    @property
+    def pass_names(self) -> list[str]:
+        """The pass names, in order, read from a deferred pipeline's string without importing
+        its passes."""
+        text = self.__dict__.get("_text")
+        if text is None or "passes" in self.__dict__:
+            return self.names
+        from xdsl.utils.arg_spec import parse_pipeline
+
+        return [spec.name for spec in parse_pipeline(text)]
+
     @property
     def names(self) -> list[str]:
         """The pass names, in order."""
@@ -179,21 +219,10 @@ def as_pipeline(pipeline: Any, what: str = "pipeline") -> Pipeline:
 def kernel_pipeline(arch: str) -> Pipeline:
     """The default pipeline of a ``@kaio.gpu_kernel``: clean up, vectorize, lower to PTX, the
     scalar passes (:data:`SCALAR_STAGE`; an arch kaio does not know: KaioTargetError)."""
-    from xdsl.transforms.common_subexpression_elimination import (
-        CommonSubexpressionElimination,
-    )
-
-    from kaio.passes.canonicalize import CanonicalizePass
-    from kaio.passes.lower_to_ptx import LowerToPtxPass
-    from kaio.passes.vectorize_loads import VectorizeLoadsPass
     from kaio.targets.ptx.arch import get_arch
 
     get_arch(arch)
-    from kaio.passes.ptx_optimize import PtxOptimizePass
-
-    return Pipeline(
-        (CanonicalizePass(), CommonSubexpressionElimination(), VectorizeLoadsPass(), LowerToPtxPass(), PtxOptimizePass())
-    )
+    return Pipeline.deferred(f"canonicalize,cse,vectorize-loads,lower-to-ptx,{SCALAR_STAGE}")
 
 
 def has_wgmma(arch: str) -> bool:
@@ -225,4 +254,4 @@ def tile_pipeline(arch: str, stages: int = 3, layout: str | None = None, maxnreg
         spec.append("lower-to-wgmma")
     cap = f"{{maxnreg={maxnreg}}}" if maxnreg else ""  # the arch is the module's (kaio.target)
     spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{cap}", SCALAR_STAGE]
-    return Pipeline.parse(",".join(spec))
+    return Pipeline.deferred(",".join(spec))

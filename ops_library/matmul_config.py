@@ -110,7 +110,7 @@ class MatmulConfig:
             spec.append("lower-to-mma-sync")
         cap = f"{{maxnreg={self.maxnreg}}}" if self.maxnreg else ""  # the arch is the module's (kaio.target)
         spec += ["canonicalize", "cse", f"lower-to-ptx{cap}", SCALAR_STAGE]
-        return Pipeline.parse(",".join(spec))
+        return Pipeline.deferred(",".join(spec))
 
     def suits(self, align: tuple[int, int, int], elem_bytes: int) -> bool:
         """Narrow (misaligned) copies take many registers next to a big accumulator: give them

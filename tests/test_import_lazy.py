@@ -69,3 +69,31 @@ def test_the_dtype_helpers_work_with_and_without_numpy_loaded():
         "print('ok')\n"
     )
     assert out.strip() == "ok"
+
+
+def test_a_disk_cache_hit_in_a_fresh_process_imports_no_pass(tmp_path):
+    # the key is made from the default pipeline's text: nothing under kaio.passes but the
+    # registry package and the lowering table loads before the cache answers
+    code = (
+        "import json, sys, kaio\n"
+        "from kaio import dtypes\n"
+        "from kaio.ops_library.matmul_config import DEFAULT_CONFIG\n"
+        "from kaio.ops_library.matmul_kernel import MatmulKernel\n"
+        "kernel = MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), DEFAULT_CONFIG)\n"
+        "compiled = kaio.compile(kernel, 'sm_80')\n"
+        "print(json.dumps([compiled.ptx.count('mma.sync'), sorted(sys.modules)]))\n"
+    )
+    env = {**__import__("os").environ, "KAIO_CACHE": "1", "KAIO_CACHE_DIR": str(tmp_path)}
+
+    def run() -> tuple[int, list[str]]:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+        assert proc.returncode == 0, proc.stderr
+        return tuple(json.loads(proc.stdout))  # type: ignore[return-value]
+
+    cold_mma, cold = run()
+    hit_mma, hit = run()
+    assert hit_mma == cold_mma > 0
+    # the check itself: the cold compile loaded the passes and the lowering rules
+    assert "kaio.passes.tile_layout" in cold and "kaio.passes.to_ptx.mma_sync" in cold
+    loaded = [m for m in hit if m.startswith("kaio.passes.") and m != "kaio.passes.to_ptx"]
+    assert loaded == [] and "ml_dtypes" not in hit

@@ -15,7 +15,8 @@ an 8-bit integer does), so it converts as the low lane of a pair: the high lane 
 
 from __future__ import annotations
 
-import ml_dtypes
+from functools import cache
+
 import numpy as np
 from kaio.dialects import ptx
 from kaio.passes.to_ptx.emitter import FP8_TYPES, PtxEmitter
@@ -23,7 +24,15 @@ from kaio.passes.to_ptx.f32_convert import f32_rounded_to_odd, from_f32, to_f32
 from xdsl.dialects.builtin import bf16, f16, f32, f64, i16, i32
 from xdsl.ir import Attribute, SSAValue
 
-_NUMPY = {"e4m3": np.dtype(ml_dtypes.float8_e4m3fn), "e5m2": np.dtype(ml_dtypes.float8_e5m2)}
+
+
+@cache
+def _numpy_fp8(kind: str) -> np.dtype:
+    """ml_dtypes' FP8 type (loaded on a first FP8 constant: importing it costs more than the
+    rest of the lowering's imports)."""
+    import ml_dtypes
+
+    return np.dtype({"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2}[kind])
 
 
 def is_fp8(t: Attribute) -> bool:
@@ -33,7 +42,7 @@ def is_fp8(t: Attribute) -> bool:
 def fp8_bits(value: float, t: Attribute) -> int:
     """The byte of ``value`` in FP8 type ``t`` (a constant: the compiler rounded it already)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        return int(np.array([value], np.float64).astype(_NUMPY[FP8_TYPES[t]]).view(np.uint8)[0])
+        return int(np.array([value], np.float64).astype(_numpy_fp8(FP8_TYPES[t])).view(np.uint8)[0])
 
 
 def to_fp8(em: PtxEmitter, v: SSAValue, src: Attribute, dst: Attribute) -> SSAValue:
