@@ -11,12 +11,14 @@ PTX for the same sm_80 target in the same run. Every figure is a median.
     python benchmarks/compile_time.py [--repeat 7] [--paired]
 
 ``--paired``: only the matmuls beside Triton, kaio's (sm_80 and the sm_90a default) and
-Triton's compiles alternating, so both see the same machine load.
+Triton's compiles alternating, so both see the same machine load; then the same in fresh
+processes, launch to PTX, with a warm disk cache and with an empty one.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -191,6 +193,87 @@ def triton_to_ptx_seconds(repeat: int) -> float | None:
     return seconds
 
 
+FRESH_KAIO = """
+import os, time
+import kaio
+from kaio import dtypes
+from kaio.ops_library.matmul_config import DEFAULT_CONFIG
+from kaio.ops_library.matmul_kernel import MatmulKernel
+compiled = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f32, (16, 16, 16), DEFAULT_CONFIG), "sm_80")
+assert "mma.sync" in compiled.ptx
+print(time.time() - float(os.environ["BENCH_START"]))
+"""
+
+FRESH_TRITON = """
+import os, sys, time
+sys.path.insert(0, os.environ["BENCH_DIR"])
+import triton
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import triton_tutorial as tm
+signature = {name: "i32" for name in tm.matmul_kernel.arg_names}
+signature.update({"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp32"})
+constexprs = {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8,
+              "stride_ak": 1, "stride_bn": 1, "stride_cn": 1}
+for name in constexprs:
+    signature[name] = "constexpr"
+divisible = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"]
+attrs = {(tm.matmul_kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+ptx_ready = []
+
+def hook(*args):  # a compile (not a cache hit) notes when its PTX is ready
+    if not args:
+        return "kaio-compile-benchmark", "1"
+    make_ptx = args[1]["ptx"]
+
+    def ptx_then_note(src, metadata):
+        result = make_ptx(src, metadata)
+        ptx_ready.append(time.time())
+        return result
+
+    args[1]["ptx"] = ptx_then_note
+
+knobs.runtime.add_stages_inspection_hook = hook
+compiled = triton.compile(ASTSource(fn=tm.matmul_kernel, signature=signature, constexprs=constexprs, attrs=attrs),
+                          target=GPUTarget("cuda", 80, 32), options={"num_warps": 4, "num_stages": 3})
+assert "mma.sync" in compiled.asm["ptx"]
+print((ptx_ready[0] if ptx_ready else time.time()) - float(os.environ["BENCH_START"]))
+"""
+
+
+def fresh_process_seconds(code: str, env: dict[str, str]) -> float:
+    """Seconds from a fresh interpreter's launch to its PTX (printed by ``code``)."""
+    env = {**os.environ, **env, "BENCH_START": repr(time.time()), "BENCH_DIR": str(Path(__file__).resolve().parent),
+           "TRITON_DEFAULT_FP_FUSION": "1"}  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def fresh_paired(repeat: int) -> None:
+    """A fresh process, launch to PTX, kaio's sm_80 matmul and Triton's alternating: with a warm
+    disk cache (kaio's and Triton's own), and with an empty one (import and first compile;
+    Triton's time stops when its PTX is made, before ptxas)."""
+    warm_kaio, warm_triton = tempfile.mkdtemp(prefix="kaio-bench-"), tempfile.mkdtemp(prefix="kaio-bench-triton-")
+    fresh_process_seconds(FRESH_KAIO, {"KAIO_CACHE": "1", "KAIO_CACHE_DIR": warm_kaio})
+    fresh_process_seconds(FRESH_TRITON, {"TRITON_CACHE_DIR": warm_triton})
+    rows: dict[str, list[float]] = {k: [] for k in ("bare", "kaio hit", "Triton hit", "kaio first", "Triton first")}
+    for _ in range(repeat):
+        rows["bare"].append(fresh_process_seconds("import os, time; print(time.time() - float(os.environ['BENCH_START']))", {}))
+        rows["kaio hit"].append(fresh_process_seconds(FRESH_KAIO, {"KAIO_CACHE": "1", "KAIO_CACHE_DIR": warm_kaio}))
+        rows["Triton hit"].append(fresh_process_seconds(FRESH_TRITON, {"TRITON_CACHE_DIR": warm_triton}))
+        empty = {"KAIO_CACHE": "1", "KAIO_CACHE_DIR": tempfile.mkdtemp(prefix="kaio-bench-")}
+        rows["kaio first"].append(fresh_process_seconds(FRESH_KAIO, empty))
+        rows["Triton first"].append(fresh_process_seconds(FRESH_TRITON, {"TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="kaio-bench-triton-")}))
+    med = {k: statistics.median(v) for k, v in rows.items()}
+    print(f"\nfresh process, launch to PTX, sm_80 matmul, alternating, median of {repeat} rounds (ms)")
+    print(f"  bare interpreter                 {med['bare'] * 1e3:8.0f}")
+    for what in ("hit", "first"):
+        label = "disk-cache hit" if what == "hit" else "import + first compile"
+        ratio = med[f"kaio {what}"] / med[f"Triton {what}"]
+        print(f"  {label:24} kaio {med[f'kaio {what}'] * 1e3:8.0f}   Triton {med[f'Triton {what}'] * 1e3:8.0f}   kaio / Triton = {ratio:.2f}")
+
+
 def paired(repeat: int) -> None:
     """kaio's and Triton's matmul compiles alternating, ``repeat`` rounds: on a shared machine
     whose load changes by the minute, the ratio of two separate medians says little."""
@@ -234,6 +317,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.paired:
         paired(args.repeat)
+        if importlib.util.find_spec("triton") is not None:
+            fresh_paired(args.repeat)
         return
 
     rows = kaio_rows(args.repeat)
