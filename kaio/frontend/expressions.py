@@ -22,6 +22,7 @@ from kaio import prelude as kp
 from kaio.dialects.kernel import LoadOp, SourceLocOp, StoreOp
 from kaio.dtypes import ScalarType, bool_, i32, i64, u32, u64
 from kaio.frontend.analysis import local_names
+from kaio.frontend.call_handlers import CallHandler, resolve_call
 from kaio.frontend.context import CompilerBase, Env, python_value
 from kaio.frontend.diagnostics import SemanticError
 from kaio.frontend.operators import binary, cast, compare, materialize, unary
@@ -388,14 +389,9 @@ class ExpressionsMixin(CompilerBase):
         kwargs = {kw.arg: self.eval(kw.value) for kw in node.keywords if kw.arg is not None}
         return handler(node, args, kwargs)
 
-    def call_handler(
-        self, obj: Any, node: ast.Call
-    ) -> Callable[[ast.Call, list[Value], dict[str, Value]], Value]:
+    def call_handler(self, obj: Any, node: ast.Call) -> CallHandler:
         """What calling ``obj`` means in a kernel; an error for anything the language lacks."""
-        from kaio.frontend.builtins import builtin_handler
-        from kaio.frontend.inline import device_call_handler
-
-        handler = builtin_handler(self, obj) or device_call_handler(self, obj)
+        handler = resolve_call(self, obj)
         if handler is not None:
             return handler
         name = getattr(obj, "__name__", None)
