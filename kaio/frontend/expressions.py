@@ -25,7 +25,16 @@ from kaio.frontend.analysis import local_names
 from kaio.frontend.call_handlers import CallHandler, resolve_call
 from kaio.frontend.context import CompilerBase, Env, python_value
 from kaio.frontend.diagnostics import SemanticError
-from kaio.frontend.operators import binary, cast, compare, materialize, unary
+from kaio.frontend.operators import (
+    BINOPS,
+    CMPOPS,
+    UNARYOPS,
+    binary,
+    cast,
+    compare,
+    materialize,
+    unary,
+)
 from kaio.frontend.typerules import adapt, unify
 from kaio.frontend.values import (
     ArrayRef,
@@ -38,21 +47,6 @@ from kaio.frontend.values import (
     Value,
     type_name,
 )
-
-BINOPS: dict[type[ast.operator], str] = {
-    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-    ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|",
-    ast.BitXor: "^",
-}  # fmt: skip
-_UNARY: dict[type[ast.unaryop], str] = {
-    ast.USub: "-",
-    ast.UAdd: "+",
-    ast.Invert: "~",
-    ast.Not: "not",
-}
-_COMPARE: dict[type[ast.cmpop], str] = {
-    ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
-}  # fmt: skip
 
 _PYTHON_BUILTIN_HINTS: dict[str, tuple[str, str | None]] = {
     "print": (
@@ -154,7 +148,7 @@ class ExpressionsMixin(CompilerBase):
         return binary(self.em, op, self.eval(node.left), self.eval(node.right))
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
-        return unary(self.em, _UNARY[type(node.op)], self.eval(node.operand))
+        return unary(self.em, UNARYOPS[type(node.op)], self.eval(node.operand))
 
     def expr_BoolOp(self, node: ast.BoolOp) -> Value:
         return self._short_circuit(node.values, isinstance(node.op, ast.And))
@@ -183,7 +177,7 @@ class ExpressionsMixin(CompilerBase):
         return self._compare_chain(self.eval(node.left), node.ops, node.comparators)
 
     def _compare_chain(self, left: Value, ops: list[ast.cmpop], rights: list[ast.expr]) -> Value:
-        op = _COMPARE.get(type(ops[0]))
+        op = CMPOPS.get(type(ops[0]))
         if op is None:
             raise SemanticError(
                 "`is`, `is not`, `in` and `not in` are not supported in kernels",

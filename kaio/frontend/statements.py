@@ -20,8 +20,7 @@ from kaio.dtypes import ScalarType, bool_
 from kaio.frontend.analysis import exits, has_value_return, is_comment
 from kaio.frontend.context import CompilerBase
 from kaio.frontend.diagnostics import SemanticError
-from kaio.frontend.expressions import BINOPS
-from kaio.frontend.operators import binary, negate
+from kaio.frontend.operators import BINOPS, binary, negate
 from kaio.frontend.scope import FLAGS, RET, RV, TYPE_CHANGE_HINT, return_slots
 from kaio.frontend.typerules import adapt
 from kaio.frontend.values import (
