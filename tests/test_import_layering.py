@@ -1,11 +1,12 @@
 """The imports of kaio point one way (docs: design "Layering"): the module graph, read from the
 source with every import counted (function-level ones too, only ``if TYPE_CHECKING:`` blocks
-left out, as they never run), has no cycle inside the runtime, inside the simulator, nor
-between the frontend and ``kaio.runtime.launch``."""
+left out, as they never run), has no cycle inside the runtime, inside the simulator, inside the
+frontend, nor between the frontend and ``kaio.runtime.launch``."""
 
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 import kaio
@@ -134,6 +135,72 @@ def test_frontend_and_runtime_launch_import_one_way() -> None:
     graph = _graph(["kaio.frontend", "kaio.runtime.launch"])
     assert not [c for c in _cycles(graph) if "kaio.runtime.launch" in c]
     assert not graph["kaio.runtime.launch"], "the runtime knows kernels by their signature only"
+
+
+# the compiler of one function: mixins over CompilerBase, composed once in function_compiler
+FRONTEND_PARTS = ("kaio.frontend.expressions", "kaio.frontend.statements", "kaio.frontend.loops")
+
+
+def _reaches(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for d in graph.get(todo.pop(), ()):
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
+
+
+def _part_imports(graph: dict[str, set[str]], parts: tuple[str, ...]) -> list[tuple[str, str]]:
+    """Edges from a compiler part to another part, or to a module that imports one, directly or
+    not (the composition, and what uses it: device functions, kernels, tile kernels)."""
+    return sorted((p, d) for p in parts for d in graph[p] if d in parts or _reaches(graph, d) & set(parts))
+
+
+def test_frontend_modules_import_one_way() -> None:
+    # call_handler once imported builtins and inline inside the function, inline imported kernel
+    # to refuse a kernel calling a kernel: callees are now registered in call_handlers' table,
+    # kernels too, and the mixins composed in one class
+    graph = _graph(["kaio.frontend"])
+    assert _cycles(graph) == []
+    assert "kaio.frontend.call_handlers" in graph["kaio.frontend.expressions"]
+    assert _part_imports(graph, FRONTEND_PARTS) == []
+
+
+def test_the_frontend_rules_catch_a_planted_import(tmp_path: Path) -> None:
+    modules = _modules()
+    planted = tmp_path / "expressions.py"
+    planted.write_text(
+        modules["kaio.frontend.expressions"].read_text()
+        + "\n\ndef _late():\n    from kaio.frontend.inline import device_call_handler\n"
+    )
+    graph = _graph(["kaio.frontend"])
+    graph["kaio.frontend.expressions"] = {
+        d for d in _imported("kaio.frontend.expressions", planted, modules) if d.startswith("kaio.frontend")
+    }
+    assert any("kaio.frontend.expressions" in c and "kaio.frontend.inline" in c for c in _cycles(graph))
+    assert _part_imports(graph, FRONTEND_PARTS) == [("kaio.frontend.expressions", "kaio.frontend.inline")]
+    # a part importing a sibling, or a user of the composition
+    parts = {"p.a": {"p.base"}, "p.b": {"p.a", "p.user"}, "p.user": {"p.all"}, "p.all": {"p.a", "p.b"}, "p.base": set()}
+    assert _part_imports(parts, ("p.a", "p.b")) == [("p.b", "p.a"), ("p.b", "p.user")]
+
+
+def test_the_function_compiler_provides_what_its_parts_ask_of_each_other() -> None:
+    # CompilerBase declares what one mixin calls on another; the composition must define each
+    from kaio.frontend.context import CompilerBase
+    from kaio.frontend.function_compiler import FunctionCompiler
+
+    base = next(
+        node for node in ast.walk(ast.parse(Path(inspect.getfile(CompilerBase)).read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "CompilerBase"
+    )  # fmt: skip
+    declared = {
+        f.name for f in base.body
+        if isinstance(f, ast.FunctionDef) and ast.unparse(f.body[-1]) == "raise NotImplementedError"
+    }  # fmt: skip
+    assert {"eval", "visit_body", "lookup", "store"} <= declared
+    assert [n for n in sorted(declared) if getattr(FunctionCompiler, n) is vars(CompilerBase)[n]] == []
 
 
 def test_runtime_modules_import_one_way() -> None:

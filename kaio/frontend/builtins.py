@@ -2,7 +2,8 @@
 
 Builtins are recognized by identity, so aliases (``from kaio.prelude import sqrt as s``) and
 module access (``kp.thread_idx_x()``) work; Python's own ``abs``/``min``/``max`` mean the same as
-the prelude's. Calling a kaio type is a cast.
+the prelude's. Calling a kaio type is a cast. The resolvers of these callees are registered in
+``call_handlers`` (with ``@kaio.builtin``'s, whose builders ``user_builtins`` holds).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import builtins as py
 import math as pymath
 from collections.abc import Callable
 from functools import partial
+from types import BuiltinFunctionType
 from typing import Any
 
 from xdsl.dialects import arith
@@ -40,9 +42,9 @@ from kaio.dialects.kernel import (
 from kaio.dtypes import ScalarType, i32, u32
 from kaio.frontend.bit_builtins import BIT_BUILTINS
 from kaio.frontend.call_args import _arg_node, _signature
+from kaio.frontend.call_handlers import CallHandler, calls
 from kaio.frontend.context import MAX_SHARED_BYTES, CompilerBase
 from kaio.frontend.diagnostics import SemanticError
-from kaio.frontend.expressions import ExpressionsMixin
 from kaio.frontend.operators import binary, cast, compile_time, materialize, require_scalar
 from kaio.frontend.random_builtins import RANDOM_BUILTINS
 from kaio.frontend.user_builtins import user_builtin_handler
@@ -61,26 +63,33 @@ from kaio.frontend.values import (
 
 Args = list[Value]
 Kwargs = dict[str, Value]
-Handler = Callable[[ExpressionsMixin, ast.Call, Args, Kwargs], Value]
+Handler = Callable[[CompilerBase, ast.Call, Args, Kwargs], Value]
 
 
-def builtin_handler(fc: CompilerBase, obj: Any) -> Callable[[ast.Call, Args, Kwargs], Value] | None:
-    assert isinstance(fc, ExpressionsMixin)
-    if isinstance(obj, ScalarType):
-        return partial(_cast, fc, obj)
-    obj = _PYTHON_ALIASES.get(id(obj), obj)
-    if isinstance(obj, kp.Builtin):
-        handler = _TABLE.get(obj) or user_builtin_handler(obj)
-        if handler is None:  # a kaio.tile builtin in a SIMT kernel
-            raise SemanticError(
-                f"`{obj.signature}` can only be used in a @kaio.tile_kernel",
-                "decorate the kernel with @kaio.tile_kernel to work on tiles",
-            )
-        return partial(handler, fc)
-    return None
+@calls(kp.Builtin)
+def builtin_handler(fc: CompilerBase, obj: kp.Builtin) -> CallHandler:
+    handler = _TABLE.get(obj) or user_builtin_handler(obj)
+    if handler is None:  # a kaio.tile builtin in a SIMT kernel
+        raise SemanticError(
+            f"`{obj.signature}` can only be used in a @kaio.tile_kernel",
+            "decorate the kernel with @kaio.tile_kernel to work on tiles",
+        )
+    return partial(handler, fc)
 
 
-def _cast(fc: ExpressionsMixin, t: ScalarType, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+@calls(BuiltinFunctionType)
+def _python_builtin_handler(fc: CompilerBase, obj: Any) -> CallHandler | None:
+    """Python's ``abs``/``min``/``max`` are the prelude's; no other C function means anything."""
+    alias = _PYTHON_ALIASES.get(id(obj))
+    return builtin_handler(fc, alias) if alias is not None else None
+
+
+@calls(ScalarType)
+def _cast_handler(fc: CompilerBase, t: ScalarType) -> CallHandler:
+    return partial(_cast, fc, t)
+
+
+def _cast(fc: CompilerBase, t: ScalarType, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     (v,) = _signature(node, args, kwargs, f"{t.name}(x)", ["x"])
     return cast(fc.em, v, t)
 
@@ -89,7 +98,7 @@ def _cast(fc: ExpressionsMixin, t: ScalarType, node: ast.Call, args: Args, kwarg
 
 
 def _index(
-    op: Callable[[], Operation], fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+    op: Callable[[], Operation], fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs
 ) -> Value:
     _signature(node, args, kwargs, "this builtin", [])
     return Scalar(fc.em.value(op()), u32)
@@ -98,7 +107,7 @@ def _index(
 # ---------------------------------------------------------------------------- memory
 
 
-def _shared_mem(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _shared_mem(fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     t_value, size = _signature(node, args, kwargs, kp.shared_mem.signature, ["T", "size"])
     if not isinstance(t_value, PyObject) or not isinstance(t_value.obj, ScalarType):
         raise SemanticError(
@@ -138,13 +147,13 @@ def _shared_mem(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
     return SharedRef(op.results[0], t, tuple(shape))
 
 
-def _bar_sync(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _bar_sync(fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     _signature(node, args, kwargs, "bar_sync()", [])
     fc.em.add(BarrierOp())
     return NoneValue()
 
 
-def _index_2d(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _index_2d(fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     row, col, stride = _signature(
         node, args, kwargs, kp.index_2d.signature, ["row", "col", "row_stride"]
     )
@@ -164,7 +173,7 @@ def _warp_value(v: Value, what: str) -> tuple[Scalar | Const, ScalarType]:
     return s, t
 
 
-def _i32_operand(fc: ExpressionsMixin, v: Value, what: str, node: ast.AST) -> Any:
+def _i32_operand(fc: CompilerBase, v: Value, what: str, node: ast.AST) -> Any:
     if isinstance(v, Const):
         if isinstance(v.value, bool | float) or (v.type is not None and not v.type.is_int):
             raise SemanticError(f"{what} must be an integer, got {type_name(v)}", None, node)
@@ -179,7 +188,7 @@ def _i32_operand(fc: ExpressionsMixin, v: Value, what: str, node: ast.AST) -> An
 
 
 def _shuffle(
-    mode: ShuffleMode, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+    mode: ShuffleMode, fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs
 ) -> Value:
     spec = getattr(kp, f"shfl_sync_{mode.value}").signature
     second = (
@@ -217,7 +226,7 @@ def _combine(kind: str, t: ScalarType) -> Combine:
 
 
 def _reduce(
-    kind: str, block: bool, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+    kind: str, block: bool, fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs
 ) -> Value:
     name = f"{'block' if block else 'warp'}_reduce_{kind}"
     (value,) = _signature(node, args, kwargs, f"{name}(value)", ["value"])
@@ -255,7 +264,7 @@ def atomic_element_problem(kind: str, t: ScalarType) -> tuple[str, str] | None:
     return f"atomic_{kind} works on {supported} arrays, not {t.name}", hint
 
 
-def _atomic(kind: str, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _atomic(kind: str, fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     names = ["array", "index", "compare", "value"] if kind == "cas" else ["array", "index", "value"]
     spec = getattr(kp, f"atomic_{kind}").signature
     bound = _signature(node, args, kwargs, spec, names)
@@ -298,7 +307,7 @@ def _atomic(kind: str, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs:
     return Scalar(fc.em.value(op), t)
 
 
-def _element(fc: ExpressionsMixin, ref: ArrayRef | SharedRef, v: Value, node: ast.AST) -> Any:
+def _element(fc: CompilerBase, ref: ArrayRef | SharedRef, v: Value, node: ast.AST) -> Any:
     try:
         return fc.element_value(ref, v)
     except SemanticError as e:
@@ -337,7 +346,7 @@ def _float_arg(v: Value, name: str) -> Scalar | Const:
 
 
 def _unary_math(
-    name: str, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+    name: str, fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs
 ) -> Value:
     (value,) = _signature(node, args, kwargs, f"{name}(x)", ["x"])
     s = _float_arg(value, name)
@@ -350,7 +359,7 @@ def _unary_math(
     return Scalar(fc.em.value(op_cls(s.ssa)), s.type)
 
 
-def _abs(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _abs(fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     (value,) = _signature(node, args, kwargs, "abs(x)", ["x"])
     s = require_scalar(value, "`abs`")
     if isinstance(s, Const):
@@ -367,7 +376,7 @@ def _abs(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Va
     return Scalar(fc.em.value(op_cls(s.ssa)), t)
 
 
-def _cdiv(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _cdiv(fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     """``(a + b - 1) // b`` of two integers (folded when both are known), as Triton's cdiv."""
     a, b = (require_scalar(v, "`cdiv`") for v in _signature(node, args, kwargs, "cdiv(a, b)", ["a", "b"]))
     for v in (a, b):
@@ -380,7 +389,7 @@ def _cdiv(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> V
 
 
 def _min_max(
-    is_max: bool, fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs
+    is_max: bool, fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs
 ) -> Value:
     name = "max" if is_max else "min"
     if kwargs or len(args) < 2:
@@ -392,7 +401,7 @@ def _min_max(
 
 
 def _min_max_pair(
-    fc: ExpressionsMixin, is_max: bool, a: Scalar | Const, b: Scalar | Const
+    fc: CompilerBase, is_max: bool, a: Scalar | Const, b: Scalar | Const
 ) -> Scalar | Const:
     t = unify(a, b, f"`{'max' if is_max else 'min'}`")
     require_not_fp8(t, f"`{'max' if is_max else 'min'}`")
@@ -426,7 +435,7 @@ def _fold_min_max(x: float, y: float, is_max: bool) -> float:
     return py.max(x, y) if is_max else py.min(x, y)
 
 
-def _fma(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _fma(fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     bound = _signature(node, args, kwargs, "fma(a, b, c)", ["a", "b", "c"])
     operands = [require_scalar(v, "`fma`") for v in bound]
     anchor = next((v for v in operands if v.type is not None), None)
@@ -450,7 +459,7 @@ def _fma(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Va
     return Scalar(fc.em.value(xmath.FmaOp(a, b, c)), t)
 
 
-def _only_in_for(fc: ExpressionsMixin, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
+def _only_in_for(fc: CompilerBase, node: ast.Call, args: Args, kwargs: Kwargs) -> Value:
     raise SemanticError("`static_range` can only be the iterable of a `for` loop", None, node)
 
 

@@ -3,7 +3,8 @@
 ``BuildState`` lives for one build of one kernel (an emitter, shared-memory bookkeeping, the
 chain of device functions being inlined). ``CompilerBase`` is one Python function being
 compiled (the kernel, or an inlined device function): its source, its Python environment, its
-variables. The expression, statement and loop visitors are mixins over this base.
+variables. The expression, statement and loop visitors are mixins over this base, composed once
+into ``FunctionCompiler``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from kaio.dtypes import ScalarType
 from kaio.frontend.diagnostics import FunctionSource, SemanticError
 from kaio.frontend.emitter import Emitter
 from kaio.frontend.scope import Merge, Scope, merge
-from kaio.frontend.values import PyObject, Value, const_of
+from kaio.frontend.values import ArrayRef, Const, PyObject, Scalar, SharedRef, Value, const_of
 
 MAX_SHARED_BYTES = 48 * 1024  # static shared memory per block without opt-in
 
@@ -95,11 +96,50 @@ class CompilerBase:
         # from the annotation, else from the first `return` compiled).
         self.return_arity = len(return_type) if isinstance(return_type, tuple) else None
 
-    # -- provided by the mixins
+    # -- what the parts ask of each other, provided by the mixins FunctionCompiler is composed
+    #    of (function_compiler.py): none of them imports another
+
+    # ExpressionsMixin
     def eval(self, node: ast.expr) -> Value:
         raise NotImplementedError
 
+    def eval_bool(self, node: ast.expr, what: str) -> Scalar | Const:
+        raise NotImplementedError
+
+    def lookup(self, name: str) -> Value:
+        raise NotImplementedError
+
+    def conditional_value(
+        self, cond: SSAValue, then_fn: Callable[[], Value], else_fn: Callable[[], Value], what: str
+    ) -> Value:
+        raise NotImplementedError
+
+    def memory_ref(self, base: Value) -> ArrayRef | SharedRef:
+        raise NotImplementedError
+
+    def indices(self, ref: ArrayRef | SharedRef, index: Value, node: ast.AST) -> list[SSAValue]:
+        raise NotImplementedError
+
+    def check_writable(self, ref: ArrayRef | SharedRef) -> None:
+        raise NotImplementedError
+
+    def element_value(self, ref: ArrayRef | SharedRef, value: Value) -> SSAValue:
+        raise NotImplementedError
+
+    def store(self, base: Value, index_node: ast.expr, value: Value) -> None:
+        raise NotImplementedError
+
+    # StatementsMixin
     def visit_body(self, body: Sequence[ast.stmt]) -> None:
+        raise NotImplementedError
+
+    def live_flags(self) -> list[tuple[str, SSAValue]] | None:
+        raise NotImplementedError
+
+    def unless_exited(self, flags: list[tuple[str, SSAValue]], run: Callable[[], None]) -> None:
+        raise NotImplementedError
+
+    def value_returning(self) -> bool:
         raise NotImplementedError
 
     # -- structured control flow shared by statements, expressions and loops

@@ -22,9 +22,19 @@ from kaio import prelude as kp
 from kaio.dialects.kernel import LoadOp, SourceLocOp, StoreOp
 from kaio.dtypes import ScalarType, bool_, i32, i64, u32, u64
 from kaio.frontend.analysis import local_names
+from kaio.frontend.call_handlers import CallHandler, resolve_call
 from kaio.frontend.context import CompilerBase, Env, python_value
 from kaio.frontend.diagnostics import SemanticError
-from kaio.frontend.operators import binary, cast, compare, materialize, unary
+from kaio.frontend.operators import (
+    BINOPS,
+    CMPOPS,
+    UNARYOPS,
+    binary,
+    cast,
+    compare,
+    materialize,
+    unary,
+)
 from kaio.frontend.typerules import adapt, unify
 from kaio.frontend.values import (
     ArrayRef,
@@ -37,21 +47,6 @@ from kaio.frontend.values import (
     Value,
     type_name,
 )
-
-BINOPS: dict[type[ast.operator], str] = {
-    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-    ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|",
-    ast.BitXor: "^",
-}  # fmt: skip
-_UNARY: dict[type[ast.unaryop], str] = {
-    ast.USub: "-",
-    ast.UAdd: "+",
-    ast.Invert: "~",
-    ast.Not: "not",
-}
-_COMPARE: dict[type[ast.cmpop], str] = {
-    ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
-}  # fmt: skip
 
 _PYTHON_BUILTIN_HINTS: dict[str, tuple[str, str | None]] = {
     "print": (
@@ -153,7 +148,7 @@ class ExpressionsMixin(CompilerBase):
         return binary(self.em, op, self.eval(node.left), self.eval(node.right))
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
-        return unary(self.em, _UNARY[type(node.op)], self.eval(node.operand))
+        return unary(self.em, UNARYOPS[type(node.op)], self.eval(node.operand))
 
     def expr_BoolOp(self, node: ast.BoolOp) -> Value:
         return self._short_circuit(node.values, isinstance(node.op, ast.And))
@@ -182,7 +177,7 @@ class ExpressionsMixin(CompilerBase):
         return self._compare_chain(self.eval(node.left), node.ops, node.comparators)
 
     def _compare_chain(self, left: Value, ops: list[ast.cmpop], rights: list[ast.expr]) -> Value:
-        op = _COMPARE.get(type(ops[0]))
+        op = CMPOPS.get(type(ops[0]))
         if op is None:
             raise SemanticError(
                 "`is`, `is not`, `in` and `not in` are not supported in kernels",
@@ -388,14 +383,9 @@ class ExpressionsMixin(CompilerBase):
         kwargs = {kw.arg: self.eval(kw.value) for kw in node.keywords if kw.arg is not None}
         return handler(node, args, kwargs)
 
-    def call_handler(
-        self, obj: Any, node: ast.Call
-    ) -> Callable[[ast.Call, list[Value], dict[str, Value]], Value]:
+    def call_handler(self, obj: Any, node: ast.Call) -> CallHandler:
         """What calling ``obj`` means in a kernel; an error for anything the language lacks."""
-        from kaio.frontend.builtins import builtin_handler
-        from kaio.frontend.inline import device_call_handler
-
-        handler = builtin_handler(self, obj) or device_call_handler(self, obj)
+        handler = resolve_call(self, obj)
         if handler is not None:
             return handler
         name = getattr(obj, "__name__", None)

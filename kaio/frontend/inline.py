@@ -18,9 +18,10 @@ from typing import Any
 from kaio.dtypes import ArrayType as KaioArrayType
 from kaio.dtypes import ConstexprType, ScalarType, _Constexpr, bool_
 from kaio.frontend.analysis import check_syntax, has_value_return
+from kaio.frontend.call_handlers import CallHandler, calls
 from kaio.frontend.context import CompilerBase, Env, annotation_value, python_value
 from kaio.frontend.diagnostics import FunctionSource, SemanticError
-from kaio.frontend.loops import LoopsMixin
+from kaio.frontend.function_compiler import FunctionCompiler
 from kaio.frontend.scope import RET, Scope, return_slots
 from kaio.frontend.typerules import adapt
 from kaio.frontend.values import (
@@ -33,10 +34,6 @@ from kaio.frontend.values import (
     Value,
     type_name,
 )
-
-
-class FunctionCompiler(LoopsMixin):
-    """Compiles one Python function (a kernel, or a device function being inlined)."""
 
 
 class DeviceFunction:
@@ -62,19 +59,9 @@ class DeviceFunction:
         return f"<kaio device function {self.fn.__qualname__}>"
 
 
-def device_call_handler(
-    caller: CompilerBase, obj: Any
-) -> Callable[[ast.Call, list[Value], dict[str, Value]], Value] | None:
-    if isinstance(obj, DeviceFunction):
-        return functools.partial(inline_call, caller, obj)
-    from kaio.frontend.kernel import GpuKernel
-
-    if isinstance(obj, GpuKernel):
-        raise SemanticError(
-            f"a kernel cannot call the kernel `{obj.name}`",
-            "move the shared code into a @kaio.device function",
-        )
-    return None
+@calls(DeviceFunction)
+def device_call_handler(caller: CompilerBase, obj: DeviceFunction) -> CallHandler:
+    return functools.partial(inline_call, caller, obj)
 
 
 def inline_call(

@@ -29,10 +29,12 @@ from kaio.dtypes import ConstexprType, ScalarType, _Constexpr, bool_, i32
 from kaio.errors import KaioCompileError, KaioTypeError
 from kaio.launch_limits import MAX_THREADS
 from kaio.frontend.analysis import check_syntax, global_reads
+from kaio.frontend.call_handlers import calls
 from kaio.frontend.context import MISSING, BuildState, Env, annotation_value
 from kaio.frontend.diagnostics import FunctionSource, SemanticError
 from kaio.frontend.emitter import Emitter
-from kaio.frontend.inline import DeviceFunction, FunctionCompiler
+from kaio.frontend.function_compiler import FunctionCompiler
+from kaio.frontend.inline import DeviceFunction
 from kaio.frontend.scope import RET, Scope
 from kaio.frontend.typerules import adapt
 from kaio.frontend.values import ArrayRef, Const, Scalar, const_of
@@ -298,6 +300,14 @@ class GpuKernel:
             shared_bytes=state.shared_bytes,
             facts=tuple((name, int(n)) for name, n in facts or ()),
         )
+
+
+@calls(GpuKernel)
+def _kernel_call(caller: Any, kernel: GpuKernel) -> None:
+    raise SemanticError(
+        f"a kernel cannot call the kernel `{kernel.name}`",
+        "move the shared code into a @kaio.device function",
+    )
 
 
 def _stand_in(t: ScalarType, integer: int) -> int | float | bool:

@@ -20,13 +20,13 @@ from xdsl.ir import Block, Region, SSAValue
 
 from kaio.dtypes import ScalarType, bool_, i32
 from kaio.frontend.analysis import BRK, CONT, RET, assigned_names, body_exits, for_target
+from kaio.frontend.context import CompilerBase
 from kaio.frontend.diagnostics import SemanticError
 from kaio.frontend.operators import compile_time, materialize
 from kaio.frontend.scope import BRK as BRK_VAR
 from kaio.frontend.scope import CONT as CONT_VAR
 from kaio.frontend.scope import RET as RET_VAR
 from kaio.frontend.scope import TYPE_CHANGE_HINT, Scope, carried_type, return_slots, same_value
-from kaio.frontend.statements import StatementsMixin
 from kaio.frontend.typerules import adapt, literal_kind
 from kaio.frontend.values import (
     Const,
@@ -49,7 +49,7 @@ LoopVar = tuple[
 ]
 
 
-class LoopsMixin(StatementsMixin):
+class LoopsMixin(CompilerBase):
     def stmt_For(self, node: ast.For) -> None:
         name = for_target(node)
         kind = self._range_kind(node.iter)
@@ -413,7 +413,7 @@ class LoopsMixin(StatementsMixin):
         self._leave_loop(saved)
 
 
-def _any(fc: StatementsMixin, flags: list[SSAValue]) -> SSAValue:
+def _any(fc: CompilerBase, flags: list[SSAValue]) -> SSAValue:
     result = flags[0]
     for f in flags[1:]:
         result = fc.em.value(arith.OrIOp(result, f))

@@ -7,6 +7,7 @@ semantics; a literal meeting a runtime value adapts to its type.
 
 from __future__ import annotations
 
+import ast
 import math as pymath
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,22 @@ from kaio.frontend.typerules import (
     unify,
 )
 from kaio.frontend.values import Const, Scalar, TileType, TileValue, Value, type_name
+
+# the spelling of Python's operators (ast node types) that the functions below take
+BINOPS: dict[type[ast.operator], str] = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+    ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|",
+    ast.BitXor: "^",
+}  # fmt: skip
+UNARYOPS: dict[type[ast.unaryop], str] = {
+    ast.USub: "-",
+    ast.UAdd: "+",
+    ast.Invert: "~",
+    ast.Not: "not",
+}
+CMPOPS: dict[type[ast.cmpop], str] = {
+    ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+}  # fmt: skip
 
 BinaryOp = Callable[[SSAValue, SSAValue], Operation]
 ConversionOp = Callable[[SSAValue, Any], Operation]

@@ -18,9 +18,9 @@ from xdsl.ir import SSAValue
 from kaio.dialects.kernel import LoadOp, StoreOp
 from kaio.dtypes import ScalarType, bool_
 from kaio.frontend.analysis import exits, has_value_return, is_comment
+from kaio.frontend.context import CompilerBase
 from kaio.frontend.diagnostics import SemanticError
-from kaio.frontend.expressions import BINOPS, ExpressionsMixin
-from kaio.frontend.operators import binary, negate
+from kaio.frontend.operators import BINOPS, binary, negate
 from kaio.frontend.scope import FLAGS, RET, RV, TYPE_CHANGE_HINT, return_slots
 from kaio.frontend.typerules import adapt
 from kaio.frontend.values import (
@@ -35,7 +35,7 @@ from kaio.frontend.values import (
 )
 
 
-class StatementsMixin(ExpressionsMixin):
+class StatementsMixin(CompilerBase):
     def visit_body(self, body: Sequence[ast.stmt]) -> None:
         for i, stmt in enumerate(body):
             self.visit_stmt(stmt)

@@ -18,7 +18,7 @@ from kaio import tile as kt
 from kaio.dialects import tile
 from kaio.dialects.kernel import Combine
 from kaio.dtypes import ScalarType, bool_, i32
-from kaio.frontend.builtins import _arg_node, _signature
+from kaio.frontend.call_args import _arg_node, _signature
 from kaio.frontend.diagnostics import SemanticError
 from kaio.frontend.tiles import (
     Args,

@@ -24,11 +24,20 @@ from kaio import tile as kt
 from kaio.dialects import tile
 from kaio.dialects.kernel import BlockIdOp, Combine, CombineAttr, Dim, GridDimOp
 from kaio.dtypes import ScalarType, f32, i32, u32
-from kaio.frontend.builtins import _arg_node, _signature
+from kaio.frontend.call_args import _arg_node, _signature
 from kaio.frontend.diagnostics import SemanticError
-from kaio.frontend.expressions import BINOPS
-from kaio.frontend.inline import FunctionCompiler
-from kaio.frontend.operators import binary, cast, compare, compile_time, materialize, unary
+from kaio.frontend.function_compiler import FunctionCompiler
+from kaio.frontend.operators import (
+    BINOPS,
+    CMPOPS,
+    UNARYOPS,
+    binary,
+    cast,
+    compare,
+    compile_time,
+    materialize,
+    unary,
+)
 from kaio.frontend.random_builtins import COMPONENTS, RANDOM_BUILTINS
 from kaio.frontend.typerules import adapt, default_type, unify
 from kaio.frontend.values import (
@@ -119,7 +128,7 @@ class TileCompiler(FunctionCompiler):
     def expr_UnaryOp(self, node: ast.UnaryOp) -> Value:
         v = self.eval(node.operand)
         if isinstance(v, TileValue):
-            word = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~", ast.Not: "not"}[type(node.op)]
+            word = UNARYOPS[type(node.op)]
             if word == "not":
                 raise SemanticError("`not` takes one bool, not a tile", "use `~mask` for bool tiles")
             return self.lift(partial(unary, self.em, word), [v], {}, f"operator `{word}`")
@@ -130,9 +139,7 @@ class TileCompiler(FunctionCompiler):
         if len(node.ops) == 1:
             right = self.eval(node.comparators[0])
             if isinstance(left, TileValue) or isinstance(right, TileValue):
-                from kaio.frontend.expressions import _COMPARE
-
-                op = _COMPARE.get(type(node.ops[0]))
+                op = CMPOPS.get(type(node.ops[0]))
                 if op is None:
                     raise SemanticError("tiles compare with == != < <= > >=")
                 return self.lift(partial(compare, self.em, op), [left, right], {}, f"comparison `{op}`")
