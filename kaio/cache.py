@@ -59,6 +59,11 @@ def entry_path(key: str) -> Path:
 
 @functools.cache
 def _xdsl_version() -> str:
+    spec = importlib.util.find_spec("xdsl")
+    if spec is not None and spec.origin:  # the installed dist-info's name: importlib.metadata costs ~20 ms
+        infos = list(Path(spec.origin).parent.parent.glob("xdsl-*.dist-info"))
+        if len(infos) == 1:
+            return infos[0].name.removeprefix("xdsl-").removesuffix(".dist-info")
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -148,10 +153,10 @@ def _pass_modules(pipeline: Any) -> set[str]:
         return {type(p).__module__ for p in pipeline.passes}
     from kaio.pass_registry import available_passes, builtin_pass_names
 
-    builtin = builtin_pass_names()
-    available = available_passes()
+    others = [name for name in pipeline.pass_names if name not in builtin_pass_names()]
+    available = available_passes() if others else {}  # reading entry points costs ~20 ms
     # an unknown name: "?" (the compile's parse then names it)
-    return {available[name]().__module__ if name in available else "?" for name in pipeline.pass_names if name not in builtin}
+    return {available[name]().__module__ if name in available else "?" for name in others}
 
 
 def _sha(text: str) -> str:

@@ -13,7 +13,7 @@ from functools import cache
 
 from xdsl.passes import ModulePass
 
-from kaio.entry_points import ENTRY_POINT_GROUP, installed
+from kaio.entry_points import installed
 from kaio.errors import KaioPipelineError, KaioTypeError
 
 PassFactory = Callable[[], type[ModulePass]]

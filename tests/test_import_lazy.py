@@ -97,3 +97,4 @@ def test_a_disk_cache_hit_in_a_fresh_process_imports_no_pass(tmp_path):
     assert "kaio.passes.tile_layout" in cold and "kaio.passes.to_ptx.mma_sync" in cold
     loaded = [m for m in hit if m.startswith("kaio.passes.") and m != "kaio.passes.to_ptx"]
     assert loaded == [] and "ml_dtypes" not in hit
+    assert "importlib.metadata" not in hit  # no entry points read: every pass named is kaio's or xDSL's
