@@ -190,7 +190,7 @@ class Matmul:
                                  shared_limit=dev.shared_memory_per_block_optin)  # fmt: skip
         from kaio.ops_library.matmul_autotune import autotune
 
-        return autotune(self, a, b, m, n, k, c.dtype, align, tensor_cores, dev)
+        return autotune(launch, a, b, m, n, k, c.dtype, align, tensor_cores, dev)
 
     def aot_kernel(self, arch: str, dtype: Any = "f16", out_dtype: Any = "f32", config: MatmulConfig | None = None,
                    bias: Any = None, activation: str | None = None) -> MatmulKernel:  # fmt: skip
