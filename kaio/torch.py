@@ -24,8 +24,10 @@ the shape, dtype and device of the results without running anything. ``kaio.ops_
 called with torch tensors goes through ``torch.ops.kaio.matmul`` (or ``matmul_out`` with
 ``out=``) by itself, so the same code runs eagerly and compiled.
 
-Importing this module imports torch; ``import kaio`` never does (``kaio.torch`` loads on first
-attribute access).
+Importing this module imports torch and registers the library ops (``register_torch_ops``: the
+list in ``kaio.ops_library.torch_registration``, which an op's first call with torch tensors runs
+too, so importing this module first is not required); ``import kaio`` never imports torch
+(``kaio.torch`` loads on first attribute access).
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ import torch
 from torch import Tensor
 
 from kaio.errors import KaioTypeError
-from kaio.ops_library.autograd import register_autograd
-from kaio.ops_library.torch_checks import check_matmul
+from kaio.ops_library.matmul import matmul_op, matmul_out_op
+from kaio.ops_library.torch_registration import register_torch_ops
 
 __all__ = ["Saved", "custom_op", "matmul_op", "matmul_out_op"]
 
@@ -188,155 +190,5 @@ def _schema_arguments(schema: str) -> list[str]:
     return [p.split("=")[0].strip() for p in parts]
 
 
-# --- the library ops ---------------------------------------------------------------------------
-
-
-@torch.library.custom_op("kaio::matmul", mutates_args=())
-def _matmul(
-    a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0, config: str | None = None,
-    bias: Tensor | None = None, activation: str | None = None, *, device: str | None = None,
-) -> Tensor:  # fmt: skip
-    from kaio.ops_library import matmul
-    from kaio.ops_library.autograd import op_device
-
-    check_matmul(a, b, bias, activation)
-    return matmul.run(a, b, alpha=alpha, beta=beta, config=config, bias=bias, activation=activation,  # type: ignore[no-any-return]
-                      device=op_device(device))  # fmt: skip
-
-
-@_matmul.register_fake
-def _(a: Tensor, b: Tensor, alpha: float = 1.0, beta: float = 0.0, config: str | None = None,
-      bias: Tensor | None = None, activation: str | None = None, *, device: str | None = None,
-      ) -> Tensor:  # fmt: skip
-    check_matmul(a, b, bias, activation)
-    return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float32)
-
-
-@torch.library.custom_op("kaio::matmul_backward", mutates_args=())
-def _matmul_backward(grad: Tensor, a: Tensor, b: Tensor, alpha: float, bias_dtype: torch.dtype | None, *,
-                     device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    """dA, dB and dbias (an empty tensor without a bias) of ``alpha * A @ B + bias``."""
-    from kaio.ops_library.autograd import op_device
-    from kaio.ops_library.matmul_backward import matmul_backward
-    from kaio.runtime import tensors
-
-    bias = None if bias_dtype is None else tensors.kaio_type(bias_dtype)
-    da, db, dbias = matmul_backward(grad, a, b, alpha=alpha, bias=bias, device=op_device(device))
-    return da, db, dbias if dbias is not None else grad.new_empty((0,))
-
-
-@_matmul_backward.register_fake
-def _(grad: Tensor, a: Tensor, b: Tensor, alpha: float, bias_dtype: torch.dtype | None, *,
-      device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    check_matmul(a, b, None, None)
-    n = b.shape[1] if bias_dtype is not None else 0
-    return torch.empty_like(a), torch.empty_like(b), grad.new_empty((n,), dtype=bias_dtype or grad.dtype)
-
-
-def _activation_slope(pre: Tensor, activation: str) -> Tensor:
-    """d act / d pre for the fused epilogue's activations (gelu in tanh form, as the kernel)."""
-    if activation == "relu":
-        return (pre > 0).to(pre.dtype)
-    if activation == "silu":
-        s = torch.sigmoid(pre)
-        return s * (1 + pre * (1 - s))
-    k = 0.7978845608028654
-    t = torch.tanh(k * (pre + 0.044715 * pre**3))
-    return 0.5 * (1 + t) + 0.5 * pre * (1 - t * t) * k * (1 + 3 * 0.044715 * pre * pre)
-
-
-def _matmul_setup(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
-    a, b, alpha, _beta, config, bias, activation = inputs  # beta scales a C that is zero here
-    ctx.alpha, ctx.config, ctx.activation = alpha, config, activation
-    ctx.bias_dtype = None if bias is None else bias.dtype
-    ctx.save_for_backward(a, b, bias)
-
-
-def _matmul_grad(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
-    a, b, bias = ctx.saved_tensors
-    grad = grad.contiguous()
-    if ctx.activation is not None:  # the pre-activation, recomputed rather than saved
-        pre = torch.ops.kaio.matmul(a, b, ctx.alpha, 0.0, ctx.config, bias, None, device=ctx.kaio_device)
-        grad = grad * _activation_slope(pre, ctx.activation)
-    da, db, dbias = torch.ops.kaio.matmul_backward(grad, a, b, ctx.alpha, ctx.bias_dtype, device=ctx.kaio_device)
-    return da, db, None, None, None, (dbias if bias is not None else None), None
-
-
-register_autograd(_matmul, _matmul_grad, _matmul_setup)
-
-
-@torch.library.custom_op("kaio::matmul_out", mutates_args=("out",))
-def _matmul_out(
-    a: Tensor,
-    b: Tensor,
-    out: Tensor,
-    alpha: float = 1.0,
-    beta: float = 0.0,
-    config: str | None = None,
-    bias: Tensor | None = None,
-    activation: str | None = None,
-    *,
-    device: str | None = None,
-) -> None:
-    from kaio.ops_library import matmul
-    from kaio.ops_library.autograd import op_device
-
-    check_matmul(a, b, bias, activation)
-    matmul.run(a, b, out, alpha=alpha, beta=beta, config=config, bias=bias, activation=activation,
-               device=op_device(device))  # fmt: skip
-
-
-@_matmul_out.register_fake
-def _(a: Tensor, b: Tensor, out: Tensor, alpha: float = 1.0, beta: float = 0.0,
-      config: str | None = None, bias: Tensor | None = None, activation: str | None = None, *,
-      device: str | None = None) -> None:  # fmt: skip
-    check_matmul(a, b, bias, activation)  # out's shape, type and overlap: the real op only
-    return None
-
-
-def matmul_op(
-    a: Tensor, b: Tensor, *, alpha: float = 1.0, beta: float = 0.0, bias: Tensor | None = None,
-    activation: str | None = None, config: Any = None, device: Any = None,
-) -> Tensor:  # fmt: skip
-    """``kaio.ops_library.matmul(a, b)`` for torch tensors: ``torch.ops.kaio.matmul`` (f32 result
-    allocated by torch on the inputs' device). ``device=`` with tensors that require grad, or
-    traced by ``torch.compile``: the custom op on that device, its backward too
-    (``kaio.ops_library.autograd``); eager without grad, the op directly."""
-    from kaio.ops_library.autograd import route
-
-    ops = route(torch.ops.kaio, (a, b, bias), device)
-    if ops is None:  # device= in eager mode without grad: run the op directly
-        from kaio.ops_library import matmul
-
-        return matmul.run(a, b, alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)  # type: ignore[no-any-return]
-    return ops.matmul(a, b, float(alpha), float(beta), config, bias, activation)  # type: ignore[no-any-return]
-
-
-def matmul_out_op(
-    a: Tensor, b: Tensor, out: Tensor, *, alpha: float = 1.0, beta: float = 0.0,
-    bias: Tensor | None = None, activation: str | None = None, config: Any = None, device: Any = None,
-) -> Tensor:  # fmt: skip
-    """``kaio.ops_library.matmul(a, b, out=c)`` for torch tensors: ``torch.ops.kaio.matmul_out``
-    (writes ``out``, returns it; ``device=`` carried as the matmul op's). Tensors that require
-    grad are refused: an op writing ``out`` records no gradient (torch refuses ``out=`` with
-    autograd too)."""
-    from kaio.ops_library.autograd import needs_grad
-
-    if needs_grad(a, b, out, bias):
-        raise KaioTypeError(
-            "matmul: `out=` records no gradient and an input requires grad; call matmul(a, b) "
-            "without out= (or under torch.no_grad())"
-        )
-    if device is not None and not torch.compiler.is_compiling():  # eager: the op directly
-        from kaio.ops_library import matmul
-
-        return matmul.run(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)  # type: ignore[no-any-return]
-    from kaio.ops_library.autograd import device_label
-
-    torch.ops.kaio.matmul_out(a, b, out, float(alpha), float(beta), config, bias, activation, device=device_label(device))
-    return out
-
-
-# the memory-bound library ops (torch.ops.kaio.softmax, layer_norm, rms_norm, add_rms_norm, rope,
-# gated_activation, cross_entropy): registered by their own module, loaded here
-import kaio.ops_library.torch_ops  # noqa: E402, F401
+# the library ops: torch.ops.kaio.*, each module of the torch layer registering its own
+register_torch_ops()

@@ -15,6 +15,11 @@ A library op called with torch tensors goes through its ``torch.ops.kaio`` custo
   ``backward()`` (or no error at all, had the op been run directly as the custom op's
   implementation does).
 
+The custom ops themselves are the torch layer, above the op modules: each module of it has a
+``register()``, and ``torch_registration`` runs them all, once. The op modules never import that
+layer; :func:`kaio_ops` loads it on the first call with torch tensors (``import kaio.torch``
+does too).
+
 Nothing here imports torch: whoever holds a tensor imported it.
 """
 
@@ -31,6 +36,22 @@ from kaio.errors import KaioTypeError, KaioValueError
 _DEVICE: ContextVar[Any] = ContextVar("kaio_op_device", default=None)
 
 
+def kaio_ops() -> Any:
+    """``torch.ops.kaio`` with kaio's custom ops in it: the first call registers them
+    (``torch_registration.register_torch_ops``: once, thread-safe).
+
+    The one place below the torch layer that loads it. The op modules never import that layer,
+    yet an op's first call with torch tensors must find its custom op without the user having
+    imported ``kaio.torch``: this loads the layer by name, as a plugin, on that call; the import
+    graph leaves this one edge out and tests/test_import_layering.py checks it is the only one.
+    An import statement, not ``importlib``: ``torch.compile`` tracing a first call runs an
+    import (and ``register_torch_ops``, marked a constant for it) but not ``importlib``."""
+    from kaio.ops_library.torch_registration import register_torch_ops
+
+    register_torch_ops()
+    return sys.modules["torch"].ops.kaio
+
+
 def needs_grad(*values: Any) -> bool:
     """Whether autograd would record a call on these values: grad mode on and a tensor among
     them requires grad."""
@@ -38,6 +59,15 @@ def needs_grad(*values: Any) -> bool:
     if torch is None or not torch.is_grad_enabled():
         return False
     return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+def define_op(qualname: str, impl: Callable[..., Any], fake: Callable[..., Any],
+              mutates_args: tuple[str, ...] = ()) -> Any:  # fmt: skip
+    """``torch.library.custom_op(qualname, impl)`` (its schema from ``impl``'s annotations) with
+    ``fake`` as its fake implementation: what a torch module's ``register()`` defines an op with."""
+    op = sys.modules["torch"].library.custom_op(qualname, impl, mutates_args=mutates_args)
+    op.register_fake(fake)
+    return op
 
 
 @contextmanager
@@ -62,7 +92,7 @@ def device_label(device: Any) -> str | None:
     custom ops' ``device`` argument carries it: ``"sim:<arch>"``, ``"cuda:<n>"`` or
     ``"cuda:<n>@<arch>"`` (a compile target asked for). What ``Device()`` refuses raises here,
     with its error. ``torch_ops`` marks it for ``torch.compile`` as a function whose result is a
-    constant: Dynamo runs it while tracing and keeps the string."""
+    constant: Dynamo runs it while tracing and keeps the string (on registration)."""
     if device is None:
         return None
     from kaio.runtime.device import Device
@@ -168,13 +198,14 @@ class DeviceOps:
         return call
 
 
-def route(namespace: Any, values: tuple[Any, ...], device: Any) -> Any:
-    """What a library op called with torch ``values`` runs: ``namespace`` (``torch.ops.kaio``)
-    when no device is named and no grad is needed; :class:`DeviceOps` otherwise, eager with
-    grad or traced by ``torch.compile`` (the device carried by the custom op's ``device``
-    argument, the backward checked when grad is needed); None (the op runs directly, on
-    ``device``) when a device is named in eager mode and no grad is needed."""
-    torch = sys.modules["torch"]
+def route(values: tuple[Any, ...], device: Any) -> Any:
+    """What a library op called with torch ``values`` runs: ``torch.ops.kaio`` (its ops
+    registered on first use: :func:`kaio_ops`) when no device is named and no grad is needed;
+    :class:`DeviceOps` otherwise, eager with grad or traced by ``torch.compile`` (the device
+    carried by the custom op's ``device`` argument, the backward checked when grad is needed);
+    None (the op runs directly, on ``device``) when a device is named in eager mode and no grad
+    is needed."""
+    torch, namespace = sys.modules["torch"], kaio_ops()
     if torch.compiler.is_compiling():  # traced: Dynamo needs the ops themselves
         grad = needs_grad(*values)
         return namespace if device is None and not grad else DeviceOps(namespace, device_label(device), grad)

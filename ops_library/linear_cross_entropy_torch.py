@@ -4,7 +4,8 @@ The forward returns the per-token losses and log-sum-exps; autograd saves ``x``,
 ``targets``, ``bias`` and the log-sum-exps (no logits, no gradients: the backward recomputes a
 chunk's logits), and the backward op takes both outputs' gradients. The fakes run the real
 op's checks on the tensors' metadata (``torch_checks.TensorMetadata``). ``chunk`` 0 is the
-default chunk (the schema has no optional int). Loaded by ``torch_ops``; imports torch.
+default chunk (the schema has no optional int).
+``register()`` defines the ops (``torch_registration`` runs it); importing this imports torch.
 """
 
 from __future__ import annotations
@@ -12,30 +13,33 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from kaio.ops_library.autograd import op_device, register_autograd
+from kaio.ops_library.autograd import define_op, op_device, register_autograd
 from kaio.ops_library.linear_cross_entropy import OP, backward, check, check_saved, forward
 from kaio.ops_library.torch_checks import TensorMetadata
 from torch import Tensor
+
+
+def register() -> None:
+    define_op("kaio::linear_cross_entropy", _linear_cross_entropy, _linear_cross_entropy_fake)
+    define_op("kaio::linear_cross_entropy_backward", _linear_cross_entropy_backward, _linear_cross_entropy_backward_fake)
+    register_autograd("kaio::linear_cross_entropy", _grad, _setup)
 
 
 def _chunk(chunk: int) -> int | None:
     return chunk or None
 
 
-@torch.library.custom_op("kaio::linear_cross_entropy", mutates_args=())
 def _linear_cross_entropy(x: Tensor, weight: Tensor, targets: Tensor, bias: Tensor | None, ignore_index: int,
                           chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     return forward(x, weight, targets, bias, ignore_index, _chunk(chunk), op_device(device))  # type: ignore[no-any-return]
 
 
-@_linear_cross_entropy.register_fake
-def _(x: Tensor, weight: Tensor, targets: Tensor, bias: Tensor | None, ignore_index: int,
-      chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+def _linear_cross_entropy_fake(x: Tensor, weight: Tensor, targets: Tensor, bias: Tensor | None, ignore_index: int,
+                               chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     check(TensorMetadata(OP), x, weight, targets, bias, ignore_index, _chunk(chunk))
     return x.new_empty(x.shape[:-1], dtype=torch.float32), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
 
-@torch.library.custom_op("kaio::linear_cross_entropy_backward", mutates_args=())
 def _linear_cross_entropy_backward(x: Tensor, weight: Tensor, targets: Tensor, lse: Tensor, grad_loss: Tensor,
                                    grad_lse: Tensor | None, bias: Tensor | None, ignore_index: int,
                                    chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
@@ -45,9 +49,8 @@ def _linear_cross_entropy_backward(x: Tensor, weight: Tensor, targets: Tensor, l
     return dx, dw, db if db is not None else x.new_empty((0,))
 
 
-@_linear_cross_entropy_backward.register_fake
-def _(x: Tensor, weight: Tensor, targets: Tensor, lse: Tensor, grad_loss: Tensor, grad_lse: Tensor | None,
-      bias: Tensor | None, ignore_index: int, chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _linear_cross_entropy_backward_fake(x: Tensor, weight: Tensor, targets: Tensor, lse: Tensor, grad_loss: Tensor, grad_lse: Tensor | None,
+                                        bias: Tensor | None, ignore_index: int, chunk: int, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     meta = TensorMetadata(OP)
     inputs = check(meta, x, weight, targets, bias, ignore_index, _chunk(chunk))
     check_saved(meta, inputs, lse, grad_loss, grad_lse)
@@ -68,6 +71,3 @@ def _grad(ctx: Any, grad_loss: Tensor, grad_lse: Tensor) -> tuple[Tensor | None,
         device=ctx.kaio_device,
     )
     return dx, dw, None, db if bias is not None else None, None, None
-
-
-register_autograd(_linear_cross_entropy, _grad, _setup)

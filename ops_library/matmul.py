@@ -39,7 +39,7 @@ import numpy as np
 from kaio import dtypes
 from kaio.aot.c_expressions import evaluate
 from kaio.errors import KaioTypeError
-from kaio.ops_library.autograd import refuse_grad
+from kaio.ops_library.autograd import device_label, kaio_ops, needs_grad, refuse_grad, route
 from kaio.ops_library.matmul_config import (
     GpuModel,
     MatmulConfig,
@@ -129,8 +129,6 @@ class Matmul:
         if acc is None and not isinstance(config, MatmulConfig) and _torch_op(a, b, out, bias):
             # torch tensors go through the registered custom ops, so torch.compile sees one op
             # (torch.ops.kaio.matmul or matmul_out) instead of tracing into kaio.
-            from kaio.torch import matmul_op, matmul_out_op
-
             kw = dict(alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)
             if out is None:
                 return matmul_op(a, b, **kw)
@@ -190,7 +188,7 @@ class Matmul:
                                  shared_limit=dev.shared_memory_per_block_optin)  # fmt: skip
         from kaio.ops_library.matmul_autotune import autotune
 
-        return autotune(self, a, b, m, n, k, c.dtype, align, tensor_cores, dev)
+        return autotune(launch, a, b, m, n, k, c.dtype, align, tensor_cores, dev)
 
     def aot_kernel(self, arch: str, dtype: Any = "f16", out_dtype: Any = "f32", config: MatmulConfig | None = None,
                    bias: Any = None, activation: str | None = None) -> MatmulKernel:  # fmt: skip
@@ -247,6 +245,39 @@ def _torch_op(a: Any, b: Any, out: Any, bias: Any = None) -> bool:
     tensor = torch.Tensor
     optional = all(v is None or isinstance(v, tensor) for v in (out, bias))
     return isinstance(a, tensor) and isinstance(b, tensor) and optional
+
+
+def matmul_op(
+    a: Any, b: Any, *, alpha: float = 1.0, beta: float = 0.0, bias: Any = None,
+    activation: str | None = None, config: Any = None, device: Any = None,
+) -> Any:  # fmt: skip
+    """``matmul(a, b)`` for torch tensors: ``torch.ops.kaio.matmul`` (f32 result allocated by
+    torch on the inputs' device). ``device=`` with tensors that require grad, or traced by
+    ``torch.compile``: the custom op on that device, its backward too
+    (``kaio.ops_library.autograd``); eager without grad, the op directly."""
+    ops = route((a, b, bias), device)
+    if ops is None:  # device= in eager mode without grad: run the op directly
+        return matmul.run(a, b, alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)
+    return ops.matmul(a, b, float(alpha), float(beta), config, bias, activation)
+
+
+def matmul_out_op(
+    a: Any, b: Any, out: Any, *, alpha: float = 1.0, beta: float = 0.0,
+    bias: Any = None, activation: str | None = None, config: Any = None, device: Any = None,
+) -> Any:  # fmt: skip
+    """``matmul(a, b, out=c)`` for torch tensors: ``torch.ops.kaio.matmul_out`` (writes
+    ``out``, returns it; ``device=`` carried as the matmul op's). Tensors that require grad are
+    refused: an op writing ``out`` records no gradient (torch refuses ``out=`` with autograd
+    too)."""
+    if needs_grad(a, b, out, bias):
+        raise KaioTypeError(
+            "matmul: `out=` records no gradient and an input requires grad; call matmul(a, b) "
+            "without out= (or under torch.no_grad())"
+        )
+    if device is not None and not sys.modules["torch"].compiler.is_compiling():  # eager: the op directly
+        return matmul.run(a, b, out, alpha=alpha, beta=beta, bias=bias, activation=activation, config=config, device=device)
+    kaio_ops().matmul_out(a, b, out, float(alpha), float(beta), config, bias, activation, device=device_label(device))
+    return out
 
 
 # help(matmul) shows the class's doc, so the class carries the user-facing one (the module's)

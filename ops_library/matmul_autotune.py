@@ -9,6 +9,7 @@ into a scratch output.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kaio import dtypes
@@ -26,9 +27,10 @@ def _key(dev: Any, a_type: dtypes.ScalarType, c_type: dtypes.ScalarType, m: int,
     return f"{tuning.device_key(dev)}|{a_type.name}->{c_type.name}|align{align}|{shape}"
 
 
-def autotune(op: Any, a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.ScalarType,
+def autotune(launch: Callable[..., None], a: Any, b: Any, m: int, n: int, k: int, c_type: dtypes.ScalarType,
              align: tuple[int, int, int], tensor_cores: bool, dev: Any) -> MatmulConfig:  # fmt: skip
-    from kaio.ops_library.matmul import launch
+    """The best config for the call (``launch``: the op's launch of a kernel, handed in by
+    ``matmul``, which imports this module)."""
     from kaio.ops_library.matmul_kernel import MatmulKernel, base_alignment
     from kaio.runtime.bench import bench
 

@@ -16,7 +16,8 @@ statistics and for the backwards, and ``register_autograd`` on every norm and ro
   ``sin`` (rarely trained) are computed with torch ops.
 
 The backward ops have no backward of their own: a second derivative raises torch's error.
-Imported by ``torch_ops``; importing it imports torch.
+``register()`` defines them (after ``torch_ops``' forwards: ``torch_registration``'s order);
+importing this module imports torch and registers nothing.
 """
 
 from __future__ import annotations
@@ -27,11 +28,27 @@ import torch
 from torch import Tensor
 
 from kaio.ops_library import norms_backward
-from kaio.ops_library.autograd import op_device, register_autograd
+from kaio.ops_library.autograd import define_op, op_device, register_autograd
 from kaio.ops_library.norms import run_layer_norm, run_rms_norm
 from kaio.ops_library.rope import run as run_rope
 from kaio.ops_library.rope import take_operands as take_rope_operands
 from kaio.ops_library.torch_checks import TensorMetadata, check_layer_norm, check_rms_norm
+
+
+def register() -> None:
+    define_op("kaio::rms_norm_fwd", _rms_norm_fwd, _rms_norm_fwd_fake)
+    define_op("kaio::add_rms_norm_fwd", _add_rms_norm_fwd, _add_rms_norm_fwd_fake)
+    define_op("kaio::layer_norm_fwd", _layer_norm_fwd, _layer_norm_fwd_fake)
+    define_op("kaio::rms_norm_backward", _rms_norm_backward, _rms_norm_backward_fake)
+    define_op("kaio::layer_norm_backward", _layer_norm_backward, _layer_norm_backward_fake)
+    define_op("kaio::rope_backward", _rope_backward, _rope_backward_fake)
+    register_autograd("kaio::rms_norm_fwd", _backward_rms_norm_fwd, _setup_rms_norm_fwd)
+    register_autograd("kaio::add_rms_norm_fwd", _backward_add_rms_norm_fwd, _setup_add_rms_norm_fwd)
+    register_autograd("kaio::layer_norm_fwd", _backward_layer_norm_fwd, _setup_layer_norm_fwd)
+    register_autograd("kaio::rms_norm", _backward_rms_norm, _setup_rms_norm)
+    register_autograd("kaio::add_rms_norm", _backward_add_rms_norm, _setup_add_rms_norm)
+    register_autograd("kaio::layer_norm", _backward_layer_norm, _setup_layer_norm)
+    register_autograd("kaio::rope", _backward_rope, _setup_rope)
 
 
 def _stats(x: Tensor) -> Tensor:
@@ -50,40 +67,34 @@ def _wanted(g: Tensor, param: Tensor | None) -> Tensor | None:
 # --------------------------------------------------------------------------- forwards with statistics
 
 
-@torch.library.custom_op("kaio::rms_norm_fwd", mutates_args=())
 def _rms_norm_fwd(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     check_rms_norm(x, weight, eps)
     return run_rms_norm(x, weight, eps, None, op_device(device), save=True)  # type: ignore[no-any-return]
 
 
-@_rms_norm_fwd.register_fake
-def _(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
+def _rms_norm_fwd_fake(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     check_rms_norm(x, weight, eps)
     return torch.empty_like(x), _stats(x)
 
 
-@torch.library.custom_op("kaio::add_rms_norm_fwd", mutates_args=())
 def _add_rms_norm_fwd(x: Tensor, residual: Tensor, weight: Tensor | None,
                       eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     check_rms_norm(x, weight, eps, residual)
     return run_rms_norm(x, weight, eps, residual, op_device(device), save=True)  # type: ignore[no-any-return]
 
 
-@_add_rms_norm_fwd.register_fake
-def _(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def _add_rms_norm_fwd_fake(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
     check_rms_norm(x, weight, eps, residual)
     return torch.empty_like(x), torch.empty_like(x), _stats(x)
 
 
-@torch.library.custom_op("kaio::layer_norm_fwd", mutates_args=())
 def _layer_norm_fwd(x: Tensor, weight: Tensor | None, bias: Tensor | None,
                     eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     check_layer_norm(x, weight, bias, eps)
     return run_layer_norm(x, weight, bias, eps, op_device(device), save=True)  # type: ignore[no-any-return]
 
 
-@_layer_norm_fwd.register_fake
-def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def _layer_norm_fwd_fake(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:
     check_layer_norm(x, weight, bias, eps)
     return torch.empty_like(x), _stats(x), _stats(x)
 
@@ -100,7 +111,6 @@ def _param_grad(g: Any, x: Tensor) -> Tensor:
     return g if g is not None else x.new_empty((0,))
 
 
-@torch.library.custom_op("kaio::rms_norm_backward", mutates_args=())
 def _rms_norm_backward(grad_y: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor,
                        grad_h: Tensor | None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     dx, dw, _ = norms_backward.run_backward("rms_norm_backward", grad_y, x, weight, None, None, rstd, grad_h,
@@ -108,13 +118,11 @@ def _rms_norm_backward(grad_y: Tensor, x: Tensor, weight: Tensor | None, rstd: T
     return dx, _param_grad(dw, x)
 
 
-@_rms_norm_backward.register_fake
-def _(grad_y: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor, grad_h: Tensor | None, *, device: str | None = None) -> tuple[Tensor, Tensor]:
+def _rms_norm_backward_fake(grad_y: Tensor, x: Tensor, weight: Tensor | None, rstd: Tensor, grad_h: Tensor | None, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     _check_norm_backward("rms_norm_backward", grad_y, x, weight, None, None, rstd, grad_h)
     return torch.empty_like(x), torch.empty_like(weight) if weight is not None else x.new_empty((0,))
 
 
-@torch.library.custom_op("kaio::layer_norm_backward", mutates_args=())
 def _layer_norm_backward(grad_y: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor,
                          rstd: Tensor, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     dx, dw, db = norms_backward.run_backward("layer_norm_backward", grad_y, x, weight, bias, mean, rstd, None,
@@ -122,22 +130,19 @@ def _layer_norm_backward(grad_y: Tensor, x: Tensor, weight: Tensor | None, bias:
     return dx, _param_grad(dw, x), _param_grad(db, x)
 
 
-@_layer_norm_backward.register_fake
-def _(grad_y: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor,
-      rstd: Tensor, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _layer_norm_backward_fake(grad_y: Tensor, x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor,
+                              rstd: Tensor, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     _check_norm_backward("layer_norm_backward", grad_y, x, weight, bias, mean, rstd, None)
     vector = (x.shape[-1],)
     return (torch.empty_like(x), x.new_empty(vector if weight is not None else (0,)),
             x.new_empty(vector if bias is not None else (0,)))  # fmt: skip
 
 
-@torch.library.custom_op("kaio::rope_backward", mutates_args=())
 def _rope_backward(grad_out: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
     return run_rope(grad_out, cos, sin, interleaved, layout, op_device(device), inverse=True)  # type: ignore[no-any-return]
 
 
-@_rope_backward.register_fake
-def _(grad_out: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
+def _rope_backward_fake(grad_out: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
     op = "rope_backward"
     take_rope_operands(TensorMetadata(op), op, "grad_out", grad_out, cos, sin, layout)
     return torch.empty_like(grad_out)
@@ -278,12 +283,3 @@ def _rope_table_grads(g: Tensor, x: Tensor, cos: Tensor, interleaved: bool,
     dcos = (ga * a + gb * b).sum(over)
     dsin = (gb * a - ga * b).sum(over)
     return dcos.to(cos.dtype), dsin.to(cos.dtype)
-
-
-register_autograd("kaio::rms_norm_fwd", _backward_rms_norm_fwd, _setup_rms_norm_fwd)
-register_autograd("kaio::add_rms_norm_fwd", _backward_add_rms_norm_fwd, _setup_add_rms_norm_fwd)
-register_autograd("kaio::layer_norm_fwd", _backward_layer_norm_fwd, _setup_layer_norm_fwd)
-register_autograd("kaio::rms_norm", _backward_rms_norm, _setup_rms_norm)
-register_autograd("kaio::add_rms_norm", _backward_add_rms_norm, _setup_add_rms_norm)
-register_autograd("kaio::layer_norm", _backward_layer_norm, _setup_layer_norm)
-register_autograd("kaio::rope", _backward_rope, _setup_rope)

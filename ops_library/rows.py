@@ -190,7 +190,6 @@ def torch_op(*values: Any, device: Any = None) -> Any:
     arrays = [v for v in values if v is not None]
     if not arrays or not all(isinstance(v, torch.Tensor) for v in arrays):
         return None
-    import kaio.ops_library.torch_ops  # noqa: F401  (registers torch.ops.kaio.softmax, ...)
     from kaio.ops_library.autograd import route
 
-    return route(torch.ops.kaio, tuple(arrays), device)
+    return route(tuple(arrays), device)  # registers torch.ops.kaio on the first call

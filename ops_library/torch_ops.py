@@ -1,6 +1,6 @@
 """The memory-bound ops as ``torch.library`` custom ops: ``torch.ops.kaio.softmax``,
 ``layer_norm``, ``rms_norm``, ``add_rms_norm``, ``rope``, ``gated_activation``,
-``cross_entropy``.
+``cross_entropy``; and ``attention`` with its backward.
 
 Each op called with torch tensors (and no ``device=``) goes through these, as ``matmul`` does,
 so ``torch.compile`` sees one opaque op with a fake implementation instead of tracing into kaio.
@@ -10,7 +10,8 @@ refuses, tracing refuses too, with the same kaio error. Every op takes the keywo
 the operands' device; a library op's ``device=`` reaches it when the call requires grad or is
 traced by ``torch.compile`` (``autograd.route``), and its backward launches there too.
 
-Loaded on an op's first torch call (and by ``kaio.torch``); importing it imports torch.
+``register()`` defines them (``torch_registration`` calls it, on an op's first torch call or
+``import kaio.torch``); importing this module imports torch and registers nothing.
 """
 
 from __future__ import annotations
@@ -23,81 +24,90 @@ from torch import Tensor
 from kaio.ops_library import torch_checks as checks
 from kaio.ops_library.activations import SILU
 from kaio.ops_library.activations import run as run_gated
-from kaio.ops_library.autograd import device_label, direct_run_traced, op_device, register_autograd, require_backward
+from kaio.ops_library.autograd import (
+    define_op,
+    device_label,
+    direct_run_traced,
+    op_device,
+    register_autograd,
+    require_backward,
+)
 from kaio.ops_library.cross_entropy import run as run_cross_entropy
 from kaio.ops_library.norms import run_layer_norm, run_rms_norm
 from kaio.ops_library.rope import run as run_rope
 from kaio.ops_library.softmax import run as run_softmax
 
-# Dynamo runs these while tracing a library op (its device=; whether a call that needs grad
-# has a backward; a call that runs kernels directly) and keeps what they return; what they
-# raise stops the compile, as its cause
-torch.compiler.assume_constant_result(device_label)
-torch.compiler.assume_constant_result(require_backward)
-torch.compiler.assume_constant_result(direct_run_traced)
+
+def register() -> None:
+    # Dynamo runs these while tracing a library op (its device=; whether a call that needs grad
+    # has a backward; a call that runs kernels directly) and keeps what they return; what they
+    # raise stops the compile, as its cause
+    torch.compiler.assume_constant_result(device_label)
+    torch.compiler.assume_constant_result(require_backward)
+    torch.compiler.assume_constant_result(direct_run_traced)
+
+    define_op("kaio::softmax", _softmax, _softmax_fake)
+    define_op("kaio::layer_norm", _layer_norm, _layer_norm_fake)
+    define_op("kaio::rms_norm", _rms_norm, _rms_norm_fake)
+    define_op("kaio::add_rms_norm", _add_rms_norm, _add_rms_norm_fake)
+    define_op("kaio::rope", _rope, _rope_fake)
+    define_op("kaio::gated_activation", _gated, _gated_fake)
+    define_op("kaio::cross_entropy", _cross_entropy, _cross_entropy_fake)
+    define_op("kaio::attention", _attention, _attention_fake)
+    define_op("kaio::attention_backward", _attention_backward, _attention_backward_fake)
+    register_autograd("kaio::attention", _attention_grad, _attention_setup)
 
 
-@torch.library.custom_op("kaio::softmax", mutates_args=())
 def _softmax(x: Tensor, log: bool = False, *, device: str | None = None) -> Tensor:
     checks.check_softmax(x, log)
     return run_softmax("log_softmax" if log else "softmax", x, log, op_device(device))  # type: ignore[no-any-return]
 
 
-@_softmax.register_fake
-def _(x: Tensor, log: bool = False, *, device: str | None = None) -> Tensor:
+def _softmax_fake(x: Tensor, log: bool = False, *, device: str | None = None) -> Tensor:
     checks.check_softmax(x, log)
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("kaio::layer_norm", mutates_args=())
 def _layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
     checks.check_layer_norm(x, weight, bias, eps)
     return run_layer_norm(x, weight, bias, eps, op_device(device))  # type: ignore[no-any-return]
 
 
-@_layer_norm.register_fake
-def _(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
+def _layer_norm_fake(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
     checks.check_layer_norm(x, weight, bias, eps)
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("kaio::rms_norm", mutates_args=())
 def _rms_norm(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
     checks.check_rms_norm(x, weight, eps)
     return run_rms_norm(x, weight, eps, None, op_device(device))  # type: ignore[no-any-return]
 
 
-@_rms_norm.register_fake
-def _(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
+def _rms_norm_fake(x: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> Tensor:
     checks.check_rms_norm(x, weight, eps)
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("kaio::add_rms_norm", mutates_args=())
 def _add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     checks.check_rms_norm(x, weight, eps, residual)
     return run_rms_norm(x, weight, eps, residual, op_device(device))  # type: ignore[no-any-return]
 
 
-@_add_rms_norm.register_fake
-def _(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
+def _add_rms_norm_fake(x: Tensor, residual: Tensor, weight: Tensor | None, eps: float, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     checks.check_rms_norm(x, weight, eps, residual)
     return torch.empty_like(x), torch.empty_like(x)
 
 
-@torch.library.custom_op("kaio::rope", mutates_args=())
 def _rope(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
     checks.check_rope(x, cos, sin, layout)
     return run_rope(x, cos, sin, interleaved, layout, op_device(device))  # type: ignore[no-any-return]
 
 
-@_rope.register_fake
-def _(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
+def _rope_fake(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, layout: str | None, *, device: str | None = None) -> Tensor:
     checks.check_rope(x, cos, sin, layout)
     return torch.empty_like(x)
 
 
-@torch.library.custom_op("kaio::gated_activation", mutates_args=())
 def _gated(x: Tensor, act: int, *, device: str | None = None) -> Tensor:
     """``silu_and_mul`` (act 0), ``gelu_and_mul`` tanh (1) or erf (2)."""
     name = "silu_and_mul" if act == SILU else "gelu_and_mul"
@@ -105,50 +115,24 @@ def _gated(x: Tensor, act: int, *, device: str | None = None) -> Tensor:
     return run_gated(name, x, act, op_device(device))  # type: ignore[no-any-return]
 
 
-@_gated.register_fake
-def _(x: Tensor, act: int, *, device: str | None = None) -> Tensor:
+def _gated_fake(x: Tensor, act: int, *, device: str | None = None) -> Tensor:
     checks.check_gated(x, act)
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
 
-@torch.library.custom_op("kaio::cross_entropy", mutates_args=())
 def _cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
     checks.check_cross_entropy(logits, targets)
     return run_cross_entropy(logits, targets, ignore_index, op_device(device))  # type: ignore[no-any-return]
 
 
-@_cross_entropy.register_fake
-def _(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
+def _cross_entropy_fake(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
     checks.check_cross_entropy(logits, targets)
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32)
-
-
-# The backward kernels of softmax, the gated activations and cross_entropy, and their autograd.
-import kaio.ops_library.torch_ops_backward  # noqa: E402, F401
-
-# The norms' forwards with statistics and backwards, and autograd for the norms and rope.
-import kaio.ops_library.norms_autograd  # noqa: E402, F401
-
-# The fused linear + cross-entropy, forward and backward, with its autograd.
-import kaio.ops_library.linear_cross_entropy_torch  # noqa: E402, F401
-
-# The GPTQ int4-weight matmul (forward only).
-import kaio.ops_library.w4a16_matmul_torch  # noqa: E402, F401
-
-# The int8 / fp8 GEMMs and their quantisers (forward only).
-import kaio.ops_library.scaled_matmul_torch  # noqa: E402, F401
-
-# The GGUF quantised-weight matmul (forward only).
-import kaio.ops_library.gguf_matmul_torch  # noqa: E402, F401
-
-# Dropout and dropout + residual, the backward regenerating the mask from the seed.
-import kaio.ops_library.dropout_torch  # noqa: E402, F401
 
 
 # --- attention: FlashAttention-2 forward and backward, the backward registered for autograd ----
 
 
-@torch.library.custom_op("kaio::attention", mutates_args=())
 def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
                config: str | None, dropout_p: float = 0.0, seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """(out, lse): the output and the f32 logsumexp the backward recomputes P from."""
@@ -159,16 +143,14 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | Non
     return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device), drop)  # type: ignore[no-any-return]
 
 
-@_attention.register_fake
-def _(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
-      config: str | None, dropout_p: float = 0.0, seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+def _attention_fake(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
+                    config: str | None, dropout_p: float = 0.0, seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention import check_tensors
 
     check_tensors("attention", q, k, v, kv_lens)
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
-@torch.library.custom_op("kaio::attention_backward", mutates_args=())
 def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
                         grad_lse: Tensor | None, causal: bool, scale: float | None, kv_lens: Tensor | None,
                         deterministic: bool, dropout_p: float = 0.0, seed: int = 0, *,
@@ -181,10 +163,9 @@ def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tenso
     return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device), drop)  # type: ignore[return-value]
 
 
-@_attention_backward.register_fake
-def _(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, grad_lse: Tensor | None,
-      causal: bool, scale: float | None, kv_lens: Tensor | None, deterministic: bool, dropout_p: float = 0.0,
-      seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+def _attention_backward_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, grad_lse: Tensor | None,
+                             causal: bool, scale: float | None, kv_lens: Tensor | None, deterministic: bool, dropout_p: float = 0.0,
+                             seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention_backward import check_saved
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
@@ -205,6 +186,3 @@ def _attention_grad(ctx: Any, grad_out: Tensor, grad_lse: Tensor) -> tuple[Tenso
         *ctx.dropout, device=ctx.kaio_device,
     )
     return dq, dk, dv, None, None, None, None, None, None
-
-
-register_autograd(_attention, _attention_grad, _attention_setup)

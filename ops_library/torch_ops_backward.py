@@ -9,7 +9,8 @@ What is saved for the backward: softmax its output ``y``; the gated activations 
 a second read). The backward ops themselves have no backward (no second derivatives): calling
 them with tensors that require grad is refused by ``kaio.ops_library.autograd``.
 
-Loaded by ``torch_ops`` (which defines the forward ops); importing it imports torch.
+``register()`` defines them (after ``torch_ops``' forwards: ``torch_registration``'s order);
+importing this module imports torch and registers nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import kaio.ops_library.torch_ops  # noqa: F401  (the forward ops, defined first)
 from kaio.ops_library.activations import SILU
 from kaio.ops_library.activations_backward import check as check_gated_backward
 from kaio.ops_library.activations_backward import run as run_gated_backward
@@ -27,8 +27,20 @@ from kaio.ops_library.cross_entropy import check as check_cross_entropy
 from kaio.ops_library.cross_entropy import run as run_cross_entropy
 from kaio.ops_library.softmax_backward import check as check_softmax_backward
 from kaio.ops_library.softmax_backward import run as run_softmax_backward
-from kaio.ops_library.autograd import op_device, register_autograd
+from kaio.ops_library.autograd import define_op, op_device, register_autograd
 from kaio.ops_library.torch_checks import TensorMetadata
+
+
+def register() -> None:
+    define_op("kaio::softmax_backward", _softmax_backward, _softmax_backward_fake)
+    register_autograd("kaio::softmax", _softmax_grad, _softmax_setup)
+    define_op("kaio::gated_activation_backward", _gated_backward, _gated_backward_fake)
+    register_autograd("kaio::gated_activation", _gated_grad, _gated_setup)
+    define_op("kaio::cross_entropy_backward", _cross_entropy_backward, _cross_entropy_backward_fake)
+    register_autograd("kaio::cross_entropy", _cross_entropy_grad, _cross_entropy_setup)
+    define_op("kaio::cross_entropy_with_grad", _cross_entropy_with_grad, _cross_entropy_with_grad_fake)
+    register_autograd("kaio::cross_entropy_with_grad", _with_grad_grad, _with_grad_setup)
+
 
 # --- softmax ------------------------------------------------------------------------------------
 
@@ -37,13 +49,11 @@ def _softmax_name(log: bool) -> str:
     return "log_softmax_backward" if log else "softmax_backward"
 
 
-@torch.library.custom_op("kaio::softmax_backward", mutates_args=())
 def _softmax_backward(grad_y: Tensor, y: Tensor, log: bool, *, device: str | None = None) -> Tensor:
     return run_softmax_backward(_softmax_name(log), grad_y, y, log, op_device(device))  # type: ignore[no-any-return]
 
 
-@_softmax_backward.register_fake
-def _(grad_y: Tensor, y: Tensor, log: bool, *, device: str | None = None) -> Tensor:
+def _softmax_backward_fake(grad_y: Tensor, y: Tensor, log: bool, *, device: str | None = None) -> Tensor:
     op = _softmax_name(log)
     check_softmax_backward(TensorMetadata(op), op, grad_y, y)
     return torch.empty_like(y)
@@ -59,8 +69,6 @@ def _softmax_grad(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
     return torch.ops.kaio.softmax_backward(grad.contiguous(), y, ctx.log, device=ctx.kaio_device), None
 
 
-register_autograd("kaio::softmax", _softmax_grad, _softmax_setup)
-
 # --- silu_and_mul, gelu_and_mul -----------------------------------------------------------------
 
 
@@ -68,13 +76,11 @@ def _gated_name(act: int) -> str:
     return "silu_and_mul_backward" if act == SILU else "gelu_and_mul_backward"
 
 
-@torch.library.custom_op("kaio::gated_activation_backward", mutates_args=())
 def _gated_backward(grad_out: Tensor, x: Tensor, act: int, *, device: str | None = None) -> Tensor:
     return run_gated_backward(_gated_name(act), grad_out, x, act, op_device(device))  # type: ignore[no-any-return]
 
 
-@_gated_backward.register_fake
-def _(grad_out: Tensor, x: Tensor, act: int, *, device: str | None = None) -> Tensor:
+def _gated_backward_fake(grad_out: Tensor, x: Tensor, act: int, *, device: str | None = None) -> Tensor:
     op = _gated_name(act)
     check_gated_backward(TensorMetadata(op), op, grad_out, x)
     return torch.empty_like(x)
@@ -90,30 +96,24 @@ def _gated_grad(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
     return torch.ops.kaio.gated_activation_backward(grad.contiguous(), x, ctx.act, device=ctx.kaio_device), None
 
 
-register_autograd("kaio::gated_activation", _gated_grad, _gated_setup)
-
 # --- cross_entropy ------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("kaio::cross_entropy_backward", mutates_args=())
 def _cross_entropy_backward(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
     return run_cross_entropy(logits, targets, ignore_index, op_device(device), grad_loss=grad_loss)  # type: ignore[no-any-return]
 
 
-@_cross_entropy_backward.register_fake
-def _(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
+def _cross_entropy_backward_fake(logits: Tensor, targets: Tensor, grad_loss: Tensor, ignore_index: int, *, device: str | None = None) -> Tensor:
     op = "cross_entropy_backward"
     check_cross_entropy(TensorMetadata(op), op, logits, targets, grad_loss)
     return torch.empty_like(logits)
 
 
-@torch.library.custom_op("kaio::cross_entropy_with_grad", mutates_args=())
 def _cross_entropy_with_grad(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     return run_cross_entropy(logits, targets, ignore_index, op_device(device), grad=True)  # type: ignore[no-any-return]
 
 
-@_cross_entropy_with_grad.register_fake
-def _(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:
+def _cross_entropy_with_grad_fake(logits: Tensor, targets: Tensor, ignore_index: int, *, device: str | None = None) -> tuple[Tensor, Tensor]:
     check_cross_entropy(TensorMetadata("cross_entropy"), "cross_entropy", logits, targets)
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32), torch.empty_like(logits)
 
@@ -130,9 +130,6 @@ def _cross_entropy_grad(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
                                                  device=ctx.kaio_device), None, None
 
 
-register_autograd("kaio::cross_entropy", _cross_entropy_grad, _cross_entropy_setup)
-
-
 def _with_grad_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
     dlogits = output[1]
     ctx.mark_non_differentiable(dlogits)  # a result, not a function of the logits to differentiate
@@ -143,6 +140,3 @@ def _with_grad_grad(ctx: Any, grad_loss: Tensor, _grad_dlogits: Any) -> tuple[Te
     (dlogits,) = ctx.saved_tensors
     # the saved gradient is that of losses.sum(): each row scaled by its loss's incoming gradient
     return dlogits * grad_loss.unsqueeze(-1).to(dlogits.dtype), None, None
-
-
-register_autograd("kaio::cross_entropy_with_grad", _with_grad_grad, _with_grad_setup)

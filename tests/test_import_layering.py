@@ -17,6 +17,14 @@ import kaio.targets
 
 PACKAGES = [kaio, kaio.dialects, kaio.passes, kaio.targets, kaio.ops_library]
 
+# Imports that load a plugin by its name rather than depend on it: the graph leaves them out.
+# The one there is: the op modules never import the torch layer (the torch.ops.kaio custom ops,
+# above them), and an op's first call with torch tensors loads it, in
+# ``kaio.ops_library.autograd.kaio_ops``; the torch-layer tests below check that it is the only
+# import of that layer from below.
+PLUGIN_LOADS = {("kaio.ops_library.autograd", "kaio.ops_library.torch_registration")}
+TORCH_REGISTRATION = "kaio.ops_library.torch_registration"
+
 
 def _modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
@@ -109,15 +117,16 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def _graph(keep: list[str]) -> dict[str, set[str]]:
-    """The import graph restricted to modules named by (or under) one of ``keep``."""
+def _graph(keep: list[str], plugins: bool = False) -> dict[str, set[str]]:
+    """The import graph restricted to modules named by (or under) one of ``keep``; the
+    ``PLUGIN_LOADS`` edges in it only when ``plugins`` is set."""
     modules = _modules()
 
     def kept(name: str) -> bool:
         return any(name == k or name.startswith(k + ".") for k in keep)
 
     return {
-        name: {d for d in _imported(name, path, modules) if kept(d)}
+        name: {d for d in _imported(name, path, modules) if kept(d) and (plugins or (name, d) not in PLUGIN_LOADS)}
         for name, path in modules.items()
         if kept(name)
     }
@@ -299,3 +308,89 @@ def test_no_pass_or_lowering_module_imports_another_modules_private_names() -> N
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kaio"):
                 found += [(name, node.module, a.name) for a in node.names if a.name.startswith("_")]
     assert found == []
+
+
+def _torch_layer(graph: dict[str, set[str]]) -> set[str]:
+    """The torch layer: ``kaio.torch``, the registration list and the modules it names."""
+    return {"kaio.torch", TORCH_REGISTRATION, *graph[TORCH_REGISTRATION]}
+
+
+def _torch_layer_imports(graph: dict[str, set[str]], layer: set[str]) -> list[tuple[str, str]]:
+    """Edges into the torch layer from a module outside it."""
+    return sorted((m, d) for m, deps in graph.items() if m not in layer for d in deps if d in layer)
+
+
+def _imports_torch_at_module_level(path: Path) -> bool:
+    return any(
+        isinstance(node, ast.Import | ast.ImportFrom)
+        and any((getattr(node, "module", None) or a.name).split(".")[0] == "torch" for a in node.names)
+        for node in ast.parse(path.read_text()).body
+    )
+
+
+def test_the_ops_library_and_kaio_torch_form_no_cycle() -> None:
+    # torch_ops imported its backward modules for their side effects and they imported it back;
+    # the ops imported torch_ops (and kaio.torch) to register the custom ops on a first torch
+    # call: the layer is loaded through autograd.kaio_ops, a plugin load, instead
+    assert _cycles(_graph(["kaio.ops_library", "kaio.torch"])) == []
+
+
+def test_no_op_module_imports_the_torch_layer() -> None:
+    graph = _graph(["kaio"], plugins=True)
+    layer = _torch_layer(graph)
+    assert {"kaio.ops_library.torch_ops", "kaio.ops_library.matmul_torch", "kaio.ops_library.norms_autograd"} <= layer
+    # a module of kaio.ops_library that imports torch is a torch-layer module, named in the list
+    modules = _modules()
+    with_torch = {m for m, path in modules.items() if m.startswith("kaio.ops_library.") and _imports_torch_at_module_level(path)}
+    assert with_torch == layer - {"kaio.torch"}
+    # the ops know the layer through the one plugin load only, and the layer's modules are
+    # imported by the list alone (not by each other, nor by kaio.torch)
+    assert _torch_layer_imports(graph, layer) == sorted(PLUGIN_LOADS)
+    inside = sorted((m, d) for m in layer for d in graph[m] & layer if m != TORCH_REGISTRATION)
+    assert inside == [("kaio.torch", TORCH_REGISTRATION)]
+
+
+def test_the_torch_layer_rule_catches_a_planted_import() -> None:
+    graph = {
+        "kaio.ops_library.rows": {"kaio.ops_library.torch_ops"},  # the lazy import this replaced
+        "kaio.ops_library.softmax": {"kaio.ops_library.rows"},
+        "kaio.ops_library.matmul": {"kaio.torch"},
+        TORCH_REGISTRATION: {"kaio.ops_library.torch_ops"},
+        "kaio.ops_library.torch_ops": {"kaio.ops_library.softmax"},
+        "kaio.torch": {TORCH_REGISTRATION},
+    }
+    layer = _torch_layer(graph)
+    assert layer == {"kaio.torch", TORCH_REGISTRATION, "kaio.ops_library.torch_ops"}
+    assert _torch_layer_imports(graph, layer) == [
+        ("kaio.ops_library.matmul", "kaio.torch"),
+        ("kaio.ops_library.rows", "kaio.ops_library.torch_ops"),
+    ]
+
+
+def _loads_by_name(sources: dict[str, str]) -> set[tuple[str, str]]:
+    """(module, argument) of every ``importlib.import_module`` / ``__import__`` call in the
+    modules' sources: imports the graph cannot follow."""
+    found = set()
+    for name, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "import_module", "__import__"):
+                found.add((name, ast.unparse(node.args[0])))
+    return found
+
+
+def test_the_torch_layer_is_loaded_by_name_nowhere_else() -> None:
+    # a string naming the layer would hide an edge from the graph: every load by name is
+    # listed here, and those reading a table of module names get the table checked
+    sources = {name: path.read_text() for name, path in _modules().items()}
+    assert _loads_by_name(sources) == {
+        ("kaio", "'kaio.torch'"),  # the umbrella's lazy attribute kaio.torch: the public module
+        ("kaio", "module"),  # the umbrella's other lazy names: kaio._LAZY
+        ("kaio.ops_library", "f'{__name__}.{module}'"),  # the lazy ops: kaio.ops_library._OPS
+        ("kaio.hwcheck.environment", "name"),  # third-party packages it reports the versions of
+        ("kaio.tools.kaio_aot", "module_name"),  # the user's module, named on the command line
+    }
+    layer = _torch_layer(_graph(["kaio"]))
+    assert not {module for module, _ in kaio._LAZY.values()} & layer
+    assert not {f"kaio.ops_library.{module}" for module in kaio.ops_library._OPS.values()} & layer
+    planted = {"kaio.ops_library.rows": "def torch_op():\n    importlib.import_module('kaio.ops_library.torch_ops')\n"}
+    assert _loads_by_name(planted) == {("kaio.ops_library.rows", "'kaio.ops_library.torch_ops'")}

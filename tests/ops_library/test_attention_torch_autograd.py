@@ -66,7 +66,7 @@ def test_out_with_grad_is_refused_not_dropped():
 
 
 def test_opcheck_forward_and_backward():
-    import kaio.ops_library.torch_ops  # noqa: F401
+    import kaio.torch  # noqa: F401  (registers torch.ops.kaio.*)
 
     torch.manual_seed(3)
     q, k, v = make(sq=16, sk=16)
@@ -80,7 +80,7 @@ def test_opcheck_forward_and_backward():
 def test_the_fake_refuses_what_the_op_refuses():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    import kaio.ops_library.torch_ops  # noqa: F401
+    import kaio.torch  # noqa: F401  (registers torch.ops.kaio.*)
 
     with FakeTensorMode():
         q = torch.empty(1, 2, 8, 32, dtype=torch.float32)
