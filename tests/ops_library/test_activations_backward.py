@@ -10,6 +10,7 @@ from kaio.ops_library import gelu_and_mul, gelu_and_mul_backward, silu_and_mul, 
 from .conftest import DTYPES, TOL, rel
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("kaio.torch")  # registers torch.ops.kaio.* (a test may use them first)
 F = torch.nn.functional
 
 ACTS = {

@@ -11,6 +11,7 @@ from kaio.ops_library import cross_entropy, cross_entropy_backward
 from .conftest import DTYPES, TOL, rel
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("kaio.torch")  # registers torch.ops.kaio.* (a test may use them first)
 F = torch.nn.functional
 
 

@@ -9,6 +9,7 @@ from kaio.ops_library import linear_cross_entropy, linear_cross_entropy_backward
 from .conftest import DTYPES, rel
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("kaio.torch")  # registers torch.ops.kaio.* (a test may use them first)
 F = torch.nn.functional
 
 

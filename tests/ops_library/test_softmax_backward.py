@@ -11,6 +11,7 @@ from kaio.ops_library import rows as rowops
 from .conftest import DTYPES, TOL, rel
 
 torch = pytest.importorskip("torch")
+pytest.importorskip("kaio.torch")  # registers torch.ops.kaio.* (a test may use them first)
 
 OPS = {"softmax": (softmax, softmax_backward, torch.softmax), "log_softmax": (log_softmax, log_softmax_backward, torch.log_softmax)}
 
