@@ -111,6 +111,24 @@ def _tiles(values: Iterator[SSAValue] | tuple[SSAValue, ...] | list[SSAValue]) -
     return [v for v in values if isinstance(v.type, TensorType)]
 
 
+def _broadcast_made(v: SSAValue, depth: int = 0) -> bool:
+    """Whether ``v`` is made from smaller tiles broadcast up (or from ranges and splats, which
+    any layout makes as cheaply): ``kt.expand_dims(kt.arange(C), 0) == column`` is, a loaded
+    tile is not. A map over such a value and a full one takes the full one's layout, so the
+    broadcasts are remade there and the full tile is never moved."""
+    owner = v.owner
+    if depth > 6 or not isinstance(owner, Operation):
+        return False
+    if isinstance(owner, tile.BroadcastOp | tile.SplatOp | tile.RangeOp):
+        return True
+    if isinstance(owner, tile.ExpandDimsOp):
+        return _broadcast_made(owner.input, depth + 1)
+    if isinstance(owner, tile.MapOp):
+        inputs = _tiles(owner.inputs)
+        return bool(inputs) and all(_broadcast_made(x, depth + 1) for x in inputs)
+    return False
+
+
 def transposed(layout: BlockedLayout) -> BlockedLayout:
     spt, tpw, wpc = layout.params
     return BlockedLayout(spt[::-1], tpw[::-1], wpc[::-1])
@@ -171,7 +189,7 @@ class LayoutSolver:
         if isinstance(op, tile.MapOp):
             # an anchored input's layout, else a full tile's: a broadcast row or column is
             # cheaper to make in the full tile's layout than the other way round
-            ins = [(self.get(x), isinstance(x.owner, tile.BroadcastOp)) for x in op.inputs]
+            ins = [(self.get(x), _broadcast_made(x)) for x in op.inputs]
             if not ins:
                 return self.default(r)
             best = ins[0]

@@ -17,7 +17,7 @@ import pytest
 
 import kaio
 import kaio.tile as kt
-from kaio.prelude import Array, MutArray, exp, f32, i32, i64
+from kaio.prelude import Array, MutArray, exp, f16, f32, i32, i64
 
 from .conftest import poisoned
 
@@ -136,3 +136,29 @@ def test_a_widened_row_scale_keeps_each_rows_value(device, rng, rows):
     p = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
     want = p * np.where(keep, grad, 0)[:, None]
     np.testing.assert_allclose(out.to_host(), want, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------ conversions the layout avoids
+
+
+@kaio.tile_kernel(num_warps=4)
+def picked_and_max(x: Array[f16], col: Array[i32], out: MutArray[f32], n: i32, C: kaio.constexpr = 1024):
+    t = f32(kt.load(x, (0, 0), (1, C), (1, n), other=-60000.0))  # a full tile with two users
+    column = kt.expand_dims(kt.load(col, (0,), (1,), (1,)), 1)
+    hit = kt.expand_dims(kt.arange(C), 0) == column  # made of a range and a broadcast column
+    picked = kt.sum(kt.where(hit, t, 0.0), 1)
+    kt.store(out, (0,), picked + kt.max(t, 1), (1,))
+
+
+def test_a_map_of_a_range_made_mask_and_a_loaded_tile_takes_the_loaded_tile_s_layout(device, rng):
+    # the mask is remade in the load's layout (8 halves per thread); before, the (1, 1024) f32
+    # tile went through shared memory into the range's layout (4 per thread) and back
+    stages: dict[str, str] = {}
+    kaio.compile(picked_and_max, device.compile_arch, dump_ir=lambda s, text: stages.__setitem__(s, text))
+    assert "tile.convert_layout" not in stages["tile-layout"].split("tile.range")[1]
+    n, target = 1000, int(rng.integers(0, 1000))
+    x = rng.standard_normal(n).astype(np.float16)
+    out = poisoned(device, (1,), np.float32)
+    picked_and_max[1](device.alloc_from(x), device.alloc_from(np.array([target], np.int32)), out, n)
+    want = np.float32(x[target]) + np.float32(x.max())
+    np.testing.assert_allclose(out.to_host(), [want], rtol=1e-6)
