@@ -219,3 +219,21 @@ def row_kernel(op: str, cc: int, block: int, warps: int) -> TritonPtx:
 def dropout(cc: int, block: int, warps: int) -> TritonPtx:
     sig = {"x_ptr": "*fp32", "output_ptr": "*fp32", "n_elements": "i32", "p": "fp32", "seed": "u64"}
     return _compile(dropout_kernel, sig, {"BLOCK_SIZE": block}, ("x_ptr", "output_ptr", "n_elements"), cc, warps)
+
+
+def liger_cross_entropy(cc: int, block: int, warps: int) -> TritonPtx:
+    """Liger-Kernel's cross-entropy with the gradient written in place (its
+    ``liger_cross_entropy_kernel``, from the installed ``liger-kernel`` package: f16 logits, i64
+    targets, no weights, smoothing, z-loss or softcap, ``reduction="none"`` so the gradient is
+    ``softmax - onehot`` as kaio's), ``block`` columns per trip of its two sweeps."""
+    from liger_kernel.ops.cross_entropy import liger_cross_entropy_kernel as fn
+
+    sig = {"X_ptr": "*fp16", "X_stride": "i32", "Y_ptr": "*i64", "Y_stride": "i32", "weight_ptr": "*fp32",
+           "loss_ptr": "*fp32", "z_loss_ptr": "*fp32", "loss_stride": "i32", "token_accuracy_ptr": "*fp32",
+           "token_accuracy_stride": "i32", "predicted_tokens_ptr": "*i64", "predicted_tokens_stride": "i32",
+           "n_cols": "i32", "n_non_ignore": "fp32", "sum_non_ignore_weight": "fp32", "weight_sum": "fp32",
+           "ignore_index": "i32"}  # fmt: skip
+    cx = {"lse_square_scale": 0.0, "label_smoothing": 0.0, "reduction": "none", "softcap": None,
+          "RETURN_Z_LOSS": False, "RETURN_TOKEN_ACCURACY": False, "RETURN_PREDICTED_TOKENS": False,
+          "BLOCK_SIZE": block, "HAS_WEIGHT": False, "HAS_SOFTCAPPING": False, "HAS_GRADIENTS": True}  # fmt: skip
+    return _compile(fn, sig, cx, ("X_ptr", "Y_ptr", "loss_ptr", "X_stride", "n_cols"), cc, warps)
