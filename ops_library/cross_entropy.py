@@ -29,10 +29,13 @@ from kaio.errors import KaioTypeError
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.autograd import needs_grad
 from kaio.ops_library.operands import Operand, Operands
-from kaio.prelude import Array, MutArray, exp, f32, i32, log
+from kaio.prelude import Array, MutArray, exp, f32, i32, log, u32
 
 NEG_INF = rowops.NEG_INF
 TARGET_TYPES = (dtypes.i32, dtypes.i64)
+GATHER_LIMIT = 2**32
+"""Logits fewer than this: the kernel reads each row's target logit by one gather (a flat u32
+index); more: it finds it in the sweep (a compare, a select and a sum per logit)."""
 
 
 @cache
@@ -46,7 +49,8 @@ def cross_entropy_kernel(T: dtypes.ScalarType, TT: dtypes.ScalarType) -> Any:  #
                       grad_loss: Array[f32], rows: i32, cols: i32, ignore: i32,
                       R: kaio.constexpr = 1, C: kaio.constexpr = 1024, SINGLE: kaio.constexpr = True,
                       GRAD: kaio.constexpr = False, SCALED: kaio.constexpr = False,
-                      BASE_X: kaio.constexpr = 16, BASE_DX: kaio.constexpr = 16):  # fmt: skip
+                      BASE_X: kaio.constexpr = 16, BASE_DX: kaio.constexpr = 16,
+                      GATHER: kaio.constexpr = True):  # fmt: skip
         x, dx = kt.multiple_of(x, BASE_X), kt.multiple_of(dx, BASE_DX)
         r0 = i32(kt.program_id(0)) * R
         target = i32(kt.load(targets, (r0,), (R,), (rows,)))
@@ -59,22 +63,29 @@ def cross_entropy_kernel(T: dtypes.ScalarType, TT: dtypes.ScalarType) -> Any:  #
         scale = kt.where(kept, 1.0, 0.0)
         if SCALED:
             scale = kt.where(kept, kt.load(grad_loss, (r0, 0), (R, 1), (rows, 1)), 0.0)
+        if GATHER:  # each row's target logit read once (flat u32 index: rows * cols < 2**32)
+            row = r0 + kt.arange(R)
+            flat = u32(row) * u32(cols) + u32(target)
+            picked = f32(kt.load(x, flat, mask=keep & (row < rows)))  # the last program's extra rows read nothing
         if SINGLE:
             t = f32(kt.load(x, (r0, 0), (R, C), (rows, cols), other=NEG_INF))
             m = kt.max(t, 1)
             lse = m + log(kt.sum(exp(t - kt.expand_dims(m, 1)), 1))
             hit = kt.expand_dims(kt.arange(C), 0) == column
-            picked = kt.sum(kt.where(hit, t, 0.0), 1)
+            if not GATHER:
+                picked = kt.sum(kt.where(hit, t, 0.0), 1)
             if GRAD:  # the row is still in registers: logits are read once
                 p = exp(t - kt.expand_dims(lse, 1)) - kt.where(hit, 1.0, 0.0)
                 kt.store(dx, (r0, 0), T(p * scale), (rows, cols))
         else:
             m = kt.full((R,), NEG_INF, f32)
             s = kt.zeros((R,), f32)
-            picked = kt.zeros((R,), f32)
+            if not GATHER:
+                picked = kt.zeros((R,), f32)
             for k0 in range(0, cols, C):
                 t = f32(kt.load(x, (r0, k0), (R, C), (rows, cols), other=NEG_INF))
-                picked = picked + kt.sum(kt.where(kt.expand_dims(kt.arange(C) + k0, 0) == column, t, 0.0), 1)
+                if not GATHER:  # a tensor of 2**32 logits or more: found in the sweep
+                    picked = picked + kt.sum(kt.where(kt.expand_dims(kt.arange(C) + k0, 0) == column, t, 0.0), 1)
                 m_new = kt.maximum(m, kt.max(t, 1))
                 shift = kt.where(m_new == NEG_INF, 0.0, m_new)
                 s = s * exp(m - shift) + kt.sum(exp(t - kt.expand_dims(shift, 1)), 1)
@@ -195,7 +206,7 @@ def run(logits: Any, targets: Any, ignore_index: int, device: Any, *, grad: bool
         args = (ox.value, ot.value, out.value, odx.value, scale.value, rows, cols, int(ignore_index))
         rowops.launch(cross_entropy_kernel(ox.dtype, ot.dtype), b, b.grid(rows), args, ops.device,
                       GRAD=wants_grad, SCALED=og is not None, BASE_X=rowops.base_alignment(ox.ptr),
-                      BASE_DX=rowops.base_alignment(odx.ptr))  # fmt: skip
+                      BASE_DX=rowops.base_alignment(odx.ptr), GATHER=rows * cols < GATHER_LIMIT)  # fmt: skip
     if og is not None:
         return ops.result(dx)
     return (ops.result(out), ops.result(dx)) if grad else ops.result(out)

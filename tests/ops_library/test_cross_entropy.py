@@ -45,6 +45,30 @@ def test_long_rows_in_blocks_i32_targets_and_another_ignore_index(rng, poison, m
     assert rel(got, reference(x, targets, 7)) <= 1e-5
 
 
+@pytest.mark.parametrize("block", [None, 64])
+def test_a_tensor_too_large_for_the_target_gather_finds_targets_in_the_sweep(rng, poison, monkeypatch, block):
+    # rows * cols >= 2**32 cannot be allocated here: lower the limit, one tile per row and blocks
+    import importlib
+
+    from kaio.ops_library import rows
+
+    module = importlib.import_module("kaio.ops_library.cross_entropy")  # the package's name is the op
+
+    monkeypatch.setattr(module, "GATHER_LIMIT", 0)
+    if block:
+        monkeypatch.setattr(rows, "MAX_BLOCK", block)
+    x = (5 * rng.standard_normal((5, 300))).astype(np.float32)
+    targets = rng.integers(0, 300, 5).astype(np.int64)
+    targets[2] = -100
+    loss, dx = cross_entropy(x, targets, return_grad=True)
+    assert rel(loss, reference(x, targets)) <= 1e-5
+    p = np.exp(f64(x) - f64(x).max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    p[np.arange(5), np.where(targets >= 0, targets, 0)] -= 1.0
+    p[2] = 0.0
+    assert rel(dx, p) <= 1e-5
+
+
 def test_misaligned_torch_logits(poison):
     x = torch.randn(4 * 40 + 1).to(torch.float16)[1:].view(4, 40)
     targets = torch.tensor([3, -100, 39, 0])
