@@ -17,7 +17,10 @@ and one figure per kind of kernel:
 - attention: instructions per score element: (a key block's instructions per warp x warps) /
   (BLOCK_M x BLOCK_N);
 - row kernels (one row of 4096 per program, no loop): instructions per element: (instructions
-  a thread executes, the whole straight-line body) x threads / elements of the row.
+  a thread executes, the whole straight-line body) x threads / elements of the row;
+- cross-entropy with its gradient (rows of 32768 swept in column blocks, Liger-Kernel's kernel
+  beside kaio's when ``liger-kernel`` is installed): instructions per logit: (one trip of each
+  sweep, the loops computing exp, summed) x threads / columns per trip.
 
 The Triton side (benchmarks/triton_kernels.py, triton_tutorial.py) compiles the same tiles,
 warps and stages for the same target when triton is installed, and goes through the same
@@ -148,6 +151,23 @@ def _kaio_dropout(arch: str) -> Callable[[], Built]:
     return build
 
 
+def _kaio_cross_entropy(arch: str, cols: int) -> Callable[[], Built]:
+    def build() -> Built:
+        from kaio.ops_library import rows
+        from kaio.ops_library.cross_entropy import cross_entropy_kernel
+
+        import kaio
+        from kaio import dtypes
+
+        b = rows.blocks(8192, cols)
+        c = kaio.compile(rows.with_warps(cross_entropy_kernel(dtypes.f16, dtypes.i32), b.warps), arch,
+                         __divisible__=(("rows", 16), ("cols", 16)), R=b.rows, C=b.cols, SINGLE=b.single,
+                         GRAD=True, SCALED=False)  # fmt: skip
+        return Built(c.ptx, c.name, b.warps, c.shared_bytes + c.dynamic_shared_bytes)
+
+    return build
+
+
 # --- Triton's ------------------------------------------------------------------------------------
 
 
@@ -204,6 +224,13 @@ def cases() -> list[Case]:
         for op in ("rms_norm", "layer_norm", "softmax"):
             out.append(Case(f"{op} f16 rows of 4096 {arch}", arch, _kaio_row(op, arch, 4096),
                             _triton(lambda tk, op=op, cc=cc: tk.row_kernel(op, cc, 4096, 8)), "element", (4096, 0)))  # fmt: skip
+    for arch, cc in (("sm_80", 80), ("sm_90a", 90)):
+        # the loss and the gradient of f16 logits, rows of 32768 in two sweeps of 4096-column
+        # blocks; Liger at kaio's tile (4096 columns, 8 warps) and at its own (32768, 32 warps)
+        out.append(Case(f"cross_entropy + grad f16 V=32768 {arch}", arch, _kaio_cross_entropy(arch, 32768),
+                        _triton(lambda tk, cc=cc: tk.liger_cross_entropy(cc, 4096, 8)), "logit", (4096, 0)))  # fmt: skip
+        out.append(Case(f"cross_entropy + grad f16 V=32768 {arch} Liger's 32768-w32", arch, lambda: None,  # type: ignore[arg-type,return-value]
+                        _triton(lambda tk, cc=cc: tk.liger_cross_entropy(cc, 32768, 32)), "logit", (32768, 0)))  # fmt: skip
     return out
 
 
@@ -240,6 +267,11 @@ def measure(case: Case, side: str, build: Callable[[], Built]) -> Row | None:
     if built is None:
         return None
     report = sass.analyze(built.ptx, case.arch)[built.name]
+    if case.unit == "logit":  # the sweeps over a row's blocks: the loops that compute exp
+        sweeps = [lp for lp in report.loops if lp.counts["mufu"] and not any(lp.contains(o) for o in report.loops)]
+        counts = {k: sum(lp.counts[k] for lp in sweeps) for k in report.counts}
+        figure = counts["total"] * built.warps * 32 / case.tile[0]
+        return Row(side, report.registers, report.spill_bytes, built.shared_bytes, counts, bool(sweeps), figure)
     loop = key_loop(report) if case.unit == "score" else report.main_loop() if case.unit != "element" else None
     counts = loop.counts if loop is not None else report.counts
     if case.unit == "mma":
@@ -254,7 +286,7 @@ def measure(case: Case, side: str, build: Callable[[], Built]) -> Row | None:
     return Row(side, report.registers, report.spill_bytes, built.shared_bytes, counts, loop is not None, figure)
 
 
-UNIT_LABEL = {"mma": "instr/MMA", "score": "instr/score", "element": "instr/elem"}
+UNIT_LABEL = {"mma": "instr/MMA", "score": "instr/score", "element": "instr/elem", "logit": "instr/logit"}
 
 
 def print_table(results: list[tuple[Case, list[Row]]], markdown: bool) -> None:

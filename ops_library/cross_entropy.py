@@ -95,7 +95,7 @@ def cross_entropy_kernel(T: dtypes.ScalarType, TT: dtypes.ScalarType) -> Any:  #
                 ll = kt.expand_dims(lse, 1)
                 for k0 in range(0, cols, C):
                     t = f32(kt.load(x, (r0, k0), (R, C), (rows, cols), other=NEG_INF))
-                    hit = kt.expand_dims(kt.arange(C) + k0, 0) == column
+                    hit = kt.expand_dims(kt.arange(C), 0) == column - k0  # one subtraction per trip, not per logit
                     kt.store(dx, (r0, k0), T((exp(t - ll) - kt.where(hit, 1.0, 0.0)) * scale), (rows, cols))
         kt.store(loss, (r0,), kt.where(keep, lse - picked, 0.0), (rows,))
 
