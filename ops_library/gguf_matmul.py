@@ -65,6 +65,7 @@ from kaio.ops_library.gguf_blocks import (
     Q5_K,
     Q6_K,
     Q8_0,
+    FORMATS,
     BlockFormat,
     block_format,
     e8m0_half,
@@ -109,6 +110,12 @@ STEP = 32  # elements of K per step: x's quantisation block, and a divisor of ev
 QUANTIZE_ROWS = 32  # blocks of 32 per program of the activation quantiser
 
 
+def default_format(H: dtypes.ScalarType) -> BlockFormat:
+    """The format a kernel on a weight view of type ``H`` is checked with: Q8_0 on the f16 view,
+    MXFP4 on the bytes (the only format read that way)."""
+    return FORMATS["MXFP4" if H == dtypes.u8 else "Q8_0"]
+
+
 @cache
 def gguf_tile_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) -> Any:
     """The prefill kernel (M > 8, and the float formats at every M) for activations of type
@@ -117,9 +124,11 @@ def gguf_tile_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) ->
     17-byte blocks have no f16 view). ``DEQUANT`` 1 makes it :func:`dequantize`'s kernel: each
     program stores its decoded (32, BN) tiles of W (f32, ``y`` (N, K)) instead of multiplying."""
 
+    fmt = default_format(H)  # the defaults the decorator checks the kernel with
+
     @kaio.tile_kernel(num_warps=4)
     def gguf_matmul(x: Array[T], w: Array[u8], wh: Array[H], y: MutArray[T], m: i32, n: i32, k: i32, row_bytes: i32,
-                    F: kaio.constexpr = 8, QK: kaio.constexpr = 32, NB: kaio.constexpr = 34,
+                    F: kaio.constexpr = fmt.code, QK: kaio.constexpr = fmt.elements, NB: kaio.constexpr = fmt.nbytes,
                     D_AT: kaio.constexpr = 0, DMIN_AT: kaio.constexpr = -1, NS: kaio.constexpr = 0,
                     DEQUANT: kaio.constexpr = 0, BM: kaio.constexpr = 64, BN: kaio.constexpr = 64):  # fmt: skip
         m0, n0 = i32(kt.program_id(1)) * BM, i32(kt.program_id(0)) * BN
@@ -180,10 +189,12 @@ def gguf_decode_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) 
     ``STEP`` its ``decode_step``; ``BM`` >= M rows of x. ``wh`` is the weight's f16 view
     (``row_units`` halves a row), or for MXFP4 (``H`` u8) its bytes."""
 
+    fmt = default_format(H)
+
     @kaio.tile_kernel(num_warps=4)
     def gguf_decode(xq: Array[i32], xd: Array[f32], wh: Array[H], y: MutArray[T],
                     m: i32, n: i32, k: i32, row_units: i32,
-                    F: kaio.constexpr = 8, QK: kaio.constexpr = 32, NB: kaio.constexpr = 34,
+                    F: kaio.constexpr = fmt.code, QK: kaio.constexpr = fmt.elements, NB: kaio.constexpr = fmt.nbytes,
                     D_AT: kaio.constexpr = 0, DMIN_AT: kaio.constexpr = -1, STEP: kaio.constexpr = 32,
                     BM: kaio.constexpr = 1, BN: kaio.constexpr = 128):  # fmt: skip
         n0 = i32(kt.program_id(0)) * BN
