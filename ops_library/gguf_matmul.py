@@ -5,9 +5,13 @@
     y = gguf_matmul(x, t.data, t.tensor_type)           # or qtype="Q4_K"
 
 ``x`` (M, K) is f16, bf16 or f32 and so is the result (M, N); ``weight`` is the tensor's raw
-block bytes, uint8 ``(N, K / QK * NB)``, in one of the formats ``Q8_0``, ``Q4_0``, ``Q4_K``,
-``Q5_K``, ``Q6_K`` (their layouts: :mod:`kaio.ops_library.gguf_blocks`). W is decoded in the
-kernel, never dequantised to a full matrix.
+block bytes, uint8 ``(N, K / QK * NB)``, in one of the formats ``Q8_0``, ``Q4_0``, ``Q4_1``,
+``Q5_0``, ``Q5_1``, ``Q2_K``, ``Q3_K``, ``Q4_K``, ``Q5_K``, ``Q6_K``, ``IQ4_NL``, ``IQ4_XS``,
+``MXFP4`` (their layouts: :mod:`kaio.ops_library.gguf_blocks`), or an ``F32``/``F16``/``BF16``
+tensor's bytes (N, K * size), or such a tensor as its own type (N, K). W is decoded in the
+kernel, never dequantised to a full matrix; :func:`dequantize` gives W itself, decoded by the
+prefill kernel's code (bit for bit ``gguf.quants.dequantize``), and
+:class:`~kaio.ops_library.gguf_linear.GGUFLinear` takes a ``GGUFReader``'s tensor as it is.
 
 By the number of rows of x:
 
@@ -20,15 +24,16 @@ By the number of rows of x:
   elements (per 16 for Q6_K). Steps are 32 elements, 64 for Q4_K/Q5_K (a byte's two nibbles
   belong to sub-blocks 2c and 2c + 1).
 * **prefill** (larger M, :func:`gguf_tile_kernel`): K in steps of 32; the (32, BN) weight tile's
-  bytes are decoded as integers ``w = d * S * q - dmin * M`` (``gguf_blocks``), dequantised to
-  x's type in registers and fed to ``kt.dot`` (tensor cores) with the x tile, accumulating in
-  f32: Marlin's design with GGUF's blocks.
+  bytes are decoded as integers ``w = (d * S) * q - dmin * M`` (``gguf_blocks``), dequantised
+  to x's type in registers and fed to ``kt.dot`` (tensor cores) with the x tile, accumulating
+  in f32: Marlin's design with GGUF's blocks. The float formats take this kernel at every M
+  (their weights need no integer sums), reading any K.
 
 The super-scales ``d`` and ``dmin`` are f16 fields at even byte offsets of blocks whose sizes
 are all even, so the kernel reads them through a second view of the same weight bytes as f16
 (``(N, K_bytes / 2)``, no copy) instead of assembling halves from bytes; the decoding kernel
 reads its quant words through the same view (every format's blocks are 2-byte aligned, Q8_0's,
-Q4_0's and Q6_K's no more).
+Q4_0's and Q6_K's no more). MXFP4's 17-byte blocks have no f16 view: its kernels read bytes.
 """
 
 # No `from __future__ import annotations`: the kernel's annotations name the factory's types.
