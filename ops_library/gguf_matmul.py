@@ -171,12 +171,27 @@ def gguf_tile_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) ->
                     d = e8m0_half(i32(kt.load(w, block, in_cols)))  # (1, BN)
                 else:
                     d = f32(kt.load(wh, block // 2 + D_AT, in_cols))
-                dmin = kt.zeros((1, BN), f32)
+                # w = (d * S) * q - dmin * M, gguf's order: exact products, one rounding. A step's
+                # scales and mins are per row ((1, BN)), or two of them (per 16: one per half of ks)
+                j0 = k0 % QK
+                if F == Q2_K or F == Q3_K or F == Q6_K:
+                    ds16 = kt.where(ks & 16 == 0, d * f32(sub_scale(s0, s1, s2, s3, j0, F)),
+                                    d * f32(sub_scale(s0, s1, s2, s3, j0 + 16, F)))  # fmt: skip
+                    wf = ds16 * f32(quant(lo, hi, j, F))
+                else:
+                    ds = d  # the formats without sub-block scales
+                    if F == Q4_K or F == Q5_K or F == IQ4_XS:
+                        ds = d * f32(sub_scale(s0, s1, s2, s3, j0, F))
+                    wf = ds * f32(quant(lo, hi, j, F))
                 if DMIN_AT >= 0:
                     dmin = f32(kt.load(wh, block // 2 + DMIN_AT, in_cols))
-                # w = (d * S) * q - dmin * M, gguf's order: exact products, one rounding
-                ds = d * f32(sub_scale(s0, s1, s2, s3, j, F))
-                wf = ds * f32(quant(lo, hi, j, F)) - dmin * f32(sub_min(s0, s1, s2, s3, j, F))
+                    if F == Q4_1 or F == Q5_1:  # w = d * q + m
+                        wf = wf + dmin
+                    if F == Q4_K or F == Q5_K:
+                        wf = wf - dmin * f32(sub_min(s0, s1, s2, s3, j0, F))
+                    if F == Q2_K:
+                        wf = wf - kt.where(ks & 16 == 0, dmin * f32(sub_min(s0, s1, s2, s3, j0, F)),
+                                           dmin * f32(sub_min(s0, s1, s2, s3, j0 + 16, F)))  # fmt: skip
             if DEQUANT == 1:
                 kt.store(y, cols * k + (k0 + ks), wf, in_cols & (k0 + ks < k))
             else:  # the weight tile in x's type, onto tensor cores
