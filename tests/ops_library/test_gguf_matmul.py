@@ -197,6 +197,10 @@ def test_torch_tensors_in_tensor_out():
     assert (np.abs(got.numpy() - xd @ wd.T) <= bound(xd, wd, "f16")).all()
     with pytest.raises(KaioTypeError, match="no backward"):
         gguf_matmul(torch.from_numpy(x).requires_grad_(True), torch.from_numpy(w), "Q4_K")
+    wf = rng.standard_normal((40, 256)).astype(np.float16)  # an F16 tensor as its own type
+    got = gguf_matmul(torch.from_numpy(x), torch.from_numpy(wf), GGML.F16)
+    assert isinstance(got, torch.Tensor) and tuple(got.shape) == (20, 40)
+    assert np.array_equal(got.numpy(), gguf_matmul(x, wf.view(np.uint8), "F16"))
 
 
 class NotGguf:
