@@ -1,6 +1,7 @@
 """kaio.ops_library.gguf_matmul against llama.cpp's own Python package: weights quantised by
-``gguf.quants.quantize`` (Q8_0, Q4_0) or random valid blocks (the K-quants, which it cannot
-quantise), decoded by ``gguf.quants.dequantize``; every format, decode (M <= 8, 8-bit
+``gguf.quants.quantize`` (Q8_0, Q4_0) or random valid blocks (the other formats: every quant,
+scale and min random), decoded by ``gguf.quants.dequantize``; every format (the float ones
+given as their own type), decode (M <= 8, 8-bit
 activations) and prefill (tensor cores) row counts, ragged N, f16/bf16/f32 activations, sm_80
 and sm_90a on the simulator. Each output is held to a bound derived from the path's arithmetic
 (the 8-bit rounding of x, or the rounding of W to x's type), tight enough to catch one misread
@@ -18,6 +19,7 @@ from kaio.ops_library.gguf_matmul import (
     DECODE_COLS,
     DECODE_ROWS,
     decode_rows,
+    format_args,
     gguf_decode_kernel,
     gguf_tile_kernel,
     quantize_tile_kernel,
@@ -34,31 +36,50 @@ dequantize, quantize = gguf.quants.dequantize, gguf.quants.quantize
 
 DTYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16, "f32": np.float32}
 UNIT_ROUNDOFF = {"f16": 2.0**-11, "bf16": 2.0**-8, "f32": 2.0**-11}  # f32 dots may run as tf32
-SUPER_SCALES = {"Q8_0": [0], "Q4_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}  # f16 fields (bytes)
+FLOATS = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}  # weights as they are
+
+
+def super_scales(qtype: str) -> list[int]:
+    """The bytes of a format's f16 super-scales (``d``, and ``dmin`` or Q4_1's/Q5_1's ``m``)."""
+    fmt = FORMATS[qtype]
+    return [2 * at for at in (fmt.d_at, fmt.dmin_at) if at >= 0 and qtype != "MXFP4"]
 
 
 def random_weight(rng: np.random.Generator, qtype: str, n: int, k: int) -> np.ndarray:
     """(N, K_bytes) uint8 blocks: gguf's quantisation of random weights where it has one, else
-    random bytes with small positive f16 super-scales (every quant, scale and min random)."""
+    random bytes with small positive f16 super-scales (MXFP4: exponents 2**-10 .. 2**-3); the
+    float formats: random weights of their type, (N, K)."""
+    if qtype in FLOATS:
+        return rng.standard_normal((n, k)).astype(FLOATS[qtype])
     if qtype in ("Q8_0", "Q4_0"):
         return quantize(rng.standard_normal((n, k)).astype(np.float32), GGML[qtype])
     fmt = FORMATS[qtype]
     raw = rng.integers(0, 256, (n, k // fmt.elements, fmt.nbytes), dtype=np.uint8)
-    for at in SUPER_SCALES[qtype]:
+    for at in super_scales(qtype):
         scale = (rng.random((n, k // fmt.elements, 1)) * 0.01 + 0.001).astype(np.float16)
         raw[:, :, at : at + 2] = scale.view(np.uint8)
+    if qtype == "MXFP4":
+        raw[:, :, 0] = rng.integers(118, 126, (n, k // fmt.elements))
     return raw.reshape(n, -1)
 
 
-def bound(x: np.ndarray, w: np.ndarray, dtype: str) -> np.ndarray:
+def reference(w: np.ndarray, qtype: str) -> np.ndarray:
+    """gguf's decoding of the weight as the test passes it, float64."""
+    if qtype in FLOATS:
+        return w.astype(np.float64)
+    return dequantize(w, GGML[qtype]).astype(np.float64)
+
+
+def bound(x: np.ndarray, w: np.ndarray, dtype: str, qtype: str = "Q8_0") -> np.ndarray:
     """What each output may differ from ``x @ w.T`` (float64) by. Decode: x is rounded to
     ``dx * q`` with ``dx = max|x block| / 127`` (at most dx / 2 per element; the integer sums
-    and two scale products are exact or f32); prefill: W (and f32 x, as tf32) rounded to x's
-    type, f32 accumulation. Both: the result rounded to x's type."""
+    and two scale products are exact or f32); prefill (and the float formats at every M): W
+    (and f32 x, as tf32) rounded to x's type, f32 accumulation. Both: the result rounded to
+    x's type."""
     m, k = x.shape
     absx, absw = np.abs(x), np.abs(w)
     eps = UNIT_ROUNDOFF[dtype]
-    if m <= DECODE_ROWS:
+    if m <= DECODE_ROWS and qtype not in FLOATS:
         dx = np.abs(x.reshape(m, -1, 32)).max(-1) / 127
         err = np.einsum("mb,nbj->mn", 0.5001 * dx, absw.reshape(w.shape[0], -1, 32)) + 1e-5 * absx @ absw.T
     else:
@@ -92,6 +113,32 @@ CASES = [  # qtype, m, k, n, x dtype, arch
     pytest.param("Q6_K", 3, 512, 136, "f32", "sm_80", marks=slow),
     pytest.param("Q6_K", 16, 256, 37, "f16", "sm_90a", marks=slow),
     pytest.param("Q6_K", 100, 256, 37, "f16", "sm_80", marks=slow),
+    # the newer formats: each decoder by default (its own dp4a code), prefill (the decoding
+    # dequantize checks bit for bit) once for a 32-block and once for a K-quant
+    ("Q4_1", 1, 64, 136, "f16", "sm_80"),
+    pytest.param("Q4_1", 40, 64, 37, "bf16", "sm_90a", marks=slow),
+    ("Q5_0", 3, 64, 37, "bf16", "sm_80"),
+    ("Q5_0", 16, 64, 37, "f16", "sm_80"),
+    ("Q5_1", 1, 64, 37, "f32", "sm_90a"),
+    pytest.param("Q5_1", 16, 64, 37, "f16", "sm_80", marks=slow),
+    ("Q2_K", 1, 256, 37, "f16", "sm_80"),
+    pytest.param("Q2_K", 3, 512, 136, "bf16", "sm_90a", marks=slow),
+    pytest.param("Q2_K", 16, 256, 37, "f16", "sm_80", marks=slow),
+    ("Q3_K", 3, 256, 37, "f16", "sm_80"),
+    pytest.param("Q3_K", 1, 512, 37, "f32", "sm_80", marks=slow),
+    ("Q3_K", 16, 256, 37, "bf16", "sm_80"),
+    ("IQ4_NL", 1, 64, 37, "bf16", "sm_80"),
+    pytest.param("IQ4_NL", 16, 64, 37, "f16", "sm_90a", marks=slow),
+    ("IQ4_XS", 2, 256, 37, "f16", "sm_90a"),
+    pytest.param("IQ4_XS", 1, 512, 136, "f16", "sm_80", marks=slow),
+    pytest.param("IQ4_XS", 16, 256, 37, "f32", "sm_80", marks=slow),
+    ("MXFP4", 1, 96, 37, "f16", "sm_80"),  # 3 blocks of 17 bytes: rows of odd length
+    pytest.param("MXFP4", 16, 96, 37, "bf16", "sm_80", marks=slow),
+    ("F16", 1, 45, 37, "f16", "sm_80"),  # the float formats: any K
+    pytest.param("F16", 20, 64, 37, "bf16", "sm_80", marks=slow),
+    ("BF16", 3, 37, 37, "bf16", "sm_80"),
+    ("F32", 16, 33, 37, "f32", "sm_80"),
+    pytest.param("F32", 1, 64, 37, "f16", "sm_90a", marks=slow),
 ]
 
 
@@ -104,9 +151,8 @@ def test_matches_gguf_dequantize(qtype, m, k, n, dtype, arch, poison):
     assert isinstance(got, np.ndarray) and got.shape == (m, n) and got.dtype == x.dtype
     got = got.astype(np.float64)
     assert np.isfinite(got).all(), "unwritten (NaN) or non-finite elements"
-    wd = dequantize(w, GGML[qtype]).astype(np.float64)
-    xd = x.astype(np.float64)
-    err, limit = np.abs(got - xd @ wd.T), bound(xd, wd, dtype)
+    wd, xd = reference(w, qtype), x.astype(np.float64)
+    err, limit = np.abs(got - xd @ wd.T), bound(xd, wd, dtype, qtype)
     assert (err <= limit).all(), f"worst error {np.max(err / limit):.3g}x the bound"
 
 
@@ -151,6 +197,10 @@ def test_torch_tensors_in_tensor_out():
     assert (np.abs(got.numpy() - xd @ wd.T) <= bound(xd, wd, "f16")).all()
     with pytest.raises(KaioTypeError, match="no backward"):
         gguf_matmul(torch.from_numpy(x).requires_grad_(True), torch.from_numpy(w), "Q4_K")
+    wf = rng.standard_normal((40, 256)).astype(np.float16)  # an F16 tensor as its own type
+    got = gguf_matmul(torch.from_numpy(x), torch.from_numpy(wf), GGML.F16)
+    assert isinstance(got, torch.Tensor) and tuple(got.shape) == (20, 40)
+    assert np.array_equal(got.numpy(), gguf_matmul(x, wf.view(np.uint8), "F16"))
 
 
 class NotGguf:
@@ -166,8 +216,14 @@ BAD = [  # (what is wrong, changes to a good call, error, what the message names
      "`weight` rows of 67 bytes are not whole Q8_0 blocks \\(34 bytes per 32"),
     ("K of x", {"x": np.ones((2, 96), np.float16)}, KaioValueError, "`x` has K = 96 .* 2 Q8_0 blocks .*K = 64"),
     ("other format's K", {"qtype": "Q4_K"}, KaioValueError, "not whole Q4_K blocks"),
-    ("unknown name", {"qtype": "Q3_K"}, KaioValueError, "`qtype` 'Q3_K' is not one of the supported formats Q8_0"),
-    ("unsupported gguf type", {"qtype": GGML.Q2_K}, KaioValueError, "`qtype` .*Q2_K.* is not one of the supported"),
+    ("unknown name", {"qtype": "IQ2_XXS"}, KaioValueError, "`qtype` 'IQ2_XXS' is not one of the supported formats Q8_0"),
+    ("unsupported gguf type", {"qtype": GGML.IQ2_XXS}, KaioValueError, "`qtype` .*IQ2_XXS.* is not one of the supported"),
+    ("MXFP4 byte count", {"qtype": "MXFP4", "weight": np.zeros((4, 36), np.uint8)}, KaioValueError,
+     "`weight` rows of 36 bytes are not whole MXFP4 blocks \\(17 bytes per 32"),
+    ("float weight of another type", {"qtype": "F16", "weight": np.zeros((4, 64), np.float32)}, KaioTypeError,
+     "`weight` must be 2-D uint8 bytes \\(N, K_bytes\\) or F16 \\(N, K\\)"),
+    ("float weight's K", {"qtype": "F32", "weight": np.zeros((4, 32), np.float32)}, KaioValueError,
+     "`x` has K = 64 .*K = 32"),
     ("qtype number", {"qtype": 8}, KaioTypeError, "`qtype` must be a format name or a gguf.GGMLQuantizationType"),
     ("qtype object", {"qtype": NotGguf()}, KaioTypeError, "`qtype` must be a format name"),
 ]  # fmt: skip
@@ -186,22 +242,25 @@ needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-
 def builds(qtype, arch, m):
     """The kernels a call with M rows of x launches (the activation quantiser with decode)."""
     f = FORMATS[qtype]
-    formats = {"F": f.code, "QK": f.elements, "NB": f.nbytes, "D_AT": f.d_at, "DMIN_AT": f.dmin_at}
+    formats, h = format_args(f), dtypes.u8 if qtype == "MXFP4" else dtypes.f16
     if m > DECODE_ROWS:
-        return [kaio.compile(gguf_tile_kernel(dtypes.f16), arch, BM=64, BN=64, **formats)]
-    decode = gguf_decode_kernel(dtypes.f16)
+        return [kaio.compile(gguf_tile_kernel(dtypes.f16, h), arch, BM=64, BN=64, NS=f.scale_bytes, **formats)]
+    decode = gguf_decode_kernel(dtypes.f16, h)
     return [kaio.compile(decode, arch, BM=decode_rows(m), BN=DECODE_COLS, STEP=f.decode_step, **formats),
             kaio.compile(quantize_tile_kernel(dtypes.f16), arch, R=32)]  # fmt: skip
 
 
 @needs_ptxas
 @pytest.mark.parametrize("qtype,arch,m", [("Q6_K", "sm_80", 1), ("Q6_K", "sm_90a", 8), ("Q5_K", "sm_80", 64),
+                                          ("Q3_K", "sm_80", 8), ("MXFP4", "sm_80", 8),
+                                          pytest.param("Q3_K", "sm_90a", 64, marks=slow),
+                                          pytest.param("IQ4_XS", "sm_80", 8, marks=slow),
                                           pytest.param("Q5_K", "sm_90a", 64, marks=slow),
                                           pytest.param("Q4_K", "sm_80", 8, marks=slow)])  # fmt: skip
 def test_assembles_without_spills(qtype, arch, m):
-    """The heaviest decoders (Q6_K: the most code per step, Q5_K: the most bytes per element)
-    assemble without spills on both paths; the decode products are dp4a, the prefill dot is on
-    tensor cores."""
+    """The heaviest decoders (Q6_K and Q3_K: the most code per step, Q5_K: the most bytes per
+    element, MXFP4: bytes and table lookups) assemble without spills on both paths; the decode
+    products are dp4a, the prefill dot is on tensor cores."""
     for compiled in builds(qtype, arch, m):
         report = toolchain.assemble(compiled.ptx, arch)
         print(f"{arch} {qtype} {compiled.name}: {report.registers[compiled.name]} registers")
