@@ -33,7 +33,7 @@ _OPS: dict[str, str] = {
     "w4a16_matmul": "w4a16_matmul",
     "int8_matmul": "int8_matmul", "fp8_matmul": "fp8_matmul",
     "quantize_int8": "quantize", "quantize_fp8": "quantize",
-    "gguf_matmul": "gguf_matmul", "GGUFLinear": "gguf_linear",
+    "gguf_matmul": "gguf_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
 }  # fmt: skip
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.cross_entropy import cross_entropy, cross_entropy_backward
     from kaio.ops_library.dropout import dropout, dropout_add
     from kaio.ops_library.fp8_matmul import fp8_matmul
-    from kaio.ops_library.gguf_linear import GGUFLinear
+    from kaio.ops_library.gguf_linear import GGUFLinear, gguf_linear
     from kaio.ops_library.gguf_matmul import gguf_matmul
     from kaio.ops_library.int8_matmul import int8_matmul
     from kaio.ops_library.linear_cross_entropy import (

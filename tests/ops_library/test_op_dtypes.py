@@ -39,7 +39,8 @@ from kaio.ops_library import _OPS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
 ALIASES = {"e4m3": "f8e4m3", "e5m2": "f8e5m2"}
-PUBLIC = sorted(n for n in _OPS if n.islower() and not n.endswith("_backward"))
+LOADERS = {"gguf_linear"}  # takes a GGUF reader, not arrays: its layer's call is gguf_matmul's row
+PUBLIC = sorted(n for n in _OPS if n.islower() and not n.endswith("_backward") and n not in LOADERS)
 
 
 def np_type(name: str) -> np.dtype:
