@@ -12,6 +12,7 @@ from kaio.dialects.ptx_base import (
     TYPE_BITS,
     RegName,
 )
+from kaio.launch_limits import MAX_MAXNREG, MIN_MAXNREG  # what ptxas accepts for .maxnreg
 from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
@@ -35,9 +36,6 @@ from xdsl.traits import NoTerminator, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
 # --------------------------------------------------------------------------- structure
-
-
-MIN_MAXNREG, MAX_MAXNREG = 24, 255  # what ptxas accepts for .maxnreg
 
 
 TENSOR_MAP_PARAM = "tensormap"

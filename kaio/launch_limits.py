@@ -1,6 +1,8 @@
-"""The bounds of a kernel's launch options, once for every layer that checks them: the
-decorators (``block_size``, ``num_warps``, ``num_stages``), the library ops' configs, and the
-ring passes' options (``pipeline-cp-async{stages}``, ``pipeline-tma{stages}``)."""
+"""The bounds and defaults of a kernel's launch options, once for every layer that checks them:
+the decorators (``block_size``, ``num_warps``, ``num_stages``, ``maxnreg``), the library ops'
+configs, the module's ``kaio.launch`` attribute (``kaio.dialects.stage_attrs``), the options of
+the passes that read it (``pipeline-cp-async{stages}``, ``pipeline-tma{stages}``,
+``lower-to-ptx{maxnreg}``) and the ``.maxnreg`` directive of ``ptx.entry``."""
 
 MAX_THREADS = 1024
 """Threads of one block (CTA) on every arch kaio targets."""
@@ -11,3 +13,14 @@ MAX_WARPS = MAX_THREADS // 32
 MAX_STAGES = 8
 """The deepest copy ring (a tile kernel's ``num_stages``, a config's ``stages``): deeper rings
 only grow the PTX."""
+
+MIN_RING_STAGES = 2
+"""The shallowest ring (double buffering): ``num_stages`` 0 or 1 means no ring, plain copies."""
+
+DEFAULT_STAGES = 3
+"""A tile kernel's ``num_stages`` when none is given, and the ring depth of a module that
+carries no ``kaio.launch`` (a hand-written or older dump)."""
+
+MIN_MAXNREG, MAX_MAXNREG = 24, 255
+"""What ptxas accepts for ``.maxnreg`` (registers per thread at most): a tile kernel's
+``maxnreg``, a config's, ``lower-to-ptx{maxnreg}``."""
