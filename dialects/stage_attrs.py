@@ -15,6 +15,8 @@ from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, StringAttr, UnitA
 from xdsl.ir import Attribute, Operation
 from xdsl.utils.exceptions import VerifyException
 
+from kaio.launch_limits import DEFAULT_STAGES, MAX_MAXNREG, MAX_STAGES, MIN_MAXNREG
+
 
 @dataclass(frozen=True)
 class StageAttr:
@@ -25,6 +27,9 @@ class StageAttr:
     value: type[Attribute]
     meaning: str
     entries: type[Attribute] | None = None  # a dictionary's values: parameter name -> this
+    keys: tuple[tuple[str, int, int], ...] = ()
+    """A dictionary of integers with fixed keys: (key, least, most) of each it may hold (none
+    given: any key)."""
 
     def check(self, op: Operation, value: Attribute) -> None:
         if op.name not in self.on:
@@ -34,6 +39,14 @@ class StageAttr:
         if self.entries is not None and isinstance(value, DictionaryAttr):
             if any(not isinstance(v, self.entries) for v in value.data.values()):
                 raise VerifyException(f"{op.name}'s {self.name} maps parameter names to {self.entries.__name__}s")
+        if self.keys and isinstance(value, DictionaryAttr):
+            bounds = {key: (low, high) for key, low, high in self.keys}
+            for key, entry in value.data.items():
+                if key not in bounds:
+                    raise VerifyException(f"{op.name}'s {self.name} holds {', '.join(bounds)}, not {key}")
+                low, high = bounds[key]
+                if not low <= entry.value.data <= high:  # type: ignore[attr-defined]
+                    raise VerifyException(f"{op.name}'s {self.name}: {key} is {low}..{high}, not {entry.value.data}")  # type: ignore[attr-defined]
 
 
 _KERNELS = ("kernel.func", "ptx.entry")
@@ -41,6 +54,14 @@ _KERNELS = ("kernel.func", "ptx.entry")
 TARGET = StageAttr(
     "kaio.target", ("builtin.module",), StringAttr,
     "the arch the module compiles for (\"sm_90a\"): kaio.compile sets it once; lower-to-ptx and the printer read it",
+)
+LAUNCH = StageAttr(
+    "kaio.launch", ("builtin.module",), DictionaryAttr,
+    "the tile kernel's launch options the passes read, set once by the frontend: num_stages (the ring depth of "
+    "pipeline-tma and pipeline-cp-async; 0 or 1: no ring) and maxnreg (lower-to-ptx's .maxnreg, pipeline-tma's "
+    "register budget); a pass option given in the pipeline overrides it",
+    IntegerAttr,
+    (("num_stages", 0, MAX_STAGES), ("maxnreg", MIN_MAXNREG, MAX_MAXNREG)),
 )
 
 ALIGN = StageAttr(
@@ -84,11 +105,12 @@ REUSE_DEAD = StageAttr(
 
 STAGE_ATTRS: dict[str, StageAttr] = {
     a.name: a
-    for a in (TARGET, ALIGN, TENSOR_MAPS, PRODUCER_THREADS, ENTRY_REGISTERS, COPY_BARRIER, REFILL_BARRIER, TMA_RING, REFILL_FENCE, REUSE_DEAD)
+    for a in (TARGET, LAUNCH, ALIGN, TENSOR_MAPS, PRODUCER_THREADS, ENTRY_REGISTERS, COPY_BARRIER, REFILL_BARRIER, TMA_RING, REFILL_FENCE, REUSE_DEAD)
 }
 
 # the names, as passes spell them in op.attributes
 TARGET_ATTR = TARGET.name
+LAUNCH_ATTR = LAUNCH.name
 ALIGN_ATTR = ALIGN.name
 TENSOR_MAPS_ATTR = TENSOR_MAPS.name
 PRODUCER_THREADS_ATTR = PRODUCER_THREADS.name
@@ -138,3 +160,36 @@ def set_module_target(module: Operation, arch: str) -> None:
     if held is not None and held != arch:
         raise VerifyException(f"the module is compiled for {held} (its kaio.target), not {arch}")
     module.attributes[TARGET_ATTR] = StringAttr(arch)
+
+
+def set_module_launch(module: Operation, num_stages: int, maxnreg: int | None = None) -> None:
+    """Give ``module`` its launch options (``kaio.launch``): the ring depth and the register
+    cap (None: none) that the passes read where their pipeline does not give them."""
+    entries = {"num_stages": num_stages, **({} if maxnreg is None else {"maxnreg": maxnreg})}
+    value = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in entries.items()})
+    LAUNCH.check(module, value)
+    module.attributes[LAUNCH_ATTR] = value
+
+
+def _launch_entry(op: Operation, key: str) -> int | None:
+    module = op
+    while module.name != "builtin.module" and module.parent_op() is not None:
+        module = module.parent_op()  # type: ignore[assignment]
+    value = module.attributes.get(LAUNCH_ATTR)
+    entry = value.data.get(key) if isinstance(value, DictionaryAttr) else None
+    return entry.value.data if isinstance(entry, IntegerAttr) else None
+
+
+def launch_stages(op: Operation, given: int | None = None) -> int:
+    """The ring depth a pass makes for ``op``'s module: ``given`` (the pass's own option) when
+    set, else the module's ``kaio.launch`` num_stages, else :data:`DEFAULT_STAGES`."""
+    if given is not None:
+        return given
+    held = _launch_entry(op, "num_stages")
+    return DEFAULT_STAGES if held is None else held
+
+
+def launch_maxnreg(op: Operation, given: int | None = None) -> int | None:
+    """The register cap for ``op``'s module: ``given`` (the pass's own option) when set, else
+    the module's ``kaio.launch`` maxnreg, else None (no cap)."""
+    return given if given is not None else _launch_entry(op, "maxnreg")

@@ -186,9 +186,11 @@ def splitk_reduce_kernel(OUT: dtypes.ScalarType, BIAS: dtypes.ScalarType) -> Any
 
 @cache
 def configured_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, BIAS: dtypes.ScalarType, config: MatmulConfig) -> Any:
-    """The tile kernel with a config's warps, stages and pipeline (made once per config)."""
+    """The tile kernel with a config's warps, stages, register cap and pipeline (made once per
+    config; the stages and the cap go on its module, as ``kaio.launch``, for the passes)."""
     kernel = (persistent_matmul_tile_kernel if config.persistent else matmul_tile_kernel)(IN, OUT, BIAS)
-    kernel = kernel.with_options(num_warps=config.warps[0] * config.warps[1], num_stages=config.stages)
+    warps = config.warps[0] * config.warps[1]
+    kernel = kernel.with_options(num_warps=warps, num_stages=config.stages, maxnreg=config.maxnreg or None)
     return kernel.with_pipeline(config.pipeline)
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kaio.dialects import kernel, ptx
+from kaio.dialects import kernel
 from kaio.dialects import stage_attrs
 from kaio.errors import KaioCompileError
+from kaio.launch_limits import MAX_MAXNREG, MIN_MAXNREG
 from kaio.pass_contracts import OpRule, OptionRange, PassContract
 from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     arith_math,
@@ -45,7 +46,7 @@ class LowerToPtxPass(ModulePass):
     contract = PassContract(
         after=("tile-layout", "lower-to-mma-sync", "lower-to-wgmma", "vectorize-loads"),
         removes=(OpRule("an op that is not PTX", lambda op: not op.name.startswith(("ptx.", "builtin."))),),
-        options=(OptionRange("maxnreg", ptx.MIN_MAXNREG, ptx.MAX_MAXNREG),),
+        options=(OptionRange("maxnreg", MIN_MAXNREG, MAX_MAXNREG),),
     )
 
     arch: str | None = None
@@ -54,8 +55,10 @@ class LowerToPtxPass(ModulePass):
     else sm_80. Given, it must be the module's."""
 
     maxnreg: int | None = None
-    """Registers per thread ptxas may use at most (``.maxnreg``; None: no cap). A lower cap fits
-    more warps on an SM; below what the kernel needs, ptxas spills to local memory."""
+    """Registers per thread ptxas may use at most (``.maxnreg``). None, the default: the
+    module's ``kaio.launch`` maxnreg (the tile kernel's ``maxnreg``), else no cap; given, it
+    overrides the module's. A lower cap fits more warps on an SM; below what the kernel needs,
+    ptxas spills to local memory."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         held = stage_attrs.module_target(op)
@@ -63,19 +66,20 @@ class LowerToPtxPass(ModulePass):
         if held is not None and get_arch(held).name != target.name:
             raise KaioCompileError(f"lower-to-ptx: arch={self.arch} but the module compiles for {held} (its kaio.target)")
         stage_attrs.set_module_target(op, target.name)
-        if self.maxnreg is not None and not ptx.MIN_MAXNREG <= self.maxnreg <= ptx.MAX_MAXNREG:
-            raise KaioCompileError(f"lower-to-ptx: maxnreg is {ptx.MIN_MAXNREG}..{ptx.MAX_MAXNREG} (or unset: no cap), not {self.maxnreg}")
+        if self.maxnreg is not None and not MIN_MAXNREG <= self.maxnreg <= MAX_MAXNREG:
+            raise KaioCompileError(f"lower-to-ptx: maxnreg is {MIN_MAXNREG}..{MAX_MAXNREG} (or unset: no cap), not {self.maxnreg}")
+        maxnreg = stage_attrs.launch_maxnreg(op, self.maxnreg)
         for func in kernel.kernel_funcs(op):
             budget = func.attributes.get(stage_attrs.ENTRY_REGISTERS_ATTR)
             entry = PtxEmitter(func, target).run()
-            if self.maxnreg:
-                entry.maxnreg = IntegerAttr(self.maxnreg, i64)
+            if maxnreg:
+                entry.maxnreg = IntegerAttr(maxnreg, i64)
             if budget is not None:  # setmaxnreg counts assume exactly this many at entry: pin ptxas to it
                 registers = budget.value.data  # type: ignore[attr-defined]
-                if self.maxnreg and self.maxnreg < registers:
+                if maxnreg and maxnreg < registers:
                     raise KaioCompileError(
                         f"lower-to-ptx: kernel {func.sym_name.data}'s setmaxnreg counts were budgeted for {registers} "
-                        f"registers per thread at entry, but maxnreg={self.maxnreg}: give pipeline-tma the same maxnreg"
+                        f"registers per thread at entry, but maxnreg={maxnreg}: give pipeline-tma the same maxnreg"
                     )
                 entry.maxnreg = IntegerAttr(registers, i64)
             for attr in (stage_attrs.ALIGN_ATTR, stage_attrs.TENSOR_MAPS_ATTR):  # what the runtime checks and builds

@@ -1,5 +1,9 @@
 """``pipeline-cp-async{stages=N}``: overlap the global->shared copies of a K loop with its math.
 
+N is the pass's ``stages`` option where the pipeline gives one, else the module's
+``kaio.launch`` ``num_stages`` (the tile kernel's ``num_stages``; 0 or 1 there: no ring, the
+pass leaves the copies as they are), else 3.
+
 The shared buffers become rings of N stages. Before the loop, the copies of the first N-1
 tiles are started (one ``cp.async`` group each). Iteration i then waits until tile i has
 landed (at most N-2 groups still in flight), synchronizes the block, computes on stage i % N,
@@ -23,11 +27,11 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from kaio.dialects import cpasync, kernel, smem
+from kaio.dialects import cpasync, kernel, smem, stage_attrs
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import OptionRange, PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.launch_limits import MAX_STAGES
+from kaio.launch_limits import MAX_STAGES, MIN_RING_STAGES
 from kaio.passes.stage_rings import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 
 
@@ -110,14 +114,20 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
 @dataclass(frozen=True)
 class PipelineCpAsyncPass(ModulePass):
     name = "pipeline-cp-async"
-    contract = PassContract(after=("promote-to-shared", "pipeline-tma"), options=(OptionRange("stages", 2, MAX_STAGES),))
+    contract = PassContract(
+        after=("promote-to-shared", "pipeline-tma"), options=(OptionRange("stages", MIN_RING_STAGES, MAX_STAGES),)
+    )
 
-    stages: int = 3
-    """Shared buffers per operand in the ring (2 = double buffering)."""
+    stages: int | None = None
+    """Shared buffers per operand in the ring (2 = double buffering); None: the module's
+    ``kaio.launch`` num_stages (below 2 there: no ring), else 3."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.stages < 2:
-            raise KaioCompileError(f"pipeline-cp-async needs at least 2 stages, got {self.stages}")
+        stages = stage_attrs.launch_stages(op, self.stages)
+        if stages < MIN_RING_STAGES:
+            if self.stages is None:  # the kernel asked for no ring
+                return
+            raise KaioCompileError(f"pipeline-cp-async needs at least {MIN_RING_STAGES} stages, got {stages}")
         loops = [o for o in op.walk() if isinstance(o, scf.ForOp) and any(isinstance(x, smem.CopyOp) for x in o.body.block.ops)]
         for loop in loops:
-            pipeline_loop(loop, self.stages)
+            pipeline_loop(loop, stages)

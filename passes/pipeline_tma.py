@@ -48,6 +48,7 @@ with ``.maxnreg`` (``maxnreg``, ``producer_registers``, ``consumer_registers``;
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable
@@ -67,7 +68,7 @@ from kaio.dialects import stage_attrs
 from kaio.errors import KaioCompileError
 from kaio.pass_contracts import OptionRange, PassContract
 from kaio.passes.int_builder import IndexBuilder
-from kaio.launch_limits import MAX_STAGES
+from kaio.launch_limits import MAX_STAGES, MIN_RING_STAGES
 from kaio.passes.stage_rings import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 from kaio.passes.register_trade import PRODUCER_REGISTERS, PRODUCER_THREADS, RegisterTrade, plan_trade
 from kaio.passes.tensor_map_views import MappedView, add_map_param, map_view
@@ -482,18 +483,20 @@ def specialize_loop(loop: scf.ForOp, plans: list[TmaCopy], stages: int, func: ke
 @dataclass(frozen=True)
 class PipelineTmaPass(ModulePass):
     name = "pipeline-tma"
-    contract = PassContract(after=("promote-to-shared",), options=(OptionRange("stages", 2, MAX_STAGES),))
+    contract = PassContract(after=("promote-to-shared",), options=(OptionRange("stages", MIN_RING_STAGES, MAX_STAGES),))
 
-    stages: int = 3
-    """Shared buffers per operand in the ring (2 = double buffering)."""
+    stages: int | None = None
+    """Shared buffers per operand in the ring (2 = double buffering); None: the module's
+    ``kaio.launch`` num_stages (below 2 there: no ring, the pass does nothing), else 3."""
 
     warp_specialize: bool = False
     """A producer warpgroup issues the loads and the block's warps only compute
     (:func:`specialize_loop`): the kernel's first such K loop, for blocks of whole warpgroups."""
 
-    maxnreg: int = 0
-    """The cap ``lower-to-ptx`` will set (0: none): the warp-specialised register budget starts
-    from it (:mod:`kaio.passes.register_trade`)."""
+    maxnreg: int | None = None
+    """The cap ``lower-to-ptx`` will set (0: none; None: the module's ``kaio.launch`` maxnreg,
+    which ``lower-to-ptx`` reads too): the warp-specialised register budget starts from it
+    (:mod:`kaio.passes.register_trade`)."""
 
     producer_registers: int = PRODUCER_REGISTERS
     """The producer warpgroup's ``setmaxnreg.dec`` count."""
@@ -502,12 +505,18 @@ class PipelineTmaPass(ModulePass):
     """The consumers' ``setmaxnreg.inc`` count (0: as many as the CTA's pool covers); a count the
     pool cannot cover is a compile error."""
 
-    def budget(self, consumers: int, accumulators: int) -> RegisterTrade:
-        return plan_trade(consumers, self.maxnreg, self.producer_registers, self.consumer_registers, accumulators)
+    def budget(self, consumers: int, accumulators: int, maxnreg: int | None = None) -> RegisterTrade:
+        cap = self.maxnreg if self.maxnreg is not None else maxnreg
+        return plan_trade(consumers, cap or 0, self.producer_registers, self.consumer_registers, accumulators)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.stages < 2:
-            raise KaioCompileError(f"pipeline-tma needs at least 2 stages, got {self.stages}")
+        stages = stage_attrs.launch_stages(op, self.stages)
+        if stages < MIN_RING_STAGES:
+            if self.stages is None:  # the kernel asked for no ring
+                return
+            raise KaioCompileError(f"pipeline-tma needs at least {MIN_RING_STAGES} stages, got {stages}")
+        held = stage_attrs.launch_maxnreg(op)
+        budget = functools.partial(self.budget, maxnreg=held)
         loops = [o for o in op.walk() if isinstance(o, scf.ForOp) and any(isinstance(x, smem.CopyOp) for x in o.body.block.ops)]
         for loop in loops:
             func = kernel.enclosing_kernel(loop)
@@ -526,9 +535,9 @@ class PipelineTmaPass(ModulePass):
             if specialize and enclosing:
                 log.debug("pipeline-tma: kernel %s is not warp-specialised: its K loop is nested", func.sym_name.data)
             if specialize and not enclosing and stage_attrs.PRODUCER_THREADS_ATTR not in func.attributes:
-                specialize_loop(loop, plans, self.stages, func, self.budget)  # type: ignore[arg-type]
+                specialize_loop(loop, plans, stages, func, budget)  # type: ignore[arg-type]
             else:
-                pipeline_loop(loop, plans, self.stages, func, enclosing)  # type: ignore[arg-type,arg-type]
+                pipeline_loop(loop, plans, stages, func, enclosing)  # type: ignore[arg-type,arg-type]
 
 
 def enclosing_loops(loop: scf.ForOp, func: kernel.KernelFuncOp) -> list[scf.ForOp] | None:

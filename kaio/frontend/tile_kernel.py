@@ -3,8 +3,11 @@
 The function is one *program*, run by one CTA of ``32 * num_warps`` threads; ``kernel[grid]``
 launches ``grid`` programs. It is parsed and checked when decorated, exactly like a
 ``@kaio.gpu_kernel`` (the same parameters, constexprs, errors and launch), and compiled through
-the tile stack: ``tile-layout`` -> ``promote-to-shared`` -> ``pipeline-cp-async{stages=
-num_stages}`` -> ``lower-to-mma-sync`` -> ``lower-to-ptx{maxnreg}``. ``maxnreg`` caps the
+the tile stack: ``tile-layout`` -> ``promote-to-shared`` -> ``pipeline-cp-async`` ->
+``lower-to-mma-sync`` -> ``lower-to-ptx``. ``num_warps`` is the block size (``32 *
+num_warps`` threads); ``num_stages`` and ``maxnreg`` go on the built module once, as its
+``kaio.launch`` attribute, where the ring passes read their depth and ``lower-to-ptx`` its
+cap (a pipeline that gives those passes the option overrides it). ``maxnreg`` caps the
 registers per thread (PTX ``.maxnreg``), as Triton's option of that name does: more warps fit
 on an SM, at the risk of spills when the cap is below what the kernel needs.
 """
@@ -16,9 +19,9 @@ from dataclasses import replace
 from typing import Any
 
 from kaio.compiled import ARG_FACTS
-from kaio.dialects.ptx import MAX_MAXNREG, MIN_MAXNREG
+from kaio.dialects import stage_attrs
 from kaio.errors import KaioCompileError
-from kaio.launch_limits import MAX_STAGES, MAX_WARPS
+from kaio.launch_limits import DEFAULT_STAGES, MAX_MAXNREG, MAX_STAGES, MAX_WARPS, MIN_MAXNREG
 from kaio.frontend.context import BuildState
 from kaio.frontend.kernel import GpuKernel, KernelIR
 from kaio.frontend.scope import Scope
@@ -37,7 +40,8 @@ class TileKernel(GpuKernel):
     kind = "tile_kernel"
     stand_in_int = 16  # a tile size without a default is checked as 16 (the smallest mma tile)
 
-    def __init__(self, fn: Callable[..., Any], num_warps: int = 4, num_stages: int = 3, maxnreg: int | None = None):
+    def __init__(self, fn: Callable[..., Any], num_warps: int = 4, num_stages: int = DEFAULT_STAGES,
+                 maxnreg: int | None = None):  # fmt: skip
         self.num_warps = _checked("num_warps", num_warps, fn, lambda n: 1 <= n <= MAX_WARPS and not n & (n - 1),
                                   f"a power of two from 1 to {MAX_WARPS}")  # fmt: skip
         self.num_stages = _checked("num_stages", num_stages, fn, lambda n: 0 <= n <= MAX_STAGES,
@@ -55,7 +59,9 @@ class TileKernel(GpuKernel):
     def build(self, constexprs: Any = None) -> KernelIR:
         values = dict(constexprs or {})
         divisible = tuple(values.pop(ARG_FACTS, ()))
-        return self._build(self._constexpr_values(values), unknown=(), facts=divisible)
+        built = self._build(self._constexpr_values(values), unknown=(), facts=divisible)
+        stage_attrs.set_module_launch(built.module, self.num_stages, self.maxnreg)  # the passes read them here
+        return built
 
     def arg_specialization(self, runtime: Any) -> tuple[tuple[str, int], ...]:
         """What a launch specializes on besides constexprs (as Triton does): the largest power
@@ -119,7 +125,7 @@ def _checked(name: str, value: Any, fn: Callable[..., Any], ok: Callable[[int], 
     return value
 
 
-def tile_kernel(fn: Callable[..., Any] | None = None, *, num_warps: int = 4, num_stages: int = 3,
+def tile_kernel(fn: Callable[..., Any] | None = None, *, num_warps: int = 4, num_stages: int = DEFAULT_STAGES,
                 maxnreg: int | None = None) -> Any:  # fmt: skip
     """Compile a Python function over tiles into a GPU kernel: ``@kaio.tile_kernel(num_warps=4)``."""
     if fn is not None:

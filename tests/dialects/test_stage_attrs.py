@@ -28,8 +28,8 @@ def scale(x: Array[f32], y: MutArray[f32], n: u32):
 
 
 @pytest.mark.parametrize("arch, expected", [
-    ("sm_80", {"kaio.align", "kaio.copy_barrier"}),
-    ("sm_90a", {"kaio.align", "kaio.tensor_maps", "kaio.tma_ring", "kaio.refill_barrier"}),
+    ("sm_80", {"kaio.target", "kaio.launch", "kaio.align", "kaio.copy_barrier"}),
+    ("sm_90a", {"kaio.target", "kaio.launch", "kaio.align", "kaio.tensor_maps", "kaio.tma_ring", "kaio.refill_barrier"}),
 ])
 def test_the_library_matmul_leaves_only_defined_contracts(arch: str, expected: set[str]):
     seen: set[str] = set()

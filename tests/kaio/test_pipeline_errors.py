@@ -33,7 +33,7 @@ MALFORMED = [
     ("pipeline-cp-async{nope=1}", 19, "has no option 'nope' (its options: stages)"),
     ("pipeline-cp-async{stages=x}", 1, "bad options"),
     ("pipeline-cp-async{stages=1.5}", 1, "bad options"),
-    ("pipeline-cp-async{stages}", 1, "bad options"),
+    ("pipeline-tma{producer_registers}", 1, "bad options"),
     ("lower-to-ptx{arch=3}", 1, "bad options"),
     ("tile-layout{warps=a,b}", 1, "bad options"),
     ("pipeline-cp-async{stages=1000}", 1, "stages=1000 is out of range: at least 2, at most 8"),
