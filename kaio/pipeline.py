@@ -16,11 +16,12 @@ from xdsl.passes import ModulePass, PassPipeline
 from kaio.errors import KaioPipelineError, KaioTypeError
 from kaio.pass_contracts import check_options
 from kaio.pass_registry import available_passes, register_pass
+from kaio.pipeline_options import TilePipelineOptions, build_pipeline
 from kaio.pipeline_text import parse_passes
 
 __all__ = [
-    "SCALAR_PASSES", "SCALAR_STAGE", "Pipeline", "as_pipeline", "available_passes", "kernel_pipeline",
-    "register_pass", "tile_pipeline",
+    "SCALAR_PASSES", "SCALAR_STAGE", "Pipeline", "TilePipelineOptions", "as_pipeline", "available_passes",
+    "build_pipeline", "kernel_pipeline", "register_pass", "tile_pipeline",
 ]  # fmt: skip
 
 SCALAR_PASSES: tuple[str, ...] = ("ptx-strength-reduce", "ptx-licm", "ptx-iv-reduce", "ptx-fold", "ptx-sync-cleanup")
@@ -218,11 +219,9 @@ def as_pipeline(pipeline: Any, what: str = "pipeline") -> Pipeline:
 
 def kernel_pipeline(arch: str) -> Pipeline:
     """The default pipeline of a ``@kaio.gpu_kernel``: clean up, vectorize, lower to PTX, the
-    scalar passes (:data:`SCALAR_STAGE`; an arch kaio does not know: KaioTargetError)."""
-    from kaio.targets.ptx.arch import get_arch
-
-    get_arch(arch)
-    return Pipeline.deferred(f"canonicalize,cse,vectorize-loads,lower-to-ptx,{SCALAR_STAGE}")
+    scalar passes (:data:`SCALAR_STAGE`; an arch kaio does not know: KaioTargetError).
+    :func:`kaio.pipeline_options.build_pipeline` without options."""
+    return build_pipeline(arch)
 
 
 def has_wgmma(arch: str) -> bool:
@@ -233,25 +232,17 @@ def has_wgmma(arch: str) -> bool:
     return target.sm == 90 and target.arch_specific
 
 
-def tile_pipeline(arch: str, stages: int = 3, layout: str | None = None, maxnreg: int = 0) -> Pipeline:
+def tile_pipeline(arch: str, stages: int | None = None, layout: str | None = None, maxnreg: int | None = 0) -> Pipeline:
     """The default pipeline of a ``@kaio.tile_kernel``: fused elementwise code, layouts,
-    shared-memory staging of dot operands, the cp.async ring (``stages`` >= 2), tensor cores,
-    clean up, PTX (with a ``.maxnreg`` cap when ``maxnreg`` > 0), the scalar passes
-    (:data:`SCALAR_STAGE`). On sm_90a the dots wgmma can
+    shared-memory staging of dot operands, the copy rings, tensor cores, clean up, PTX, the
+    scalar passes (:data:`SCALAR_STAGE`). On sm_90a the dots wgmma can
     take get its warp grid and shared layout and run on warpgroup tensor cores
     (``lower-to-wgmma``); the others keep mma.sync; and the K loops whose operands a tensor map
     can describe fill their ring by TMA (``pipeline-tma``), the others by cp.async; a dot's
-    output tile a tensor map can describe leaves through shared memory by TMA (``store-tma``)."""
-    hopper = has_wgmma(arch)
-    layout = layout or ("wgmma" if hopper else "swizzle")
-    spec = ["fuse-tile-maps", "tile-layout{wgmma=true}" if hopper else "tile-layout"]
-    spec += ["store-tma"] if hopper else []
-    spec.append(f"promote-to-shared{{layout={layout}}}")
-    if stages >= 2:  # on Hopper TMA takes the loops it can describe, cp.async the others
-        spec += [f"pipeline-tma{{stages={stages}}}"] if hopper else []
-        spec.append(f"pipeline-cp-async{{stages={stages}}}")
-    if hopper:
-        spec.append("lower-to-wgmma")
-    cap = f"{{maxnreg={maxnreg}}}" if maxnreg else ""  # the arch is the module's (kaio.target)
-    spec += ["lower-to-mma-sync", "canonicalize", "cse", f"lower-to-ptx{cap}", SCALAR_STAGE]
-    return Pipeline.deferred(",".join(spec))
+    output tile a tensor map can describe leaves through shared memory by TMA (``store-tma``).
+
+    The ring depth and the register cap are the kernel's (``num_stages``, ``maxnreg``: the
+    module's ``kaio.launch``); ``stages`` (0 or 1: no ring) or ``maxnreg`` (0: the kernel's)
+    given here are written into the pipeline as pass options, which override the kernel's.
+    :func:`kaio.pipeline_options.build_pipeline` of a :class:`TilePipelineOptions`."""
+    return build_pipeline(arch, TilePipelineOptions(layout=layout, stages=stages, maxnreg=maxnreg or None))

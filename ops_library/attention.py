@@ -51,7 +51,8 @@ from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
 from kaio.ops_library.rows import next_pow2 as padded
 from kaio.ops_library.rows import torch_op
-from kaio.pipeline import Pipeline, has_wgmma, tile_pipeline
+from kaio.pipeline import Pipeline, has_wgmma
+from kaio.pipeline_options import TilePipelineOptions, build_pipeline
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
 LOG2E = 1.4426950408889634
@@ -99,16 +100,13 @@ class AttentionConfig:
         return (q + kv + p) * elem_bytes
 
     def pipeline(self, arch: str = "sm_80") -> Pipeline:
-        from kaio.passes.fast_math import FastMathPass
-        from kaio.passes.reuse_dead_shared import ReuseDeadSharedPass
-        from kaio.passes.tile_layout import TileLayoutPass
-
-        layout = TileLayoutPass(warps=(self.warps_m, self.warps_n))
-        pipeline = tile_pipeline(arch, self.stages).replace("tile-layout", layout)
-        # the softmax's exp2 as one MUFU.EX2 (.ftz) and 1 / l as one MUFU.RCP (rcp.approx)
-        pipeline = pipeline.insert(FastMathPass(), before="lower-to-ptx")
-        # the masked key loop's Q buffer and K/V rings take the bytes of the unmasked loop's
-        return pipeline.insert(ReuseDeadSharedPass(), before="lower-to-ptx")
+        """The pass pipeline this config compiles with: a tile kernel's with the config's warp
+        grid, the softmax's exp2 as one MUFU.EX2 (.ftz) and 1 / l as one MUFU.RCP (rcp.approx)
+        (``fast-math``), and the masked key loop's Q buffer and K/V rings in the bytes of the
+        unmasked loop's (``reuse-dead-shared``). The ring depth is the kernel's (its module's
+        ``kaio.launch``, which :func:`configured_kernel` sets)."""
+        options = TilePipelineOptions(warps=(self.warps_m, self.warps_n), fast_math=True, reuse_dead_shared=True)
+        return build_pipeline(arch, options)
 
 
 def choose_config(sq: int, d: int, arch: str = "sm_80") -> AttentionConfig:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from kaio.dialects.ptx import MAX_MAXNREG, MIN_MAXNREG
 from kaio.dialects.smem import LAYOUT_KINDS
 from kaio.errors import KaioValueError
-from kaio.launch_limits import MAX_STAGES, MAX_THREADS
+from kaio.launch_limits import MAX_MAXNREG, MAX_STAGES, MAX_THREADS, MIN_MAXNREG
 from kaio.ops_library.config_fields import bool_field, choice_field, int_field, int_tuple_field, settle
-from kaio.pipeline import SCALAR_STAGE, Pipeline, has_wgmma
+from kaio.pipeline import Pipeline, has_wgmma
+from kaio.pipeline_options import TilePipelineOptions, build_pipeline
 
 
 @dataclass(frozen=True)
@@ -87,30 +87,17 @@ class MatmulConfig:
         return self.layout == "wgmma" and self.tensor_cores
 
     def pipeline(self, arch: str = "sm_80") -> Pipeline:
-        """The pass pipeline this config compiles with (print it, edit it, pass it back)."""
-        wm, wn = self.warps
-        mma = "true" if self.tensor_cores else "false"
-        spec = [
-            "fuse-tile-maps",
-            f"tile-layout{{mma={mma} warps={wm},{wn}}}",
-        ]
-        tma = self.tma and self.wgmma and has_wgmma(arch)
-        if tma:
-            spec.append("store-tma")
-        spec.append(f"promote-to-shared{{layout={self.layout}}}")
-        if self.stages >= 2:
-            if tma:
-                ws = "true" if self.warp_specialize else "false"
-                budget = f" maxnreg={self.maxnreg}" if self.warp_specialize and self.maxnreg else ""  # setmaxnreg counts
-                spec.append(f"pipeline-tma{{stages={self.stages} warp_specialize={ws}{budget}}}")
-            spec.append(f"pipeline-cp-async{{stages={self.stages}}}")
-        if self.wgmma and has_wgmma(arch):
-            spec.append("lower-to-wgmma")
-        if self.tensor_cores:
-            spec.append("lower-to-mma-sync")
-        cap = f"{{maxnreg={self.maxnreg}}}" if self.maxnreg else ""  # the arch is the module's (kaio.target)
-        spec += ["canonicalize", "cse", f"lower-to-ptx{cap}", SCALAR_STAGE]
-        return Pipeline.deferred(",".join(spec))
+        """The pass pipeline this config compiles with (print it, edit it, pass it back). Its
+        ring depth and register cap are not in it: the config's kernel carries them (its module's
+        ``kaio.launch``, which :func:`~kaio.ops_library.matmul_kernel.configured_kernel` sets)."""
+        return build_pipeline(arch, self.pipeline_options())
+
+    def pipeline_options(self) -> TilePipelineOptions:
+        """What this config's pipeline differs in from a tile kernel's."""
+        return TilePipelineOptions(
+            layout=self.layout, tensor_cores=self.tensor_cores, warps=self.warps, wgmma=self.wgmma,
+            tma=self.tma, warp_specialize=self.warp_specialize,
+        )  # fmt: skip
 
     def suits(self, align: tuple[int, int, int], elem_bytes: int) -> bool:
         """Narrow (misaligned) copies take many registers next to a big accumulator: give them

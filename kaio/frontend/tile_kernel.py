@@ -95,9 +95,9 @@ class TileKernel(GpuKernel):
     def default_pipeline(self, arch: str = "sm_80") -> Any:
         if self._pipeline is not None:
             return self._pipeline(arch)
-        from kaio.pipeline import tile_pipeline
+        from kaio.pipeline_options import TilePipelineOptions, build_pipeline
 
-        return tile_pipeline(arch, self.num_stages, maxnreg=self.maxnreg or 0)
+        return build_pipeline(arch, TilePipelineOptions())  # stages and maxnreg: the module's kaio.launch
 
     def with_options(self, num_warps: int | None = None, num_stages: int | None = None,
                      maxnreg: int | None = None) -> TileKernel:  # fmt: skip

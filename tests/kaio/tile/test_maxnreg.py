@@ -1,5 +1,6 @@
-"""``maxnreg``: a cap on registers per thread (PTX ``.maxnreg``), from the tile-kernel option or
-the ``lower-to-ptx`` pass option; ptxas honours it, the simulator runs the kernel unchanged."""
+"""``maxnreg``: a cap on registers per thread (PTX ``.maxnreg``), from the tile-kernel option (on
+the module, ``kaio.launch``) or the ``lower-to-ptx`` pass option, which overrides it; ptxas
+honours it, the simulator runs the kernel unchanged."""
 
 import numpy as np
 import pytest
@@ -25,11 +26,16 @@ def scale_rows(x: Array[f32], y: MutArray[f32], n: i32, BN: kaio.constexpr = 64)
     kt.store(y, (row, 0), t * 2.0 + 1.0, (row + 1, n))
 
 
-def test_the_option_reaches_the_ptx_and_the_pipeline():
+def test_the_option_reaches_the_module_once_and_the_ptx():
+    """The cap goes on the module (``kaio.launch``), where lower-to-ptx reads it: the default
+    pipeline does not repeat it, and a pipeline that gives ``lower-to-ptx{maxnreg}`` overrides it."""
     compiled = kaio.compile(scale_rows, "sm_80")
     assert ".maxnreg 32" in compiled.ptx
-    assert "maxnreg=32" in compiled.pipeline
+    assert "maxnreg" not in compiled.pipeline
+    assert "kaio.launch = {num_stages = 0 : i64, maxnreg = 32 : i64}" in compiled.stages["frontend"]
     assert Pipeline.parse(compiled.pipeline) == scale_rows.default_pipeline("sm_80")
+    override = compiled.pipeline.replace("lower-to-ptx", "lower-to-ptx{maxnreg=64}")
+    assert ".maxnreg 64" in kaio.compile(scale_rows, "sm_80", pipeline=override).ptx
     same = scale_rows.with_options(num_warps=4)
     assert same.maxnreg == 32 and "maxnreg=32" in repr(same)
     plain = kaio.tile_kernel(num_warps=2, num_stages=0)(scale_rows.fn)
@@ -67,8 +73,10 @@ def test_ptxas_keeps_the_matmul_under_its_cap(arch):
     """The 8-warp 128x128 config needs ~120 registers: a cap of 128 costs nothing (no spills),
     and the 128 x 256 threads fit twice in an SM's 64K registers."""
     config = MatmulConfig((128, 128, 32), (4, 2), 3, maxnreg=128)
-    assert config.key().endswith("-r128") and "maxnreg=128" in str(config.pipeline(arch))
-    compiled = kaio.compile(MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), config), arch)
+    kernel = MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), config)
+    assert config.key().endswith("-r128") and kernel.tile_kernel.maxnreg == 128  # its module's kaio.launch
+    compiled = kaio.compile(kernel, arch)
+    assert ".maxnreg 128" in compiled.ptx
     report = toolchain.assemble(compiled.ptx, arch)
     assert report.registers["matmul"] <= 128
     assert report.spill_stores["matmul"] == 0 and report.spill_loads["matmul"] == 0
