@@ -12,7 +12,6 @@ from kaio.dialects.ptx_base import (
     TYPE_BITS,
     RegName,
 )
-from kaio.launch_limits import MAX_MAXNREG, MIN_MAXNREG  # what ptxas accepts for .maxnreg
 from xdsl.dialects.builtin import (
     I64,
     ArrayAttr,
@@ -34,6 +33,8 @@ from xdsl.irdl import (
 )
 from xdsl.traits import NoTerminator, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
+
+from kaio.launch_limits import MAX_MAXNREG, MIN_MAXNREG  # what ptxas accepts for .maxnreg
 
 # --------------------------------------------------------------------------- structure
 

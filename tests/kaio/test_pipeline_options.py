@@ -21,7 +21,7 @@ from kaio.pipeline import Pipeline, TilePipelineOptions, kernel_pipeline, tile_p
 from kaio.pipeline_options import build_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-from tile_matmul_bias_gelu import matmul_bias_gelu_kernel  # noqa: E402
+from tile_matmul_bias_gelu import matmul_bias_gelu_kernel
 
 KERNEL = matmul_bias_gelu_kernel(dtypes.f32)  # 64x64x32 tiles: A's ring is smem.buffer<Nx64x32x...>
 
