@@ -78,3 +78,22 @@ def test_pipeline_prints_and_parses_back():
     assert str(p.without("cse")) == 'canonicalize,lower-to-ptx{arch="sm_90"}'
     with pytest.raises(ValueError, match="unknown pass .no-such-pass."):
         kaio.Pipeline.parse("no-such-pass")
+
+
+def test_a_tile_stage_run_through_kaio_opt_keeps_the_kernels_ring_depth_and_cap(tmp_path):
+    """The kernel's num_stages and maxnreg are on the printed module (kaio.launch), so the rest
+    of the default pipeline, run by kaio-opt on a dumped stage, makes the same ring and PTX."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "examples"))
+    from tile_matmul_bias_gelu import matmul_bias_gelu_kernel
+
+    from kaio import dtypes
+
+    kernel = matmul_bias_gelu_kernel(dtypes.f32).with_options(num_stages=2, maxnreg=96)
+    compiled = kaio.compile(kernel, "sm_80")
+    stage = tmp_path / "03-promote-to-shared.mlir"
+    stage.write_text(compiled.stages["promote-to-shared"])
+    assert "smem.buffer<2x64x32x" in run_tool("kaio-opt", str(stage), "-p", "pipeline-cp-async")
+    names = [p.name for p in kernel.default_pipeline("sm_80").passes]
+    rest = ",".join(names[names.index("promote-to-shared") + 1 :])
+    ptx = run_tool("kaio-opt", str(stage), "-p", rest, "-t", "ptx")
+    assert ".maxnreg 96" in ptx and ptx == compiled.ptx

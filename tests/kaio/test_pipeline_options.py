@@ -137,3 +137,20 @@ def test_the_launch_contract_is_verified(value, message):
         stage_attrs.check_stage_attrs(module)
     with pytest.raises(VerifyException, match="kaio.launch sits on builtin.module"):
         stage_attrs.LAUNCH.check(KERNEL.build({}).func, module.attributes[stage_attrs.LAUNCH_ATTR])
+
+
+def test_the_cache_key_still_tells_launch_options_apart():
+    """The default pipeline's text no longer names the depth or the cap: the kernel's source key
+    does (a matmul config's maxnreg reaches it through the configured kernel)."""
+    from dataclasses import replace
+
+    from kaio.cache import compile_key
+    from kaio.ops_library.matmul_kernel import MatmulKernel
+
+    def key(kernel):  # type: ignore[no-untyped-def]
+        return compile_key(kernel, "sm_80", kernel.default_pipeline("sm_80"), {})
+
+    keys = {key(KERNEL), key(KERNEL.with_options(num_stages=2)), key(KERNEL.with_options(maxnreg=96))}
+    config = TENSOR_CORE_CONFIGS[0]
+    keys |= {key(MatmulKernel(dtypes.f16, dtypes.f16, (16, 16, 16), c)) for c in (config, replace(config, maxnreg=128))}
+    assert len(keys) == 5
