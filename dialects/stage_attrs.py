@@ -45,8 +45,9 @@ class StageAttr:
                 if key not in bounds:
                     raise VerifyException(f"{op.name}'s {self.name} holds {', '.join(bounds)}, not {key}")
                 low, high = bounds[key]
-                if not low <= entry.value.data <= high:  # type: ignore[attr-defined]
-                    raise VerifyException(f"{op.name}'s {self.name}: {key} is {low}..{high}, not {entry.value.data}")  # type: ignore[attr-defined]
+                n = entry.value.data  # type: ignore[attr-defined]
+                if not low <= n <= high:
+                    raise VerifyException(f"{op.name}'s {self.name}: {key} is {low}..{high}, not {n}")
 
 
 _KERNELS = ("kernel.func", "ptx.entry")
@@ -105,7 +106,10 @@ REUSE_DEAD = StageAttr(
 
 STAGE_ATTRS: dict[str, StageAttr] = {
     a.name: a
-    for a in (TARGET, LAUNCH, ALIGN, TENSOR_MAPS, PRODUCER_THREADS, ENTRY_REGISTERS, COPY_BARRIER, REFILL_BARRIER, TMA_RING, REFILL_FENCE, REUSE_DEAD)
+    for a in (
+        TARGET, LAUNCH, ALIGN, TENSOR_MAPS, PRODUCER_THREADS, ENTRY_REGISTERS, COPY_BARRIER, REFILL_BARRIER, TMA_RING,
+        REFILL_FENCE, REUSE_DEAD,
+    )  # fmt: skip
 }
 
 # the names, as passes spell them in op.attributes

@@ -17,6 +17,9 @@ only grow the PTX."""
 MIN_RING_STAGES = 2
 """The shallowest ring (double buffering): ``num_stages`` 0 or 1 means no ring, plain copies."""
 
+STAGES_RULE = f"0 or 1 (no ring) up to {MAX_STAGES}"
+"""What a ``num_stages`` (a config's ``stages``) may be, as every check's message says it."""
+
 DEFAULT_STAGES = 3
 """A tile kernel's ``num_stages`` when none is given, and the ring depth of a module that
 carries no ``kaio.launch`` (a hand-written or older dump)."""
@@ -24,3 +27,6 @@ carries no ``kaio.launch`` (a hand-written or older dump)."""
 MIN_MAXNREG, MAX_MAXNREG = 24, 255
 """What ptxas accepts for ``.maxnreg`` (registers per thread at most): a tile kernel's
 ``maxnreg``, a config's, ``lower-to-ptx{maxnreg}``."""
+
+MAXNREG_RULE = f"{MIN_MAXNREG}..{MAX_MAXNREG}"
+"""A register cap's range, as every check's message says it."""

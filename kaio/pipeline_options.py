@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from kaio.dtypes import is_int_value
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.launch_limits import MAX_MAXNREG, MAX_STAGES, MAX_THREADS, MIN_MAXNREG, MIN_RING_STAGES
+from kaio.launch_limits import (
+    MAX_MAXNREG, MAX_STAGES, MAX_THREADS, MAXNREG_RULE, MIN_MAXNREG, MIN_RING_STAGES, STAGES_RULE,
+)  # fmt: skip
 
 if TYPE_CHECKING:
     from kaio.pipeline import Pipeline
@@ -74,7 +76,8 @@ class TilePipelineOptions:
             from kaio.dialects.smem import LAYOUT_KINDS
 
             if not isinstance(self.layout, str) or self.layout not in LAYOUT_KINDS:
-                _wrong(owner, "layout", self.layout, f"None or one of {', '.join(LAYOUT_KINDS)}", isinstance(self.layout, str))
+                rule = f"None or one of {', '.join(LAYOUT_KINDS)}"
+                _wrong(owner, "layout", self.layout, rule, isinstance(self.layout, str))
         for name in ("tensor_cores", "tma", "warp_specialize", "fast_math", "reuse_dead_shared"):
             if not isinstance(getattr(self, name), bool):
                 raise KaioTypeError(f"{owner}: `{name}` is True or False, got {getattr(self, name)!r}")
@@ -90,8 +93,8 @@ class TilePipelineOptions:
                     f"{owner}: `warps` is (WM, WN), powers of two of at most {MAX_THREADS} threads in all, got {warps}"
                 )
             object.__setattr__(self, "warps", warps)  # a list made a tuple: the options stay hashable
-        _check_int(owner, "stages", self.stages, 0, MAX_STAGES, f"None, 0 or 1 (no ring) or up to {MAX_STAGES}")
-        _check_int(owner, "maxnreg", self.maxnreg, MIN_MAXNREG, MAX_MAXNREG, f"None or {MIN_MAXNREG}..{MAX_MAXNREG}")
+        _check_int(owner, "stages", self.stages, 0, MAX_STAGES, f"None or {STAGES_RULE}")
+        _check_int(owner, "maxnreg", self.maxnreg, MIN_MAXNREG, MAX_MAXNREG, f"None or {MAXNREG_RULE}")
 
 
 def _wrong(owner: str, name: str, value: Any, rule: str, right_type: bool) -> None:

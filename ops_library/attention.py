@@ -46,7 +46,7 @@ from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library.autograd import needs_grad, refuse_traced
 from kaio.ops_library.config_fields import bool_field, int_field, settle
-from kaio.launch_limits import MAX_STAGES, MAX_THREADS
+from kaio.launch_limits import MAX_STAGES, MAX_THREADS, STAGES_RULE
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
 from kaio.ops_library.rows import next_pow2 as padded
@@ -80,7 +80,7 @@ class AttentionConfig:
             self,
             **{name: int_field(owner, name, getattr(self, name), 1, power_of_two=True)
                for name in ("block_m", "block_n", "warps_m", "warps_n")},  # fmt: skip
-            stages=int_field(owner, "stages", self.stages, 0, MAX_STAGES, rule=f"0 or 1 (no cp.async ring) up to {MAX_STAGES}"),
+            stages=int_field(owner, "stages", self.stages, 0, MAX_STAGES, rule=STAGES_RULE),
         )
         if 32 * self.warps > MAX_THREADS:
             raise KaioValueError(f"{owner}: {self.warps} warps make {32 * self.warps} threads; a block has at most {MAX_THREADS}")

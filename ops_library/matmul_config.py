@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from kaio.dialects.smem import LAYOUT_KINDS
 from kaio.errors import KaioValueError
-from kaio.launch_limits import MAX_MAXNREG, MAX_STAGES, MAX_THREADS, MIN_MAXNREG
+from kaio.launch_limits import MAX_MAXNREG, MAX_STAGES, MAX_THREADS, MAXNREG_RULE, MIN_MAXNREG, STAGES_RULE
 from kaio.ops_library.config_fields import bool_field, choice_field, int_field, int_tuple_field, settle
 from kaio.pipeline import Pipeline, has_wgmma
 from kaio.pipeline_options import TilePipelineOptions, build_pipeline
@@ -62,18 +62,18 @@ class MatmulConfig:
             self,
             block=int_tuple_field(owner, "block", self.block, ("BM", "BN", "BK"), power_of_two=True),
             warps=warps,
-            stages=int_field(owner, "stages", self.stages, 0, MAX_STAGES, rule=f"0 or 1 (no cp.async ring) up to {MAX_STAGES}"),
+            stages=int_field(owner, "stages", self.stages, 0, MAX_STAGES, rule=STAGES_RULE),
             layout=choice_field(owner, "layout", self.layout, LAYOUT_KINDS),
             group=int_field(owner, "group", self.group, 1),
             tensor_cores=bool_field(owner, "tensor_cores", self.tensor_cores),
             split_k=int_field(owner, "split_k", self.split_k, 1),
-            maxnreg=int_field(owner, "maxnreg", self.maxnreg, 0, MAX_MAXNREG, rule=f"0 (no cap) or {MIN_MAXNREG}..{MAX_MAXNREG}"),
+            maxnreg=int_field(owner, "maxnreg", self.maxnreg, 0, MAX_MAXNREG, rule=f"0 (no cap) or {MAXNREG_RULE}"),
             tma=bool_field(owner, "tma", self.tma),
             warp_specialize=bool_field(owner, "warp_specialize", self.warp_specialize),
             persistent=bool_field(owner, "persistent", self.persistent),
         )
         if 0 < self.maxnreg < MIN_MAXNREG:
-            raise KaioValueError(f"{owner}: `maxnreg` is 0 (no cap) or {MIN_MAXNREG}..{MAX_MAXNREG}, got {self.maxnreg}")
+            raise KaioValueError(f"{owner}: `maxnreg` is 0 (no cap) or {MAXNREG_RULE}, got {self.maxnreg}")
         if self.persistent and self.split_k > 1:
             raise KaioValueError(
                 f"{owner}: `persistent=True` cannot go with `split_k={self.split_k}` (a persistent matmul config "

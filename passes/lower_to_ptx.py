@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kaio.dialects import kernel
 from kaio.dialects import stage_attrs
 from kaio.errors import KaioCompileError
-from kaio.launch_limits import MAX_MAXNREG, MIN_MAXNREG
+from kaio.launch_limits import MAX_MAXNREG, MAXNREG_RULE, MIN_MAXNREG
 from kaio.pass_contracts import OpRule, OptionRange, PassContract
 from kaio.passes.to_ptx import (  # noqa: F401  (importing registers the rules)
     arith_math,
@@ -67,7 +67,7 @@ class LowerToPtxPass(ModulePass):
             raise KaioCompileError(f"lower-to-ptx: arch={self.arch} but the module compiles for {held} (its kaio.target)")
         stage_attrs.set_module_target(op, target.name)
         if self.maxnreg is not None and not MIN_MAXNREG <= self.maxnreg <= MAX_MAXNREG:
-            raise KaioCompileError(f"lower-to-ptx: maxnreg is {MIN_MAXNREG}..{MAX_MAXNREG} (or unset: no cap), not {self.maxnreg}")
+            raise KaioCompileError(f"lower-to-ptx: maxnreg is {MAXNREG_RULE} (or unset: the module's), not {self.maxnreg}")
         maxnreg = stage_attrs.launch_maxnreg(op, self.maxnreg)
         for func in kernel.kernel_funcs(op):
             budget = func.attributes.get(stage_attrs.ENTRY_REGISTERS_ATTR)

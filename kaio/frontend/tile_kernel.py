@@ -21,7 +21,9 @@ from typing import Any
 from kaio.compiled import ARG_FACTS
 from kaio.dialects import stage_attrs
 from kaio.errors import KaioCompileError
-from kaio.launch_limits import DEFAULT_STAGES, MAX_MAXNREG, MAX_STAGES, MAX_WARPS, MIN_MAXNREG
+from kaio.launch_limits import (
+    DEFAULT_STAGES, MAX_MAXNREG, MAX_STAGES, MAX_WARPS, MAXNREG_RULE, MIN_MAXNREG, STAGES_RULE,
+)  # fmt: skip
 from kaio.frontend.context import BuildState
 from kaio.frontend.kernel import GpuKernel, KernelIR
 from kaio.frontend.scope import Scope
@@ -45,9 +47,9 @@ class TileKernel(GpuKernel):
         self.num_warps = _checked("num_warps", num_warps, fn, lambda n: 1 <= n <= MAX_WARPS and not n & (n - 1),
                                   f"a power of two from 1 to {MAX_WARPS}")  # fmt: skip
         self.num_stages = _checked("num_stages", num_stages, fn, lambda n: 0 <= n <= MAX_STAGES,
-                                   f"0 or 1 (no cp.async ring) up to {MAX_STAGES}")  # fmt: skip
+                                   STAGES_RULE)  # fmt: skip
         self.maxnreg = None if maxnreg is None else _checked(
-            "maxnreg", maxnreg, fn, lambda n: MIN_MAXNREG <= n <= MAX_MAXNREG, f"None or {MIN_MAXNREG}..{MAX_MAXNREG}"
+            "maxnreg", maxnreg, fn, lambda n: MIN_MAXNREG <= n <= MAX_MAXNREG, f"None or {MAXNREG_RULE}"
         )
         super().__init__(fn, 32 * self.num_warps)
         # the 32-bit integer runtime arguments a launch inspects: (position, name)
