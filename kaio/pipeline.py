@@ -16,7 +16,8 @@ from xdsl.passes import ModulePass, PassPipeline
 from kaio.errors import KaioPipelineError, KaioTypeError
 from kaio.pass_contracts import check_options
 from kaio.pass_registry import available_passes, register_pass
-from kaio.pipeline_options import TilePipelineOptions, build_pipeline
+from kaio.launch_limits import MIN_RING_STAGES
+from kaio.pipeline_options import TilePipelineOptions
 from kaio.pipeline_text import parse_passes
 
 __all__ = [
@@ -220,7 +221,7 @@ def as_pipeline(pipeline: Any, what: str = "pipeline") -> Pipeline:
 def kernel_pipeline(arch: str) -> Pipeline:
     """The default pipeline of a ``@kaio.gpu_kernel``: clean up, vectorize, lower to PTX, the
     scalar passes (:data:`SCALAR_STAGE`; an arch kaio does not know: KaioTargetError).
-    :func:`kaio.pipeline_options.build_pipeline` without options."""
+    :func:`build_pipeline` without options."""
     return build_pipeline(arch)
 
 
@@ -244,5 +245,57 @@ def tile_pipeline(arch: str, stages: int | None = None, layout: str | None = Non
     The ring depth and the register cap are the kernel's (``num_stages``, ``maxnreg``: the
     module's ``kaio.launch``); ``stages`` (0 or 1: no ring) or ``maxnreg`` (0: the kernel's)
     given here are written into the pipeline as pass options, which override the kernel's.
-    :func:`kaio.pipeline_options.build_pipeline` of a :class:`TilePipelineOptions`."""
+    :func:`build_pipeline` of a :class:`TilePipelineOptions`."""
     return build_pipeline(arch, TilePipelineOptions(layout=layout, stages=stages, maxnreg=maxnreg or None))
+
+
+def build_pipeline(arch: str, options: TilePipelineOptions | None = None) -> Pipeline:
+    """The default pipeline for ``arch`` (an arch kaio does not know: KaioTargetError),
+    deferred (:meth:`Pipeline.deferred`: parsed when its passes are first needed).
+
+    Without ``options``, a ``@kaio.gpu_kernel``'s: clean up, vectorize, lower to PTX, the scalar
+    passes (``SCALAR_STAGE``). With them, a tile kernel's: fused elementwise code, layouts,
+    shared-memory staging of dot operands, the copy rings (TMA where it can describe the loop's
+    copies, else cp.async), tensor cores (wgmma on sm_90a, else mma.sync), clean up, PTX, the
+    scalar passes."""
+    hopper = has_wgmma(arch)  # checks the arch
+    if options is None:
+        return Pipeline.deferred(f"canonicalize,cse,vectorize-loads,lower-to-ptx,{SCALAR_STAGE}")
+    o = options
+    wgmma = hopper and o.tensor_cores and o.wgmma is not False
+    tma = wgmma and o.tma
+    layout = o.layout or ("wgmma" if wgmma else "swizzle")
+    tile_layout = []
+    if not o.tensor_cores:
+        tile_layout.append("mma=false")
+    if o.warps is not None:
+        tile_layout.append(f"warps={o.warps[0]},{o.warps[1]}")
+    elif wgmma:
+        tile_layout.append("wgmma=true")  # warp grid [num_warps, 1] for the dots wgmma can take
+    spec = ["fuse-tile-maps", _with("tile-layout", tile_layout)]
+    if tma:
+        spec.append("store-tma")
+    spec.append(f"promote-to-shared{{layout={layout}}}")
+    stages = [] if o.stages is None else [f"stages={o.stages}"]
+    if o.stages is None or o.stages >= MIN_RING_STAGES:  # unset: the module's depth (below 2: the passes skip)
+        if tma:
+            ring = [*stages, "warp_specialize=true"] if o.warp_specialize else stages
+            if o.warp_specialize and o.maxnreg is not None:
+                ring = [*ring, f"maxnreg={o.maxnreg}"]  # the setmaxnreg counts start from the cap
+            spec.append(_with("pipeline-tma", ring))
+        spec.append(_with("pipeline-cp-async", stages))
+    if wgmma:
+        spec.append("lower-to-wgmma")
+    if o.tensor_cores:
+        spec.append("lower-to-mma-sync")
+    spec += ["canonicalize", "cse"]
+    if o.fast_math:
+        spec.append("fast-math")  # the softmax's exp2 as one MUFU.EX2, 1 / l as one MUFU.RCP
+    if o.reuse_dead_shared:
+        spec.append("reuse-dead-shared")
+    spec += [_with("lower-to-ptx", [] if o.maxnreg is None else [f"maxnreg={o.maxnreg}"]), SCALAR_STAGE]
+    return Pipeline.deferred(",".join(spec))
+
+
+def _with(name: str, options: list[str]) -> str:
+    return f"{name}{{{' '.join(options)}}}" if options else name

@@ -1,8 +1,8 @@
-"""Every default tile pipeline from one typed options record and one builder.
+"""What varies between the default tile pipelines: one typed options record.
 
 A tile kernel's, a matmul config's, an attention config's and the others' default pipelines are
-:func:`build_pipeline` of an arch and a :class:`TilePipelineOptions`; ``build_pipeline(arch)``
-alone is a ``@kaio.gpu_kernel``'s. What the pipeline does not say, the module does: its
+``kaio.pipeline.build_pipeline`` of an arch and a :class:`TilePipelineOptions` (the one
+builder; ``build_pipeline(arch)`` alone is a ``@kaio.gpu_kernel``'s). What the pipeline does not say, the module does: its
 ``kaio.target`` (the arch, which ``lower-to-ptx`` and the printer read) and its ``kaio.launch``
 (the tile kernel's ``num_stages`` and ``maxnreg``, which ``pipeline-tma``, ``pipeline-cp-async``
 and ``lower-to-ptx`` read where the pipeline gives them no option). So a default pipeline
@@ -14,18 +14,15 @@ written into the pipeline as pass options, which override the module's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kaio.dtypes import is_int_value
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.launch_limits import (
-    MAX_MAXNREG, MAX_STAGES, MAX_THREADS, MAXNREG_RULE, MIN_MAXNREG, MIN_RING_STAGES, STAGES_RULE,
+    MAX_MAXNREG, MAX_STAGES, MAX_THREADS, MAXNREG_RULE, MIN_MAXNREG, STAGES_RULE,
 )  # fmt: skip
 
-if TYPE_CHECKING:
-    from kaio.pipeline import Pipeline
-
-__all__ = ["TilePipelineOptions", "build_pipeline"]
+__all__ = ["TilePipelineOptions"]
 
 @dataclass(frozen=True)
 class TilePipelineOptions:
@@ -107,57 +104,3 @@ def _check_int(owner: str, name: str, value: Any, low: int, high: int, rule: str
         return
     if isinstance(value, bool) or not is_int_value(value) or not low <= int(value) <= high:
         _wrong(owner, name, value, rule, is_int_value(value) and not isinstance(value, bool))
-
-
-def build_pipeline(arch: str, options: TilePipelineOptions | None = None) -> Pipeline:
-    """The default pipeline for ``arch`` (an arch kaio does not know: KaioTargetError),
-    deferred (:meth:`Pipeline.deferred`: parsed when its passes are first needed).
-
-    Without ``options``, a ``@kaio.gpu_kernel``'s: clean up, vectorize, lower to PTX, the scalar
-    passes (``SCALAR_STAGE``). With them, a tile kernel's: fused elementwise code, layouts,
-    shared-memory staging of dot operands, the copy rings (TMA where it can describe the loop's
-    copies, else cp.async), tensor cores (wgmma on sm_90a, else mma.sync), clean up, PTX, the
-    scalar passes."""
-    from kaio.pipeline import SCALAR_STAGE, Pipeline, has_wgmma
-
-    hopper = has_wgmma(arch)  # checks the arch
-    if options is None:
-        return Pipeline.deferred(f"canonicalize,cse,vectorize-loads,lower-to-ptx,{SCALAR_STAGE}")
-    o = options
-    wgmma = hopper and o.tensor_cores and o.wgmma is not False
-    tma = wgmma and o.tma
-    layout = o.layout or ("wgmma" if wgmma else "swizzle")
-    tile_layout = []
-    if not o.tensor_cores:
-        tile_layout.append("mma=false")
-    if o.warps is not None:
-        tile_layout.append(f"warps={o.warps[0]},{o.warps[1]}")
-    elif wgmma:
-        tile_layout.append("wgmma=true")  # warp grid [num_warps, 1] for the dots wgmma can take
-    spec = ["fuse-tile-maps", _with("tile-layout", tile_layout)]
-    if tma:
-        spec.append("store-tma")
-    spec.append(f"promote-to-shared{{layout={layout}}}")
-    stages = [] if o.stages is None else [f"stages={o.stages}"]
-    if o.stages is None or o.stages >= MIN_RING_STAGES:  # unset: the module's depth (below 2: the passes skip)
-        if tma:
-            ring = [*stages, "warp_specialize=true"] if o.warp_specialize else stages
-            if o.warp_specialize and o.maxnreg is not None:
-                ring = [*ring, f"maxnreg={o.maxnreg}"]  # the setmaxnreg counts start from the cap
-            spec.append(_with("pipeline-tma", ring))
-        spec.append(_with("pipeline-cp-async", stages))
-    if wgmma:
-        spec.append("lower-to-wgmma")
-    if o.tensor_cores:
-        spec.append("lower-to-mma-sync")
-    spec += ["canonicalize", "cse"]
-    if o.fast_math:
-        spec.append("fast-math")  # the softmax's exp2 as one MUFU.EX2, 1 / l as one MUFU.RCP
-    if o.reuse_dead_shared:
-        spec.append("reuse-dead-shared")
-    spec += [_with("lower-to-ptx", [] if o.maxnreg is None else [f"maxnreg={o.maxnreg}"]), SCALAR_STAGE]
-    return Pipeline.deferred(",".join(spec))
-
-
-def _with(name: str, options: list[str]) -> str:
-    return f"{name}{{{' '.join(options)}}}" if options else name

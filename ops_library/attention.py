@@ -51,8 +51,7 @@ from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
 from kaio.ops_library.rows import next_pow2 as padded
 from kaio.ops_library.rows import torch_op
-from kaio.pipeline import Pipeline, has_wgmma
-from kaio.pipeline_options import TilePipelineOptions, build_pipeline
+from kaio.pipeline import Pipeline, TilePipelineOptions, build_pipeline, has_wgmma
 
 HEAD_DIMS = (32, 64, 96, 128, 256)
 LOG2E = 1.4426950408889634

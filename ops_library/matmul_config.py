@@ -9,8 +9,7 @@ from kaio.dialects.smem import LAYOUT_KINDS
 from kaio.errors import KaioValueError
 from kaio.launch_limits import MAX_MAXNREG, MAX_STAGES, MAX_THREADS, MAXNREG_RULE, MIN_MAXNREG, STAGES_RULE
 from kaio.ops_library.config_fields import bool_field, choice_field, int_field, int_tuple_field, settle
-from kaio.pipeline import Pipeline, has_wgmma
-from kaio.pipeline_options import TilePipelineOptions, build_pipeline
+from kaio.pipeline import Pipeline, TilePipelineOptions, build_pipeline, has_wgmma
 
 
 @dataclass(frozen=True)

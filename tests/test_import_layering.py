@@ -394,3 +394,9 @@ def test_the_torch_layer_is_loaded_by_name_nowhere_else() -> None:
     assert not {f"kaio.ops_library.{module}" for module in kaio.ops_library._OPS.values()} & layer
     planted = {"kaio.ops_library.rows": "def torch_op():\n    importlib.import_module('kaio.ops_library.torch_ops')\n"}
     assert _loads_by_name(planted) == {("kaio.ops_library.rows", "'kaio.ops_library.torch_ops'")}
+
+
+def test_kaio_s_modules_form_no_cycle_anywhere() -> None:
+    # every package, function-level imports counted; the one load of the torch layer by the
+    # op layer (PLUGIN_LOADS) is its plugin entry, checked alone by the torch-layer tests
+    assert _cycles(_graph(["kaio"])) == []

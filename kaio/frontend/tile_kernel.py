@@ -97,7 +97,7 @@ class TileKernel(GpuKernel):
     def default_pipeline(self, arch: str = "sm_80") -> Any:
         if self._pipeline is not None:
             return self._pipeline(arch)
-        from kaio.pipeline_options import TilePipelineOptions, build_pipeline
+        from kaio.pipeline import TilePipelineOptions, build_pipeline
 
         return build_pipeline(arch, TilePipelineOptions())  # stages and maxnreg: the module's kaio.launch
 

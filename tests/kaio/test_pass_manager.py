@@ -20,6 +20,7 @@ from xdsl.transforms.canonicalize import CanonicalizePass
 import kaio
 import kaio.tile as kt
 from kaio import pass_registry
+from kaio.entry_points import ENTRY_POINT_GROUP
 from kaio.errors import KaioCompileError, KaioPipelineError, KaioPipelineWarning
 from kaio.pass_manager import PassTiming, print_after_change, timing_table
 from kaio.pipeline import Pipeline, available_passes, tile_pipeline
@@ -166,7 +167,7 @@ def test_a_pass_from_an_xdsl_universe_entry_point_works(fresh_registry, monkeypa
     real = metadata.entry_points
 
     def entry_points(**kwargs):
-        if kwargs.get("group") == pass_registry.ENTRY_POINT_GROUP:
+        if kwargs.get("group") == ENTRY_POINT_GROUP:
             return [entry, broken]
         return real(**kwargs)
 

@@ -17,8 +17,7 @@ from kaio.dialects import stage_attrs
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library.attention import AttentionConfig
 from kaio.ops_library.matmul_config import SIMT_CONFIGS, TENSOR_CORE_CONFIGS, WGMMA_CONFIGS
-from kaio.pipeline import Pipeline, TilePipelineOptions, kernel_pipeline, tile_pipeline
-from kaio.pipeline_options import build_pipeline
+from kaio.pipeline import Pipeline, TilePipelineOptions, build_pipeline, kernel_pipeline, tile_pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 from tile_matmul_bias_gelu import matmul_bias_gelu_kernel
