@@ -103,13 +103,16 @@ class TileKernel(GpuKernel):
 
     def with_options(self, num_warps: int | None = None, num_stages: int | None = None,
                      maxnreg: int | None = None) -> TileKernel:  # fmt: skip
-        """The same kernel with other launch options (checked, parsed again)."""
-        return TileKernel(
+        """The same kernel with other launch options (checked, parsed again); a pipeline given
+        by :meth:`with_pipeline` stays."""
+        other = TileKernel(
             self.fn,
             self.num_warps if num_warps is None else num_warps,
             self.num_stages if num_stages is None else num_stages,
             self.maxnreg if maxnreg is None else maxnreg,
         )
+        other._pipeline = self._pipeline
+        return other
 
     def source_key(self) -> str:
         return f"{super().source_key()}|stages={self.num_stages}|maxnreg={self.maxnreg}"
