@@ -42,9 +42,9 @@ from xdsl.printer import Printer
 from xdsl.traits import MemoryReadEffect, MemoryWriteEffect, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from kaio.dialects.smem_layout_kinds import LAYOUT_KINDS
 from kaio.dialects.tile import ViewType
 
-LAYOUT_KINDS = ("none", "pad", "swizzle", "wgmma")
 WGMMA_SPANS = (128, 64, 32)  # swizzle spans of the wgmma layout, widest first
 
 

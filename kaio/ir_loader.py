@@ -25,7 +25,8 @@ from xdsl.passes import ModulePass, PassPipeline
 from xdsl.utils.exceptions import ParseError, VerifyException
 
 from kaio.compiled import CompiledKernel, KernelParam
-from kaio.compiler import _check_pipeline_arch, _resolve_pipeline, lower_module, params_of
+from kaio.compiler import _resolve_pipeline
+from kaio.module_compiler import check_pipeline_arch, lower_module, params_of
 from kaio.dialects import kernel as kernel_dialect
 from kaio.dialects import ptx
 from kaio.dump_folders import FolderInfo, read_info
@@ -116,7 +117,7 @@ def load_ir(
     arch_name = _arch(arch, info, pipeline is not None)
     module = _parse(text, str(path) if path is not None else "<ir>")
     rest = _rest_of_pipeline(module, arch_name, stage, info, pipeline)
-    _check_pipeline_arch(rest, arch_name)
+    check_pipeline_arch(rest, arch_name)
     funcs = kernel_dialect.kernel_funcs(module)
     entries = [op for op in module.ops if isinstance(op, ptx.EntryOp)]
     if len(funcs) + len(entries) != 1:

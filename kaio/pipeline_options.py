@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kaio.dialects.smem_layout_kinds import LAYOUT_KINDS
 from kaio.dtypes import is_int_value
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.launch_limits import (
@@ -70,8 +71,6 @@ class TilePipelineOptions:
     def __post_init__(self) -> None:
         owner = "TilePipelineOptions"
         if self.layout is not None:
-            from kaio.dialects.smem import LAYOUT_KINDS
-
             if not isinstance(self.layout, str) or self.layout not in LAYOUT_KINDS:
                 rule = f"None or one of {', '.join(LAYOUT_KINDS)}"
                 _wrong(owner, "layout", self.layout, rule, isinstance(self.layout, str))

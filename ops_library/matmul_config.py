@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from kaio.dialects.smem import LAYOUT_KINDS
+from kaio.dialects.smem_layout_kinds import LAYOUT_KINDS
 from kaio.errors import KaioValueError
 from kaio.launch_limits import MAX_MAXNREG, MAX_STAGES, MAX_THREADS, MAXNREG_RULE, MIN_MAXNREG, STAGES_RULE
 from kaio.ops_library.config_fields import bool_field, choice_field, int_field, int_tuple_field, settle

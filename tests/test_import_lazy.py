@@ -98,3 +98,6 @@ def test_a_disk_cache_hit_in_a_fresh_process_imports_no_pass(tmp_path):
     loaded = [m for m in hit if m.startswith("kaio.passes.") and m != "kaio.passes.to_ptx"]
     assert loaded == [] and "ml_dtypes" not in hit
     assert "importlib.metadata" not in hit  # no entry points read: every pass named is kaio's or xDSL's
+    # nor the compile itself, the ptx dialect or its printer
+    assert not {"kaio.module_compiler", "kaio.dialects.ptx", "kaio.targets.ptx.printer"} & set(hit)
+    assert {"kaio.module_compiler", "kaio.dialects.ptx"} <= set(cold)

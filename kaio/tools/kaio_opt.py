@@ -119,7 +119,7 @@ class KaioOptMain(xDSLOptMain):
         """The ``ptx`` target prints only PTX ops: what is left unlowered would vanish from the
         output (a module never lowered printed a PTX file with no ``.entry``, exit status 0).
         Refused as ``kaio.compile`` refuses it."""
-        from kaio.compiler import check_only_ptx
+        from kaio.module_compiler import check_only_ptx
         from kaio.dialects import ptx
 
         check_only_ptx(prog, self.pipeline)

@@ -1,4 +1,4 @@
-"""A compile pauses Python's cyclic garbage collector (kaio.compiler: the IR is all cycles, and
+"""A compile pauses Python's cyclic garbage collector (kaio.module_compiler: the IR is all cycles, and
 collections during a compile rescan it over and over) and gives it back as it found it."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def double(x: Array[f32], y: MutArray[f32], n: u32):
 
 def watched_collector(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether the collector was on, seen from inside the compile (the printer's call)."""
-    from kaio import compiler
+    from kaio import module_compiler as compiler
 
     seen: list[bool] = []
     original = compiler.print_ptx

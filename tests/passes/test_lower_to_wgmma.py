@@ -11,9 +11,10 @@ from xdsl.parser import Parser
 from xdsl.utils.exceptions import VerifyException
 
 import kaio
+import kaio.module_compiler
 from kaio.locations import print_with_locations
 import kaio.tile as kt
-from kaio.compiler import kaio_context
+from kaio.dialect_registry import kaio_context
 from kaio.dialects import smem, tile, wgmma
 from kaio.dialects.tile_layout import MmaLayout, layout_of
 from kaio.errors import KaioTargetError
@@ -401,16 +402,16 @@ def test_a_kernel_without_the_hoisted_fence_is_rejected(rng, monkeypatch):
     generic writes read by wgmma's async proxy (the same edit that only swaps the init fence
     passes: the hoisted fence alone orders Q)."""
     monkeypatch.setenv("KAIO_CACHE", "0")
-    printer = kaio.compiler.print_ptx
+    printer = kaio.module_compiler.print_ptx
 
     def swap_only(ptx: str) -> str:
         init_fence = "fence.proxy.async.shared::cta;\n$L_endif"
         assert init_fence in ptx
         return ptx.replace(init_fence, "fence.mbarrier_init.release.cluster;\n$L_endif", 1)
 
-    monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch=None: swap_only(printer(module, arch)))
+    monkeypatch.setattr(kaio.module_compiler, "print_ptx", lambda module, arch=None: swap_only(printer(module, arch)))
     got, want = run_q_loop(rng)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
-    monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch=None: without_the_hoisted_fence(printer(module, arch)))
+    monkeypatch.setattr(kaio.module_compiler, "print_ptx", lambda module, arch=None: without_the_hoisted_fence(printer(module, arch)))
     with pytest.raises(kaio.KaioSimError, match=r"missing fence\.proxy\.async: a generic-proxy write"):
         run_q_loop(rng)

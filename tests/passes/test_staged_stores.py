@@ -12,7 +12,7 @@ import pytest
 import kaio
 import kaio.tile as kt
 from kaio.compiled import ARG_FACTS
-from kaio.compiler import kaio_context
+from kaio.dialect_registry import kaio_context
 from kaio.dialects import tile
 from kaio.dialects.tile_layout import BlockedLayout, MmaLayout, layout_of
 from kaio.pipeline import Pipeline

@@ -6,7 +6,7 @@ from xdsl.dialects import scf
 from xdsl.dialects.builtin import ModuleOp
 
 from kaio import dtypes
-from kaio.compiler import kaio_context
+from kaio.dialect_registry import kaio_context
 from kaio.dialects.tile_layout import BlockedLayout, MmaLayout, layout_of
 from kaio.errors import KaioCompileError
 from kaio.ops_library.matmul_config import MatmulConfig

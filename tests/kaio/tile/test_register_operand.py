@@ -96,7 +96,7 @@ def test_pack_a_round_trips_through_text_and_verifies_its_block():
     from xdsl.parser import Parser
     from xdsl.utils.exceptions import VerifyException
 
-    from kaio.compiler import kaio_context
+    from kaio.dialect_registry import kaio_context
 
     text = stages_of("bf16")["lower-to-mma-sync"]
     assert print_with_locations(Parser(kaio_context(), text).parse_module()) == text

@@ -332,7 +332,7 @@ def test_unused_olds_become_red_and_need_no_shared_memory():
 def test_atomics_survive_every_stage_as_text():
     from xdsl.parser import Parser
 
-    from kaio.compiler import kaio_context
+    from kaio.dialect_registry import kaio_context
 
     def atomics(text: str) -> list[str]:  # the atomic ops' lines, without source locations
         return [re.sub(r" loc\(.*\)$", "", line) for line in text.splitlines() if "tile.atomic" in line]

@@ -13,7 +13,7 @@ import pytest
 from xdsl.parser import Parser
 
 import kaio
-from kaio.compiler import kaio_context
+from kaio.dialect_registry import kaio_context
 from kaio.locations import print_with_locations
 from kaio.targets.ptx import toolchain
 from kaio.targets.ptx.printer import print_ptx
@@ -94,7 +94,7 @@ def test_tile_ptx_names_the_line_of_each_instruction(kernel_file):
 
 
 def test_comments_off_keeps_the_line_info(kernel_file):
-    from kaio.compiler import run_pipeline
+    from kaio.pass_manager import run_pipeline
 
     mod = kernel_file(SIMT)
     module = mod.shift.build({}).module

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kaio
-import kaio.compiler
+import kaio.module_compiler
 import kaio.tile as kt
 from kaio import KaioMemoryError, KaioSimError
 from kaio.pipeline import Pipeline, tile_pipeline
@@ -114,8 +114,8 @@ def edit_ptx(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[str], str]]
     monkeypatch.setenv("KAIO_CACHE", "0")
 
     def install(edit: Callable[[str], str]) -> None:
-        printer = kaio.compiler.print_ptx
-        monkeypatch.setattr(kaio.compiler, "print_ptx", lambda module, arch=None: edit(printer(module, arch)))
+        printer = kaio.module_compiler.print_ptx
+        monkeypatch.setattr(kaio.module_compiler, "print_ptx", lambda module, arch=None: edit(printer(module, arch)))
 
     return install
 

@@ -158,7 +158,7 @@ def test_every_stage_round_trips_through_text(arch):
     """tile.dot's unsigned operands, i8 mma fragments and !wgmma.acc<N, i32> print and parse back."""
     from xdsl.parser import Parser
 
-    from kaio.compiler import kaio_context
+    from kaio.dialect_registry import kaio_context
     from kaio.locations import print_with_locations
 
     kernel = int8_dot_k_major if arch == "sm_90a" else dot_kernel("u8", "i8", False)
