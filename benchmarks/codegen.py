@@ -20,7 +20,7 @@ and one figure per kind of kernel:
   a thread executes, the whole straight-line body) x threads / elements of the row;
 - cross-entropy with its gradient (rows of 32768 swept in column blocks, Liger-Kernel's kernel
   beside kaio's when ``liger-kernel`` is installed): instructions per logit: (one trip of each
-  sweep, the loops computing exp, summed) x threads / columns per trip.
+  sweep, the loops computing exp, summed) x threads / columns per trip (each side's own).
 
 The Triton side (benchmarks/triton_kernels.py, triton_tutorial.py) compiles the same tiles,
 warps and stages for the same target when triton is installed, and goes through the same
@@ -56,6 +56,7 @@ class Built:
     name: str
     warps: int
     shared_bytes: int
+    columns: int = 0  # a row kernel's columns per loop trip, where its own tiling picks them (0: the case's)
 
 
 @dataclass(frozen=True)
@@ -154,16 +155,16 @@ def _kaio_dropout(arch: str) -> Callable[[], Built]:
 def _kaio_cross_entropy(arch: str, cols: int) -> Callable[[], Built]:
     def build() -> Built:
         from kaio.ops_library import rows
-        from kaio.ops_library.cross_entropy import cross_entropy_kernel
+        from kaio.ops_library.cross_entropy import COLUMNS, cross_entropy_kernel
 
         import kaio
         from kaio import dtypes
 
-        b = rows.blocks(8192, cols)
+        b = rows.blocks(8192, cols, max_block=COLUMNS)  # the op's tiling
         c = kaio.compile(rows.with_warps(cross_entropy_kernel(dtypes.f16, dtypes.i32), b.warps), arch,
                          __divisible__=(("rows", 16), ("cols", 16)), R=b.rows, C=b.cols, SINGLE=b.single,
                          GRAD=True, SCALED=False)  # fmt: skip
-        return Built(c.ptx, c.name, b.warps, c.shared_bytes + c.dynamic_shared_bytes)
+        return Built(c.ptx, c.name, b.warps, c.shared_bytes + c.dynamic_shared_bytes, b.rows * b.cols)
 
     return build
 
@@ -225,8 +226,8 @@ def cases() -> list[Case]:
             out.append(Case(f"{op} f16 rows of 4096 {arch}", arch, _kaio_row(op, arch, 4096),
                             _triton(lambda tk, op=op, cc=cc: tk.row_kernel(op, cc, 4096, 8)), "element", (4096, 0)))  # fmt: skip
     for arch, cc in (("sm_80", 80), ("sm_90a", 90)):
-        # the loss and the gradient of f16 logits, rows of 32768 in two sweeps of 4096-column
-        # blocks; Liger at kaio's tile (4096 columns, 8 warps) and at its own (32768, 32 warps)
+        # the loss and the gradient of f16 logits, rows of 32768 in two sweeps of column blocks
+        # (kaio's: 8192, 8 warps); Liger at 4096 columns and 8 warps, and at its own (32768, 32)
         out.append(Case(f"cross_entropy + grad f16 V=32768 {arch}", arch, _kaio_cross_entropy(arch, 32768),
                         _triton(lambda tk, cc=cc: tk.liger_cross_entropy(cc, 4096, 8)), "logit", (4096, 0)))  # fmt: skip
         out.append(Case(f"cross_entropy + grad f16 V=32768 {arch} Liger's 32768-w32", arch, lambda: None,  # type: ignore[arg-type,return-value]
@@ -270,7 +271,7 @@ def measure(case: Case, side: str, build: Callable[[], Built]) -> Row | None:
     if case.unit == "logit":  # the sweeps over a row's blocks: the loops that compute exp
         sweeps = [lp for lp in report.loops if lp.counts["mufu"] and not any(lp.contains(o) for o in report.loops)]
         counts = {k: sum(lp.counts[k] for lp in sweeps) for k in report.counts}
-        figure = counts["total"] * built.warps * 32 / case.tile[0]
+        figure = counts["total"] * built.warps * 32 / (built.columns or case.tile[0])
         return Row(side, report.registers, report.spill_bytes, built.shared_bytes, counts, bool(sweeps), figure)
     loop = key_loop(report) if case.unit == "score" else report.main_loop() if case.unit != "element" else None
     counts = loop.counts if loop is not None else report.counts
