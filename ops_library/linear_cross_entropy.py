@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.autograd import refuse_grad
-from kaio.ops_library.cross_entropy import check_targets
+from kaio.ops_library.cross_entropy import GATHER_LIMIT, check_targets
 from kaio.ops_library.linear_cross_entropy_kernel import copy_kernel, grad_kernel, loss_kernel
 from kaio.ops_library.matmul import matmul
 from kaio.ops_library.operands import Operand, Operands
@@ -259,7 +259,8 @@ def forward(x: Any, weight: Any, targets: Any, bias: Any, ignore_index: int, chu
             chunks.logits(r0)
             kernel.launch(ops.device, chunks.logits_t.value, bias_arg, inputs.targets.value, loss.value, lse.value,
                           r0, end, p.chunk, p.vocab, ignore_index, grid=(math.ceil(p.chunk / br),),
-                          BV=bv, BR=br, HAS_BIAS=inputs.bias is not None)  # fmt: skip
+                          BV=bv, BR=br, HAS_BIAS=inputs.bias is not None,
+                          GATHER=p.vocab * p.chunk < GATHER_LIMIT)  # fmt: skip
         chunks.release()
     return ops.result(loss), ops.result(lse)
 

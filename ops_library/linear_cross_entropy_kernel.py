@@ -18,7 +18,8 @@ from typing import Any
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
-from kaio.prelude import Array, MutArray, exp, f32, i32, log
+from kaio.ops_library.cross_entropy import fast_math_pipeline
+from kaio.prelude import Array, MutArray, exp, f32, i32, log, u32
 
 NEG_INF = float("-inf")
 
@@ -55,19 +56,27 @@ def loss_kernel(B: dtypes.ScalarType, TT: dtypes.ScalarType) -> Any:
     def linear_cross_entropy_loss(logits_t: Array[f32], bias: Array[B], targets: Array[TT], loss: MutArray[f32],
                                   lse: MutArray[f32], r0: i32, end: i32, chunk: i32, vocab: i32, ignore: i32,
                                   BV: kaio.constexpr = 64, BR: kaio.constexpr = 32,
-                                  HAS_BIAS: kaio.constexpr = False):  # fmt: skip
+                                  HAS_BIAS: kaio.constexpr = False, GATHER: kaio.constexpr = True):  # fmt: skip
         j0 = i32(kt.program_id(0)) * BR
         target = i32(kt.load(targets, (r0 + j0,), (BR,), (end,)))
         column = kt.expand_dims(target, 0)
         m = kt.full((BR,), NEG_INF, f32)
         s = kt.zeros((BR,), f32)
-        picked = kt.zeros((BR,), f32)
+        if GATHER:  # each token's target logit read once (flat u32 index: vocab * chunk < 2**32)
+            token = j0 + kt.arange(BR)
+            valid = (token < chunk) & (r0 + token < end) & (target >= 0) & (target < vocab)
+            picked = kt.load(logits_t, u32(target) * u32(chunk) + u32(token), mask=valid)
+            if HAS_BIAS:
+                picked = picked + f32(kt.load(bias, u32(target), mask=valid))
+        else:
+            picked = kt.zeros((BR,), f32)
         for v0 in range(0, vocab, BV):
             t = kt.load(logits_t, (v0, j0), (BV, BR), (vocab, chunk), other=NEG_INF)
             if HAS_BIAS:
                 t = t + kt.expand_dims(f32(kt.load(bias, (v0,), (BV,), (vocab,))), 1)
-            entry = kt.expand_dims(kt.arange(BV) + v0, 1)
-            picked = picked + kt.sum(kt.where(entry == column, t, 0.0), 0)
+            if not GATHER:  # found in the sweep: a compare, a select and a sum per logit
+                entry = kt.expand_dims(kt.arange(BV) + v0, 1)
+                picked = picked + kt.sum(kt.where(entry == column, t, 0.0), 0)
             m_new = kt.maximum(m, kt.max(t, 0))
             shift = kt.where(m_new == NEG_INF, 0.0, m_new)
             s = s * exp(m - shift) + kt.sum(exp(t - kt.expand_dims(shift, 0)), 0)
@@ -77,7 +86,7 @@ def loss_kernel(B: dtypes.ScalarType, TT: dtypes.ScalarType) -> Any:
         kt.store(loss, (r0 + j0,), kt.where(keep, row_lse - picked, 0.0), (end,))
         kt.store(lse, (r0 + j0,), row_lse, (end,))
 
-    return linear_cross_entropy_loss
+    return linear_cross_entropy_loss.with_pipeline(fast_math_pipeline)
 
 
 @cache
@@ -125,4 +134,4 @@ def grad_kernel(B: dtypes.ScalarType, TT: dtypes.ScalarType, OUT: dtypes.ScalarT
         if HAS_BIAS:
             kt.store(dbias, (v0,), kt.load(dbias, (v0,), (BV,), (vocab,)) + bias_sum, (vocab,))
 
-    return linear_cross_entropy_grad
+    return linear_cross_entropy_grad.with_pipeline(fast_math_pipeline)

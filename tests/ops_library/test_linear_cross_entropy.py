@@ -56,6 +56,19 @@ def test_autograd_matches_torch_with_bias_ignored_rows_and_per_token_weights(rng
         assert rel(got, want) <= 1e-5
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_a_chunk_too_large_for_the_target_gather_finds_targets_in_the_sweep(rng, poison, monkeypatch, with_bias):
+    # vocab * chunk >= 2**32 cannot be allocated here: lower the limit instead
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("kaio.ops_library.linear_cross_entropy"), "GATHER_LIMIT", 0)
+    x, weight, bias, targets, grad_loss = problem(rng, 21, 32, 90)
+    bias = bias if with_bias else None
+    loss, lse = linear_cross_entropy(x, weight, targets, bias=bias, chunk=16, return_lse=True)
+    want_loss, want_lse, _ = torch_reference(x, weight, bias, targets, grad_loss)
+    assert rel(loss, want_loss) <= 1e-5 and rel(lse, want_lse) <= 1e-5
+
+
 def test_numpy_without_bias_leading_dims_and_the_lse_gradient(rng, poison):
     x, weight, _, targets, grad_loss = problem(rng, 24, 48, 100, leading=(2, 12))  # chunks of 16 and 8
     grad_lse = rng.standard_normal((2, 12)).astype(np.float32)
