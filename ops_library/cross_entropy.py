@@ -8,8 +8,9 @@
 
 The loss is f32, one per row, of the logits' kind (numpy, kaio Buffer or torch tensor); take
 ``.mean()`` (over the rows kept) for torch's default reduction. The logits are read once per
-row when a row fits one tile, else in one pass of column blocks with an online max and sum:
-no probabilities are ever written. With ``return_grad`` the same sweep writes the gradient
+row when a row fits one tile (:data:`COLUMNS`), else in one pass of column blocks with an online
+max and sum: no probabilities are ever written. Each row's target logit is one gather; exp and
+log are single MUFU instructions (fast-math, as Triton's and Liger's kernels compile them). With ``return_grad`` the same sweep writes the gradient
 ``softmax - onehot`` (a row longer than a tile is swept a second time once its logsumexp is
 known); ``cross_entropy_backward`` is that sweep scaled by each row's ``grad_loss``. Targets are checked before the launch (a device tensor's
 are read back once for that); the kernel also treats any target outside ``[0, V)`` as ignored,
