@@ -178,6 +178,7 @@ def _ops() -> dict[str, Op]:
         linear_cross_entropy,
         log_softmax,
         matmul,
+        moe_topk_softmax,
         quantize_fp8,
         quantize_int8,
         rms_norm,
@@ -214,6 +215,7 @@ def _ops() -> dict[str, Op]:
         "attention": Op(lambda t, _: [attention(head(t["q"]), head(t["k"]), head(t["v"]), out=head(t["out"]),
                                                 kv_lens=arr((1,), t["kv_lens"]), return_lse=True, device=SIM)],
                         frozenset({"out", "kv_lens"})),  # fmt: skip
+        "moe_topk_softmax": Op(lambda t, _: [moe_topk_softmax(arr((1, 1), t["logits"]), 1, device=SIM)]),
         "softmax": Op(one_row(softmax)),
         "log_softmax": Op(one_row(log_softmax)),
         "layer_norm": Op(lambda t, _: [layer_norm(arr((1, 1), t["x"]), arr((1,), t["weight"]), arr((1,), t["bias"]),
