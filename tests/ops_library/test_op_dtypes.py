@@ -178,6 +178,7 @@ def _ops() -> dict[str, Op]:
         linear_cross_entropy,
         log_softmax,
         matmul,
+        moe_align,
         moe_topk_softmax,
         quantize_fp8,
         quantize_int8,
@@ -215,6 +216,7 @@ def _ops() -> dict[str, Op]:
         "attention": Op(lambda t, _: [attention(head(t["q"]), head(t["k"]), head(t["v"]), out=head(t["out"]),
                                                 kv_lens=arr((1,), t["kv_lens"]), return_lse=True, device=SIM)],
                         frozenset({"out", "kv_lens"})),  # fmt: skip
+        "moe_align": Op(lambda t, _: [moe_align(arr((1, 1), t["ids"], 0), 1, 1, device=SIM)]),
         "moe_topk_softmax": Op(lambda t, _: [moe_topk_softmax(arr((1, 1), t["logits"]), 1, device=SIM)]),
         "softmax": Op(one_row(softmax)),
         "log_softmax": Op(one_row(log_softmax)),
