@@ -34,7 +34,7 @@ _OPS: dict[str, str] = {
     "int8_matmul": "int8_matmul", "fp8_matmul": "fp8_matmul",
     "quantize_int8": "quantize", "quantize_fp8": "quantize",
     "gguf_matmul": "gguf_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
-    "moe_topk_softmax": "moe_routing", "moe_align": "moe_align",
+    "moe_topk_softmax": "moe_routing", "moe_align": "moe_align", "grouped_matmul": "grouped_matmul",
 }  # fmt: skip
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.fp8_matmul import fp8_matmul
     from kaio.ops_library.gguf_linear import GGUFLinear, gguf_linear
     from kaio.ops_library.gguf_matmul import gguf_matmul
+    from kaio.ops_library.grouped_matmul import grouped_matmul
     from kaio.ops_library.int8_matmul import int8_matmul
     from kaio.ops_library.linear_cross_entropy import (
         linear_cross_entropy,

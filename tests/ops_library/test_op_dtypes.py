@@ -173,6 +173,7 @@ def _ops() -> dict[str, Op]:
         fp8_matmul,
         gelu_and_mul,
         gguf_matmul,
+        grouped_matmul,
         int8_matmul,
         layer_norm,
         linear_cross_entropy,
@@ -216,6 +217,9 @@ def _ops() -> dict[str, Op]:
         "attention": Op(lambda t, _: [attention(head(t["q"]), head(t["k"]), head(t["v"]), out=head(t["out"]),
                                                 kv_lens=arr((1,), t["kv_lens"]), return_lse=True, device=SIM)],
                         frozenset({"out", "kv_lens"})),  # fmt: skip
+        "grouped_matmul": Op(lambda t, kw: [grouped_matmul(
+            arr((1, 1), t["x"]), arr((1, 1, 1), t["w"]), np.array([0, 1]).astype(t["expert_offsets"]), device=SIM,
+            **kw)]),  # fmt: skip
         "moe_align": Op(lambda t, _: [moe_align(arr((1, 1), t["ids"], 0), 1, 1, device=SIM)]),
         "moe_topk_softmax": Op(lambda t, _: [moe_topk_softmax(arr((1, 1), t["logits"]), 1, device=SIM)]),
         "softmax": Op(one_row(softmax)),
