@@ -35,6 +35,7 @@ _OPS: dict[str, str] = {
     "quantize_int8": "quantize", "quantize_fp8": "quantize",
     "gguf_matmul": "gguf_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
     "moe_topk_softmax": "moe_routing", "moe_align": "moe_align", "grouped_matmul": "grouped_matmul",
+    "fused_moe": "moe_fused",
 }  # fmt: skip
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
@@ -57,6 +58,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.matmul_backward import matmul_backward
     from kaio.ops_library.matmul_config import MatmulConfig
     from kaio.ops_library.moe_align import moe_align
+    from kaio.ops_library.moe_fused import fused_moe
     from kaio.ops_library.moe_routing import moe_topk_softmax
     from kaio.ops_library.norms import layer_norm, rms_norm
     from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backward

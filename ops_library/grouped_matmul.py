@@ -59,7 +59,8 @@ def grouped_matmul_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any:
     @kaio.tile_kernel(num_warps=WARPS, num_stages=STAGES)
     def grouped_matmul(x: Array[IN], w: Array[IN], offsets: Array[i32], y: MutArray[OUT], experts: i32,
                        n: i32, k: i32, BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BK: kaio.constexpr = 32,
-                       BASE_X: kaio.constexpr = 16, BASE_W: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16):  # fmt: skip
+                       BASE_X: kaio.constexpr = 16, BASE_W: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16,
+                       W_NK: kaio.constexpr = False):  # fmt: skip
         x, w, y = kt.multiple_of(x, BASE_X), kt.multiple_of(w, BASE_W), kt.multiple_of(y, BASE_Y)
         tiles_n = (n + BN - 1) // BN
         tiles_m = 0
@@ -84,8 +85,11 @@ def grouped_matmul_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any:
             end = min(hi, m0 + BM)  # the tile's last row + 1: the group's end bounds it
             acc = kt.zeros((BM, BN), f32)
             for k0 in range(0, k, BK):
-                acc = kt.dot(kt.load(x, (m0, k0), (BM, BK), (end, k)),
-                             kt.load(w, (e * k + k0, n0), (BK, BN), (e * k + k, n)), acc)  # fmt: skip
+                a = kt.load(x, (m0, k0), (BM, BK), (end, k))
+                if W_NK:  # w[e] stored (N, K), as nn.Linear weights are: its transpose
+                    acc = kt.dot(a, kt.trans(kt.load(w, (e * n + n0, k0), (BN, BK), (e * n + n, k))), acc)
+                else:
+                    acc = kt.dot(a, kt.load(w, (e * k + k0, n0), (BK, BN), (e * k + k, n)), acc)
             kt.store(y, (m0, n0), OUT(acc), (end, n))
 
     return grouped_matmul
@@ -161,11 +165,19 @@ def grouped_matmul(x: Any, w: Any, expert_offsets: Any, *, out_dtype: str = "f32
         raise KaioTypeError(f"{op}: `programs` must be a positive int or None, got {programs!r}")
     (tokens, k), (experts, _, n) = ox.shape, ow.shape
     oy = ops.output((tokens, n), out)
-    if tokens and n:
-        bm, bn, bk = BLOCK
-        worst = (-(-tokens // bm) + experts) * -(-n // bn)  # every group may end in a partial tile
-        grid = min(programs or programs_for(ops.device, worst), worst)
-        grouped_matmul_kernel(ox.dtype, out).launch(
-            ops.device, ox.value, ow.value, oo.value, oy.value, experts, n, k, grid=(grid,), BM=bm, BN=bn, BK=bk,
-            BASE_X=base_alignment(ox.ptr), BASE_W=base_alignment(ow.ptr), BASE_Y=base_alignment(oy.ptr))  # fmt: skip
+    launch(ops.device, ox, ow, oo, oy, experts, n, k, programs)
     return ops.result(oy)
+
+
+def launch(device: Any, x: Operand, w: Operand, offsets: Operand, y: Operand, experts: int, n: int, k: int,
+           programs: int | None = None, w_nk: bool = False) -> None:  # fmt: skip
+    """The launch on checked operands (``w_nk``: ``w`` is (E, N, K))."""
+    tokens = x.shape[0]
+    if not (tokens and n):
+        return
+    bm, bn, bk = BLOCK
+    worst = (-(-tokens // bm) + experts) * -(-n // bn)  # every group may end in a partial tile
+    grid = min(programs or programs_for(device, worst), worst)
+    grouped_matmul_kernel(x.dtype, y.dtype).launch(
+        device, x.value, w.value, offsets.value, y.value, experts, n, k, grid=(grid,), BM=bm, BN=bn, BK=bk,
+        BASE_X=base_alignment(x.ptr), BASE_W=base_alignment(w.ptr), BASE_Y=base_alignment(y.ptr), W_NK=w_nk)  # fmt: skip

@@ -37,7 +37,7 @@ from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.moe_checks import check_count, check_ids, take_index
-from kaio.ops_library.operands import Operands
+from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, i32
 
 MAX_EXPERTS = 1024  # the scatter's (C, EP) comparison tile
@@ -72,6 +72,7 @@ def moe_prefix(counts: Array[i32], starts: MutArray[i32], sorted_ids: MutArray[i
             kt.store(expert_ids, (b0,), kt.full((B,), e, i32), (end,))
         start = end * block
     kt.store(num_post, (0,), kt.full((1,), start, i32), (1,))
+    kt.store(starts, (experts,), kt.full((1,), start, i32), (experts + 1,))  # the end of the last
     for b0 in range(start // block, blocks, B):
         kt.store(expert_ids, (b0,), kt.zeros((B,), i32), (blocks,))
 
@@ -125,14 +126,24 @@ def moe_align(ids: Any, num_experts: int, block: int, *, device: Any = None) -> 
     sorted_ids = ops.output((padded_len,), dtypes.i32)
     expert_ids = ops.output((blocks,), dtypes.i32)
     num_post = ops.output((1,), dtypes.i32)
+    with ops.workspace((experts + 1,), dtypes.i32) as starts:
+        launch(ops, oi, n, experts, block, sorted_ids, expert_ids, num_post, starts)
+    return ops.result(sorted_ids), ops.result(expert_ids), ops.result(num_post)
+
+
+def launch(ops: Operands, oi: Operand, n: int, experts: int, block: int, sorted_ids: Operand, expert_ids: Operand,
+           num_post: Operand, starts: Operand) -> None:  # fmt: skip
+    """The three launches, on checked arguments; ``starts`` (E + 1,) is left holding where
+    each expert's run begins (and the padded total last): with ``block`` 1, the exclusive
+    prefix sum of the counts that :func:`kaio.ops_library.grouped_matmul` takes."""
     dev = ops.device
-    with ops.workspace((experts,), dtypes.i32, zero=True) as counts, ops.workspace((experts,), dtypes.i32) as starts:
+    padded_len, blocks = sorted_ids.shape[0], expert_ids.shape[0]
+    with ops.workspace((experts,), dtypes.i32, zero=True) as counts:
         if n:
             histogram_kernel(oi.dtype).launch(dev, oi.value, counts.value, n, experts, grid=(-(-n // HIST_BLOCK),))
         moe_prefix.launch(dev, counts.value, starts.value, sorted_ids.value, expert_ids.value, num_post.value, n,
                           experts, block, padded_len, blocks, grid=(1,))  # fmt: skip
-        if n:
-            ep = rowops.next_pow2(experts)
-            scatter_kernel(oi.dtype).launch(dev, oi.value, starts.value, sorted_ids.value, n, experts, grid=(1,),
-                                            C=chunk(ep), EP=ep)  # fmt: skip
-    return ops.result(sorted_ids), ops.result(expert_ids), ops.result(num_post)
+    if n:
+        ep = rowops.next_pow2(experts)
+        scatter_kernel(oi.dtype).launch(dev, oi.value, starts.value, sorted_ids.value, n, experts, grid=(1,),
+                                        C=chunk(ep), EP=ep)  # fmt: skip

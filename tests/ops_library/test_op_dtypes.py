@@ -171,6 +171,7 @@ def _ops() -> dict[str, Op]:
         dropout,
         dropout_add,
         fp8_matmul,
+        fused_moe,
         gelu_and_mul,
         gguf_matmul,
         grouped_matmul,
@@ -220,6 +221,9 @@ def _ops() -> dict[str, Op]:
         "grouped_matmul": Op(lambda t, kw: [grouped_matmul(
             arr((1, 1), t["x"]), arr((1, 1, 1), t["w"]), np.array([0, 1]).astype(t["expert_offsets"]), device=SIM,
             **kw)]),  # fmt: skip
+        "fused_moe": Op(lambda t, _: [fused_moe(
+            arr((1, 1), t["x"]), arr((1, 2, 1), t["w_gate_up"]), arr((1, 1, 1), t["w_down"]), arr((1, 1), t["weights"]),
+            arr((1, 1), t["ids"], 0), device=SIM)]),  # fmt: skip
         "moe_align": Op(lambda t, _: [moe_align(arr((1, 1), t["ids"], 0), 1, 1, device=SIM)]),
         "moe_topk_softmax": Op(lambda t, _: [moe_topk_softmax(arr((1, 1), t["logits"]), 1, device=SIM)]),
         "softmax": Op(one_row(softmax)),
