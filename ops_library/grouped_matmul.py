@@ -19,9 +19,13 @@ offsets that never steps back): over the whole launch a program reads each offse
 instead of searching the groups per tile. A grid sized for the worst case (``ceil(T / BM) + E``
 M tiles) with an early exit would launch up to E idle rows of programs, each still searching
 the groups; with the persistent walk, the launch, the set-up and the idle programs are paid
-once, as in the persistent dense matmul. Rows of a tile past its group's end are masked by the
-load and store bounds (the bound is the group's end), so no row of another expert is ever
-read or written.
+once, as in the persistent dense matmul. A tile's rows past its group's end are not stored
+(the store's bound is the group's end, so no row of another expert is written); they may be
+read, as rows of x past the end belong to the next group and only make rows of y that are not
+stored. So x's tiles are bounded by x's own size, and ``w[e]``'s by the whole weight array
+(its rows past N only make columns past N; along K, where a tile past the end of ``w[e]``
+would add the next expert's rows into the sum, by ``w[e]``'s own rows unless BK divides K):
+bounds that are the kernel's arguments, which on sm_90a lets the loads be TMA copies.
 
 The tile loop's body is the dense matmul's: ``kt.dot`` over K in ``BK`` steps on an
 ``(BM, BK)`` tile of x and a ``(BK, BN)`` tile of ``w[e]`` (``w`` seen as ``(E * K, N)``), so it
@@ -57,10 +61,10 @@ def grouped_matmul_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any:
     """The tile kernel for one (input, output) type pair."""
 
     @kaio.tile_kernel(num_warps=WARPS, num_stages=STAGES)
-    def grouped_matmul(x: Array[IN], w: Array[IN], offsets: Array[i32], y: MutArray[OUT], experts: i32,
+    def grouped_matmul(x: Array[IN], w: Array[IN], offsets: Array[i32], y: MutArray[OUT], m: i32, experts: i32,
                        n: i32, k: i32, BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BK: kaio.constexpr = 32,
                        BASE_X: kaio.constexpr = 16, BASE_W: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16,
-                       W_NK: kaio.constexpr = False):  # fmt: skip
+                       W_NK: kaio.constexpr = False, K_TILED: kaio.constexpr = False):  # fmt: skip
         x, w, y = kt.multiple_of(x, BASE_X), kt.multiple_of(w, BASE_W), kt.multiple_of(y, BASE_Y)
         tiles_n = (n + BN - 1) // BN
         tiles_m = 0
@@ -85,9 +89,13 @@ def grouped_matmul_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any:
             end = min(hi, m0 + BM)  # the tile's last row + 1: the group's end bounds it
             acc = kt.zeros((BM, BN), f32)
             for k0 in range(0, k, BK):
-                a = kt.load(x, (m0, k0), (BM, BK), (end, k))
+                # rows of x past the group's end only make rows of y that are not stored: x is
+                # bounded by its own size, w[e]'s K by the expert's own rows unless BK divides K
+                a = kt.load(x, (m0, k0), (BM, BK), (m, k))
                 if W_NK:  # w[e] stored (N, K), as nn.Linear weights are: its transpose
-                    acc = kt.dot(a, kt.trans(kt.load(w, (e * n + n0, k0), (BN, BK), (e * n + n, k))), acc)
+                    acc = kt.dot(a, kt.trans(kt.load(w, (e * n + n0, k0), (BN, BK), (experts * n, k))), acc)
+                elif K_TILED:
+                    acc = kt.dot(a, kt.load(w, (e * k + k0, n0), (BK, BN), (experts * k, n)), acc)
                 else:
                     acc = kt.dot(a, kt.load(w, (e * k + k0, n0), (BK, BN), (e * k + k, n)), acc)
             kt.store(y, (m0, n0), OUT(acc), (end, n))
@@ -179,5 +187,6 @@ def launch(device: Any, x: Operand, w: Operand, offsets: Operand, y: Operand, ex
     worst = (-(-tokens // bm) + experts) * -(-n // bn)  # every group may end in a partial tile
     grid = min(programs or programs_for(device, worst), worst)
     grouped_matmul_kernel(x.dtype, y.dtype).launch(
-        device, x.value, w.value, offsets.value, y.value, experts, n, k, grid=(grid,), BM=bm, BN=bn, BK=bk,
-        BASE_X=base_alignment(x.ptr), BASE_W=base_alignment(w.ptr), BASE_Y=base_alignment(y.ptr), W_NK=w_nk)  # fmt: skip
+        device, x.value, w.value, offsets.value, y.value, tokens, experts, n, k, grid=(grid,), BM=bm, BN=bn, BK=bk,
+        BASE_X=base_alignment(x.ptr), BASE_W=base_alignment(w.ptr), BASE_Y=base_alignment(y.ptr), W_NK=w_nk,
+        K_TILED=k % bk == 0)  # fmt: skip
