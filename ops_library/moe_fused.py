@@ -9,8 +9,8 @@ with ``e = ids[t, j]``: ``w_gate_up`` (E, 2F, D), the gate rows first, then the 
 ``w_down`` (E, D, F), both in ``nn.Linear``'s (out, in) layout as vLLM keeps them;
 ``activation`` "silu" (the default) or "gelu" (erf).
 
-Composed from the MoE ops, seven launches, each on the device: :func:`moe_align` with block 1
-(the ``T * k`` (token, choice) pairs sorted by expert and the expert offsets), a gather of x's
+Composed from the MoE ops, eight launches, each on the device: :func:`moe_align` with block 1 (three:
+the ``T * k`` (token, choice) pairs sorted by expert and the expert offsets), a gather of x's
 rows into that order (it also writes the inverse permutation), :func:`grouped_matmul` with the
 gate/up weights (out x's type), the gated activation of ``silu_and_mul``, :func:`grouped_matmul`
 with the down weights (f32), and a combine that sums each token's k rows scaled by their

@@ -69,6 +69,10 @@ def test_one_token_and_all_tokens_on_one_expert(rng, poison):
     check(np.full((50, 1), 2, np.int32), 3, 16)
 
 
+def test_no_tokens(poison):
+    check(np.zeros((0, 2), np.int32), 3, 4)  # all padding: T * k = 0 everywhere, no block
+
+
 def test_many_chunks_and_experts(rng, poison):
     check(rng.integers(0, 300, (200, 2)).astype(np.int32), 300, 32)  # EP 512: 16 entries per chunk
 

@@ -68,6 +68,12 @@ def test_all_tokens_on_one_expert(rng, poison):
     check(inputs(rng, 20, 16, 24, 4, 1, ids=np.full((20, 1), 3, np.int32)))
 
 
+def test_no_tokens(rng, poison):
+    x, w_gate_up, w_down, weights, ids = inputs(rng, 0, 16, 16, 3, 2, ids=np.zeros((0, 2), np.int32))
+    y = fused_moe(x, w_gate_up, w_down, weights, ids, device=SIM)
+    assert y.shape == (0, 16) and y.dtype == np.float16
+
+
 def test_from_the_router(rng, poison):
     x, w_gate_up, w_down, _, _ = inputs(rng, 6, 16, 16, 6, 2)
     weights, ids = moe_topk_softmax(rng.standard_normal((6, 6)).astype(np.float32), 2, device=SIM)

@@ -64,6 +64,11 @@ def test_one_token_and_many_tokens_per_program(rng, poison):
     check(rng.standard_normal((37, 4)).astype(np.float32), 3)  # 16 tokens a program, a partial last
 
 
+def test_no_tokens(poison):
+    w, ids = moe_topk_softmax(np.zeros((0, 5), np.float16), 2, device=SIM)
+    assert w.shape == ids.shape == (0, 2) and w.dtype == np.float32 and ids.dtype == np.int32
+
+
 def test_ties_go_to_the_lower_expert_id(poison):
     x = np.array([[1, 3, 3, 0, 3, 1], [0, 0, 0, 0, 0, 0]], np.float32)
     w, ids = moe_topk_softmax(x, 4, device=SIM)
