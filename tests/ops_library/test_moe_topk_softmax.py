@@ -76,6 +76,19 @@ def test_ties_go_to_the_lower_expert_id(poison):
     np.testing.assert_allclose(w[1], 0.25)
 
 
+def test_ties_in_the_order_of_torchs_stable_descending_sort(rng, poison):
+    """Integer logits: equal ones give bit-equal probabilities in any implementation, unequal
+    ones differ by a factor e or more, so the order is torch's exactly."""
+    torch = pytest.importorskip("torch")
+    x = rng.integers(0, 3, (6, 19)).astype(np.float32)
+    w, ids = moe_topk_softmax(x, 7, renormalize=False, device=SIM)
+    p = torch.softmax(torch.from_numpy(x), -1)
+    want = torch.sort(p, dim=-1, descending=True, stable=True)
+    np.testing.assert_array_equal(ids, want.indices[:, :7].numpy())
+    np.testing.assert_allclose(w, want.values[:, :7].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(w, torch.topk(p, 7).values.numpy(), rtol=1e-6)  # its ids may differ
+
+
 def test_a_router_of_256_experts(rng, poison):
     check(distinct_logits(rng, 2, 256, "bf16"), 8)
 
