@@ -79,7 +79,9 @@ def grouped_matmul_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any:
         for i in range(0, (tiles_m * tiles_n - pid + programs - 1) // programs):  # a count: an scf.for
             tile = pid + i * programs
             mt = tile // tiles_n
-            while mt >= first + count:  # tiles only grow: the cursor only moves forward
+            # tiles only grow: the cursor only moves forward (and never past the last group, even
+            # for offsets no check has seen: a device array of a kind kaio cannot read back)
+            while mt >= first + count and e + 1 < experts:
                 e += 1
                 first += count
                 lo = hi
