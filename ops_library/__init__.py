@@ -34,6 +34,8 @@ _OPS: dict[str, str] = {
     "int8_matmul": "int8_matmul", "fp8_matmul": "fp8_matmul",
     "quantize_int8": "quantize", "quantize_fp8": "quantize",
     "gguf_matmul": "gguf_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
+    "moe_topk_softmax": "moe_routing", "moe_align": "moe_align", "grouped_matmul": "grouped_matmul",
+    "fused_moe": "moe_fused",
 }  # fmt: skip
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
@@ -46,6 +48,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.fp8_matmul import fp8_matmul
     from kaio.ops_library.gguf_linear import GGUFLinear, gguf_linear
     from kaio.ops_library.gguf_matmul import gguf_matmul
+    from kaio.ops_library.grouped_matmul import grouped_matmul
     from kaio.ops_library.int8_matmul import int8_matmul
     from kaio.ops_library.linear_cross_entropy import (
         linear_cross_entropy,
@@ -54,6 +57,9 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.matmul import Matmul, matmul
     from kaio.ops_library.matmul_backward import matmul_backward
     from kaio.ops_library.matmul_config import MatmulConfig
+    from kaio.ops_library.moe_align import moe_align
+    from kaio.ops_library.moe_fused import fused_moe
+    from kaio.ops_library.moe_routing import moe_topk_softmax
     from kaio.ops_library.norms import layer_norm, rms_norm
     from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backward
     from kaio.ops_library.quantize import quantize_fp8, quantize_int8

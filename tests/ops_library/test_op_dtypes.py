@@ -171,13 +171,17 @@ def _ops() -> dict[str, Op]:
         dropout,
         dropout_add,
         fp8_matmul,
+        fused_moe,
         gelu_and_mul,
         gguf_matmul,
+        grouped_matmul,
         int8_matmul,
         layer_norm,
         linear_cross_entropy,
         log_softmax,
         matmul,
+        moe_align,
+        moe_topk_softmax,
         quantize_fp8,
         quantize_int8,
         rms_norm,
@@ -214,6 +218,14 @@ def _ops() -> dict[str, Op]:
         "attention": Op(lambda t, _: [attention(head(t["q"]), head(t["k"]), head(t["v"]), out=head(t["out"]),
                                                 kv_lens=arr((1,), t["kv_lens"]), return_lse=True, device=SIM)],
                         frozenset({"out", "kv_lens"})),  # fmt: skip
+        "grouped_matmul": Op(lambda t, kw: [grouped_matmul(
+            arr((1, 1), t["x"]), arr((1, 1, 1), t["w"]), np.array([0, 1]).astype(t["expert_offsets"]), device=SIM,
+            **kw)]),  # fmt: skip
+        "fused_moe": Op(lambda t, _: [fused_moe(
+            arr((1, 1), t["x"]), arr((1, 2, 1), t["w_gate_up"]), arr((1, 1, 1), t["w_down"]), arr((1, 1), t["weights"]),
+            arr((1, 1), t["ids"], 0), device=SIM)]),  # fmt: skip
+        "moe_align": Op(lambda t, _: [moe_align(arr((1, 1), t["ids"], 0), 1, 1, device=SIM)]),
+        "moe_topk_softmax": Op(lambda t, _: [moe_topk_softmax(arr((1, 1), t["logits"]), 1, device=SIM)]),
         "softmax": Op(one_row(softmax)),
         "log_softmax": Op(one_row(log_softmax)),
         "layer_norm": Op(lambda t, _: [layer_norm(arr((1, 1), t["x"]), arr((1,), t["weight"]), arr((1,), t["bias"]),

@@ -1,0 +1,143 @@
+"""``kaio.ops_library.fused_moe``: a mixture-of-experts MLP from the router's choices.
+
+    from kaio.ops_library import fused_moe, moe_topk_softmax
+    weights, ids = moe_topk_softmax(router_logits, k)
+    y = fused_moe(x, w_gate_up, w_down, weights, ids)      # x (T, D) f16/bf16 -> y (T, D)
+
+``y[t] = sum_j weights[t, j] * w_down[e] @ (act(w_gate_up[e, :F] @ x[t]) * w_gate_up[e, F:] @ x[t])``
+with ``e = ids[t, j]``: ``w_gate_up`` (E, 2F, D), the gate rows first, then the up rows, and
+``w_down`` (E, D, F), both in ``nn.Linear``'s (out, in) layout as vLLM keeps them;
+``activation`` "silu" (the default) or "gelu" (erf).
+
+Composed from the MoE ops, eight launches, each on the device: :func:`moe_align` with block 1 (three:
+the ``T * k`` (token, choice) pairs sorted by expert and the expert offsets), a gather of x's
+rows into that order (it also writes the inverse permutation), :func:`grouped_matmul` with the
+gate/up weights (out x's type), the gated activation of ``silu_and_mul``, :func:`grouped_matmul`
+with the down weights (f32), and a combine that sums each token's k rows scaled by their
+weights in a fixed order (no atomics: deterministic) and rounds once to x's type. The
+intermediates are (T * k, 2F) and (T * k, F) in x's type and (T * k, D) f32.
+"""
+
+# No `from __future__ import annotations`: the kernel's annotations name the factory's types.
+import math
+from functools import cache
+from typing import Any
+
+import kaio
+import kaio.tile as kt
+from kaio import dtypes
+from kaio.errors import KaioTypeError, KaioValueError
+from kaio.ops_library import activations
+from kaio.ops_library import rows as rowops
+from kaio.ops_library.grouped_matmul import INPUT_TYPES
+from kaio.ops_library.grouped_matmul import launch as grouped_launch
+from kaio.ops_library.moe_align import MAX_EXPERTS
+from kaio.ops_library.moe_align import launch as align_launch
+from kaio.ops_library.autograd import refuse_grad
+from kaio.ops_library.moe_checks import check_ids, take_index
+from kaio.ops_library.operands import Operands
+from kaio.prelude import Array, MutArray, f32, i32
+
+ACTIVATIONS = {"silu": activations.SILU, "gelu": activations.GELU_ERF}
+ROWS, COLS = 16, 128  # the gather's and the combine's (rows, columns) tile
+
+
+@cache
+def gather_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+    @kaio.tile_kernel(num_warps=4, num_stages=0)
+    def moe_gather(x: Array[T], sorted_ids: Array[i32], xs: MutArray[T], inverse: MutArray[i32], n: i32, k: i32,
+                   d: i32, R: kaio.constexpr = ROWS, C: kaio.constexpr = COLS):  # fmt: skip
+        rows = i32(kt.program_id(0)) * R + kt.arange(R)
+        live = rows < n
+        pair = kt.load(sorted_ids, rows, mask=live)
+        kt.store(inverse, pair, rows, mask=live)
+        src, dst = kt.expand_dims(pair // k, 1) * d, kt.expand_dims(rows, 1) * d
+        for c0 in range(0, d, C):
+            cols = kt.expand_dims(c0 + kt.arange(C), 0)
+            mask = kt.expand_dims(live, 1) & (cols < d)
+            kt.store(xs, dst + cols, kt.load(x, src + cols, mask=mask), mask=mask)
+
+    return moe_gather
+
+
+@cache
+def combine_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType) -> Any:  # noqa: N803
+    @kaio.tile_kernel(num_warps=4, num_stages=0)
+    def moe_combine(o: Array[f32], inverse: Array[i32], weights: Array[W], y: MutArray[T], tokens: i32, k: i32,
+                    d: i32, R: kaio.constexpr = ROWS, C: kaio.constexpr = COLS):  # fmt: skip
+        rows = i32(kt.program_id(0)) * R + kt.arange(R)
+        live = rows < tokens
+        c0 = i32(kt.program_id(1)) * C
+        cols = kt.expand_dims(c0 + kt.arange(C), 0)
+        mask = kt.expand_dims(live, 1) & (cols < d)
+        acc = kt.zeros((R, C), f32)
+        for j in range(k):  # in order: the same sum every run
+            at = rows * k + j
+            p = kt.load(inverse, at, mask=live)
+            wt = f32(kt.load(weights, at, mask=live))
+            acc = acc + kt.expand_dims(wt, 1) * kt.load(o, kt.expand_dims(p, 1) * d + cols, mask=mask)
+        kt.store(y, kt.expand_dims(rows, 1) * d + cols, T(acc), mask=mask)
+
+    return moe_combine
+
+
+def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, activation: str = "silu",
+              device: Any = None) -> Any:  # fmt: skip
+    """The MoE MLP of each token over its k experts (see the module doc); y (T, D) in x's type."""
+    op = "fused_moe"
+    refuse_grad(op, x, w_gate_up, w_down, weights, ids)
+    ops = Operands(op, x, w_gate_up, w_down, weights, ids, device=device)
+    ox, og, od = ops.take("x", x), ops.take("w_gate_up", w_gate_up), ops.take("w_down", w_down)
+    ow, oi = ops.take("weights", weights), ops.take("ids", ids)
+    if ox.dtype not in INPUT_TYPES:
+        raise KaioTypeError(f"{op}: `x` must be f16 or bf16, got {ox.dtype.name}")
+    for name, o in (("w_gate_up", og), ("w_down", od)):
+        if o.dtype != ox.dtype:
+            raise KaioTypeError(f"{op}: `{name}` is {o.dtype.name} but `x` is {ox.dtype.name}: pass one type")
+    if ow.dtype not in (dtypes.f32, ox.dtype):
+        raise KaioTypeError(f"{op}: `weights` must be f32 or {ox.dtype.name} (x's type), got {ow.dtype.name}")
+    take_index(op, "ids", oi)
+    if len(ox.shape) != 2:
+        raise KaioTypeError(f"{op}: `x` must be (tokens, D), got shape {tuple(ox.shape)}")
+    tokens, d = ox.shape
+    if len(og.shape) != 3 or og.shape[2] != d or og.shape[1] % 2:
+        raise KaioTypeError(f"{op}: `w_gate_up` must be (experts, 2F, {d}), got shape {tuple(og.shape)}")
+    experts, f = og.shape[0], og.shape[1] // 2
+    if experts == 0 or f == 0:
+        raise KaioTypeError(f"{op}: `w_gate_up` has no experts or no rows (shape {tuple(og.shape)})")
+    if tuple(od.shape) != (experts, d, f):
+        raise KaioTypeError(f"{op}: `w_down` must have shape {(experts, d, f)} (experts, D, F), got {tuple(od.shape)}")
+    if len(oi.shape) != 2 or oi.shape[0] != tokens:
+        raise KaioTypeError(f"{op}: `ids` must be ({tokens}, k), got shape {tuple(oi.shape)}")
+    k = oi.shape[1]
+    if tuple(ow.shape) != tuple(oi.shape):
+        raise KaioTypeError(f"{op}: `weights` must have the shape of `ids` {tuple(oi.shape)}, got {tuple(ow.shape)}")
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise KaioValueError(f"{op}: `activation` must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
+    if experts > MAX_EXPERTS:
+        raise KaioValueError(f"{op}: at most {MAX_EXPERTS} experts, got {experts}")
+    n = tokens * k
+    if any(s >= 2**31 for s in (n * 2 * f, n * d, experts * 2 * f * d)):
+        raise KaioTypeError(f"{op}: arrays of 2**31 elements or more are too large")
+    check_ids(op, "ids", ids, experts)
+    oy = ops.output((tokens, d), ox.dtype)
+    if n == 0 or d == 0:
+        return ops.result(oy)
+    dev, t = ops.device, ox.dtype
+    with (ops.workspace((n,), dtypes.i32) as sorted_ids, ops.workspace((n,), dtypes.i32) as block_experts,
+          ops.workspace((1,), dtypes.i32) as total, ops.workspace((experts + 1,), dtypes.i32) as offsets,
+          ops.workspace((n,), dtypes.i32) as inverse, ops.workspace((n, d), t) as xs,
+          ops.workspace((n, 2 * f), t) as h, ops.workspace((n, f), t) as a,
+          ops.workspace((n, d), dtypes.f32) as o):  # fmt: skip
+        align_launch(ops, oi, n, experts, 1, sorted_ids, block_experts, total, offsets)
+        gather_kernel(t).launch(dev, ox.value, sorted_ids.value, xs.value, inverse.value, n, k, d,
+                                grid=(math.ceil(n / ROWS),))  # fmt: skip
+        grouped_launch(dev, xs, og, offsets, h, experts, 2 * f, d, w_nk=True)
+        b = rowops.blocks(n, f)
+        rowops.launch(activations.gated_kernel(t), b, (b.grid(n), math.ceil(f / b.cols)), (h.value, a.value, n, f),
+                      dev, ACT=ACTIVATIONS[activation], BASE_X=rowops.base_alignment(h.ptr),
+                      BASE_Y=rowops.base_alignment(a.ptr))  # fmt: skip
+        grouped_launch(dev, a, od, offsets, o, experts, d, f, w_nk=True)
+        combine_kernel(t, ow.dtype).launch(dev, o.value, inverse.value, ow.value, oy.value, tokens, k, d,
+                                           grid=(math.ceil(tokens / ROWS), math.ceil(d / COLS)))  # fmt: skip
+    return ops.result(oy)
