@@ -341,7 +341,9 @@ class PtxEmitter:
         return build()
 
     def _prologue_values(self) -> set[SSAValue]:
-        """The results of the prologue's ops. The prologue only grows at its end (an op
+        """The values the prologue defines once and for all: its ops' results but the
+        registers it declares (``ptx.reg``: assigned later, by ``ptx.assign`` or a load into
+        them, so a value computed from one in the prologue would read it unwritten). The prologue only grows at its end (an op
         replaced inside it resets this), so the set is kept and extended by the ops added since
         the last call instead of rebuilt for each hoisting."""
         prologue = self.prologue
@@ -350,7 +352,8 @@ class PtxEmitter:
             known = self._prologue_known = (prologue, 0, set())
         _, seen, values = known
         for op in prologue[seen:]:
-            values.update(op.results)
+            if not isinstance(op, ptx.RegOp):  # declared here, written later (ptx.assign, ld_into): not invariant
+                values.update(op.results)
         self._prologue_known = (prologue, len(prologue), values)
         return values
 
