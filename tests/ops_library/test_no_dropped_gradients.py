@@ -92,3 +92,15 @@ def test_matmul_run_directly_refuses_tensors_that_require_grad(kw):
     with pytest.raises(kaio.KaioTypeError, match="matmul: records no gradient"):
         kaio.ops_library.matmul(a, b, **kw)
     torch.testing.assert_close(kaio.ops_library.matmul(a.detach(), b, **kw), a.detach() @ b, rtol=1e-3, atol=1e-3)
+
+
+def test_the_ops_without_a_torch_op_are_public_ops_that_refuse_gradients():
+    # the exemption names real ops, and each says so rather than dropping a gradient
+    assert samples.WITHOUT_TORCH_OP <= set(samples.ol.__all__)
+    import numpy as np
+
+    x = torch.randn(4, 8, requires_grad=True)
+    with pytest.raises(kaio.KaioError, match="grad"):
+        samples.ol.moe_topk_softmax(x, 2)
+    with pytest.raises(kaio.KaioError, match="grad"):
+        samples.ol.grouped_matmul(x, torch.randn(2, 8, 4), torch.tensor(np.array([0, 1, 4], np.int32)))

@@ -335,12 +335,15 @@ if hasattr(ol, "linear_cross_entropy_backward"):
              _none, ("x", "weight", "dl"))
     )  # fmt: skip
 
-# public names that are no ops (classes and configs)
-NOT_OPS = {"Attention", "Matmul", "MatmulConfig"}
+# public names that are no ops (classes and configs; a GGUF loader, whose layers call gguf_matmul)
+NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear"}
+# ops with no torch custom op yet: torch tensors run eagerly through the op's operands (no
+# torch.compile graph, no autograd: a tensor that requires grad is refused with a kaio error)
+WITHOUT_TORCH_OP = {"moe_topk_softmax", "moe_align", "grouped_matmul", "fused_moe"}
 
 
 def public_ops() -> set[str]:
-    return {n for n in ol.__all__ if n not in NOT_OPS}
+    return {n for n in ol.__all__ if n not in NOT_OPS | WITHOUT_TORCH_OP}
 
 
 def kaio_custom_ops() -> list[str]:
