@@ -111,11 +111,18 @@ def _tiles(values: Iterator[SSAValue] | tuple[SSAValue, ...] | list[SSAValue]) -
     return [v for v in values if isinstance(v.type, TensorType)]
 
 
+def _made_from_broadcasts(v: SSAValue) -> int:
+    """How cheaply ``v`` is made again in another layout: 2 for a broadcast row or column, 1
+    for a tile made of ranges, splats and broadcasts (``kt.expand_dims(kt.arange(C), 0) ==
+    column``: any layout makes it as cheaply), 0 for anything else (a loaded tile). A map takes
+    the layout of its lowest input, so a full tile is never moved to match a mask."""
+    if isinstance(v.owner, tile.BroadcastOp):
+        return 2
+    return 1 if _broadcast_made(v) else 0
+
+
 def _broadcast_made(v: SSAValue, depth: int = 0) -> bool:
-    """Whether ``v`` is made from smaller tiles broadcast up (or from ranges and splats, which
-    any layout makes as cheaply): ``kt.expand_dims(kt.arange(C), 0) == column`` is, a loaded
-    tile is not. A map over such a value and a full one takes the full one's layout, so the
-    broadcasts are remade there and the full tile is never moved."""
+    """Whether ``v`` is made from ranges, splats and broadcasts of smaller tiles alone."""
     owner = v.owner
     if depth > 6 or not isinstance(owner, Operation):
         return False
@@ -187,14 +194,14 @@ class LayoutSolver:
     def rule(self, op: Operation) -> Choice:
         r = op.results[0]
         if isinstance(op, tile.MapOp):
-            # an anchored input's layout, else a full tile's: a broadcast row or column is
-            # cheaper to make in the full tile's layout than the other way round
-            ins = [(self.get(x), _broadcast_made(x)) for x in op.inputs]
+            # an anchored input's layout, else a full tile's, else one made in place from
+            # ranges (not a broadcast row or column): the cheaper side is the one remade
+            ins = [(self.get(x), _made_from_broadcasts(x)) for x in op.inputs]
             if not ins:
                 return self.default(r)
             best = ins[0]
             for other in ins[1:]:
-                if best[0].anchored == other[0].anchored and best[1] and not other[1]:
+                if best[0].anchored == other[0].anchored and best[1] > other[1]:
                     best = other
                 elif join(best[0], other[0]) != best[0]:
                     best = other
