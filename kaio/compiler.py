@@ -107,7 +107,7 @@ def compile(
         hit = disk_cache.load(key)
         if hit is not None:
             hit.specialization = Specialization(hit.constexprs, facts)
-            hit._recompile = lambda: _compiled(kernel, arch_name, pipeline, "ignore", constexprs)
+            hit._recompile = lambda: _compiled(kernel, arch_name, pipeline, None, constexprs, keep_stages=True)
             return hit
     compiled = _compiled(kernel, arch_name, pipeline, dump_ir, constexprs)
     if key is not None:
@@ -193,10 +193,10 @@ def _resolve_pipeline(kernel: Any, arch_name: str, pipeline: Any) -> Pipeline:
     return as_pipeline(pipeline)
 
 
-def _compiled(kernel: Any, arch_name: str, pipeline: Pipeline, dump_ir: Any, constexprs: dict[str, Any]) -> CompiledKernel:
+def _compiled(kernel: Any, arch_name: str, pipeline: Pipeline, dump_ir: Any, constexprs: dict[str, Any], *,
+              keep_stages: bool = False) -> CompiledKernel:  # fmt: skip
     """The compile itself, loading the IR, the passes and the printer on first use
-    (``dump_ir="ignore"``: every stage printed and kept, as a cache hit's ``.stages`` asks)."""
+    (``keep_stages``: every stage printed and kept, as a cache hit's ``.stages`` asks)."""
     from kaio.module_compiler import compile_kernel, ignore_stage
 
-    return compile_kernel(kernel, arch_name, pipeline, ignore_stage if dump_ir == "ignore" else dump_ir, constexprs)
-
+    return compile_kernel(kernel, arch_name, pipeline, ignore_stage if keep_stages else dump_ir, constexprs)

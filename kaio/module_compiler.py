@@ -163,18 +163,8 @@ def _cycle_collection_paused() -> Iterator[None]:
         gc.enable()
 
 
+@_cycle_collection_paused()
 def compile_kernel(
-    kernel: Any,
-    arch_name: str,
-    pipeline: Pipeline,
-    dump_ir: str | os.PathLike[str] | DumpCallback | None,
-    constexprs: dict[str, Any],
-) -> CompiledKernel:
-    with _cycle_collection_paused():
-        return _compile_unpaused(kernel, arch_name, pipeline, dump_ir, constexprs)
-
-
-def _compile_unpaused(
     kernel: Any,
     arch_name: str,
     pipeline: Pipeline,
