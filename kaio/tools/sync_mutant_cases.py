@@ -359,6 +359,40 @@ def _attention_dropout(dev: Any) -> None:
     _close(got.to_host(), (prob * keep) @ v.astype(np.float64), 2e-2)
 
 
+def _moe(dev: Any) -> None:
+    """The router, the alignment and the MoE MLP (its grouped matmuls walking ragged groups,
+    one expert empty), against numpy."""
+    from kaio.ops_library import fused_moe, moe_topk_softmax
+
+    rng = _rng()
+    t, d, f, e, k = 24, 160, 160, 4, 2  # K of both products: 5 tiles of 32, the 3-stage ring refilled
+    logits = rng.standard_normal((t, e)).astype(np.float32)
+    logits[:, 3] = -30.0  # expert 3 gets no token
+    weights, ids = (a.to_host() for a in moe_topk_softmax(dev.alloc_from(logits), k))
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    top = np.argsort(-p, -1, kind="stable")[:, :k]
+    assert (ids == top).all(), "router ids"
+    picked = np.take_along_axis(p, top, -1)
+    _close(weights, picked / picked.sum(-1, keepdims=True), 1e-5)
+    x = rng.standard_normal((t, d)).astype(np.float16)
+    w_gate_up = (rng.standard_normal((e, 2 * f, d)) / 8).astype(np.float16)
+    w_down = (rng.standard_normal((e, d, f)) / 8).astype(np.float16)
+    import importlib
+
+    # one persistent program walking every tile: the next tile's ring copies after the last
+    # tile's reads (with a program per SM, each has one tile)
+    with _constants(importlib.import_module("kaio.ops_library.grouped_matmul"), programs_for=lambda device, tiles: 1):
+        got = fused_moe(dev.alloc_from(x), dev.alloc_from(w_gate_up), dev.alloc_from(w_down), dev.alloc_from(weights),
+                        dev.alloc_from(ids)).to_host()  # fmt: skip
+    want = np.zeros((t, d))
+    for i in range(t):
+        for j in range(k):
+            gu = w_gate_up[ids[i, j]].astype(np.float64) @ x[i].astype(np.float64)
+            h = gu[:f] / (1 + np.exp(-gu[:f])) * gu[f:]
+            want[i] += weights[i, j] * (w_down[ids[i, j]].astype(np.float64) @ h)
+    _close(got, want, 2e-2)
+
+
 def cases(arch: str) -> dict[str, Case]:
     """Every library kernel family on ``arch`` (the sm_90a matmul in each of its paths); on
     sm_90 (Hopper without its ``a`` features: the sm_80 kernels) the matmul family only."""
@@ -414,6 +448,7 @@ def cases(arch: str) -> dict[str, Case]:
         "int8 quantize + matmul": _quantized("int8"),
         "w4a16 matmul": _w4a16,
         "linear_cross_entropy fwd + bwd": _linear_cross_entropy,
+        "moe router + fused_moe": _moe,
     }
     if arch != "sm_80":  # fp8 needs sm_89
         out["fp8 quantize + matmul"] = _quantized("fp8")
