@@ -135,13 +135,20 @@ def same_value(a: Value, b: Value) -> bool:
         case TileValue(), TileValue():
             return a.ssa is b.ssa
         case Const(), Const():
-            return a.type is b.type and type(a.value) is type(b.value) and a.value == b.value
+            return a.type is b.type and type(a.value) is type(b.value) and _same_bits(a.value, b.value)
         case ArrayRef(), ArrayRef():
             return a.ssa is b.ssa and a.kaio_type == b.kaio_type
         case SharedRef(), SharedRef():
             return a.ssa is b.ssa
         case PyObject(), PyObject():
             return a.obj is b.obj
+    return a == b
+
+
+def _same_bits(a: object, b: object) -> bool:
+    # 0.0 == -0.0, yet a path that negated a zero must not be merged into one that did not
+    if isinstance(a, float) and isinstance(b, float):
+        return a.hex() == b.hex()
     return a == b
 
 

@@ -146,3 +146,23 @@ def fuzz(out: MutArray[u64]):
         np.uint64,
     )
     assert got[:2].tolist() == [pow(3, 1 << 62, 1 << 64), 243]
+
+
+def test_an_if_that_negates_a_zero_keeps_both_signs_apart(dev: kaio.Device) -> None:
+    # found as `if (bool_(r0) and (v < v)): r1 = (-r1)`: the join saw the constants 0.0 and -0.0
+    # as one value (0.0 == -0.0) and kept -0.0 on the path that never negated
+    got = _run(
+        """
+@kaio.gpu_kernel(block_size=4)
+def fuzz(x: Array[i16], out: MutArray[f16]):
+    i = thread_idx_x()
+    r = f16(0.0)
+    if x[i] < 0:
+        r = -r
+    out[i] = r
+""",
+        dev,
+        np.float16,
+        [np.array([-1, 2, -3, 4], np.int16)],
+    )
+    assert got.view(np.uint16).tolist() == [0x8000, 0, 0x8000, 0]
