@@ -361,7 +361,18 @@ def _attention_dropout(dev: Any) -> None:
 
 def _moe(dev: Any) -> None:
     """The router, the alignment and the MoE MLP (its grouped matmuls walking ragged groups,
-    one expert empty), against numpy."""
+    one expert empty), against numpy; then the gate/up product's specialization once more with
+    an empty K loop.
+
+    That second launch is for the barrier at the top of each tile. With f16 out, the product
+    stages C through shared memory behind a barrier of its own, which already orders the last
+    tile's ring reads before the next tile's first copies; what the top barrier alone orders is
+    the last tile's staging reads before this tile's staging writes when the K loop runs no
+    trip (with a trip, the loop's barrier comes between). No fused_moe launch has an empty K,
+    and K = 0 is another specialization (the launch records a divisibility fact only for a
+    nonzero integer). K = -32 is this one (32 divides it, as it divides 160) and the kernel
+    reads it as empty (its bounds clamp at 0): every row's y is 0, the staging walked on every
+    tile of one program."""
     from kaio.ops_library import fused_moe, moe_topk_softmax
 
     rng = _rng()
@@ -393,6 +404,17 @@ def _moe(dev: Any) -> None:
             h = gu[:f] / (1 + np.exp(-gu[:f])) * gu[f:]
             want[i] += weights[i, j] * (w_down[ids[i, j]].astype(np.float64) @ h)
     _close(got, want, 2e-2)
+    from kaio.ops_library.operands import Operands
+
+    gm = sys.modules["kaio.ops_library.grouped_matmul"]
+    pairs, n = t * k, 2 * f  # the gate/up product's rows and columns
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(ids.ravel(), minlength=e))]).astype(np.int32)
+    x0, w0 = dev.alloc_from(np.zeros((pairs, 0), np.float16)), dev.alloc_from(np.zeros((e, n, 0), np.float16))
+    o0, y0 = dev.alloc_from(offsets), dev.alloc_from(np.full((pairs, n), np.nan, np.float16))
+    ops = Operands("grouped_matmul", x0, w0, o0, y0, device=dev)
+    operands = ops.take("x", x0), ops.take("w", w0), ops.take("expert_offsets", o0), ops.take("y", y0)
+    gm.launch(dev, *operands, e, n, -gm.BLOCK[2], programs=1, w_nk=True)  # K = -BK: fused_moe's facts, no trip
+    assert (y0.to_host() == 0).all(), "grouped_matmul with an empty K loop"
 
 
 def cases(arch: str) -> dict[str, Case]:
