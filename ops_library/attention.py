@@ -25,6 +25,12 @@ rule), ``"auto"`` (on a GPU, the candidates for this head dim, dtype, causality 
 class are timed once and the winner is stored on disk; on the simulator, the rule) or an
 :class:`AttentionConfig`.
 
+``score_mod(score, b, h, q_idx, kv_idx, *mod_args)`` and ``mask_mod(b, h, q_idx, kv_idx,
+*mod_args)`` (plain ``def`` functions, FlexAttention's meaning, ``mod_args`` up to 4 arrays) are
+compiled into the kernel; ``window=(left, right)``, ``softcap=c``, ``alibi_slopes=`` and
+``sinks=`` (f32, one per query head) are built-in mods (docs/attention.md, "Score and mask
+functions"). They have no backward yet.
+
 The kernel is a tile kernel (``kaio.ops_library.attention_kernel``); ``attention.pipeline(D)``
 prints the passes it goes through.
 """
@@ -161,10 +167,14 @@ def candidates(sq: int, d: int, arch: str = "sm_80") -> list[AttentionConfig]:
 
 
 @cache
-def configured_kernel(t: dtypes.ScalarType, config: AttentionConfig, out: dtypes.ScalarType | None = None) -> Any:
+def configured_kernel(t: dtypes.ScalarType, config: AttentionConfig, out: dtypes.ScalarType | None = None,
+                      mods: Any = None) -> Any:  # fmt: skip
+    """The forward kernel of a config, for input type ``t``, output type ``out`` (t) and the
+    score and mask functions ``mods`` (an ``AttentionMods``; None: none)."""
     from kaio.ops_library.attention_kernel import attention_tile_kernel
+    from kaio.ops_library.attention_mods import NO_MODS
 
-    kernel = attention_tile_kernel(t, out or t).with_options(num_warps=config.warps, num_stages=config.stages)
+    kernel = attention_tile_kernel(t, out or t, mods or NO_MODS).with_options(num_warps=config.warps, num_stages=config.stages)
     return kernel.with_pipeline(config.pipeline)
 
 
@@ -209,6 +219,44 @@ def decode_splits(sq: int, sk: int, block_n: int) -> int:
     return max(1, min(32, sk // (8 * block_n)))
 
 
+class Mods(NamedTuple):
+    """What changes the scores and the mask: a user's ``score_mod`` and ``mask_mod`` with their
+    ``mod_args`` arrays (:mod:`kaio.ops_library.attention_mods`), and the built-in ones."""
+
+    score_mod: Any = None
+    mask_mod: Any = None
+    mod_args: tuple[Any, ...] = ()
+    window: tuple[int, int] | None = None
+    softcap: float | None = None
+    alibi_slopes: Any = None
+    sinks: Any = None
+
+    @property
+    def any(self) -> bool:
+        return bool(self.mod_args) or any(getattr(self, f) is not None for f in self._fields if f != "mod_args")
+
+
+def mods_given(op: str, score_mod: Any, mask_mod: Any, mod_args: Any, window: Any, softcap: Any,
+               alibi_slopes: Any, sinks: Any) -> Mods:  # fmt: skip
+    """The mods of a call, their scalar arguments checked (the arrays are checked when taken)."""
+    if not isinstance(mod_args, (tuple, list)):
+        raise KaioTypeError(f"{op}: `mod_args` is a tuple of arrays, got {type(mod_args).__name__}")
+    if window is not None:
+        if not (isinstance(window, (tuple, list)) and len(window) == 2
+                and all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) for w in window)):  # fmt: skip
+            raise KaioTypeError(f"{op}: `window` is a pair of integers (left, right), got {window!r}")
+        if min(window) < 0:
+            raise KaioValueError(f"{op}: `window` sizes must be >= 0, got {tuple(window)}")
+        window = (int(window[0]), int(window[1]))
+    if softcap is not None:
+        if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, (int, float, np.integer, np.floating)):
+            raise KaioTypeError(f"{op}: `softcap` is a positive number or None, got {softcap!r}")
+        if not (math.isfinite(float(softcap)) and softcap > 0):
+            raise KaioValueError(f"{op}: `softcap` must be positive and finite, got {softcap!r}")
+        softcap = float(softcap)
+    return Mods(score_mod, mask_mod, tuple(mod_args), window, softcap, alibi_slopes, sinks)
+
+
 class Attention:
     """The attention op: call it, or ask for its pipeline."""
 
@@ -216,11 +264,22 @@ class Attention:
         self, q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
         kv_lens: Any = None, out: Any = None, return_lse: bool = False, device: Any = None,
         config: AttentionConfig | str | None = None, dropout_p: float = 0.0, seed: Any = None,
+        score_mod: Any = None, mask_mod: Any = None, mod_args: Any = (), window: Any = None,
+        softcap: Any = None, alibi_slopes: Any = None, sinks: Any = None,
     ) -> Any:  # fmt: skip
         causal = bool_field("attention", "causal", causal)  # "no" would read as true
         return_lse = bool_field("attention", "return_lse", return_lse)
         scale = _scale(scale)  # checked before any operand is taken (copied to the device)
         drop = dropout_of("attention", dropout_p, seed, q)
+        mods = mods_given("attention", score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
+        if mods.any:  # no custom op carries functions yet: the kernel runs directly, recording no gradient
+            if needs_grad(q, k, v):
+                raise KaioTypeError(
+                    "attention: the gradient of score_mod, mask_mod, window, softcap, alibi_slopes and sinks "
+                    "is not implemented yet, and an input requires grad; detach the inputs"
+                )
+            refuse_traced("attention", q, k, v, out)
+            return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop, mods)
         if out is None and (ops_ns := torch_op(q, k, v, kv_lens, device=device)) is not None:
             # torch tensors: torch.ops.kaio.attention, which records the graph (saving out, lse)
             result, lse = ops_ns.attention(q, k, v, causal, scale, kv_lens, _config_label(config), drop.p, seed_as_int64(drop.seed))
@@ -231,13 +290,15 @@ class Attention:
         return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop)
 
     def run(self, q: Any, k: Any, v: Any, causal: bool, scale: float | None, kv_lens: Any, out: Any,
-            return_lse: bool, config: AttentionConfig | str | None, device: Any, dropout: Dropout = Dropout()) -> Any:  # fmt: skip
+            return_lse: bool, config: AttentionConfig | str | None, device: Any, dropout: Dropout = Dropout(),
+            mods: Mods = Mods()) -> Any:  # fmt: skip
         """The op itself, without the torch custom-op routing."""
-        ops = Operands("attention", q, k, v, out, kv_lens, device=device)
+        ops = Operands("attention", q, k, v, out, kv_lens, mods.alibi_slopes, mods.sinks, *mods.mod_args, device=device)
         oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
         oo = ops.take("out", out) if out is not None else None
         b, h, hkv, sq, sk, d = _check(oq, ok, ov, oo)
         lens = _lengths(ops, kv_lens, b, sk) if kv_lens is not None else None
+        mod_operands = _mod_operands(ops, mods, h)
         if scale is None:
             scale = 1.0 / math.sqrt(d)
         if oo is None:
@@ -250,8 +311,9 @@ class Attention:
             if b and h and sq:
                 lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32).value
                 sizes = (b, h, hkv, sq, sk, d)
+                modded = _ModdedLaunch.of(mods, mod_operands, workspace, sq, sk)
                 run = lambda c: _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, sizes,  # noqa: E731
-                                         float(scale), bool(causal), c, dropout)  # fmt: skip
+                                         float(scale), bool(causal), c, dropout, modded)  # fmt: skip
                 run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result
@@ -324,30 +386,79 @@ def autotuned_config(dev: Any, t: dtypes.ScalarType, sq: int, d: int, causal: bo
     return tuning.tuned("attention", key, pool, time_ms, AttentionConfig.label)
 
 
+class _ModdedLaunch(NamedTuple):
+    """The forward kernel's specialization for a call's mods, and its mod arguments."""
+
+    mods: Any  # an AttentionMods
+    args: tuple[Any, ...]  # softcap, left, right, slopes, sinks, the four mod_args slots
+    meta: dict[str, Any]
+
+    @classmethod
+    def of(cls, mods: Mods, operands: dict[str, Any], workspace: Callable[..., Operand], sq: int, sk: int) -> _ModdedLaunch:
+        from kaio.ops_library.attention_mods import mods_of
+
+        arrays = operands["mod_args"]
+        kernel_mods = mods_of("attention", mods.score_mod, mods.mask_mod, tuple(a.dtype for a in arrays))
+        unused = workspace((1,), dtypes.f32).value  # never read: the kernel's constexprs leave them out
+        unused_slot = workspace((1,), dtypes.i32).value
+        slots = [a.value for a in arrays] + [unused_slot] * (4 - len(arrays))
+        reach = sk + sq  # a window side past every key: no bound (and no 32-bit overflow)
+        left, right = (min(w, reach) for w in mods.window) if mods.window is not None else (reach, reach)
+        slopes, sinks = operands["alibi_slopes"], operands["sinks"]
+        args = (mods.softcap or 1.0, left, right, slopes.value if slopes is not None else unused,
+                sinks.value if sinks is not None else unused, *slots)  # fmt: skip
+        meta = {"WINDOW": mods.window is not None, "SOFTCAP": mods.softcap is not None,
+                "ALIBI": slopes is not None, "SINKS": sinks is not None}  # fmt: skip
+        return cls(kernel_mods, args, meta)
+
+    @property
+    def scores_modified(self) -> bool:
+        """Whether the kernel scales and modifies each score before the softmax (then exp2
+        scales by log2(e) alone)."""
+        return self.mods.score is not None or self.meta["SOFTCAP"] or self.meta["ALIBI"]
+
+
+def _mod_operands(ops: Operands, mods: Mods, h: int) -> dict[str, Any]:
+    """The mods' arrays taken and checked: per-head f32 slopes and sinks, mod_args of any type."""
+    taken: dict[str, Any] = {"mod_args": [ops.take(f"mod_args[{i}]", a) for i, a in enumerate(mods.mod_args)]}
+    for name in ("alibi_slopes", "sinks"):
+        value = getattr(mods, name)
+        operand = ops.take(name, value) if value is not None else None
+        if operand is not None and (operand.shape != (h,) or operand.dtype != dtypes.f32):
+            raise KaioTypeError(f"attention: `{name}` must be f32 of shape ({h},) (one per query head), "
+                                f"got {operand.dtype.name} {operand.shape}")  # fmt: skip
+        taken[name] = operand
+    return taken
+
+
 def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse: Operand, lens: Any,
              has_lens: bool, sizes: tuple[int, ...], scale: float, causal: bool, config: AttentionConfig,
-             dropout: Dropout = Dropout()) -> None:  # fmt: skip
+             dropout: Dropout, modded: _ModdedLaunch) -> None:  # fmt: skip
     """Launch the forward kernel, split into key chunks and combined when decoding."""
     b, h, hkv, sq, sk, d = sizes
     bd = padded(d)
     splits = decode_splits(sq, sk, config.block_n)
     meta = kernel_meta(config, bd, causal, has_lens, scale, dropout.p > 0)
     scale_log2 = scale * LOG2E if scale else ZERO_SCALE
+    meta |= modded.meta
+    if modded.scores_modified:  # the kernel scales each score itself; exp2 then needs log2(e)
+        scale_log2, meta["NEG_SCALE"] = LOG2E, False
+    extra = (scale, *modded.args)
     grid = (math.ceil(sq / config.block_m) * splits, b * h)
     if splits == 1:
-        kernel = configured_kernel(q.dtype, config)
+        kernel = configured_kernel(q.dtype, config, mods=modded.mods)
         kernel.launch(ops.device, q.value, k.value, v.value, o.value, lse.value, lens, h, hkv, sq, sk, d,
-                      scale_log2, 1, sk, *dropout.args, grid=grid, **meta)  # fmt: skip
+                      scale_log2, 1, sk, *dropout.args, *extra, grid=grid, **meta)  # fmt: skip
         return
     from kaio.ops_library.attention_kernel import combine_tile_kernel
 
     chunk = math.ceil(math.ceil(sk / splits) / config.block_n) * config.block_n
-    kernel = configured_kernel(q.dtype, config, dtypes.f32)
+    kernel = configured_kernel(q.dtype, config, dtypes.f32, mods=modded.mods)
     combine = combine_tile_kernel(q.dtype)
     rows = b * h * splits * sq
     with ops.workspace((rows, d), dtypes.f32) as parts, ops.workspace((rows,), dtypes.f32) as part_lse:
         kernel.launch(ops.device, q.value, k.value, v.value, parts.value, part_lse.value, lens, h, hkv, sq, sk, d,
-                      scale_log2, splits, chunk, *dropout.args, grid=grid, **meta)  # fmt: skip
+                      scale_log2, splits, chunk, *dropout.args, *extra, grid=grid, **meta)  # fmt: skip
         combine.launch(ops.device, parts.value, part_lse.value, o.value, lse.value, sq, d, splits,
                        grid=(math.ceil(sq / 16), b * h), BM=16, BD=bd)  # fmt: skip
 

@@ -37,25 +37,36 @@ from typing import Any
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
+from kaio.ops_library.attention_mods import NO_MODS, AttentionMods
 from kaio.prelude import Array, MutArray, exp2, f32, fma, i32, i64, log2, static_range, u64
 
 NEG_INF = float("-inf")
 PAST_MAX = float("inf")  # a masked score with a negative scale: past the row minimum
 LN2 = 0.6931471805599453
+LOG2E = 1.4426950408889634
 
 
 @cache
-def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any:  # noqa: N803
+def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: AttentionMods = NO_MODS) -> Any:  # noqa: N803
     """The forward kernel for one input type (f16 or bf16) and output type (T, or f32 for the
-    partial results of flash-decoding)."""
+    partial results of flash-decoding), specialized for a score and a mask function
+    (:mod:`kaio.ops_library.attention_mods`)."""
+    SCORE, MASK = mods.score, mods.mask  # noqa: N806 (read by the kernel at compile time)
+    HAS_SCORE, HAS_MASK = SCORE is not None, MASK is not None  # noqa: N806
+    A0, A1, A2, A3 = mods.arg_types  # noqa: N806
 
     @kaio.tile_kernel(num_warps=4, num_stages=2)
     def attention(q: Array[T], k: Array[T], v: Array[T], o: MutArray[OUT], lse: MutArray[f32],
                   kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
                   splits: i32, chunk: i32, drop_p: f32, drop_scale: f32, seed: u64,
+                  scale: f32, softcap: f32, left: i32, right: i32, slopes: Array[f32], sinks: Array[f32],
+                  x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
                   BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BD: kaio.constexpr = 64,
                   CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False,
-                  NEG_SCALE: kaio.constexpr = False, DROPOUT: kaio.constexpr = False):  # fmt: skip
+                  NEG_SCALE: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
+                  WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
+                  ALIBI: kaio.constexpr = False, SINKS: kaio.constexpr = False):  # fmt: skip
+        MODDED = SOFTCAP or ALIBI or HAS_SCORE  # noqa: N806 (scores in natural units, then scale_log2 = log2(e))
         pid = i32(kt.program_id(0))
         m0, split = pid // splits * BM, pid % splits
         bh = i32(kt.program_id(1))
@@ -71,10 +82,20 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any: 
         if CAUSAL:  # bottom-right aligned: row r sees key j <= r + sk - SQ
             hi = max(min(hi, m0 + BM + sk - SQ), 0)  # past the block's last row's last key: skipped
             band = min(hi, m0 + 1 + sk - SQ)
+        if WINDOW:  # row r sees keys r + sk - SQ - left ..= r + sk - SQ + right: every block masked
+            hi = max(min(hi, m0 + BM + sk - SQ + right), 0)
+            lo = max(lo, (m0 + sk - SQ - left) // BN * BN)
+            band = lo
+        if HAS_MASK:  # the function decides, element by element: every block masked
+            band = lo
         full = lo + max(band - lo, 0) // BN * BN  # [lo, full): whole key blocks, no mask
 
         m_i = kt.full((BM,), NEG_INF, f32)  # the row max of the scores, in log2 units
         l_i = kt.zeros((BM,), f32)
+        if SINKS:  # the head's sink logit joins every row's softmax: a first term exp(sink - m)
+            first = split == 0  # of flash-decoding's chunks, one counts it
+            m_i = kt.full((BM,), kt.where(first, sinks[h] * LOG2E, NEG_INF), f32)
+            l_i = kt.full((BM,), kt.where(first, 1.0, 0.0), f32)
         acc = kt.zeros((BM, BD), f32)
         for phase in static_range(2):  # FlashAttention's two key loops: whole blocks, then masked ones
             masked = phase == 1
@@ -85,13 +106,28 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any: 
             for n0 in range(start, stop, BN):
                 kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
                 s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32))  # raw scores; scaled in exp2
-                if masked:  # a diagonal or ragged block
+                if masked or MODDED or HAS_MASK:  # the scores' query and key indices
+                    rows = kt.expand_dims(m0 + kt.arange(BM), 1)
                     cols = kt.expand_dims(n0 + kt.arange(BN), 0)
+                if HAS_SCORE or HAS_MASK:  # the functions see in-range indices only (past them: masked)
+                    q_idx, kv_idx = kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1)
+                if MODDED:  # the scaled score, modified; exp2 then scales by log2(e)
+                    s = s * scale
+                    if HAS_SCORE:
+                        s = SCORE(s, b, h, q_idx, kv_idx, x0, x1, x2, x3)
+                    if SOFTCAP:
+                        s = softcap * kt.tanh(s * (1.0 / softcap))
+                    if ALIBI:
+                        s = s + slopes[h] * f32(cols - rows)
+                if masked:  # a diagonal or ragged block
                     if CAUSAL:
-                        rows = kt.expand_dims(m0 + kt.arange(BM), 1)
                         visible = (cols < sk) & (cols <= rows + (sk - SQ))
                     else:
                         visible = kt.broadcast_to(cols < sk, (BM, BN))
+                    if WINDOW:
+                        visible = visible & (cols >= rows + (sk - SQ - left)) & (cols <= rows + (sk - SQ + right))
+                    if HAS_MASK:
+                        visible = visible & MASK(b, h, q_idx, kv_idx, x0, x1, x2, x3)
                     if NEG_SCALE:
                         s = kt.where(visible, s, PAST_MAX)
                     else:
@@ -101,7 +137,7 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any: 
                 else:
                     m_new = kt.maximum(m_i, kt.max(s, 1) * scale_log2)
                 m_sub = m_new  # a whole block gives every row a finite max
-                if masked:  # a row with no key seen yet: exp2(-inf - 0) = 0, not NaN
+                if masked or MODDED:  # a row with no key seen yet: exp2(-inf - 0) = 0, not NaN
                     m_sub = kt.where(m_new == NEG_INF, 0.0, m_new)
                 p = exp2(fma(s, scale_log2, -kt.expand_dims(m_sub, 1)))  # one FFMA before each exp2
                 alpha = exp2(m_i - m_sub)

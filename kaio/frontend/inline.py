@@ -89,7 +89,10 @@ def inline_call(
         if e.node is not None and e.source is None:
             e.source = src  # an annotation in the device function's own file
         raise
-    callee = FunctionCompiler(state, src, env, scope, is_kernel=False, return_type=return_type)
+    # the caller's own compiler: a device function called from a tile kernel knows the kt
+    # builtins (on one element, kt.where is a select), as the kernel's body does
+    compiler = type(caller) if isinstance(caller, FunctionCompiler) else FunctionCompiler
+    callee = compiler(state, src, env, scope, is_kernel=False, return_type=return_type)
     caller_current = state.current
     state.inlining.append(dfn)
     try:

@@ -1,0 +1,195 @@
+"""attention's score and mask functions (``score_mod``, ``mask_mod``, ``mod_args``) and built-in
+mods (``window``, ``softcap``, ``alibi_slopes``, ``sinks``) on the simulator, against a float64
+numpy reference that applies the same functions to the whole score matrix. Fresh random inputs,
+outputs poisoned with NaN; 2e-2 absolute error on the outputs, 1e-3 on the logsumexp."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kaio.tile as kt
+from kaio.errors import KaioCompileError, KaioTypeError, KaioValueError
+from kaio.ops_library import attention
+from kaio.prelude import f32
+
+BOUND = 2e-2
+
+
+def reference(q, k, v, score=None, mask=None, sinks=None, lens=None):
+    """Each (batch, head)'s softmax of ``score(s, b, h, i, j)`` over the keys ``mask(b, h, i, j)``
+    lets through (and the head's sink logit in the denominator)."""
+    b, h, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    out, lse = np.zeros((b, h, sq, d)), np.full((b, h, sq), -np.inf)
+    i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    for bi in range(b):
+        n = sk if lens is None else int(lens[bi])
+        for hi in range(h):
+            kh = hi // (h // hkv)
+            s = q[bi, hi].astype(np.float64) @ k[bi, kh].astype(np.float64).T / math.sqrt(d)
+            if score is not None:
+                s = score(s, bi, hi, i, j)
+            seen = (j < n) & (mask(bi, hi, i, j) if mask is not None else True)
+            s = np.where(seen, s, -np.inf)
+            m = s.max(1, keepdims=True)
+            if sinks is not None:
+                m = np.maximum(m, sinks[hi])
+            m = np.where(np.isneginf(m), 0.0, m)
+            p = np.exp(s - m)
+            denom = p.sum(1, keepdims=True) + (np.exp(sinks[hi] - m) if sinks is not None else 0.0)
+            safe = np.where(denom > 0, denom, 1.0)
+            out[bi, hi] = p @ v[bi, kh].astype(np.float64) / safe
+            lse[bi, hi] = np.where(denom[:, 0] > 0, m[:, 0] + np.log(safe[:, 0]), -np.inf)
+    return out, lse
+
+
+def inputs(rng, b=1, h=2, hkv=2, sq=40, sk=72, d=32, t=np.float16):
+    return tuple(rng.standard_normal(shape).astype(t) for shape in ((b, h, sq, d), (b, hkv, sk, d), (b, hkv, sk, d)))
+
+
+def check(dev, qkv, want, **kw):
+    q, k, v = qkv
+    out = dev.alloc_from(np.full(q.shape, np.nan, q.dtype))
+    got, lse = attention(*(dev.alloc_from(x) for x in qkv), out=out, return_lse=True, **kw)
+    got, lse = got.to_host().astype(np.float64), lse.to_host()
+    want_out, want_lse = want
+    assert not np.isnan(got).any()
+    assert float(np.abs(got - want_out).max()) <= BOUND
+    assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse))
+    finite = ~np.isneginf(want_lse)
+    assert float(np.abs(lse[finite] - want_lse[finite]).max(initial=0)) <= 1e-3
+    return got
+
+
+def document_mask(b, h, q_idx, kv_idx, docs):
+    return docs[q_idx] == docs[kv_idx]
+
+
+def head_bias(score, b, h, q_idx, kv_idx, bias, keys):
+    return score + bias[h * keys[0] + kv_idx]
+
+
+def softcap_recipe(score, b, h, q_idx, kv_idx):
+    return 2.5 * kt.tanh(score / 2.5)
+
+
+def test_softcap_is_c_tanh_of_the_score_over_c(dev, rng):
+    qkv = inputs(rng)
+    want = reference(*qkv, score=lambda s, *_: 2.5 * np.tanh(s / 2.5))
+    builtin = check(dev, qkv, want, softcap=2.5)
+    recipe = check(dev, qkv, want, score_mod=softcap_recipe)
+    assert np.abs(builtin - recipe).max() <= 1e-3
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_sliding_window_sees_left_and_right_keys_of_the_diagonal(dev, rng, causal):
+    qkv = inputs(rng, sq=40, sk=150)
+    off = 150 - 40  # bottom-right aligned, as causal
+    right = 0 if causal else 7
+    want = reference(*qkv, mask=lambda b, h, i, j: (j >= i + off - 20) & (j <= i + off + right))
+    check(dev, qkv, want, window=(20, 7), causal=causal)
+
+
+def test_a_window_with_kv_lens_and_rows_that_see_no_key(dev, rng):
+    qkv = inputs(rng, b=2, sq=33, sk=64)
+    lens = np.array([64, 9], np.int32)
+    off = lens - 33  # aligned to each sequence's own keys, as causal is
+    want = reference(*qkv, mask=lambda b, h, i, j: (j >= i + off[b] - 3) & (j <= i + off[b] + 2), lens=lens)
+    check(dev, qkv, want, window=(3, 2), kv_lens=dev.alloc_from(lens))
+
+
+def test_alibi_adds_slope_times_key_minus_query(dev, rng):
+    qkv = inputs(rng, h=4, hkv=2)  # GQA too
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+    want = reference(*qkv, score=lambda s, b, h, i, j: s + slopes[h] * (j - i))
+    check(dev, qkv, want, alibi_slopes=dev.alloc_from(slopes), causal=False)
+
+
+def test_sinks_join_the_softmax_denominator(dev, rng):
+    qkv = inputs(rng, t=ml_dtypes.bfloat16)
+    sinks = np.array([1.5, -0.5], np.float32)
+    check(dev, qkv, reference(*qkv, sinks=sinks), sinks=dev.alloc_from(sinks))
+
+
+def test_a_document_mask_of_packed_sequences_from_mod_args(dev, rng):
+    qkv = inputs(rng, sq=72, sk=72)
+    docs = np.repeat(np.arange(4), [10, 30, 1, 31]).astype(np.int32)
+    want = reference(*qkv, mask=lambda b, h, i, j: docs[i] == docs[j])
+    check(dev, qkv, want, mask_mod=document_mask, mod_args=(dev.alloc_from(docs),))
+
+
+def test_a_score_mod_reading_two_captured_arrays(dev, rng):
+    qkv = inputs(rng, sq=24, sk=50)
+    bias = rng.standard_normal((2, 50)).astype(np.float32)
+    want = reference(*qkv, score=lambda s, b, h, i, j: s + bias[h][j])
+    check(dev, qkv, want, score_mod=head_bias, mod_args=(dev.alloc_from(bias.ravel()), dev.alloc_from(np.array([50], np.int32))))
+
+
+def test_mods_in_the_split_key_decode_kernel(dev, rng):
+    qkv = inputs(rng, sq=1, sk=300)  # few queries over many keys: flash-decoding's chunks
+    sinks = np.array([0.5, 2.0], np.float32)
+    want = reference(*qkv, score=lambda s, *_: 3.0 * np.tanh(s / 3.0), mask=lambda b, h, i, j: j >= 299 - 100, sinks=sinks)
+    check(dev, qkv, want, softcap=3.0, window=(100, 0), sinks=dev.alloc_from(sinks))
+
+
+def test_a_mask_that_hides_every_key_of_some_rows(dev, rng):
+    qkv = inputs(rng, sq=20, sk=40)
+
+    def late_rows_only(b, h, q_idx, kv_idx):
+        return q_idx >= 10
+
+    want = reference(*qkv, mask=lambda b, h, i, j: np.broadcast_to(i >= 10, (20, 40)))
+    got = check(dev, qkv, want, mask_mod=late_rows_only)
+    assert (got[:, :, :10] == 0).all()
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+def _call(dev, **kw):
+    q, k, v = (dev.alloc_from(x) for x in inputs(np.random.default_rng(0), sq=16, sk=16))
+    return attention(q, k, v, **kw)
+
+
+@pytest.mark.parametrize(
+    "kw, error, words",
+    [
+        ({"window": (-1, 3)}, KaioValueError, "`window` sizes must be >= 0"),
+        ({"window": 3}, KaioTypeError, "`window` is a pair of integers"),
+        ({"softcap": 0.0}, KaioValueError, "`softcap` must be positive"),
+        ({"softcap": True}, KaioTypeError, "`softcap` is a positive number"),
+        ({"mod_args": (np.zeros(2, np.int32),)}, KaioTypeError, "neither is given"),
+        ({"mask_mod": document_mask}, KaioTypeError, "`mask_mod` must take 4 positional arguments"),
+        ({"score_mod": lambda s, b, h, i, j: s}, KaioCompileError, "plain `def`"),
+        ({"score_mod": abs}, KaioTypeError, "`score_mod` must be a Python function"),
+    ],
+)
+def test_bad_mods_are_refused_before_any_launch(dev, kw, error, words):
+    with pytest.raises(error, match=words.replace("(", r"\(")):
+        _call(dev, **kw)
+
+
+def test_a_mask_mod_that_returns_no_bool_is_a_compile_error(dev):
+    def scores_not_bools(b, h, q_idx, kv_idx):
+        return f32(q_idx)
+
+    with pytest.raises(KaioCompileError, match="bool") as caught:
+        _call(dev, mask_mod=scores_not_bools)
+    print(caught.value)
+
+
+def test_per_head_arrays_must_have_one_f32_per_query_head(dev):
+    with pytest.raises(KaioTypeError, match=r"`sinks` must be f32 of shape \(2,\)"):
+        _call(dev, sinks=np.zeros(3, np.float32))
+    with pytest.raises(KaioTypeError, match=r"`alibi_slopes` must be f32"):
+        _call(dev, alibi_slopes=np.zeros(2, np.float16))
+
+
+def test_the_gradient_of_a_mod_is_refused_by_name():
+    torch = pytest.importorskip("torch")
+    q = torch.randn(1, 2, 16, 32, dtype=torch.float16, requires_grad=True)
+    k = torch.randn(1, 2, 16, 32, dtype=torch.float16)
+    with pytest.raises(KaioTypeError, match="gradient of score_mod, mask_mod, window"):
+        attention(q, k, k, window=(4, 0))
