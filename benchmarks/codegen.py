@@ -101,16 +101,25 @@ def config_arch(config: Any) -> str:
     return "sm_90a" if config.layout == "wgmma" else "sm_80"
 
 
-def _kaio_attention(arch: str, d: int, config: Any, dropout: bool = False) -> Callable[[], Built]:
+def _document_mask(b, h, q_idx, kv_idx, docs):  # type: ignore[no-untyped-def]
+    return docs[q_idx] == docs[kv_idx]
+
+
+def _kaio_attention(arch: str, d: int, config: Any, dropout: bool = False, mod: str | None = None) -> Callable[[], Built]:
+    """The forward kernel; ``mod``: "causal", "window", "softcap" or "document" (a mask_mod)."""
+
     def build() -> Built:
         from kaio.ops_library.attention import configured_kernel
+        from kaio.ops_library.attention_mods import mods_of
 
         import kaio
         from kaio import dtypes
 
-        kernel = configured_kernel(dtypes.f16, config)
-        c = kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BD=d, CAUSAL=False,
-                         HAS_LENS=False, DROPOUT=dropout, __divisible__=launch_facts(D=d))  # fmt: skip
+        mods = mods_of("attention", None, _document_mask, (dtypes.i32,)) if mod == "document" else None
+        kernel = configured_kernel(dtypes.f16, config, mods=mods)
+        flags = {"causal": {"CAUSAL": True}, "window": {"WINDOW": True}, "softcap": {"SOFTCAP": True}}.get(mod or "", {})
+        c = kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BD=d, HAS_LENS=False,
+                         DROPOUT=dropout, __divisible__=launch_facts(D=d), **({"CAUSAL": False} | flags))  # fmt: skip
         return Built(c.ptx, c.name, config.warps, c.shared_bytes + c.dynamic_shared_bytes)
 
     return build
@@ -219,6 +228,12 @@ def cases() -> list[Case]:
         out.append(Case(f"attention {arch} D=64 {cfg.label()} dropout", arch, _kaio_attention(arch, 64, cfg, True),
                         _triton(lambda tk, cc=cc: tk.attention(cc, 64, 64, 32, 4, 2, cc == 90, dropout=True)),
                         "score", (64, 32)))  # fmt: skip
+        for mod in ("softcap",):  # the loop of whole blocks, beside the plain kernel's
+            out.append(Case(f"attention {arch} D=64 {cfg.label()} {mod}", arch, _kaio_attention(arch, 64, cfg, mod=mod),
+                            None, "score", (64, 32)))  # fmt: skip
+        for mod in ("causal", "window", "document"):  # the masked loop: each visible score through the mask
+            out.append(Case(f"attention {arch} D=64 {cfg.label()} {mod}, masked loop", arch,
+                            _kaio_attention(arch, 64, cfg, mod=mod), None, "masked score", (64, 32)))  # fmt: skip
         out.append(Case(f"dropout f32, 1024 per program {arch}", arch, _kaio_dropout(arch),
                         _triton(lambda tk, cc=cc: tk.dropout(cc, 1024, 4)), "element", (1024, 0)))  # fmt: skip
     for arch, cc in (("sm_80", 80), ("sm_90a", 90)):
@@ -249,7 +264,7 @@ class Row:
     figure: float
 
 
-def key_loop(report: Any) -> Any:
+def key_loop(report: Any, masked: bool = False) -> Any:
     """Attention's key loop: the first innermost loop with the most MMAs. Kernels with two key
     loops (FlashAttention's: the blocks every row sees whole, without masks, then the diagonal
     and ragged blocks) spend nearly every trip in the first; the last blocks' masked loop is
@@ -258,7 +273,8 @@ def key_loop(report: Any) -> Any:
     if not loops:
         return None
     most = max(lp.counts["mma"] for lp in loops)
-    return min((lp for lp in loops if lp.counts["mma"] == most), key=lambda lp: lp.head)
+    pick = max if masked else min  # the masked loop is the second
+    return pick((lp for lp in loops if lp.counts["mma"] == most), key=lambda lp: lp.head)
 
 
 def measure(case: Case, side: str, build: Callable[[], Built]) -> Row | None:
@@ -273,11 +289,14 @@ def measure(case: Case, side: str, build: Callable[[], Built]) -> Row | None:
         counts = {k: sum(lp.counts[k] for lp in sweeps) for k in report.counts}
         figure = counts["total"] * built.warps * 32 / (built.columns or case.tile[0])
         return Row(side, report.registers, report.spill_bytes, built.shared_bytes, counts, bool(sweeps), figure)
-    loop = key_loop(report) if case.unit == "score" else report.main_loop() if case.unit != "element" else None
+    if case.unit in ("score", "masked score"):
+        loop = key_loop(report, case.unit == "masked score")
+    else:
+        loop = report.main_loop() if case.unit != "element" else None
     counts = loop.counts if loop is not None else report.counts
     if case.unit == "mma":
         figure = counts["total"] / max(counts["mma"], 1)
-    elif case.unit == "score":
+    elif case.unit in ("score", "masked score"):
         bm, bn = case.tile
         figure = counts["total"] * built.warps / (bm * bn)
     else:  # straight-line row kernels: the body a thread runs once
@@ -287,7 +306,7 @@ def measure(case: Case, side: str, build: Callable[[], Built]) -> Row | None:
     return Row(side, report.registers, report.spill_bytes, built.shared_bytes, counts, loop is not None, figure)
 
 
-UNIT_LABEL = {"mma": "instr/MMA", "score": "instr/score", "element": "instr/elem", "logit": "instr/logit"}
+UNIT_LABEL = {"mma": "instr/MMA", "score": "instr/score", "masked score": "instr/score", "element": "instr/elem", "logit": "instr/logit"}
 
 
 def print_table(results: list[tuple[Case, list[Row]]], markdown: bool) -> None:

@@ -414,8 +414,12 @@ class _ModdedLaunch(NamedTuple):
     @property
     def scores_modified(self) -> bool:
         """Whether the kernel scales and modifies each score before the softmax (then exp2
-        scales by log2(e) alone)."""
-        return self.mods.score is not None or self.meta["SOFTCAP"] or self.meta["ALIBI"]
+        scales by log2(e) alone); a softcap alone folds its factor into exp2's scale."""
+        return self.mods.score is not None or self.meta["ALIBI"]
+
+
+def mods_softcap(modded: _ModdedLaunch) -> float:
+    return float(modded.args[0])
 
 
 def _mod_operands(ops: Operands, mods: Mods, h: int) -> dict[str, Any]:
@@ -443,6 +447,8 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     meta |= modded.meta
     if modded.scores_modified:  # the kernel scales each score itself; exp2 then needs log2(e)
         scale_log2, meta["NEG_SCALE"] = LOG2E, False
+    elif modded.meta["SOFTCAP"]:  # tanh(s * scale / c) in the kernel; exp2 scales by c log2(e)
+        scale_log2, meta["NEG_SCALE"] = mods_softcap(modded) * LOG2E, False
     extra = (scale, *modded.args)
     grid = (math.ceil(sq / config.block_m) * splits, b * h)
     if splits == 1:

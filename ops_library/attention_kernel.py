@@ -66,7 +66,7 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                   NEG_SCALE: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
                   WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
                   ALIBI: kaio.constexpr = False, SINKS: kaio.constexpr = False):  # fmt: skip
-        MODDED = SOFTCAP or ALIBI or HAS_SCORE  # noqa: N806 (scores in natural units, then scale_log2 = log2(e))
+        MODDED = ALIBI or HAS_SCORE  # noqa: N806 (scores scaled and changed, then scale_log2 = log2(e))
         pid = i32(kt.program_id(0))
         m0, split = pid // splits * BM, pid % splits
         bh = i32(kt.program_id(1))
@@ -119,6 +119,8 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                         s = softcap * kt.tanh(s * (1.0 / softcap))
                     if ALIBI:
                         s = s + slopes[h] * f32(cols - rows)
+                elif SOFTCAP:  # c * tanh(s * scale / c): one FMUL and one tanh, c in exp2's scale_log2
+                    s = kt.tanh(s * (scale / softcap))
                 if masked:  # a diagonal or ragged block
                     if CAUSAL:
                         visible = (cols < sk) & (cols <= rows + (sk - SQ))

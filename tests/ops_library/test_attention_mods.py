@@ -17,7 +17,7 @@ from kaio.prelude import f32
 BOUND = 2e-2
 
 
-def reference(q, k, v, score=None, mask=None, sinks=None, lens=None):
+def reference(q, k, v, score=None, mask=None, sinks=None, lens=None, scale=None):
     """Each (batch, head)'s softmax of ``score(s, b, h, i, j)`` over the keys ``mask(b, h, i, j)``
     lets through (and the head's sink logit in the denominator)."""
     b, h, sq, d = q.shape
@@ -28,7 +28,7 @@ def reference(q, k, v, score=None, mask=None, sinks=None, lens=None):
         n = sk if lens is None else int(lens[bi])
         for hi in range(h):
             kh = hi // (h // hkv)
-            s = q[bi, hi].astype(np.float64) @ k[bi, kh].astype(np.float64).T / math.sqrt(d)
+            s = q[bi, hi].astype(np.float64) @ k[bi, kh].astype(np.float64).T * (scale or 1 / math.sqrt(d))
             if score is not None:
                 s = score(s, bi, hi, i, j)
             seen = (j < n) & (mask(bi, hi, i, j) if mask is not None else True)
@@ -81,6 +81,23 @@ def test_softcap_is_c_tanh_of_the_score_over_c(dev, rng):
     builtin = check(dev, qkv, want, softcap=2.5)
     recipe = check(dev, qkv, want, score_mod=softcap_recipe)
     assert np.abs(builtin - recipe).max() <= 1e-3
+
+
+def test_softcap_with_a_negative_scale(dev, rng):
+    qkv = inputs(rng)
+    check(dev, qkv, reference(*qkv, score=lambda s, *_: 2.0 * np.tanh(s / 2.0), scale=-0.3), softcap=2.0, scale=-0.3)
+
+
+def test_score_mod_then_softcap_then_alibi(dev, rng):
+    qkv = inputs(rng, sq=30, sk=30)
+    slopes = np.array([0.3, 0.1], np.float32)
+
+    def doubled(score, b, h, q_idx, kv_idx):
+        return score * 2.0
+
+    want = reference(*qkv, score=lambda s, b, h, i, j: 1.5 * np.tanh(2 * s / 1.5) + slopes[h] * (j - i),
+                     mask=lambda b, h, i, j: j <= i)
+    check(dev, qkv, want, score_mod=doubled, softcap=1.5, alibi_slopes=dev.alloc_from(slopes), causal=True)
 
 
 @pytest.mark.parametrize("causal", [False, True])
