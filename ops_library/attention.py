@@ -394,11 +394,12 @@ class _ModdedLaunch(NamedTuple):
     meta: dict[str, Any]
 
     @classmethod
-    def of(cls, mods: Mods, operands: dict[str, Any], workspace: Callable[..., Operand], sq: int, sk: int) -> _ModdedLaunch:
+    def of(cls, mods: Mods, operands: dict[str, Any], workspace: Callable[..., Operand], sq: int, sk: int,
+           op: str = "attention") -> _ModdedLaunch:  # fmt: skip
         from kaio.ops_library.attention_mods import mods_of
 
         arrays = operands["mod_args"]
-        kernel_mods = mods_of("attention", mods.score_mod, mods.mask_mod, tuple(a.dtype for a in arrays))
+        kernel_mods = mods_of(op, mods.score_mod, mods.mask_mod, tuple(a.dtype for a in arrays))
         unused = workspace((1,), dtypes.f32).value  # never read: the kernel's constexprs leave them out
         unused_slot = workspace((1,), dtypes.i32).value
         slots = [a.value for a in arrays] + [unused_slot] * (4 - len(arrays))
@@ -422,14 +423,14 @@ def mods_softcap(modded: _ModdedLaunch) -> float:
     return float(modded.args[0])
 
 
-def _mod_operands(ops: Operands, mods: Mods, h: int) -> dict[str, Any]:
+def _mod_operands(ops: Operands, mods: Mods, h: int, op: str = "attention") -> dict[str, Any]:
     """The mods' arrays taken and checked: per-head f32 slopes and sinks, mod_args of any type."""
     taken: dict[str, Any] = {"mod_args": [ops.take(f"mod_args[{i}]", a) for i, a in enumerate(mods.mod_args)]}
     for name in ("alibi_slopes", "sinks"):
         value = getattr(mods, name)
         operand = ops.take(name, value) if value is not None else None
         if operand is not None and (operand.shape != (h,) or operand.dtype != dtypes.f32):
-            raise KaioTypeError(f"attention: `{name}` must be f32 of shape ({h},) (one per query head), "
+            raise KaioTypeError(f"{op}: `{name}` must be f32 of shape ({h},) (one per query head), "
                                 f"got {operand.dtype.name} {operand.shape}")  # fmt: skip
         taken[name] = operand
     return taken

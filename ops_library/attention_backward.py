@@ -16,7 +16,9 @@ the order of the additions, so the last bits, may change from run to run), or wi
 ``deterministic=True`` by a separate query-block-parallel kernel: bit-identical results on
 every run. With ``dropout_p`` and ``seed``, those of the forward, the backward regenerates the
 forward's dropout mask (a torch.Generator cannot be given here: pass the integer seed; through
-torch autograd the forward's seed is kept for it). The kernels are in
+torch autograd the forward's seed is kept for it). ``window``, ``softcap``, ``alibi_slopes``,
+``mask_mod`` and ``mod_args`` are the forward's (docs/attention.md); a ``score_mod`` and
+``sinks`` have no backward yet. The kernels are in
 :mod:`kaio.ops_library.attention_backward_kernel`.
 """
 
@@ -29,7 +31,7 @@ from typing import Any, NamedTuple
 
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.ops_library.attention import Dropout, _check, _lengths, _scale
+from kaio.ops_library.attention import Dropout, Mods, _check, _lengths, _mod_operands, _ModdedLaunch, _scale, mods_given
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
@@ -67,13 +69,20 @@ def choose_backward_tiles(d: int) -> BackwardTiles:
 def attention_backward(
     q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, *, causal: bool = False,
     scale: float | None = None, kv_lens: Any = None, grad_lse: Any = None, deterministic: bool = False,
-    device: Any = None, dropout_p: float = 0.0, seed: Any = None,
+    device: Any = None, dropout_p: float = 0.0, seed: Any = None, mask_mod: Any = None, mod_args: Any = (),
+    window: Any = None, softcap: Any = None, alibi_slopes: Any = None,
 ) -> tuple[Any, Any, Any]:  # fmt: skip
     """(dq, dk, dv) of attention (see the module doc)."""
     causal = bool_field(OP, "causal", causal)
     deterministic = bool_field(OP, "deterministic", deterministic)
     scale = _scale(scale, OP)
     drop = _dropout(dropout_p, seed)
+    mods = mods_given(OP, None, mask_mod, mod_args, window, softcap, alibi_slopes, None)
+    if mods.any:  # no custom op carries them yet: the kernels run directly
+        from kaio.ops_library.autograd import refuse_traced
+
+        refuse_traced(OP, q, k, v, out, lse, grad_out)
+        return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods)
     from kaio.ops_library.rows import torch_op
 
     if (ops := torch_op(q, k, v, out, lse, grad_out, kv_lens, grad_lse, device=device)) is not None:
@@ -93,17 +102,19 @@ def _dropout(dropout_p: Any, seed: Any) -> Dropout:
 
 
 def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any, causal: bool,
-        scale: float | None, kv_lens: Any, deterministic: bool, device: Any, dropout: Dropout = Dropout()) -> tuple[Any, Any, Any]:  # fmt: skip
+        scale: float | None, kv_lens: Any, deterministic: bool, device: Any, dropout: Dropout = Dropout(),
+        mods: Mods = Mods()) -> tuple[Any, Any, Any]:  # fmt: skip
     """The op itself, without the torch custom-op routing."""
-    ops = Operands(OP, q, k, v, out, lse, grad_out, kv_lens, grad_lse, device=device)
+    ops = Operands(OP, q, k, v, out, lse, grad_out, kv_lens, grad_lse, mods.alibi_slopes, *mods.mod_args, device=device)
     oq, ok, ov, oo, olse, odo, odlse, (b, h, hkv, sq, sk, d) = _take(ops, q, k, v, out, lse, grad_out, grad_lse)
     lens = _lengths(ops, kv_lens, b, sk, OP) if kv_lens is not None else None
+    mod_operands = _mod_operands(ops, mods, h, OP)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     dq, dk, dv = ops.output(oq.shape, oq.dtype), ops.output(ok.shape, ok.dtype), ops.output(ok.shape, ok.dtype)
     if b and h and sq and sk:
         _launch(ops, (oq, ok, ov, oo, olse, odo, odlse, lens, dq, dk, dv), (b, h, hkv, sq, sk, d), float(scale), causal,
-                deterministic, dropout)  # fmt: skip
+                deterministic, dropout, mods, mod_operands)  # fmt: skip
     else:  # no query or no key: nothing flows back, but the gradients are written
         for x in (dq, dk, dv):
             if math.prod(x.shape):
@@ -143,7 +154,7 @@ def _take_lse(ops: Any, name: str, value: Any, shape: tuple[int, int, int]) -> O
 
 
 def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scale: float, causal: bool,
-            deterministic: bool, dropout: Dropout) -> None:  # fmt: skip
+            deterministic: bool, dropout: Dropout, mods: Mods, mod_operands: dict[str, Any]) -> None:  # fmt: skip
     from kaio.ops_library import attention_backward_kernel as kernels
 
     q, k, v, o, lse, do, dlse, lens, dq, dk, dv = arrays
@@ -163,17 +174,21 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
             grid=(math.ceil(rows / delta_rows),), BM=delta_rows, BD=bd, HAS_DLSE=dlse is not None,
         )
         lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32)
+        modded = _ModdedLaunch.of(mods, mod_operands, lambda shape, t: scratch.enter_context(ops.workspace(shape, t)), sq, sk, OP)
+        softcap_, left, right, slopes, _sinks, *slots = modded.args
+        mod_args = (softcap_, left, right, slopes, *slots)
         meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
-                "DROPOUT": dropout.p > 0}  # fmt: skip
+                "DROPOUT": dropout.p > 0, "WINDOW": modded.meta["WINDOW"], "SOFTCAP": modded.meta["SOFTCAP"],
+                "ALIBI": modded.meta["ALIBI"]}  # fmt: skip
         dq_acc = unread_f32 if deterministic else workspace((rows * d,), dtypes.f32, zero=True)
-        dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages)
+        dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods)
         dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg,
-                    h, hkv, sq, sk, d, scale, *dropout.args, grid=(math.ceil(sk / tiles.block_n), b * hkv),
+                    h, hkv, sq, sk, d, scale, *dropout.args, *mod_args, grid=(math.ceil(sk / tiles.block_n), b * hkv),
                     ATOMIC_DQ=not deterministic, **meta)  # fmt: skip
         if deterministic:
-            kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages).launch(
+            kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods).launch(
                 dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, h, hkv, sq, sk, d, scale,
-                *dropout.args, grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
+                *dropout.args, *mod_args, grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
             )
         else:
             n = rows * d

@@ -38,7 +38,8 @@ from typing import Any
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
-from kaio.prelude import Array, MutArray, exp2, f32, i32, i64, u64
+from kaio.ops_library.attention_mods import NO_MODS, AttentionMods
+from kaio.prelude import Array, MutArray, bool_, exp2, f32, i32, i64, u64
 
 LOG2E = 1.4426950408889634
 
@@ -53,6 +54,13 @@ def probability(s: f32, lse2: f32, row: i32, col: i32, sq: i32, sk: i32, CAUSAL:
     if CAUSAL == 1:
         visible = visible and col <= row + (sk - sq)
     return exp2(s - lse2) if visible else 0.0
+
+
+@kaio.device
+def in_window(row: i32, col: i32, sq: i32, sk: i32, left: i32, right: i32) -> bool_:
+    """Whether query ``row`` sees key ``col`` through the forward's ``window=(left, right)``
+    (bottom-right aligned, as causal)."""
+    return col >= row + (sk - sq - left) and col <= row + (sk - sq + right)
 
 
 @cache
@@ -74,19 +82,27 @@ def delta_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
 
 
 @cache
-def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> Any:  # noqa: N803
-    """dK and dV (and, with ``ATOMIC_DQ``, dQ's f32 partial sums) for one input type.
+def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: AttentionMods = NO_MODS) -> Any:  # noqa: N803
+    """dK and dV (and, with ``ATOMIC_DQ``, dQ's f32 partial sums) for one input type and the
+    forward's mask function (``mods``; a score function has no backward yet).
     ``maxnreg=255`` tells ptxas every register is available: without it, its occupancy
     heuristic may squeeze this kernel (about 120 registers at D=32, 4 warps) into 96 for more
     blocks per SM and spill (sm_90a)."""
+
+    MASK, HAS_MASK = mods.mask, mods.mask is not None  # noqa: N806
+    A0, A1, A2, A3 = mods.arg_types  # noqa: N806
 
     @kaio.tile_kernel(num_warps=warps, num_stages=stages, maxnreg=255)
     def attention_dkdv(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
                        dk: MutArray[T], dv: MutArray[T], dq_acc: MutArray[f32], kv_lens: Array[i32],
                        H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32, drop_p: f32, drop_scale: f32,
-                       seed: u64, BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
+                       seed: u64, softcap: f32, left: i32, right: i32, slopes: Array[f32],
+                       x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
+                       BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
                        CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
-                       ATOMIC_DQ: kaio.constexpr = False, DROPOUT: kaio.constexpr = False):  # fmt: skip
+                       ATOMIC_DQ: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
+                       WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
+                       ALIBI: kaio.constexpr = False):  # fmt: skip
         n0 = i32(kt.program_id(0)) * BN
         bh = i32(kt.program_id(1))  # b * HKV + key/value head
         b, hk = bh // HKV, bh % HKV
@@ -117,8 +133,23 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> A
                 lse2 = kt.load(lse, (q_row + m0,), (BM,), (q_row + SQ,)) * LOG2E
                 di = kt.load(delta, (q_row + m0,), (BM,), (q_row + SQ,))
                 rows = kt.expand_dims(m0 + kt.arange(BM), 0)
-                st = kt.dot(kb, kt.trans(qb), kt.zeros((BN, BM), f32)) * scale_log2
+                st = kt.dot(kb, kt.trans(qb), kt.zeros((BN, BM), f32))
+                if SOFTCAP or ALIBI:  # the forward's modified score, in log2 units
+                    st = st * scale
+                    if SOFTCAP:
+                        tt = kt.tanh(st * (1.0 / softcap))
+                        st = softcap * tt
+                    if ALIBI:
+                        st = st + slopes[hk * group + g] * f32(cols - rows)
+                    st = st * LOG2E
+                else:
+                    st = st * scale_log2
                 pt = probability(st, kt.expand_dims(lse2, 0), rows, cols, SQ, sk, CAUSAL)
+                if WINDOW:
+                    pt = kt.where(in_window(rows, cols, SQ, sk, left, right), pt, 0.0)
+                if HAS_MASK:
+                    pt = kt.where(MASK(b, hk * group + g, kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1),
+                                       x0, x1, x2, x3), pt, 0.0)  # fmt: skip
                 dpt = kt.dot(vb, kt.trans(dob), kt.zeros((BN, BM), f32))
                 if DROPOUT:  # the forward's mask, transposed: (BN keys, BM queries)
                     zt = kt.where(kt.rand(seed, (i64(q_row) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
@@ -126,7 +157,10 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> A
                     dpt = dpt * zt
                 else:
                     dv_acc = kt.dot(T(pt), dob, dv_acc)
-                dst = T(pt * (dpt - kt.expand_dims(di, 0)))
+                dsc = pt * (dpt - kt.expand_dims(di, 0))  # the gradient of the (modified) score
+                if SOFTCAP:  # through c * tanh(x / c): 1 - tanh^2
+                    dsc = dsc * (1.0 - tt * tt)
+                dst = T(dsc)
                 dk_acc = kt.dot(dst, qb, dk_acc)
                 if ATOMIC_DQ:  # dQ^T = K^T dS^T, added into the f32 buffer element by element
                     dqt = kt.dot(kt.trans(kb), dst, kt.zeros((BD, BM), f32))
@@ -139,15 +173,20 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> A
 
 
 @cache
-def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> Any:  # noqa: N803
+def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: AttentionMods = NO_MODS) -> Any:  # noqa: N803
     """The deterministic dQ: each program owns a query block and sums over the keys it sees."""
+    MASK, HAS_MASK = mods.mask, mods.mask is not None  # noqa: N806
+    A0, A1, A2, A3 = mods.arg_types  # noqa: N806
 
     @kaio.tile_kernel(num_warps=warps, num_stages=stages)
     def attention_dq(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
                      dq: MutArray[T], kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,
-                     drop_p: f32, drop_scale: f32, seed: u64, BM: kaio.constexpr = 32, BN: kaio.constexpr = 32,
+                     drop_p: f32, drop_scale: f32, seed: u64, softcap: f32, left: i32, right: i32, slopes: Array[f32],
+                     x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
+                     BM: kaio.constexpr = 32, BN: kaio.constexpr = 32,
                      BD: kaio.constexpr = 64, CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
-                     DROPOUT: kaio.constexpr = False):  # fmt: skip
+                     DROPOUT: kaio.constexpr = False, WINDOW: kaio.constexpr = False,
+                     SOFTCAP: kaio.constexpr = False, ALIBI: kaio.constexpr = False):  # fmt: skip
         m0 = i32(kt.program_id(0)) * BM
         bh = i32(kt.program_id(1))  # b * H + query head
         b, h = bh // H, bh % H
@@ -170,13 +209,30 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0) -> Any
         for n0 in range(0, hi, BN):
             kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
-            s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32)) * scale_log2
+            s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32))
             cols = kt.expand_dims(n0 + kt.arange(BN), 0)
+            if SOFTCAP or ALIBI:  # the forward's modified score, in log2 units
+                s = s * scale
+                if SOFTCAP:
+                    t = kt.tanh(s * (1.0 / softcap))
+                    s = softcap * t
+                if ALIBI:
+                    s = s + slopes[h] * f32(cols - rows)
+                s = s * LOG2E
+            else:
+                s = s * scale_log2
             p = probability(s, lse2, rows, cols, SQ, sk, CAUSAL)
+            if WINDOW:
+                p = kt.where(in_window(rows, cols, SQ, sk, left, right), p, 0.0)
+            if HAS_MASK:
+                p = kt.where(MASK(b, h, kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1), x0, x1, x2, x3), p, 0.0)
             dp = kt.dot(dob, kt.trans(vb), kt.zeros((BM, BN), f32))
             if DROPOUT:  # the forward's mask of these (query, key) pairs
                 dp = dp * kt.where(kt.rand(seed, (i64(q_row) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
-            acc = kt.dot(T(p * (dp - di)), kb, acc)
+            ds = p * (dp - di)  # the gradient of the (modified) score
+            if SOFTCAP:  # through c * tanh(x / c): 1 - tanh^2
+                ds = ds * (1.0 - t * t)
+            acc = kt.dot(T(ds), kb, acc)
         kt.store(dq, (q_row + m0, 0), T(acc * scale), (q_row + SQ, D))
 
     return attention_dq

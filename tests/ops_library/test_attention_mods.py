@@ -11,7 +11,7 @@ import pytest
 
 import kaio.tile as kt
 from kaio.errors import KaioCompileError, KaioTypeError, KaioValueError
-from kaio.ops_library import attention
+from kaio.ops_library import attention, attention_backward
 from kaio.prelude import f32
 
 BOUND = 2e-2
@@ -210,3 +210,62 @@ def test_the_gradient_of_a_mod_is_refused_by_name():
     k = torch.randn(1, 2, 16, 32, dtype=torch.float16)
     with pytest.raises(KaioTypeError, match="gradient of score_mod, mask_mod, window"):
         attention(q, k, k, window=(4, 0))
+
+
+# ---------------------------------------------------------------------------- backward
+
+
+def torch_reference_grads(q, k, v, do, score=None, mask=None):
+    """(dq, dk, dv) in float64 by torch autograd of the same modified softmax (GQA repeats the
+    key/value heads)."""
+    torch = pytest.importorskip("torch")
+    b, h, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    qt, kt_, vt = (torch.tensor(np.asarray(x, np.float64), requires_grad=True) for x in (q, k, v))
+    kr, vr = kt_.repeat_interleave(h // hkv, 1), vt.repeat_interleave(h // hkv, 1)
+    s = qt @ kr.transpose(-1, -2) / math.sqrt(d)
+    i, j = torch.arange(sq)[:, None], torch.arange(sk)[None, :]
+    hs = torch.arange(h)[:, None, None]
+    if score is not None:
+        s = score(s, hs, i, j)
+    if mask is not None:
+        s = s.masked_fill(~torch.tensor(np.broadcast_to(mask(i.numpy(), j.numpy()), (sq, sk)).copy()), -torch.inf)
+    o = torch.softmax(s, -1).nan_to_num(0.0) @ vr
+    (o * torch.tensor(np.asarray(do, np.float64))).sum().backward()
+    return qt.grad.numpy(), kt_.grad.numpy(), vt.grad.numpy()
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("mod", ["window", "softcap", "alibi", "document"])
+def test_the_gradients_through_the_mods(dev, rng, mod, deterministic):
+    torch = pytest.importorskip("torch")
+    sq = sk = 48
+    q, k, v = inputs(rng, h=4, hkv=2, sq=sq, sk=sk)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+    docs = np.repeat(np.arange(3), [10, 30, 8]).astype(np.int32)
+    kw, score, mask = {
+        "window": ({"window": (9, 4)}, None, lambda i, j: (j >= i - 9) & (j <= i + 4)),
+        "softcap": ({"softcap": 1.5}, lambda s, h, i, j: 1.5 * torch.tanh(s / 1.5), None),
+        "alibi": ({"alibi_slopes": slopes}, lambda s, h, i, j: s + torch.tensor(slopes, dtype=torch.float64)[h] * (j - i), None),
+        "document": ({"mask_mod": document_mask, "mod_args": (docs,)}, None, lambda i, j: docs[i] == docs[j]),
+    }[mod]
+    buffers = {name: dev.alloc_from(x) for name, x in (("q", q), ("k", k), ("v", v), ("do", do))}
+    on_dev = {n: (dev.alloc_from(x) if isinstance(x, np.ndarray) else x) for n, x in kw.items()}
+    if "mod_args" in kw:
+        on_dev["mod_args"] = tuple(dev.alloc_from(a) for a in kw["mod_args"])
+    o, lse = attention(buffers["q"], buffers["k"], buffers["v"], return_lse=True, **on_dev)
+    got = attention_backward(buffers["q"], buffers["k"], buffers["v"], o, lse, buffers["do"],
+                             deterministic=deterministic, **on_dev)  # fmt: skip
+    for g, want in zip(got, torch_reference_grads(q, k, v, do, score, mask), strict=True):
+        g = g.to_host().astype(np.float64)
+        assert not np.isnan(g).any()
+        assert float(np.abs(g - want).max()) <= 3e-2 * max(1.0, float(np.abs(want).max()))
+
+
+def test_the_backward_takes_no_score_mod_or_sinks_yet(dev):
+    q = dev.alloc_from(np.zeros((1, 2, 16, 32), np.float16))
+    lse = dev.alloc_from(np.zeros((1, 2, 16), np.float32))
+    for kw in ({"score_mod": head_bias}, {"sinks": np.zeros(2, np.float32)}):
+        with pytest.raises(TypeError, match="unexpected keyword"):
+            attention_backward(q, q, q, q, lse, q, **kw)
