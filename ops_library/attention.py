@@ -235,6 +235,12 @@ class Mods(NamedTuple):
     def any(self) -> bool:
         return bool(self.mod_args) or any(getattr(self, f) is not None for f in self._fields if f != "mod_args")
 
+    @property
+    def builtin_only(self) -> bool:
+        """Whether only the mods the custom ops' schemas carry are given (window, softcap,
+        alibi_slopes): no functions, no mod_args, no sinks."""
+        return self.score_mod is None and self.mask_mod is None and not self.mod_args and self.sinks is None
+
 
 def mods_given(op: str, score_mod: Any, mask_mod: Any, mod_args: Any, window: Any, softcap: Any,
                alibi_slopes: Any, sinks: Any) -> Mods:  # fmt: skip
@@ -272,11 +278,18 @@ class Attention:
         scale = _scale(scale)  # checked before any operand is taken (copied to the device)
         drop = dropout_of("attention", dropout_p, seed, q)
         mods = mods_given("attention", score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
-        if mods.any:  # no custom op carries functions yet: the kernel runs directly, recording no gradient
+        if out is None and mods.builtin_only and (ops_ns := torch_op(q, k, v, kv_lens, alibi_slopes, device=device)) is not None:
+            # torch tensors: torch.ops.kaio.attention, which records the graph (saving out, lse)
+            left, right = mods.window if mods.window is not None else (-1, -1)
+            result, lse = ops_ns.attention(q, k, v, causal, scale, kv_lens, _config_label(config), drop.p, seed_as_int64(drop.seed),
+                                           left, right, mods.softcap or 0.0, alibi_slopes)  # fmt: skip
+            return (result, lse) if return_lse else result
+        if mods.any:  # no custom op carries functions or sinks yet: the kernel runs directly, recording no gradient
             if needs_grad(q, k, v):
                 raise KaioTypeError(
-                    "attention: the gradient of score_mod, mask_mod, window, softcap, alibi_slopes and sinks "
-                    "is not implemented yet, and an input requires grad; detach the inputs"
+                    "attention: torch autograd does not record score_mod, mask_mod or sinks yet (window, softcap "
+                    "and alibi_slopes it does), and an input requires grad; detach the inputs, or call "
+                    "attention_backward (mask_mod) yourself"
                 )
             refuse_traced("attention", q, k, v, out)
             return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop, mods)
@@ -423,8 +436,9 @@ def mods_softcap(modded: _ModdedLaunch) -> float:
     return float(modded.args[0])
 
 
-def _mod_operands(ops: Operands, mods: Mods, h: int, op: str = "attention") -> dict[str, Any]:
-    """The mods' arrays taken and checked: per-head f32 slopes and sinks, mod_args of any type."""
+def _mod_operands(ops: Any, mods: Mods, h: int, op: str = "attention") -> dict[str, Any]:
+    """The mods' arrays taken (by ``Operands``, or ``TensorMetadata`` for tensors' metadata
+    alone) and checked: per-head f32 slopes and sinks, mod_args of any type."""
     taken: dict[str, Any] = {"mod_args": [ops.take(f"mod_args[{i}]", a) for i, a in enumerate(mods.mod_args)]}
     for name in ("alibi_slopes", "sinks"):
         value = getattr(mods, name)
@@ -434,6 +448,13 @@ def _mod_operands(ops: Operands, mods: Mods, h: int, op: str = "attention") -> d
                                 f"got {operand.dtype.name} {operand.shape}")  # fmt: skip
         taken[name] = operand
     return taken
+
+
+def check_mod_tensors(op: str, mods: Mods, h: int) -> None:
+    """:func:`_mod_operands`' checks on torch tensors' metadata alone (the custom ops' fakes)."""
+    from kaio.ops_library.torch_checks import TensorMetadata
+
+    _mod_operands(TensorMetadata(op), mods, h, op)
 
 
 def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse: Operand, lens: Any,

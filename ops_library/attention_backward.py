@@ -78,17 +78,19 @@ def attention_backward(
     scale = _scale(scale, OP)
     drop = _dropout(dropout_p, seed)
     mods = mods_given(OP, None, mask_mod, mod_args, window, softcap, alibi_slopes, None)
-    if mods.any:  # no custom op carries them yet: the kernels run directly
+    if mods.any and not mods.builtin_only:  # no custom op carries a mask function yet: the kernels run directly
         from kaio.ops_library.autograd import refuse_traced
 
         refuse_traced(OP, q, k, v, out, lse, grad_out)
         return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods)
     from kaio.ops_library.rows import torch_op
 
-    if (ops := torch_op(q, k, v, out, lse, grad_out, kv_lens, grad_lse, device=device)) is not None:
+    if (ops := torch_op(q, k, v, out, lse, grad_out, kv_lens, grad_lse, alibi_slopes, device=device)) is not None:
+        left, right = mods.window if mods.window is not None else (-1, -1)
         return tuple(ops.attention_backward(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic,
-                                            drop.p, seed_as_int64(drop.seed)))  # type: ignore[return-value]  # fmt: skip
-    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop)
+                                            drop.p, seed_as_int64(drop.seed), left, right, mods.softcap or 0.0,
+                                            alibi_slopes))  # type: ignore[return-value]  # fmt: skip
+    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods)
 
 
 def _dropout(dropout_p: Any, seed: Any) -> Dropout:

@@ -133,56 +133,77 @@ def _cross_entropy_fake(logits: Tensor, targets: Tensor, ignore_index: int, *, d
 # --- attention: FlashAttention-2 forward and backward, the backward registered for autograd ----
 
 
+def _builtin_mods(op: str, window_left: int, window_right: int, softcap: float, alibi_slopes: Tensor | None) -> Any:
+    """The built-in mods as the custom ops' schemas carry them (a window side of -1: no window;
+    a softcap of 0: none), checked as the op checks them."""
+    from kaio.ops_library.attention import mods_given
+
+    window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
+    return mods_given(op, None, None, (), window, softcap or None, alibi_slopes, None)
+
+
 def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
-               config: str | None, dropout_p: float = 0.0, seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+               config: str | None, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1, window_right: int = -1,
+               softcap: float = 0.0, alibi_slopes: Tensor | None = None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """(out, lse): the output and the f32 logsumexp the backward recomputes P from."""
     from kaio.ops_library.attention import Dropout, attention, check_tensors, config_from_label
 
     check_tensors("attention", q, k, v, kv_lens)
+    mods = _builtin_mods("attention", window_left, window_right, softcap, alibi_slopes)
     drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
-    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device), drop)  # type: ignore[no-any-return]
+    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device), drop, mods)  # type: ignore[no-any-return]
 
 
 def _attention_fake(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
-                    config: str | None, dropout_p: float = 0.0, seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
-    from kaio.ops_library.attention import check_tensors
+                    config: str | None, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1, window_right: int = -1,
+                    softcap: float = 0.0, alibi_slopes: Tensor | None = None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+    from kaio.ops_library.attention import check_mod_tensors, check_tensors
 
     check_tensors("attention", q, k, v, kv_lens)
+    check_mod_tensors("attention", _builtin_mods("attention", window_left, window_right, softcap, alibi_slopes), q.shape[1])
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
                         grad_lse: Tensor | None, causal: bool, scale: float | None, kv_lens: Tensor | None,
-                        deterministic: bool, dropout_p: float = 0.0, seed: int = 0, *,
+                        deterministic: bool, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1,
+                        window_right: int = -1, softcap: float = 0.0, alibi_slopes: Tensor | None = None, *,
                         device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention import Dropout
-    from kaio.ops_library.attention_backward import check_saved, run
+    from kaio.ops_library.attention_backward import OP, check_saved, run
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
+    mods = _builtin_mods(OP, window_left, window_right, softcap, alibi_slopes)
     drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
-    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device), drop)  # type: ignore[return-value]
+    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device), drop, mods)  # type: ignore[return-value]
 
 
 def _attention_backward_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, grad_lse: Tensor | None,
                              causal: bool, scale: float | None, kv_lens: Tensor | None, deterministic: bool, dropout_p: float = 0.0,
-                             seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
-    from kaio.ops_library.attention_backward import check_saved
+                             seed: int = 0, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                             alibi_slopes: Tensor | None = None, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    from kaio.ops_library.attention import check_mod_tensors
+    from kaio.ops_library.attention_backward import OP, check_saved
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
+    check_mod_tensors(OP, _builtin_mods(OP, window_left, window_right, softcap, alibi_slopes), q.shape[1])
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
-    q, k, v, causal, scale, kv_lens, _, *dropout = inputs
-    ctx.save_for_backward(q, k, v, *output, kv_lens)  # the logsumexp, not the probabilities
+    q, k, v, causal, scale, kv_lens, _, *rest = inputs
+    rest += [0.0, 0, -1, -1, 0.0, None][len(rest):]  # the schema's defaults
+    dropout_p, seed, window_left, window_right, softcap, alibi_slopes = rest
+    ctx.save_for_backward(q, k, v, *output, kv_lens, alibi_slopes)  # the logsumexp, not the probabilities
     ctx.causal, ctx.scale = causal, scale
-    ctx.dropout = dropout or [0.0, 0]  # (p, seed): the backward regenerates the mask
+    ctx.dropout = (dropout_p, seed)  # the backward regenerates the mask
+    ctx.mods = (window_left, window_right, softcap)
 
 
 def _attention_grad(ctx: Any, grad_out: Tensor, grad_lse: Tensor) -> tuple[Tensor | None, ...]:
-    q, k, v, out, lse, kv_lens = ctx.saved_tensors
+    q, k, v, out, lse, kv_lens, alibi_slopes = ctx.saved_tensors
     dq, dk, dv = torch.ops.kaio.attention_backward(
         q, k, v, out, lse, grad_out.contiguous(), grad_lse.contiguous(), ctx.causal, ctx.scale, kv_lens, False,
-        *ctx.dropout, device=ctx.kaio_device,
+        *ctx.dropout, *ctx.mods, alibi_slopes, device=ctx.kaio_device,
     )
-    return dq, dk, dv, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None

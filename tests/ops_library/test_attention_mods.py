@@ -204,12 +204,15 @@ def test_per_head_arrays_must_have_one_f32_per_query_head(dev):
         _call(dev, alibi_slopes=np.zeros(2, np.float16))
 
 
-def test_the_gradient_of_a_mod_is_refused_by_name():
+def test_autograd_through_a_mod_function_is_refused_by_name():
     torch = pytest.importorskip("torch")
     q = torch.randn(1, 2, 16, 32, dtype=torch.float16, requires_grad=True)
     k = torch.randn(1, 2, 16, 32, dtype=torch.float16)
-    with pytest.raises(KaioTypeError, match="gradient of score_mod, mask_mod, window"):
-        attention(q, k, k, window=(4, 0))
+    def early_keys(b, h, q_idx, kv_idx):
+        return kv_idx < 8
+
+    with pytest.raises(KaioTypeError, match="does not record score_mod, mask_mod or sinks"):
+        attention(q, k, k, mask_mod=early_keys)
 
 
 # ---------------------------------------------------------------------------- backward
@@ -269,3 +272,39 @@ def test_the_backward_takes_no_score_mod_or_sinks_yet(dev):
     for kw in ({"score_mod": head_bias}, {"sinks": np.zeros(2, np.float32)}):
         with pytest.raises(TypeError, match="unexpected keyword"):
             attention_backward(q, q, q, q, lse, q, **kw)
+
+
+@pytest.mark.parametrize("mod", ["window", "softcap", "alibi"])
+def test_torch_autograd_records_the_builtin_mods(mod):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    q, k, v = inputs(rng, h=4, hkv=2, sq=40, sk=40)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+    kw, score, mask = {
+        "window": ({"window": (6, 2)}, None, lambda i, j: (j >= i - 6) & (j <= i + 2)),
+        "softcap": ({"softcap": 1.5}, lambda s, h, i, j: 1.5 * torch.tanh(s / 1.5), None),
+        "alibi": ({"alibi_slopes": torch.tensor(slopes)}, lambda s, h, i, j: s + torch.tensor(slopes, dtype=torch.float64)[h] * (j - i), None),
+    }[mod]
+    qt, kt_, vt = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    o = attention(qt, kt_, vt, **kw)
+    assert isinstance(o, torch.Tensor) and o.grad_fn is not None
+    o.backward(torch.tensor(do))
+    for got, want in zip((qt.grad, kt_.grad, vt.grad), torch_reference_grads(q, k, v, do, score, mask), strict=True):
+        assert float(np.abs(got.double().numpy() - want).max()) <= 3e-2 * max(1.0, float(np.abs(want).max()))
+
+
+def test_torch_opcheck_of_the_builtin_mods():
+    torch = pytest.importorskip("torch")
+    import kaio.torch  # noqa: F401  (registers torch.ops.kaio)
+
+    rng = np.random.default_rng(3)
+    q, k, v = (torch.tensor(x) for x in inputs(rng, h=2, hkv=1, sq=24, sk=24))
+    slopes = torch.tensor([0.5, 0.25])
+    args = (q, k, v, True, None, None, None, 0.0, 0, 5, 0, 2.0, slopes)
+    torch.library.opcheck(torch.ops.kaio.attention.default, args, test_utils=("test_schema", "test_faketensor"))
+    out, lse = torch.ops.kaio.attention(*args)
+    grads = (q, k, v, out, lse, torch.randn(out.shape, dtype=out.dtype), None, True, None, None, False, 0.0, 0, 5, 0, 2.0, slopes)
+    torch.library.opcheck(torch.ops.kaio.attention_backward.default, grads, test_utils=("test_schema", "test_faketensor"))
+    with pytest.raises(KaioValueError, match="`window` sizes must be >= 0"):
+        torch.ops.kaio.attention(q, k, v, True, None, None, None, 0.0, 0, -1, 3, 0.0, None)
