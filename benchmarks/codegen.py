@@ -228,7 +228,7 @@ def cases() -> list[Case]:
         out.append(Case(f"attention {arch} D=64 {cfg.label()} dropout", arch, _kaio_attention(arch, 64, cfg, True),
                         _triton(lambda tk, cc=cc: tk.attention(cc, 64, 64, 32, 4, 2, cc == 90, dropout=True)),
                         "score", (64, 32)))  # fmt: skip
-        for mod in ("softcap",):  # the loop of whole blocks, beside the plain kernel's
+        for mod in ("softcap", "window"):  # the loop of whole blocks, beside the plain kernel's
             out.append(Case(f"attention {arch} D=64 {cfg.label()} {mod}", arch, _kaio_attention(arch, 64, cfg, mod=mod),
                             None, "score", (64, 32)))  # fmt: skip
         for mod in ("causal", "window", "document"):  # the masked loop: each visible score through the mask

@@ -82,13 +82,21 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
         if CAUSAL:  # bottom-right aligned: row r sees key j <= r + sk - SQ
             hi = max(min(hi, m0 + BM + sk - SQ), 0)  # past the block's last row's last key: skipped
             band = min(hi, m0 + 1 + sk - SQ)
-        if WINDOW:  # row r sees keys r + sk - SQ - left ..= r + sk - SQ + right: every block masked
-            hi = max(min(hi, m0 + BM + sk - SQ + right), 0)
-            lo = max(lo, (m0 + sk - SQ - left) // BN * BN)
-            band = lo
         if HAS_MASK:  # the function decides, element by element: every block masked
             band = lo
         full = lo + max(band - lo, 0) // BN * BN  # [lo, full): whole key blocks, no mask
+        if WINDOW:  # row r sees keys r + sk - SQ - left ..= r + sk - SQ + right
+            reach = right
+            if CAUSAL:
+                reach = min(right, 0)
+            hi = max(min(hi, m0 + BM + sk - SQ + reach), 0)  # past the last row's last key: skipped
+            lo = max(lo, max(m0 + sk - SQ - left, 0) // BN * BN)  # before the first row's first: skipped
+            # [w_lo, w_hi): the blocks every row sees whole, the unmasked loop's; the masked loop
+            # walks [lo, w_lo) then [w_hi, hi), its index j jumping the gap at w_lo
+            w_lo = min(max(lo, (max(m0 + BM - 1 + sk - SQ - left, 0) + BN - 1) // BN * BN), hi)
+            w_hi = w_lo + max(min(band, m0 + 1 + sk - SQ + reach) - w_lo, 0) // BN * BN
+            if HAS_MASK:
+                w_hi = w_lo
 
         m_i = kt.full((BM,), NEG_INF, f32)  # the row max of the scores, in log2 units
         l_i = kt.zeros((BM,), f32)
@@ -103,7 +111,14 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
             start, stop = lo, full
             if masked:
                 start, stop = full, hi
-            for n0 in range(start, stop, BN):
+            if WINDOW:
+                start, stop = w_lo, w_hi
+                if masked:
+                    start, stop = lo, w_lo + (hi - w_hi)
+            for j in range(start, stop, BN):
+                n0 = j
+                if WINDOW and masked:
+                    n0 = j if j < w_lo else j + (w_hi - w_lo)
                 kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
                 s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32))  # raw scores; scaled in exp2
                 if masked or MODDED or HAS_MASK:  # the scores' query and key indices

@@ -109,6 +109,16 @@ def test_a_sliding_window_sees_left_and_right_keys_of_the_diagonal(dev, rng, cau
     check(dev, qkv, want, window=(20, 7), causal=causal)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_wide_window_walks_whole_blocks_unmasked_and_both_edges_masked(dev, rng, causal):
+    # 64-row query blocks, 32-key blocks: a block of rows 64..127 sees keys 32..95 whole and
+    # those on either side through the mask
+    qkv = inputs(rng, h=1, hkv=1, sq=256, sk=256)
+    right = 0 if causal else 50
+    want = reference(*qkv, mask=lambda b, h, i, j: (j >= i - 100) & (j <= i + right))
+    check(dev, qkv, want, window=(100, 50), causal=causal)
+
+
 def test_a_window_with_kv_lens_and_rows_that_see_no_key(dev, rng):
     qkv = inputs(rng, b=2, sq=33, sk=64)
     lens = np.array([64, 9], np.int32)
