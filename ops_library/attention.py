@@ -432,10 +432,6 @@ class _ModdedLaunch(NamedTuple):
         return self.mods.score is not None or self.meta["ALIBI"]
 
 
-def mods_softcap(modded: _ModdedLaunch) -> float:
-    return float(modded.args[0])
-
-
 def _mod_operands(ops: Any, mods: Mods, h: int, op: str = "attention") -> dict[str, Any]:
     """The mods' arrays taken (by ``Operands``, or ``TensorMetadata`` for tensors' metadata
     alone) and checked: per-head f32 slopes and sinks, mod_args of any type."""
@@ -470,7 +466,7 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     if modded.scores_modified:  # the kernel scales each score itself; exp2 then needs log2(e)
         scale_log2, meta["NEG_SCALE"] = LOG2E, False
     elif modded.meta["SOFTCAP"]:  # tanh(s * scale / c) in the kernel; exp2 scales by c log2(e)
-        scale_log2, meta["NEG_SCALE"] = mods_softcap(modded) * LOG2E, False
+        scale_log2, meta["NEG_SCALE"] = float(modded.args[0]) * LOG2E, False  # args[0]: the softcap
     extra = (scale, *modded.args)
     grid = (math.ceil(sq / config.block_m) * splits, b * h)
     if splits == 1:

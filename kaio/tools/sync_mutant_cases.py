@@ -339,6 +339,27 @@ def _linear_cross_entropy(dev: Any) -> None:
     _close(dw.to_host(), p.T @ x.astype(np.float64), 2e-2)
 
 
+def _attention_mods(dev: Any) -> None:
+    """Forward with a window wide enough for whole key blocks between masked edges (the masked
+    loop's index jumping them), a softcap and sinks, against numpy."""
+    from kaio.ops_library import attention
+
+    rng = _rng()
+    sq = sk = 192
+    d, left, right, cap = 64, 96, 64, 2.0
+    q = rng.standard_normal((1, 2, sq, d)).astype(np.float16)
+    k, v = (rng.standard_normal((1, 2, sk, d)).astype(np.float16) for _ in range(2))
+    sinks = np.array([0.5, -1.0], np.float32)
+    s = cap * np.tanh(q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / np.sqrt(d) / cap)
+    i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    s = np.where((j >= i - left) & (j <= i + right), s, -np.inf)
+    m = np.maximum(s.max(-1, keepdims=True), sinks[None, :, None, None])
+    p = np.exp(s - m)
+    p /= p.sum(-1, keepdims=True) + np.exp(sinks[None, :, None, None] - m)
+    o = attention(*(dev.alloc_from(x) for x in (q, k, v)), window=(left, right), softcap=cap, sinks=dev.alloc_from(sinks))
+    _close(o.to_host(), p @ v.astype(np.float64), 2e-2)
+
+
 def _attention_dropout(dev: Any) -> None:
     """Forward with dropout: each probability kept iff ``rand(seed, ((b*H + h)*Sq + q)*Sk + k) > p``."""
     from kaio.ops_library import attention
@@ -445,6 +466,7 @@ def cases(arch: str) -> dict[str, Case]:
         "attention": _attention(False),
         "attention causal": _attention(True),
         "attention dropout": _attention_dropout,
+        "attention window softcap sinks": _attention_mods,
         "attention decode (split keys)": _attention(False, sq=1, sk=1100),
         "attention backward (atomic dQ)": _attention(True, sq=70, sk=130, backward=True),
         "attention backward (deterministic dQ)": _attention(False, sq=70, sk=130, backward=True, deterministic=True),
@@ -532,7 +554,8 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         **SCHEDULING_FENCES,
         **{(case, "attention", "bar.sync 0;", 2): _Q_BEFORE_RING
            for case in ("attention", "attention causal", "attention dropout", "attention decode (split keys)",
-                        "attention backward (atomic dQ)", "attention backward (deterministic dQ)")},  # fmt: skip
+                        "attention window softcap sinks", "attention backward (atomic dQ)",
+                        "attention backward (deterministic dQ)")},  # fmt: skip
         ("attention decode (split keys)", "attention", "cp.async.wait_group 0;", 1): _DRAIN_SHAPE,
         **{("attention backward (atomic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 9, 10)},
         **{("attention backward (deterministic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 8)},
