@@ -202,6 +202,11 @@ def _scalar_twice(em: PtxEmitter, op: Operation, env: dict[SSAValue, Lanes]) -> 
         for v in op.operands:
             if v in env:
                 em.values[v] = env[v].scalars(em)[lane]
+        # a rule may read through an operand to its producer's operands (a load's 64-bit index
+        # to the i32 it was extended from): every scalar value of the region holds this lane
+        for v, known in env.items():
+            if known.lo is not None and v not in op.operands:
+                em.values[v] = (known.lo, known.hi)[lane]
         LOWERINGS[type(op)](em, op)
         lanes.append([em.value(r) for r in op.results])
     if len(lanes) == 1:

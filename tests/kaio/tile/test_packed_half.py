@@ -119,3 +119,32 @@ def test_packed_maps_match_the_scalar_lowering_and_numpy(monkeypatch, rng, arch,
         if name in ("maximum", "minimum"):  # numpy orders -0 and +0 either way
             ok |= (p.astype(np.float32) == 0) & (want.astype(np.float32) == 0)
         assert ok.all(), (name, np.flatnonzero(~ok)[:5], x[~ok][:5], y[~ok][:5], p[~ok][:5], want[~ok][:5])
+
+
+@kaio.device
+def plus_column_bias(s, col, bias):
+    return s + bias[col]
+
+
+@kaio.tile_kernel(num_warps=4, num_stages=0)
+def scores_with_a_gathered_bias_times_b(a: Array[f16], b: Array[f16], bias: Array[f32], out: MutArray[f32],
+                                        BM: kaio.constexpr = 32, BD: kaio.constexpr = 32):  # fmt: skip
+    qb = kt.load(a, (0, 0), (BM, BD), (BM, BD))
+    kb = kt.load(b, (0, 0), (BM, BD), (BM, BD))
+    s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BM), f32))
+    cols = kt.expand_dims(kt.arange(BM), 0)
+    p = f16(plus_column_bias(s, cols, bias))  # one map: a load per element, narrowed in pairs
+    kt.store(out, (0, 0), kt.dot(p, kb, kt.zeros((BM, BD), f32)), (BM, BD))
+
+
+def test_a_map_that_loads_by_each_lanes_own_index_in_pairs(rng):
+    """Packed in pairs (the f16 results go to shared memory as words), the map's load is
+    lowered once per lane; its address reads through the i64 index to the i32 column, which
+    must be this lane's, not the last lowered one's (both lanes once loaded column + 1)."""
+    a, b = (rng.standard_normal((32, 32)).astype(np.float16) for _ in range(2))
+    bias = rng.standard_normal(32).astype(np.float32)
+    dev = kaio.Device("sim")
+    out = poisoned(dev, (32, 32), np.float32)
+    scores_with_a_gathered_bias_times_b.launch(dev, dev.alloc_from(a), dev.alloc_from(b), dev.alloc_from(bias), out, grid=(1,))
+    p = (a.astype(np.float64) @ b.astype(np.float64).T + bias[None, :]).astype(np.float16)
+    np.testing.assert_allclose(out.to_host(), p.astype(np.float64) @ b.astype(np.float64), atol=2e-3, rtol=1e-3)
