@@ -29,7 +29,8 @@ class are timed once and the winner is stored on disk; on the simulator, the rul
 *mod_args)`` (plain ``def`` functions, FlexAttention's meaning, ``mod_args`` up to 4 arrays) are
 compiled into the kernel; ``window=(left, right)``, ``softcap=c``, ``alibi_slopes=`` and
 ``sinks=`` (f32, one per query head) are built-in mods (docs/attention.md, "Score and mask
-functions"). They have no backward yet.
+functions"); ``attention_backward`` takes them all (the ``score_mod``'s derivative is derived by
+kaio), torch autograd records the built-in window, softcap and ALiBi.
 
 The kernel is a tile kernel (``kaio.ops_library.attention_kernel``); ``attention.pipeline(D)``
 prints the passes it goes through.
@@ -288,8 +289,8 @@ class Attention:
             if needs_grad(q, k, v):
                 raise KaioTypeError(
                     "attention: torch autograd does not record score_mod, mask_mod or sinks yet (window, softcap "
-                    "and alibi_slopes it does), and an input requires grad; detach the inputs, or call "
-                    "attention_backward (mask_mod) yourself"
+                    "and alibi_slopes it does), and an input requires grad; detach the inputs and call "
+                    "attention_backward yourself"
                 )
             refuse_traced("attention", q, k, v, out)
             return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop, mods)
@@ -408,11 +409,12 @@ class _ModdedLaunch(NamedTuple):
 
     @classmethod
     def of(cls, mods: Mods, operands: dict[str, Any], workspace: Callable[..., Operand], sq: int, sk: int,
-           op: str = "attention") -> _ModdedLaunch:  # fmt: skip
+           op: str = "attention", grad: bool = False) -> _ModdedLaunch:  # fmt: skip
+        """The launch for ``mods``; ``grad``: the backward's, with the score function's derivative."""
         from kaio.ops_library.attention_mods import mods_of
 
         arrays = operands["mod_args"]
-        kernel_mods = mods_of(op, mods.score_mod, mods.mask_mod, tuple(a.dtype for a in arrays))
+        kernel_mods = mods_of(op, mods.score_mod, mods.mask_mod, tuple(a.dtype for a in arrays), grad)
         unused = workspace((1,), dtypes.f32).value  # never read: the kernel's constexprs leave them out
         unused_slot = workspace((1,), dtypes.i32).value
         slots = [a.value for a in arrays] + [unused_slot] * (4 - len(arrays))

@@ -17,8 +17,11 @@ the order of the additions, so the last bits, may change from run to run), or wi
 every run. With ``dropout_p`` and ``seed``, those of the forward, the backward regenerates the
 forward's dropout mask (a torch.Generator cannot be given here: pass the integer seed; through
 torch autograd the forward's seed is kept for it). ``window``, ``softcap``, ``alibi_slopes``,
-``mask_mod`` and ``mod_args`` are the forward's (docs/attention.md); a ``score_mod`` and
-``sinks`` have no backward yet. The kernels are in
+``score_mod``, ``mask_mod``, ``mod_args`` and ``sinks`` are the forward's (docs/attention.md). The
+derivative of ``score_mod`` by its score is derived by kaio from the function's syntax
+(:mod:`kaio.frontend.derivative`); what it cannot differentiate is a ``KaioCompileError`` naming
+the construct. With ``sinks`` the call returns ``(dq, dk, dv, dsinks)``, ``dsinks`` f32 (H,):
+``-sum over (batch, query) of exp(sink - lse) * (rowsum(dO * O) - dlse)``. The kernels are in
 :mod:`kaio.ops_library.attention_backward_kernel`.
 """
 
@@ -70,15 +73,15 @@ def attention_backward(
     q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, *, causal: bool = False,
     scale: float | None = None, kv_lens: Any = None, grad_lse: Any = None, deterministic: bool = False,
     device: Any = None, dropout_p: float = 0.0, seed: Any = None, mask_mod: Any = None, mod_args: Any = (),
-    window: Any = None, softcap: Any = None, alibi_slopes: Any = None,
-) -> tuple[Any, Any, Any]:  # fmt: skip
-    """(dq, dk, dv) of attention (see the module doc)."""
+    window: Any = None, softcap: Any = None, alibi_slopes: Any = None, score_mod: Any = None, sinks: Any = None,
+) -> tuple[Any, ...]:  # fmt: skip
+    """(dq, dk, dv) of attention, and dsinks with ``sinks`` (see the module doc)."""
     causal = bool_field(OP, "causal", causal)
     deterministic = bool_field(OP, "deterministic", deterministic)
     scale = _scale(scale, OP)
     drop = _dropout(dropout_p, seed)
-    mods = mods_given(OP, None, mask_mod, mod_args, window, softcap, alibi_slopes, None)
-    if mods.any and not mods.builtin_only:  # no custom op carries a mask function yet: the kernels run directly
+    mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
+    if mods.any and not mods.builtin_only:  # no custom op carries functions or sinks yet: the kernels run directly
         from kaio.ops_library.autograd import refuse_traced
 
         refuse_traced(OP, q, k, v, out, lse, grad_out)
@@ -105,23 +108,29 @@ def _dropout(dropout_p: Any, seed: Any) -> Dropout:
 
 def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any, causal: bool,
         scale: float | None, kv_lens: Any, deterministic: bool, device: Any, dropout: Dropout = Dropout(),
-        mods: Mods = Mods()) -> tuple[Any, Any, Any]:  # fmt: skip
+        mods: Mods = Mods()) -> tuple[Any, ...]:  # fmt: skip
     """The op itself, without the torch custom-op routing."""
-    ops = Operands(OP, q, k, v, out, lse, grad_out, kv_lens, grad_lse, mods.alibi_slopes, *mods.mod_args, device=device)
+    ops = Operands(OP, q, k, v, out, lse, grad_out, kv_lens, grad_lse, mods.alibi_slopes, mods.sinks, *mods.mod_args,
+                   device=device)  # fmt: skip
     oq, ok, ov, oo, olse, odo, odlse, (b, h, hkv, sq, sk, d) = _take(ops, q, k, v, out, lse, grad_out, grad_lse)
     lens = _lengths(ops, kv_lens, b, sk, OP) if kv_lens is not None else None
     mod_operands = _mod_operands(ops, mods, h, OP)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
     dq, dk, dv = ops.output(oq.shape, oq.dtype), ops.output(ok.shape, ok.dtype), ops.output(ok.shape, ok.dtype)
-    if b and h and sq and sk:
-        _launch(ops, (oq, ok, ov, oo, olse, odo, odlse, lens, dq, dk, dv), (b, h, hkv, sq, sk, d), float(scale), causal,
-                deterministic, dropout, mods, mod_operands)  # fmt: skip
+    sinks = mod_operands["sinks"]
+    dsinks = ops.output((h,), dtypes.f32) if sinks is not None else None
+    if b and h and sq and (sk or dsinks is not None):  # no key: only the sinks' softmax, and its gradient
+        _launch(ops, (oq, ok, ov, oo, olse, odo, odlse, lens, dq, dk, dv, dsinks), (b, h, hkv, sq, sk, d), float(scale),
+                causal, deterministic, dropout, mods, mod_operands)  # fmt: skip
     else:  # no query or no key: nothing flows back, but the gradients are written
         for x in (dq, dk, dv):
             if math.prod(x.shape):
                 _fill_zero(ops, x)
-    return ops.result(dq), ops.result(dk), ops.result(dv)
+        if dsinks is not None and h:
+            _fill_zero(ops, dsinks)  # no query: no softmax saw a sink
+    grads = (ops.result(dq), ops.result(dk), ops.result(dv))
+    return (*grads, ops.result(dsinks)) if dsinks is not None else grads
 
 
 def _take(ops: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any) -> tuple[Any, ...]:
@@ -159,7 +168,7 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
             deterministic: bool, dropout: Dropout, mods: Mods, mod_operands: dict[str, Any]) -> None:  # fmt: skip
     from kaio.ops_library import attention_backward_kernel as kernels
 
-    q, k, v, o, lse, do, dlse, lens, dq, dk, dv = arrays
+    q, k, v, o, lse, do, dlse, lens, dq, dk, dv, dsinks = arrays
     b, h, hkv, sq, sk, d = sizes
     bd = padded(d)
     tiles = choose_backward_tiles(d)
@@ -175,26 +184,33 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
             dev, o.value, do.value, dlse.value if dlse is not None else unread_f32, delta, rows, d,
             grid=(math.ceil(rows / delta_rows),), BM=delta_rows, BD=bd, HAS_DLSE=dlse is not None,
         )
-        lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32)
-        modded = _ModdedLaunch.of(mods, mod_operands, lambda shape, t: scratch.enter_context(ops.workspace(shape, t)), sq, sk, OP)
-        softcap_, left, right, slopes, _sinks, *slots = modded.args
-        mod_args = (softcap_, left, right, slopes, *slots)
-        meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
-                "DROPOUT": dropout.p > 0, "WINDOW": modded.meta["WINDOW"], "SOFTCAP": modded.meta["SOFTCAP"],
-                "ALIBI": modded.meta["ALIBI"]}  # fmt: skip
-        dq_acc = unread_f32 if deterministic else workspace((rows * d,), dtypes.f32, zero=True)
-        dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods)
-        dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg,
-                    h, hkv, sq, sk, d, scale, *dropout.args, *mod_args, grid=(math.ceil(sk / tiles.block_n), b * hkv),
-                    ATOMIC_DQ=not deterministic, **meta)  # fmt: skip
-        if deterministic:
-            kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods).launch(
-                dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, h, hkv, sq, sk, d, scale,
-                *dropout.args, *mod_args, grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
-            )
+        if not sk:  # the sinks' gradient alone: no key, so dQ is zero (dK, dV are empty)
+            _fill_zero(ops, dq)
         else:
-            n = rows * d
-            kernels.scale_cast_tile_kernel(q.dtype).launch(dev, dq_acc, dq.value, n, scale, grid=(math.ceil(n / 1024),))
+            lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32)
+            modded = _ModdedLaunch.of(mods, mod_operands, lambda shape, t: scratch.enter_context(ops.workspace(shape, t)), sq, sk, OP,
+                                      grad=True)  # fmt: skip
+            softcap_, left, right, slopes, _sinks, *slots = modded.args
+            mod_args = (softcap_, left, right, slopes, *slots)
+            meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
+                    "DROPOUT": dropout.p > 0, "WINDOW": modded.meta["WINDOW"], "SOFTCAP": modded.meta["SOFTCAP"],
+                    "ALIBI": modded.meta["ALIBI"]}  # fmt: skip
+            dq_acc = unread_f32 if deterministic else workspace((rows * d,), dtypes.f32, zero=True)
+            dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods)
+            dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg,
+                        h, hkv, sq, sk, d, scale, *dropout.args, *mod_args, grid=(math.ceil(sk / tiles.block_n), b * hkv),
+                        ATOMIC_DQ=not deterministic, **meta)  # fmt: skip
+            if deterministic:
+                kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods).launch(
+                    dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, h, hkv, sq, sk, d, scale,
+                    *dropout.args, *mod_args, grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
+                )
+            else:
+                n = rows * d
+                kernels.scale_cast_tile_kernel(q.dtype).launch(dev, dq_acc, dq.value, n, scale, grid=(math.ceil(n / 1024),))
+        if dsinks is not None:
+            kernels.sink_grad_tile_kernel().launch(dev, lse.value, delta, mod_operands["sinks"].value, dsinks.value, b, h, sq,
+                                                   grid=(h,))  # fmt: skip
 
 
 def _fill_zero(ops: Operands, x: Operand) -> None:

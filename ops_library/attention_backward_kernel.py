@@ -42,6 +42,7 @@ from kaio.ops_library.attention_mods import NO_MODS, AttentionMods
 from kaio.prelude import Array, MutArray, bool_, exp2, f32, i32, i64, u64
 
 LOG2E = 1.4426950408889634
+PAST_ROWS = float("inf")  # the logsumexp read past the rows: a zero weight exp(sink - inf)
 
 
 @kaio.device
@@ -84,12 +85,13 @@ def delta_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
 @cache
 def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: AttentionMods = NO_MODS) -> Any:  # noqa: N803
     """dK and dV (and, with ``ATOMIC_DQ``, dQ's f32 partial sums) for one input type and the
-    forward's mask function (``mods``; a score function has no backward yet).
+    forward's score and mask functions (``mods``, with the score function's derivative).
     ``maxnreg=255`` tells ptxas every register is available: without it, its occupancy
     heuristic may squeeze this kernel (about 120 registers at D=32, 4 warps) into 96 for more
     blocks per SM and spill (sm_90a)."""
 
-    MASK, HAS_MASK = mods.mask, mods.mask is not None  # noqa: N806
+    SCORE, DSCORE, MASK = mods.score, mods.score_grad, mods.mask  # noqa: N806 (read by the kernel at compile time)
+    HAS_SCORE, HAS_MASK = SCORE is not None, MASK is not None  # noqa: N806
     A0, A1, A2, A3 = mods.arg_types  # noqa: N806
 
     @kaio.tile_kernel(num_warps=warps, num_stages=stages, maxnreg=255)
@@ -134,8 +136,13 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                 di = kt.load(delta, (q_row + m0,), (BM,), (q_row + SQ,))
                 rows = kt.expand_dims(m0 + kt.arange(BM), 0)
                 st = kt.dot(kb, kt.trans(qb), kt.zeros((BN, BM), f32))
-                if SOFTCAP or ALIBI:  # the forward's modified score, in log2 units
+                if HAS_SCORE or HAS_MASK:  # the functions see in-range indices only
+                    q_idx, kv_idx = kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1)
+                if HAS_SCORE or SOFTCAP or ALIBI:  # the forward's modified score, in log2 units
                     st = st * scale
+                    if HAS_SCORE:  # d score_mod / d score at the scaled score, then the score
+                        gt = DSCORE(st, b, hk * group + g, q_idx, kv_idx, x0, x1, x2, x3)
+                        st = SCORE(st, b, hk * group + g, q_idx, kv_idx, x0, x1, x2, x3)
                     if SOFTCAP:
                         tt = kt.tanh(st * (1.0 / softcap))
                         st = softcap * tt
@@ -148,8 +155,7 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                 if WINDOW:
                     pt = kt.where(in_window(rows, cols, SQ, sk, left, right), pt, 0.0)
                 if HAS_MASK:
-                    pt = kt.where(MASK(b, hk * group + g, kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1),
-                                       x0, x1, x2, x3), pt, 0.0)  # fmt: skip
+                    pt = kt.where(MASK(b, hk * group + g, q_idx, kv_idx, x0, x1, x2, x3), pt, 0.0)
                 dpt = kt.dot(vb, kt.trans(dob), kt.zeros((BN, BM), f32))
                 if DROPOUT:  # the forward's mask, transposed: (BN keys, BM queries)
                     zt = kt.where(kt.rand(seed, (i64(q_row) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
@@ -160,6 +166,8 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                 dsc = pt * (dpt - kt.expand_dims(di, 0))  # the gradient of the (modified) score
                 if SOFTCAP:  # through c * tanh(x / c): 1 - tanh^2
                     dsc = dsc * (1.0 - tt * tt)
+                if HAS_SCORE:  # through score_mod (where P is 0 its derivative may be anything)
+                    dsc = kt.where(pt > 0.0, dsc * gt, 0.0)
                 dst = T(dsc)
                 dk_acc = kt.dot(dst, qb, dk_acc)
                 if ATOMIC_DQ:  # dQ^T = K^T dS^T, added into the f32 buffer element by element
@@ -175,7 +183,8 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
 @cache
 def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: AttentionMods = NO_MODS) -> Any:  # noqa: N803
     """The deterministic dQ: each program owns a query block and sums over the keys it sees."""
-    MASK, HAS_MASK = mods.mask, mods.mask is not None  # noqa: N806
+    SCORE, DSCORE, MASK = mods.score, mods.score_grad, mods.mask  # noqa: N806 (read by the kernel at compile time)
+    HAS_SCORE, HAS_MASK = SCORE is not None, MASK is not None  # noqa: N806
     A0, A1, A2, A3 = mods.arg_types  # noqa: N806
 
     @kaio.tile_kernel(num_warps=warps, num_stages=stages)
@@ -211,8 +220,13 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
             vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32))
             cols = kt.expand_dims(n0 + kt.arange(BN), 0)
-            if SOFTCAP or ALIBI:  # the forward's modified score, in log2 units
+            if HAS_SCORE or HAS_MASK:  # the functions see in-range indices only
+                q_idx, kv_idx = kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1)
+            if HAS_SCORE or SOFTCAP or ALIBI:  # the forward's modified score, in log2 units
                 s = s * scale
+                if HAS_SCORE:  # d score_mod / d score at the scaled score, then the score
+                    grad = DSCORE(s, b, h, q_idx, kv_idx, x0, x1, x2, x3)
+                    s = SCORE(s, b, h, q_idx, kv_idx, x0, x1, x2, x3)
                 if SOFTCAP:
                     t = kt.tanh(s * (1.0 / softcap))
                     s = softcap * t
@@ -225,17 +239,41 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
             if WINDOW:
                 p = kt.where(in_window(rows, cols, SQ, sk, left, right), p, 0.0)
             if HAS_MASK:
-                p = kt.where(MASK(b, h, kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1), x0, x1, x2, x3), p, 0.0)
+                p = kt.where(MASK(b, h, q_idx, kv_idx, x0, x1, x2, x3), p, 0.0)
             dp = kt.dot(dob, kt.trans(vb), kt.zeros((BM, BN), f32))
             if DROPOUT:  # the forward's mask of these (query, key) pairs
                 dp = dp * kt.where(kt.rand(seed, (i64(q_row) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
             ds = p * (dp - di)  # the gradient of the (modified) score
             if SOFTCAP:  # through c * tanh(x / c): 1 - tanh^2
                 ds = ds * (1.0 - t * t)
+            if HAS_SCORE:  # through score_mod (where P is 0 its derivative may be anything)
+                ds = kt.where(p > 0.0, ds * grad, 0.0)
             acc = kt.dot(T(ds), kb, acc)
         kt.store(dq, (q_row + m0, 0), T(acc * scale), (q_row + SQ, D))
 
     return attention_dq
+
+
+@cache
+def sink_grad_tile_kernel() -> Any:
+    """The gradient of each head's sink logit: its probability in row i is ``exp(sink - lse_i)``
+    and the logsumexp's gradient there ``-D_i``, so ``dsink = -sum_i exp(sink - lse_i) * D_i``
+    over the batch's rows of the head. One program per head."""
+
+    @kaio.tile_kernel(num_warps=4, num_stages=0)
+    def attention_sink_grad(lse: Array[f32], delta: Array[f32], sinks: Array[f32], dsinks: MutArray[f32],
+                            B: i32, H: i32, SQ: i32, BM: kaio.constexpr = 512):  # fmt: skip
+        h = i32(kt.program_id(0))
+        sink = sinks[h]
+        acc = kt.zeros((BM,), f32)
+        for b in range(B):
+            row = (b * H + h) * SQ
+            for m0 in range(0, SQ, BM):  # past the rows: lse +inf, so a zero weight
+                lse_b = kt.load(lse, (row + m0,), (BM,), (row + SQ,), other=PAST_ROWS)
+                acc = acc + kt.exp(sink - lse_b) * kt.load(delta, (row + m0,), (BM,), (row + SQ,))
+        kt.store(dsinks, (h,), kt.full((1,), -kt.sum(acc, 0), f32), (H,))
+
+    return attention_sink_grad
 
 
 @cache

@@ -10,6 +10,10 @@ function, so it is compiled element by element with the scalar semantics (kaio's
 ``mod_args``). The kernel has :data:`MAX_MOD_ARGS` array slots; an adapter of the function's
 arity passes it the slots it takes, and declares the result type (``f32`` or ``bool``) so a
 function that returns anything else is a compile error naming it.
+
+The backward needs ``d score_mod / d score`` too: :func:`mods_of` with ``grad=True`` adds the
+derivative kaio derives from the function's syntax (:mod:`kaio.frontend.derivative`), or
+refuses, naming the construct it cannot differentiate.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ class AttentionMods:
     score: Any = None
     mask: Any = None
     arg_types: tuple[dtypes.ScalarType, ...] = (dtypes.i32,) * MAX_MOD_ARGS
+    score_grad: Any = None  # d score / d its first argument, for the backward (``grad=True``)
 
     @property
     def any(self) -> bool:
@@ -47,9 +52,11 @@ class AttentionMods:
 NO_MODS = AttentionMods()
 
 
-def mods_of(op: str, score_mod: Any, mask_mod: Any, arg_types: tuple[dtypes.ScalarType, ...]) -> AttentionMods:
+def mods_of(op: str, score_mod: Any, mask_mod: Any, arg_types: tuple[dtypes.ScalarType, ...],
+            grad: bool = False) -> AttentionMods:  # fmt: skip
     """The kernel's specialization for these functions and ``mod_args`` element types, each
-    function checked to take its parameters and one per ``mod_args`` entry."""
+    function checked to take its parameters and one per ``mod_args`` entry; with ``grad``,
+    the score function's derivative too (the backward's)."""
     if len(arg_types) > MAX_MOD_ARGS:
         raise KaioTypeError(f"{op}: `mod_args` holds at most {MAX_MOD_ARGS} arrays, got {len(arg_types)}")
     if score_mod is None and mask_mod is None:
@@ -58,9 +65,10 @@ def mods_of(op: str, score_mod: Any, mask_mod: Any, arg_types: tuple[dtypes.Scal
         return NO_MODS
     n = len(arg_types)
     slots = tuple(arg_types) + (dtypes.i32,) * (MAX_MOD_ARGS - n)
-    score = _adapted(score_mod, n, True) if _checked(op, "score_mod", score_mod, SCORE_PARAMS, n) else None
-    mask = _adapted(mask_mod, n, False) if _checked(op, "mask_mod", mask_mod, MASK_PARAMS, n) else None
-    return AttentionMods(score, mask, slots)
+    score = _adapted(score_mod, n, "score") if _checked(op, "score_mod", score_mod, SCORE_PARAMS, n) else None
+    mask = _adapted(mask_mod, n, "mask") if _checked(op, "mask_mod", mask_mod, MASK_PARAMS, n) else None
+    score_grad = _adapted(score_mod, n, "score_grad") if grad and score is not None else None
+    return AttentionMods(score, mask, slots, score_grad)
 
 
 def _checked(op: str, name: str, fn: Any, params: tuple[str, ...], n: int) -> bool:
@@ -82,12 +90,18 @@ def _checked(op: str, name: str, fn: Any, params: tuple[str, ...], n: int) -> bo
 
 
 @cache
-def _adapted(fn: Callable[..., Any], n: int, is_score: bool) -> Any:
-    """``fn`` as a device function of the kernel's fixed slots, returning f32 (a score) or
-    bool (a mask). One per (function, arity): the kernel's cache key reads its source. The
-    ``if`` on ``n`` (a Python int) is decided when the kernel is compiled."""
+def _adapted(fn: Callable[..., Any], n: int, kind: str) -> Any:
+    """``fn`` as a device function of the kernel's fixed slots, returning f32 (a score, or
+    its derivative by the score: ``kind`` "score_grad") or bool (a mask). One per (function,
+    arity, kind): the kernel's cache key reads its source. The ``if`` on ``n`` (a Python int)
+    is decided when the kernel is compiled."""
     # named so that a compile error on a call below reads as the user's function's
-    score_mod = mask_mod = kaio.device(fn)
+    if kind == "score_grad":
+        from kaio.frontend.derivative import derivative
+
+        score_mod = mask_mod = derivative(fn, next(iter(inspect.signature(fn).parameters)))
+    else:
+        score_mod = mask_mod = kaio.device(fn)
 
     def score(s, b, h, q, k, x0, x1, x2, x3) -> f32:  # type: ignore[no-untyped-def]
         if n == 0:
@@ -111,4 +125,4 @@ def _adapted(fn: Callable[..., Any], n: int, is_score: bool) -> Any:
             return mask_mod(b, h, q, k, x0, x1, x2)
         return mask_mod(b, h, q, k, x0, x1, x2, x3)
 
-    return kaio.device(score if is_score else mask)
+    return kaio.device(mask if kind == "mask" else score)

@@ -47,6 +47,17 @@ class DeviceFunction:
         self.signature = inspect.signature(fn)
         functools.update_wrapper(self, fn)
 
+    @classmethod
+    def of_source(cls, fn: Callable[..., Any], source: FunctionSource) -> DeviceFunction:
+        """A device function compiled from ``source`` (a tree kaio built, e.g. a derivative)
+        in ``fn``'s environment and with its signature."""
+        self = cls.__new__(cls)
+        self.fn, self.source = fn, source
+        check_syntax(source)
+        self.signature = inspect.signature(fn)
+        functools.update_wrapper(self, fn)
+        return self
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         from kaio.errors import KaioError
 

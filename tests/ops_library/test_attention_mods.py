@@ -228,9 +228,10 @@ def test_autograd_through_a_mod_function_is_refused_by_name():
 # ---------------------------------------------------------------------------- backward
 
 
-def torch_reference_grads(q, k, v, do, score=None, mask=None):
-    """(dq, dk, dv) in float64 by torch autograd of the same modified softmax (GQA repeats the
-    key/value heads)."""
+def torch_reference_grads(q, k, v, do, score=None, mask=None, sinks=None):
+    """(dq, dk, dv), and dsinks with ``sinks``, in float64 by torch autograd of the same modified
+    softmax (GQA repeats the key/value heads; a head's sink is one more logit in each row's
+    softmax, with no value)."""
     torch = pytest.importorskip("torch")
     b, h, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
@@ -243,9 +244,22 @@ def torch_reference_grads(q, k, v, do, score=None, mask=None):
         s = score(s, hs, i, j)
     if mask is not None:
         s = s.masked_fill(~torch.tensor(np.broadcast_to(mask(i.numpy(), j.numpy()), (sq, sk)).copy()), -torch.inf)
-    o = torch.softmax(s, -1).nan_to_num(0.0) @ vr
+    if sinks is not None:
+        st = torch.tensor(np.asarray(sinks, np.float64), requires_grad=True)
+        s = torch.cat([s, st[None, :, None, None].expand(b, h, sq, 1)], -1)
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    o = p[..., :sk] @ vr
     (o * torch.tensor(np.asarray(do, np.float64))).sum().backward()
-    return qt.grad.numpy(), kt_.grad.numpy(), vt.grad.numpy()
+    grads = (qt.grad.numpy(), kt_.grad.numpy(), vt.grad.numpy())
+    return (*grads, st.grad.numpy()) if sinks is not None else grads
+
+
+def assert_grads_close(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        g = g.to_host().astype(np.float64)
+        assert not np.isnan(g).any()
+        assert float(np.abs(g - w).max()) <= 3e-2 * max(1.0, float(np.abs(w).max()))
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -270,18 +284,89 @@ def test_the_gradients_through_the_mods(dev, rng, mod, deterministic):
     o, lse = attention(buffers["q"], buffers["k"], buffers["v"], return_lse=True, **on_dev)
     got = attention_backward(buffers["q"], buffers["k"], buffers["v"], o, lse, buffers["do"],
                              deterministic=deterministic, **on_dev)  # fmt: skip
-    for g, want in zip(got, torch_reference_grads(q, k, v, do, score, mask), strict=True):
-        g = g.to_host().astype(np.float64)
-        assert not np.isnan(g).any()
-        assert float(np.abs(g - want).max()) <= 3e-2 * max(1.0, float(np.abs(want).max()))
+    assert_grads_close(got, torch_reference_grads(q, k, v, do, score, mask))
 
 
-def test_the_backward_takes_no_score_mod_or_sinks_yet(dev):
-    q = dev.alloc_from(np.zeros((1, 2, 16, 32), np.float16))
-    lse = dev.alloc_from(np.zeros((1, 2, 16), np.float32))
-    for kw in ({"score_mod": head_bias}, {"sinks": np.zeros(2, np.float32)}):
-        with pytest.raises(TypeError, match="unexpected keyword"):
-            attention_backward(q, q, q, q, lse, q, **kw)
+def gated(score, b, h, q_idx, kv_idx, bias):
+    """A score_mod with a branch, a captured load, exp and a maximum: its derivative by the
+    score is kaio's own."""
+    x = score * bias[h]
+    if q_idx >= kv_idx:
+        x = kt.maximum(x, 0.25 * score) + 0.1 * kt.exp(-score * score)
+    return x
+
+
+def looped(score, b, h, q_idx, kv_idx):
+    for _ in range(2):
+        score = score * 0.5
+    return score
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("mod", ["softcap_recipe", "head_bias", "gated", "with_softcap_and_causal"])
+def test_the_gradients_through_a_score_mod(dev, rng, mod, deterministic):
+    torch = pytest.importorskip("torch")
+    h, sq, sk = 4, 40, 56
+    q, k, v = inputs(rng, h=h, hkv=2, sq=sq, sk=sk)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    bias = rng.standard_normal(h * sk).astype(np.float32)
+    keys = np.array([sk], np.int32)
+    gains = (0.5 + rng.random(h)).astype(np.float32)
+    tb, tg = torch.tensor(bias, dtype=torch.float64), torch.tensor(gains, dtype=torch.float64)
+
+    def gated_reference(s, hs, i, j):
+        x = s * tg[hs]
+        return torch.where(i >= j, torch.maximum(x, 0.25 * s) + 0.1 * torch.exp(-s * s), x)
+
+    kw, score, mask = {
+        "softcap_recipe": ({"score_mod": softcap_recipe}, lambda s, hs, i, j: 2.5 * torch.tanh(s / 2.5), None),
+        "head_bias": ({"score_mod": head_bias, "mod_args": (bias, keys)}, lambda s, hs, i, j: s + tb[hs * sk + j], None),
+        "gated": ({"score_mod": gated, "mod_args": (gains,)}, gated_reference, None),
+        "with_softcap_and_causal": ({"score_mod": gated, "mod_args": (gains,), "softcap": 2.0, "causal": True},
+                                    lambda s, hs, i, j: 2.0 * torch.tanh(gated_reference(s, hs, i, j) / 2.0),
+                                    lambda i, j: j <= i + sk - sq),
+    }[mod]  # fmt: skip
+    on_dev = {n: (tuple(dev.alloc_from(a) for a in x) if n == "mod_args" else x) for n, x in kw.items()}
+    bq, bk, bv, bdo = (dev.alloc_from(x) for x in (q, k, v, do))
+    o, lse = attention(bq, bk, bv, return_lse=True, **on_dev)
+    got = attention_backward(bq, bk, bv, o, lse, bdo, deterministic=deterministic, **on_dev)
+    assert_grads_close(got, torch_reference_grads(q, k, v, do, score, mask))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_the_gradients_with_sinks_include_the_sinks_own(dev, rng, deterministic):
+    pytest.importorskip("torch")
+    h = 4
+    q, k, v = inputs(rng, b=2, h=h, hkv=1, sq=33, sk=47)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    sinks = rng.standard_normal(h).astype(np.float32)
+    bq, bk, bv, bdo, bs = (dev.alloc_from(x) for x in (q, k, v, do, sinks))
+    o, lse = attention(bq, bk, bv, return_lse=True, sinks=bs, window=(20, 0))
+    got = attention_backward(bq, bk, bv, o, lse, bdo, deterministic=deterministic, sinks=bs, window=(20, 0))
+    window = lambda i, j: (j <= i + 47 - 33) & (j >= i + 47 - 33 - 20)  # noqa: E731
+    assert_grads_close(got, torch_reference_grads(q, k, v, do, mask=window, sinks=sinks))
+
+
+def test_the_sinks_gradient_with_no_key_is_the_logsumexps_gradient(dev, rng):
+    """Without keys each row's softmax is its sink alone: O = 0, lse = sink, so dsink = sum(dlse)."""
+    q = rng.standard_normal((1, 2, 5, 32)).astype(np.float16)
+    k = np.zeros((1, 2, 0, 32), np.float16)
+    sinks = np.array([0.5, -1.0], np.float32)
+    dlse = rng.standard_normal((1, 2, 5)).astype(np.float32)
+    bq, bk, bs = dev.alloc_from(q), dev.alloc_from(k), dev.alloc_from(sinks)
+    o, lse = attention(bq, bk, bk, return_lse=True, sinks=bs)
+    assert np.allclose(lse.to_host(), np.broadcast_to(sinks[None, :, None], (1, 2, 5)))
+    dq, dk, dv, dsinks = attention_backward(bq, bk, bk, o, lse, dev.alloc_from(q), grad_lse=dev.alloc_from(dlse), sinks=bs)
+    assert np.array_equal(dq.to_host(), np.zeros(q.shape, np.float16)) and dk.to_host().size == 0
+    assert np.allclose(dsinks.to_host(), dlse.sum((0, 2)), atol=1e-5)
+
+
+def test_a_score_mod_kaio_cannot_differentiate_is_refused_by_the_backward_alone(dev, rng):
+    q, k, v = (dev.alloc_from(x) for x in inputs(rng, sq=16, sk=16))
+    o, lse = attention(q, k, v, return_lse=True, score_mod=looped)  # the forward needs no derivative
+    with pytest.raises(KaioCompileError, match="cannot differentiate a loop") as err:
+        attention_backward(q, k, v, o, lse, o, score_mod=looped)
+    assert "test_attention_mods.py" in str(err.value)
 
 
 @pytest.mark.parametrize("mod", ["window", "softcap", "alibi"])
