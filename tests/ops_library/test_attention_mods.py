@@ -262,13 +262,19 @@ def assert_grads_close(got, want):
         assert float(np.abs(g - w).max()) <= 3e-2 * max(1.0, float(np.abs(w).max()))
 
 
+def prefix_lm(b, h, q_idx, kv_idx):
+    """The first 12 keys seen by every query, the rest causally."""
+    return (kv_idx < 12) | (kv_idx <= q_idx)
+
+
 @pytest.mark.parametrize("deterministic", [False, True])
-@pytest.mark.parametrize("mod", ["window", "softcap", "alibi", "document"])
+@pytest.mark.parametrize("mod", ["window", "softcap", "alibi", "document", "prefix_lm", "bf16 document"])
 def test_the_gradients_through_the_mods(dev, rng, mod, deterministic):
     torch = pytest.importorskip("torch")
     sq = sk = 48
-    q, k, v = inputs(rng, h=4, hkv=2, sq=sq, sk=sk)
-    do = rng.standard_normal(q.shape).astype(np.float16)
+    t = ml_dtypes.bfloat16 if mod.startswith("bf16") else np.float16
+    q, k, v = inputs(rng, h=4, hkv=2, sq=sq, sk=sk, t=t)
+    do = rng.standard_normal(q.shape).astype(t)
     slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
     docs = np.repeat(np.arange(3), [10, 30, 8]).astype(np.int32)
     kw, score, mask = {
@@ -276,6 +282,8 @@ def test_the_gradients_through_the_mods(dev, rng, mod, deterministic):
         "softcap": ({"softcap": 1.5}, lambda s, h, i, j: 1.5 * torch.tanh(s / 1.5), None),
         "alibi": ({"alibi_slopes": slopes}, lambda s, h, i, j: s + torch.tensor(slopes, dtype=torch.float64)[h] * (j - i), None),
         "document": ({"mask_mod": document_mask, "mod_args": (docs,)}, None, lambda i, j: docs[i] == docs[j]),
+        "prefix_lm": ({"mask_mod": prefix_lm}, None, lambda i, j: (j < 12) | (j <= i)),
+        "bf16 document": ({"mask_mod": document_mask, "mod_args": (docs,)}, None, lambda i, j: docs[i] == docs[j]),
     }[mod]
     buffers = {name: dev.alloc_from(x) for name, x in (("q", q), ("k", k), ("v", v), ("do", do))}
     on_dev = {n: (dev.alloc_from(x) if isinstance(x, np.ndarray) else x) for n, x in kw.items()}
