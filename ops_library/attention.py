@@ -30,7 +30,7 @@ class are timed once and the winner is stored on disk; on the simulator, the rul
 compiled into the kernel; ``window=(left, right)``, ``softcap=c``, ``alibi_slopes=`` and
 ``sinks=`` (f32, one per query head) are built-in mods (docs/attention.md, "Score and mask
 functions"); ``attention_backward`` takes them all (the ``score_mod``'s derivative is derived by
-kaio), torch autograd records the built-in window, softcap and ALiBi.
+kaio), and torch autograd records them all (``sinks`` get a gradient, ``mod_args`` none).
 
 The kernel is a tile kernel (``kaio.ops_library.attention_kernel``); ``attention.pipeline(D)``
 prints the passes it goes through.
@@ -236,12 +236,6 @@ class Mods(NamedTuple):
     def any(self) -> bool:
         return bool(self.mod_args) or any(getattr(self, f) is not None for f in self._fields if f != "mod_args")
 
-    @property
-    def builtin_only(self) -> bool:
-        """Whether only the mods the custom ops' schemas carry are given (window, softcap,
-        alibi_slopes): no functions, no mod_args, no sinks."""
-        return self.score_mod is None and self.mask_mod is None and not self.mod_args and self.sinks is None
-
 
 def mods_given(op: str, score_mod: Any, mask_mod: Any, mod_args: Any, window: Any, softcap: Any,
                alibi_slopes: Any, sinks: Any) -> Mods:  # fmt: skip
@@ -279,29 +273,21 @@ class Attention:
         scale = _scale(scale)  # checked before any operand is taken (copied to the device)
         drop = dropout_of("attention", dropout_p, seed, q)
         mods = mods_given("attention", score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
-        if out is None and mods.builtin_only and (ops_ns := torch_op(q, k, v, kv_lens, alibi_slopes, device=device)) is not None:
+        if out is None and (ops_ns := torch_op(q, k, v, kv_lens, alibi_slopes, sinks, *mods.mod_args, device=device)) is not None:
             # torch tensors: torch.ops.kaio.attention, which records the graph (saving out, lse)
+            if needs_grad(*mods.mod_args):
+                raise KaioTypeError("attention: `mod_args` get no gradient, and one requires grad; detach it")
+            from kaio.ops_library.attention_mods import mod_arg_slots, mods_key
+
             left, right = mods.window if mods.window is not None else (-1, -1)
             result, lse = ops_ns.attention(q, k, v, causal, scale, kv_lens, _config_label(config), drop.p, seed_as_int64(drop.seed),
-                                           left, right, mods.softcap or 0.0, alibi_slopes)  # fmt: skip
+                                           left, right, mods.softcap or 0.0, alibi_slopes, mods_key(mods.score_mod, mods.mask_mod),
+                                           *mod_arg_slots("attention", mods.mod_args), sinks)  # fmt: skip
             return (result, lse) if return_lse else result
-        if mods.any:  # no custom op carries functions or sinks yet: the kernel runs directly, recording no gradient
-            if needs_grad(q, k, v):
-                raise KaioTypeError(
-                    "attention: torch autograd does not record score_mod, mask_mod or sinks yet (window, softcap "
-                    "and alibi_slopes it does), and an input requires grad; detach the inputs and call "
-                    "attention_backward yourself"
-                )
-            refuse_traced("attention", q, k, v, out)
-            return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop, mods)
-        if out is None and (ops_ns := torch_op(q, k, v, kv_lens, device=device)) is not None:
-            # torch tensors: torch.ops.kaio.attention, which records the graph (saving out, lse)
-            result, lse = ops_ns.attention(q, k, v, causal, scale, kv_lens, _config_label(config), drop.p, seed_as_int64(drop.seed))
-            return (result, lse) if return_lse else result
-        if out is not None and needs_grad(q, k, v):
+        if out is not None and needs_grad(q, k, v, sinks):
             raise KaioTypeError("attention: `out=` records no gradient, and an input requires grad; leave out=None")
         refuse_traced("attention", q, k, v, out)  # out=: the kernel runs directly
-        return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop)
+        return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop, mods)
 
     def run(self, q: Any, k: Any, v: Any, causal: bool, scale: float | None, kv_lens: Any, out: Any,
             return_lse: bool, config: AttentionConfig | str | None, device: Any, dropout: Dropout = Dropout(),
@@ -450,9 +436,11 @@ def _mod_operands(ops: Any, mods: Mods, h: int, op: str = "attention") -> dict[s
 
 def check_mod_tensors(op: str, mods: Mods, h: int) -> None:
     """:func:`_mod_operands`' checks on torch tensors' metadata alone (the custom ops' fakes)."""
+    from kaio.ops_library.attention_mods import mods_of
     from kaio.ops_library.torch_checks import TensorMetadata
 
-    _mod_operands(TensorMetadata(op), mods, h, op)
+    taken = _mod_operands(TensorMetadata(op), mods, h, op)
+    mods_of(op, mods.score_mod, mods.mask_mod, tuple(a.dtype for a in taken["mod_args"]))  # the functions' arity
 
 
 def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse: Operand, lens: Any,

@@ -81,18 +81,18 @@ def attention_backward(
     scale = _scale(scale, OP)
     drop = _dropout(dropout_p, seed)
     mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
-    if mods.any and not mods.builtin_only:  # no custom op carries functions or sinks yet: the kernels run directly
-        from kaio.ops_library.autograd import refuse_traced
-
-        refuse_traced(OP, q, k, v, out, lse, grad_out)
-        return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods)
     from kaio.ops_library.rows import torch_op
 
-    if (ops := torch_op(q, k, v, out, lse, grad_out, kv_lens, grad_lse, alibi_slopes, device=device)) is not None:
+    if (ops := torch_op(q, k, v, out, lse, grad_out, kv_lens, grad_lse, alibi_slopes, sinks, *mods.mod_args,
+                        device=device)) is not None:  # fmt: skip
+        from kaio.ops_library.attention_mods import mod_arg_slots, mods_key
+
         left, right = mods.window if mods.window is not None else (-1, -1)
-        return tuple(ops.attention_backward(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic,
-                                            drop.p, seed_as_int64(drop.seed), left, right, mods.softcap or 0.0,
-                                            alibi_slopes))  # type: ignore[return-value]  # fmt: skip
+        *grads, dsinks = ops.attention_backward(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic,
+                                                drop.p, seed_as_int64(drop.seed), left, right, mods.softcap or 0.0,
+                                                alibi_slopes, mods_key(mods.score_mod, mods.mask_mod),
+                                                *mod_arg_slots(OP, mods.mod_args), sinks)  # fmt: skip
+        return (*grads, dsinks) if sinks is not None else tuple(grads)
     return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods)
 
 

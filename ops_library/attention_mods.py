@@ -26,7 +26,7 @@ from typing import Any
 
 import kaio
 from kaio import dtypes
-from kaio.errors import KaioTypeError
+from kaio.errors import KaioTypeError, KaioValueError
 from kaio.prelude import bool_, f32  # the adapters' return annotations, read when compiled
 
 MAX_MOD_ARGS = 4
@@ -126,3 +126,34 @@ def _adapted(fn: Callable[..., Any], n: int, kind: str) -> Any:
         return mask_mod(b, h, q, k, x0, x1, x2, x3)
 
     return kaio.device(mask if kind == "mask" else score)
+
+
+# The custom ops' schemas (torch.ops.kaio.attention) carry no Python functions: a call names its
+# score and mask functions by a key, and the op looks them up here. One key per (function pair)
+# object for the life of the process (the registry holds them, so an id is never reused).
+_BY_KEY: dict[str, tuple[Any, Any]] = {}
+
+
+def mods_key(score_mod: Any, mask_mod: Any) -> str | None:
+    """The key ``torch.ops.kaio.attention`` takes for these functions (None: neither)."""
+    if score_mod is None and mask_mod is None:
+        return None
+    key = "|".join("-" if f is None else f"{getattr(f, '__qualname__', type(f).__name__)}@{id(f):x}" for f in (score_mod, mask_mod))
+    _BY_KEY.setdefault(key, (score_mod, mask_mod))
+    return key
+
+
+def mod_arg_slots(op: str, mod_args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``mod_args`` as the custom ops' four optional tensors (the given ones first)."""
+    if len(mod_args) > MAX_MOD_ARGS:
+        raise KaioTypeError(f"{op}: `mod_args` holds at most {MAX_MOD_ARGS} arrays, got {len(mod_args)}")
+    return (*mod_args, *(None,) * (MAX_MOD_ARGS - len(mod_args)))
+
+
+def mods_of_key(op: str, key: str | None) -> tuple[Any, Any]:
+    """(score_mod, mask_mod) of a key :func:`mods_key` made; a KaioValueError for another."""
+    if key is None:
+        return None, None
+    if key not in _BY_KEY:
+        raise KaioValueError(f"{op}: `mods` {key!r} names no score or mask function of this process (made by mods_key)")
+    return _BY_KEY[key]

@@ -24,6 +24,7 @@ from torch import Tensor
 from kaio.ops_library import torch_checks as checks
 from kaio.ops_library.activations import SILU
 from kaio.ops_library.activations import run as run_gated
+from kaio.ops_library.attention_mods import mods_key
 from kaio.ops_library.autograd import (
     define_op,
     device_label,
@@ -45,6 +46,7 @@ def register() -> None:
     torch.compiler.assume_constant_result(device_label)
     torch.compiler.assume_constant_result(require_backward)
     torch.compiler.assume_constant_result(direct_run_traced)
+    torch.compiler.assume_constant_result(mods_key)
 
     define_op("kaio::softmax", _softmax, _softmax_fake)
     define_op("kaio::layer_norm", _layer_norm, _layer_norm_fake)
@@ -133,77 +135,108 @@ def _cross_entropy_fake(logits: Tensor, targets: Tensor, ignore_index: int, *, d
 # --- attention: FlashAttention-2 forward and backward, the backward registered for autograd ----
 
 
-def _builtin_mods(op: str, window_left: int, window_right: int, softcap: float, alibi_slopes: Tensor | None) -> Any:
-    """The built-in mods as the custom ops' schemas carry them (a window side of -1: no window;
-    a softcap of 0: none), checked as the op checks them."""
+def _schema_mods(op: str, window_left: int, window_right: int, softcap: float, alibi_slopes: Tensor | None,
+                 mods: str | None, mod_args: tuple[Tensor | None, ...], sinks: Tensor | None) -> Any:  # fmt: skip
+    """The mods as the custom ops' schemas carry them (a window side of -1: no window; a softcap
+    of 0: none; the score and mask functions by their ``mods_key``; the ``mod_args`` as four
+    optional tensors, the given ones first: a schema's ``Tensor[]`` takes no default), checked
+    as the op checks them."""
     from kaio.ops_library.attention import mods_given
+    from kaio.ops_library.attention_mods import mods_of_key
 
     window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
-    return mods_given(op, None, None, (), window, softcap or None, alibi_slopes, None)
+    score_mod, mask_mod = mods_of_key(op, mods)
+    given = tuple(a for a in mod_args if a is not None)
+    return mods_given(op, score_mod, mask_mod, given, window, softcap or None, alibi_slopes, sinks)
 
 
 def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
                config: str | None, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1, window_right: int = -1,
-               softcap: float = 0.0, alibi_slopes: Tensor | None = None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+               softcap: float = 0.0, alibi_slopes: Tensor | None = None, mods: str | None = None,
+               mod_arg0: Tensor | None = None, mod_arg1: Tensor | None = None, mod_arg2: Tensor | None = None,
+               mod_arg3: Tensor | None = None, sinks: Tensor | None = None, *,
+               device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     """(out, lse): the output and the f32 logsumexp the backward recomputes P from."""
     from kaio.ops_library.attention import Dropout, attention, check_tensors, config_from_label
 
     check_tensors("attention", q, k, v, kv_lens)
-    mods = _builtin_mods("attention", window_left, window_right, softcap, alibi_slopes)
+    given = _schema_mods("attention", window_left, window_right, softcap, alibi_slopes, mods,
+                         (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)  # fmt: skip
     drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
-    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device), drop, mods)  # type: ignore[no-any-return]
+    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device), drop, given)  # type: ignore[no-any-return]
 
 
 def _attention_fake(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
                     config: str | None, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1, window_right: int = -1,
-                    softcap: float = 0.0, alibi_slopes: Tensor | None = None, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
+                    softcap: float = 0.0, alibi_slopes: Tensor | None = None, mods: str | None = None,
+                    mod_arg0: Tensor | None = None, mod_arg1: Tensor | None = None, mod_arg2: Tensor | None = None,
+                    mod_arg3: Tensor | None = None, sinks: Tensor | None = None, *,
+                    device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention import check_mod_tensors, check_tensors
 
     check_tensors("attention", q, k, v, kv_lens)
-    check_mod_tensors("attention", _builtin_mods("attention", window_left, window_right, softcap, alibi_slopes), q.shape[1])
+    given = _schema_mods("attention", window_left, window_right, softcap, alibi_slopes, mods,
+                         (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)  # fmt: skip
+    check_mod_tensors("attention", given, q.shape[1])
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
                         grad_lse: Tensor | None, causal: bool, scale: float | None, kv_lens: Tensor | None,
                         deterministic: bool, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1,
-                        window_right: int = -1, softcap: float = 0.0, alibi_slopes: Tensor | None = None, *,
-                        device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                        window_right: int = -1, softcap: float = 0.0, alibi_slopes: Tensor | None = None,
+                        mods: str | None = None, mod_arg0: Tensor | None = None, mod_arg1: Tensor | None = None,
+                        mod_arg2: Tensor | None = None, mod_arg3: Tensor | None = None, sinks: Tensor | None = None, *,
+                        device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    """(dq, dk, dv, dsinks): dsinks f32 (H,) with ``sinks``, else empty."""
     from kaio.ops_library.attention import Dropout
     from kaio.ops_library.attention_backward import OP, check_saved, run
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
-    mods = _builtin_mods(OP, window_left, window_right, softcap, alibi_slopes)
+    given = _schema_mods(OP, window_left, window_right, softcap, alibi_slopes, mods, (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)
     drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
-    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device), drop, mods)  # type: ignore[return-value]
+    grads = run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device), drop, given)
+    return (*grads, q.new_empty((0,), dtype=torch.float32)) if sinks is None else grads  # type: ignore[return-value]
 
 
 def _attention_backward_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor, grad_lse: Tensor | None,
                              causal: bool, scale: float | None, kv_lens: Tensor | None, deterministic: bool, dropout_p: float = 0.0,
                              seed: int = 0, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                             alibi_slopes: Tensor | None = None, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                             alibi_slopes: Tensor | None = None, mods: str | None = None, mod_arg0: Tensor | None = None,
+                             mod_arg1: Tensor | None = None, mod_arg2: Tensor | None = None, mod_arg3: Tensor | None = None,
+                             sinks: Tensor | None = None, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention import check_mod_tensors
     from kaio.ops_library.attention_backward import OP, check_saved
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
-    check_mod_tensors(OP, _builtin_mods(OP, window_left, window_right, softcap, alibi_slopes), q.shape[1])
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    given = _schema_mods(OP, window_left, window_right, softcap, alibi_slopes, mods, (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)
+    check_mod_tensors(OP, given, q.shape[1])
+    dsinks = q.new_empty((q.shape[1] if sinks is not None else 0,), dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
+
+
+# the forward's schema after (q, k, v, causal, scale, kv_lens, config), with its defaults
+_ATTENTION_TAIL = (0.0, 0, -1, -1, 0.0, None, None, None, None, None, None, None)
 
 
 def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
     q, k, v, causal, scale, kv_lens, _, *rest = inputs
-    rest += [0.0, 0, -1, -1, 0.0, None][len(rest):]  # the schema's defaults
-    dropout_p, seed, window_left, window_right, softcap, alibi_slopes = rest
-    ctx.save_for_backward(q, k, v, *output, kv_lens, alibi_slopes)  # the logsumexp, not the probabilities
+    rest += _ATTENTION_TAIL[len(rest):]
+    dropout_p, seed, window_left, window_right, softcap, alibi_slopes, mods, *mod_args, sinks = rest
+    ctx.save_for_backward(q, k, v, *output, kv_lens, alibi_slopes, sinks, *mod_args)  # the logsumexp, not the probabilities
     ctx.causal, ctx.scale = causal, scale
     ctx.dropout = (dropout_p, seed)  # the backward regenerates the mask
     ctx.mods = (window_left, window_right, softcap)
+    ctx.functions = mods
 
 
 def _attention_grad(ctx: Any, grad_out: Tensor, grad_lse: Tensor) -> tuple[Tensor | None, ...]:
-    q, k, v, out, lse, kv_lens, alibi_slopes = ctx.saved_tensors
-    dq, dk, dv = torch.ops.kaio.attention_backward(
+    q, k, v, out, lse, kv_lens, alibi_slopes, sinks, *mod_args = ctx.saved_tensors
+    dq, dk, dv, dsinks = torch.ops.kaio.attention_backward(
         q, k, v, out, lse, grad_out.contiguous(), grad_lse.contiguous(), ctx.causal, ctx.scale, kv_lens, False,
-        *ctx.dropout, *ctx.mods, alibi_slopes, device=ctx.kaio_device,
+        *ctx.dropout, *ctx.mods, alibi_slopes, ctx.functions, *mod_args, sinks, device=ctx.kaio_device,
     )
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+    # no gradient for the flags, the built-in mods' numbers and slopes, the functions' arrays
+    return dq, dk, dv, *(None,) * (4 + len(_ATTENTION_TAIL) - 1), dsinks if sinks is not None else None
+
+

@@ -214,15 +214,13 @@ def test_per_head_arrays_must_have_one_f32_per_query_head(dev):
         _call(dev, alibi_slopes=np.zeros(2, np.float16))
 
 
-def test_autograd_through_a_mod_function_is_refused_by_name():
+def test_mod_args_that_require_grad_are_refused_by_name():
     torch = pytest.importorskip("torch")
-    q = torch.randn(1, 2, 16, 32, dtype=torch.float16, requires_grad=True)
-    k = torch.randn(1, 2, 16, 32, dtype=torch.float16)
-    def early_keys(b, h, q_idx, kv_idx):
-        return kv_idx < 8
-
-    with pytest.raises(KaioTypeError, match="does not record score_mod, mask_mod or sinks"):
-        attention(q, k, k, mask_mod=early_keys)
+    q = torch.randn(1, 2, 16, 32, dtype=torch.float16)
+    bias = torch.zeros(2 * 16, requires_grad=True)
+    keys = torch.tensor([16], dtype=torch.int32)
+    with pytest.raises(KaioTypeError, match="`mod_args` get no gradient"):
+        attention(q, q, q, score_mod=head_bias, mod_args=(bias, keys))
 
 
 # ---------------------------------------------------------------------------- backward
@@ -377,24 +375,50 @@ def test_a_score_mod_kaio_cannot_differentiate_is_refused_by_the_backward_alone(
     assert "test_attention_mods.py" in str(err.value)
 
 
-@pytest.mark.parametrize("mod", ["window", "softcap", "alibi"])
-def test_torch_autograd_records_the_builtin_mods(mod):
+@pytest.mark.parametrize("mod", ["window", "softcap", "alibi", "score_mod", "mask_mod", "sinks"])
+def test_torch_autograd_records_the_mods(mod):
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(7)
     q, k, v = inputs(rng, h=4, hkv=2, sq=40, sk=40)
     do = rng.standard_normal(q.shape).astype(np.float16)
     slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+    docs = np.repeat(np.arange(3), [7, 20, 13]).astype(np.int32)
+    gains = (0.5 + rng.random(4)).astype(np.float32)
+    sinks = rng.standard_normal(4).astype(np.float32)
+    tg = torch.tensor(gains, dtype=torch.float64)
     kw, score, mask = {
         "window": ({"window": (6, 2)}, None, lambda i, j: (j >= i - 6) & (j <= i + 2)),
         "softcap": ({"softcap": 1.5}, lambda s, h, i, j: 1.5 * torch.tanh(s / 1.5), None),
         "alibi": ({"alibi_slopes": torch.tensor(slopes)}, lambda s, h, i, j: s + torch.tensor(slopes, dtype=torch.float64)[h] * (j - i), None),
-    }[mod]
+        "score_mod": ({"score_mod": gated, "mod_args": (torch.tensor(gains),)},
+                      lambda s, h, i, j: torch.where(i >= j, torch.maximum(s * tg[h], 0.25 * s) + 0.1 * torch.exp(-s * s), s * tg[h]),
+                      None),
+        "mask_mod": ({"mask_mod": document_mask, "mod_args": (torch.tensor(docs),)}, None, lambda i, j: docs[i] == docs[j]),
+        "sinks": ({"sinks": torch.tensor(sinks, requires_grad=True)}, None, None),
+    }[mod]  # fmt: skip
     qt, kt_, vt = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
     o = attention(qt, kt_, vt, **kw)
     assert isinstance(o, torch.Tensor) and o.grad_fn is not None
     o.backward(torch.tensor(do))
-    for got, want in zip((qt.grad, kt_.grad, vt.grad), torch_reference_grads(q, k, v, do, score, mask), strict=True):
-        assert float(np.abs(got.double().numpy() - want).max()) <= 3e-2 * max(1.0, float(np.abs(want).max()))
+    got = [qt.grad, kt_.grad, vt.grad] + ([kw["sinks"].grad] if mod == "sinks" else [])
+    want = torch_reference_grads(q, k, v, do, score, mask, sinks if mod == "sinks" else None)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert float(np.abs(g.double().numpy() - w).max()) <= 3e-2 * max(1.0, float(np.abs(w).max()))
+
+
+def test_torch_compile_traces_a_score_mod_and_sinks():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(11)
+    q, k, v = (torch.tensor(x) for x in inputs(rng, h=2, hkv=1, sq=24, sk=40))
+    gains, sinks = torch.tensor([0.75, 1.25]), torch.tensor([0.5, -0.5])
+
+    def step(q, k, v):
+        return attention(q, k, v, score_mod=gated, mod_args=(gains,), sinks=sinks, causal=True)
+
+    eager = step(q, k, v)
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)(q, k, v)
+    assert torch.equal(eager, compiled)
 
 
 def test_torch_opcheck_of_the_builtin_mods():
@@ -411,3 +435,32 @@ def test_torch_opcheck_of_the_builtin_mods():
     torch.library.opcheck(torch.ops.kaio.attention_backward.default, grads, test_utils=("test_schema", "test_faketensor"))
     with pytest.raises(KaioValueError, match="`window` sizes must be >= 0"):
         torch.ops.kaio.attention(q, k, v, True, None, None, None, 0.0, 0, -1, 3, 0.0, None)
+
+
+def test_torch_opcheck_of_functions_mod_args_and_sinks():
+    torch = pytest.importorskip("torch")
+    import kaio.torch  # noqa: F401  (registers torch.ops.kaio)
+    from kaio.ops_library.attention_mods import mods_key
+
+    rng = np.random.default_rng(5)
+    q, k, v = (torch.tensor(x) for x in inputs(rng, h=2, hkv=1, sq=24, sk=24))
+    mod_args = (torch.tensor([0.75, 1.25]), torch.tensor(np.repeat([0, 1], [10, 14]).astype(np.int32)), None, None)
+    sinks = torch.tensor([0.5, -1.0])
+
+    def gated_docs(score, b, h, q_idx, kv_idx, gains, docs):
+        return score * gains[h]
+
+    def docs_only(b, h, q_idx, kv_idx, gains, docs):
+        return docs[q_idx] == docs[kv_idx]
+
+    key = mods_key(gated_docs, docs_only)
+    args = (q, k, v, False, None, None, None, 0.0, 0, -1, -1, 0.0, None, key, *mod_args, sinks)
+    torch.library.opcheck(torch.ops.kaio.attention.default, args, test_utils=("test_schema", "test_faketensor"))
+    out, lse = torch.ops.kaio.attention(*args)
+    grads = (q, k, v, out, lse, torch.randn(out.shape, dtype=out.dtype), None, False, None, None, True, 0.0, 0, -1, -1, 0.0,
+             None, key, *mod_args, sinks)  # fmt: skip
+    torch.library.opcheck(torch.ops.kaio.attention_backward.default, grads, test_utils=("test_schema", "test_faketensor"))
+    with pytest.raises(KaioValueError, match="names no score or mask function"):
+        torch.ops.kaio.attention(q, k, v, False, None, None, None, 0.0, 0, -1, -1, 0.0, None, "nothing|-")
+    with pytest.raises(KaioTypeError, match="must take 7 positional arguments"):  # the fake checks the arity too
+        torch.ops.kaio.attention(q, k, v, False, None, None, None, 0.0, 0, -1, -1, 0.0, None, mods_key(gated, None), *mod_args)
