@@ -236,8 +236,9 @@ def test_a_wrong_out_is_refused(dev, rng):
 
 
 def cache_bytes_loaded(dev, monkeypatch, args, **kw):
-    """Global-memory bytes the chunk kernel's cp.async copies (the K and V tiles) read, on the
-    simulator's count (each request's distinct bytes), with flash-decoding's combine made a
+    """Global-memory bytes the chunk kernel's K and V loads read (cp.async copies of f16/bf16
+    tiles, byte loads of e4m3 ones; the q tile and the scalars load otherwise), on the
+    simulator's count (each request's distinct bytes), and all its loads, with flash-decoding's combine made a
     no-op so that the latest launch report is the chunk kernel's."""
     from kaio.ops_library import attention_kernel
 
@@ -249,20 +250,23 @@ def cache_bytes_loaded(dev, monkeypatch, args, **kw):
     with dev.profiling():
         paged_attention(*args, device=dev, **kw)
     rows = dev.last_launch_report.global_memory
-    kv = sum(r.bytes for r in rows if r.text.lstrip("@%p0123456789! ").startswith("cp.async"))
+    kv = sum(r.bytes for r in rows if r.text.lstrip("@%p0123456789! ").startswith(("cp.async", "ld.global.u8")))
     total = sum(r.bytes for r in rows if r.text.lstrip("@%p0123456789! ").startswith(("ld.", "cp.async")))
     return kv, total
 
 
-@pytest.mark.parametrize("lens", [(200, 37, 0), (1500, 700, 1)], ids=["one chunk", "split"])
-def test_each_cached_byte_is_loaded_once_for_all_heads_of_its_kv_head(dev, rng, monkeypatch, lens):
+@pytest.mark.parametrize("lens, cache", [((200, 37, 0), "f16"), ((1500, 700, 1), "f16"), ((900, 5), "e4m3")],
+                         ids=["one chunk", "split", "fp8"])  # fmt: skip
+def test_each_cached_byte_is_loaded_once_for_all_heads_of_its_kv_head(rng, monkeypatch, lens, cache):
     h, hkv, d = 8, 2, 64
-    args = inputs(rng, b=len(lens), h=h, hkv=hkv, d=d, lens=lens)
-    needed = 2 * sum(lens) * hkv * d * 2  # K and V, f16
+    dev = kaio.Device("sim", arch="sm_89")
+    args = inputs(rng, b=len(lens), h=h, hkv=hkv, d=d, lens=lens, cache_t=E4M3 if cache == "e4m3" else None)
+    needed = 2 * sum(lens) * hkv * d * args[1].itemsize  # K and V
     kv, total = cache_bytes_loaded(dev, monkeypatch, args)
     assert needed <= kv <= 1.05 * needed
-    small = args[0].nbytes + 4 * len(lens) + args[3].nbytes  # q, the lengths, at most the whole table
-    assert total <= 1.05 * (needed + small)
+    splits = paged_module.decode_splits(max(lens), paged_module.config_for(paged_module.Sizes(2, h, hkv, d, 1, 16, 1)).block_n)
+    small = args[0].nbytes * splits + 4 * len(lens) + args[3].nbytes  # q once a chunk, the lengths, the table
+    assert total <= 1.05 * needed + small
 
 
 def test_a_window_loads_only_the_blocks_it_sees(dev, rng, monkeypatch):
