@@ -276,3 +276,34 @@ def test_a_window_loads_only_the_blocks_it_sees(dev, rng, monkeypatch):
     seen = sum(min(n, 101) for n in lens)
     block = paged_module.config_for(paged_module.Sizes(2, 4, 1, 64, 1, 16, 1)).block_n
     assert kv <= 2 * (seen + 2 * block) * 64 * 2  # at most a key block more at each end
+
+
+# --------------------------------------------------------------------------- generated code
+
+
+@pytest.mark.parametrize("arch, cache, d, h, hkv, block_size", [
+    ("sm_80", "f16", 128, 8, 2, 16), ("sm_80", "bf16", 128, 32, 4, 128), ("sm_90", "f16", 256, 8, 2, 16),
+    ("sm_80", "f16", 64, 32, 1, 16), ("sm_89", "f8e4m3", 128, 8, 2, 16)])  # fmt: skip
+def test_every_variant_assembles_without_spills_on_tensor_cores(arch, cache, d, h, hkv, block_size):
+    """With every mod on, both output types (the split's f32 partials too); f16/bf16 K and V
+    tiles arrive by cp.async (LDGSTS), e4m3 ones by register loads converted before the dot."""
+    import re
+
+    from kaio import dtypes
+    from kaio.targets.ptx import toolchain
+
+    if toolchain.find_ptxas() is None or toolchain.find_cuobjdump() is None or toolchain.find_nvdisasm() is None:
+        pytest.skip("the nvidia-cuda-nvcc / cuobjdump / nvdisasm wheels are not installed")
+    kv = dtypes.BY_NAME[cache]
+    t = dtypes.bf16 if kv == dtypes.bf16 else dtypes.f16
+    sizes = paged_module.Sizes(1, h, hkv, d, 1, block_size, 1)
+    config = paged_module.config_for(sizes)
+    for out in (t, dtypes.f32):
+        compiled = kaio.compile(paged_module.kernel_for(t, kv, out, config), arch, BM=config.block_m, BN=config.block_n,
+                                BD=paged_module.next_pow2(d), BLOCK_SIZE=block_size, WINDOW=True, SOFTCAP=True,
+                                SINKS=True, __divisible__=(("D", 16),))  # fmt: skip
+        report = toolchain.assemble(compiled.ptx, arch)
+        assert report.spill_stores[compiled.name] == 0 and report.spill_loads[compiled.name] == 0
+        sass = toolchain.disassemble(report.cubin)
+        assert re.search(r"\bHMMA\.16816", sass)
+        assert bool(re.search(r"\bLDGSTS", sass)) == (kv != dtypes.BY_NAME["f8e4m3"])
