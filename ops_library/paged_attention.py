@@ -10,7 +10,7 @@ Hkv, D); ``block_table`` int32 (B, max_blocks): sequence b's key j lives in page
 ``block_table[b, j // block_size]`` at slot ``j % block_size``; ``seq_lens`` int32 (B,): its key
 count (0 gives a zero output and a logsumexp of ``-inf``). The query sees all its keys (it is the
 last position). ``H`` a multiple of ``Hkv`` (query head h reads kv head ``h // (H / Hkv)``); head
-dims 32, 64, 96, 128, 256; block sizes a power of two from 8 up. q is f16 or bf16; the caches
+dims 32, 64, 96, 128, 256; block sizes a power of two from 16 up. q is f16 or bf16; the caches
 q's type, or fp8 e4m3 (``ml_dtypes.float8_e4m3fn``, torch's ``float8_e4m3fn``; sm_89 and newer)
 with per-tensor scales: the real K is ``k_scale * k_cache``, the real V ``v_scale * v_cache``.
 ``scale`` defaults to ``1 / sqrt(D)``. ``window=(left, right)``: FlashAttention's sliding window
@@ -104,12 +104,14 @@ class PagedAttention:
         if oo is None:
             oo = ops.output((sizes.b, sizes.h, sizes.d), oq.dtype)
         with ExitStack() as scratch:
-            def workspace(shape: tuple[int, ...], t: dtypes.ScalarType) -> Operand:
-                return scratch.enter_context(ops.workspace(shape, t))
+            def workspace(shape: tuple[int, ...], t: dtypes.ScalarType, zero: bool = False) -> Operand:
+                return scratch.enter_context(ops.workspace(shape, t, zero=zero))
 
             lse = ops.output((sizes.b, sizes.h), dtypes.f32) if return_lse else workspace((sizes.b, sizes.h), dtypes.f32)
             if sizes.b and sizes.h:
                 unused = workspace((1,), dtypes.f32)  # the sinks' slot when there are none: never read
+                if sizes.max_blocks == 0:  # no pages (every length 0): a one-entry row the ring's prefetch may read
+                    table, sizes = workspace((sizes.b, 1), dtypes.i32, zero=True), sizes._replace(max_blocks=1)
                 _forward(ops, oq, ok, ov, table, lens, oo, lse, osinks, unused, sizes, max_len,
                          scale * k_scale, v_scale, mods.window, mods.softcap)  # fmt: skip
         result = ops.result(oo, out)

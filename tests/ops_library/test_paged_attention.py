@@ -150,6 +150,14 @@ def test_numpy_in_numpy_out_and_the_default_scale(dev, rng):
     assert np.abs(got.astype(np.float64) - reference(*args)[0]).max() <= BOUND
 
 
+def test_an_empty_block_table_gives_zeros(dev, rng):
+    q, k, v, _, _ = inputs(rng, lens=(0, 0))
+    sinks = rng.standard_normal(8).astype(np.float32)
+    got, lse = paged_attention(q, k, v, np.zeros((2, 0), np.int32), np.zeros(2, np.int32), sinks=sinks,
+                               return_lse=True, device=dev)  # fmt: skip
+    assert not got.any() and np.allclose(lse, np.broadcast_to(sinks, (2, 8)), atol=1e-6)
+
+
 def test_device_resident_tables_are_checked_too(dev, rng):
     args = list(inputs(rng, lens=(20, 33)))
     args[3][1, 0] = 10_000
@@ -307,3 +315,10 @@ def test_every_variant_assembles_without_spills_on_tensor_cores(arch, cache, d, 
         sass = toolchain.disassemble(report.cubin)
         assert re.search(r"\bHMMA\.16816", sass)
         assert bool(re.search(r"\bLDGSTS", sass)) == (kv != dtypes.BY_NAME["f8e4m3"])
+
+
+def test_help_shows_how_to_call_it():
+    import pydoc
+
+    text = pydoc.render_doc(paged_attention, renderer=pydoc.plaintext)
+    assert "paged_attention(q, k_cache, v_cache, block_table, seq_lens" in text and "k_scale" in text
