@@ -96,6 +96,12 @@ def test_many_query_heads_per_kv_head_take_more_tile_rows(dev, rng):
     check(dev, inputs(rng, h=32, hkv=1, d=32, lens=(50, 9)))  # G 32: two warps of 16 rows
 
 
+@pytest.mark.parametrize("h, lens", [(8, (300, 5)), (64, (300, 5)), (64, (3000,))], ids=["mma.sync", "wgmma", "wgmma split"])
+def test_on_sm_90a(rng, h, lens):
+    """Hopper's default target: 64 query heads of a kv head are a warpgroup's wgmma rows."""
+    check(kaio.Device("sim", arch="sm_90a"), inputs(rng, b=len(lens), h=h, hkv=1, d=64, lens=lens))
+
+
 def test_a_long_sequence_is_split_into_chunks_and_combined(dev, rng):
     args = inputs(rng, b=2, h=2, hkv=1, d=32, lens=(4096, 100))
     assert paged_module.decode_splits(4096, paged_module.config_for(paged_module.Sizes(2, 2, 1, 32, 1, 16, 1)).block_n) > 1
