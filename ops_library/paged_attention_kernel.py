@@ -74,7 +74,8 @@ def paged_attention_tile_kernel(T: dtypes.ScalarType, KV: dtypes.ScalarType, OUT
         acc = kt.zeros((BM, BD), f32)
         qt = kt.load(q, (q_row, 0), (BM, BD), (q_row + G, D))
         for j in range(lo, hi, BN):
-            # clamped: the two-stage cp.async ring also reads the next trip's page, past the last one
+            # clamped: the two-stage cp.async ring also reads the page of the trip after the last
+            # (and of a first trip that never runs), which may lie past the sequence's row
             page = block_table[b * MAX_BLOCKS + min(j // BLOCK_SIZE, MAX_BLOCKS - 1)]
             row = page * BLOCK_SIZE + j % BLOCK_SIZE
             kb = kt.load(k_cache, (row, col), (BN, BD), (row + hi - j, col + D), strides=(width, 1))
