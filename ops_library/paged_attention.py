@@ -178,8 +178,7 @@ def _cache_scale(name: str, value: Any) -> float:
 
 def _check(q: Operand, k: Operand, v: Operand, table: Operand, lens: Operand, out: Operand | None,
            sinks: Operand | None) -> Sizes:  # fmt: skip
-    """The sizes of valid operands; else a KaioTypeError (KaioValueError for the block size)
-    naming the argument and the rule."""
+    """The sizes of valid operands; else a KaioTypeError naming the argument and the rule."""
     if len(q.shape) != 3:
         raise KaioTypeError(f"{OP}: `q` must be 3-D (batch, heads, head dim), got shape {q.shape}")
     b, h, d = q.shape
@@ -194,7 +193,7 @@ def _check(q: Operand, k: Operand, v: Operand, table: Operand, lens: Operand, ou
     if d not in HEAD_DIMS:
         raise KaioTypeError(f"{OP}: head dim must be one of {HEAD_DIMS}, got {d}")
     if block_size < MIN_BLOCK_SIZE or block_size & (block_size - 1):
-        raise KaioValueError(f"{OP}: the caches' block_size must be a power of two >= {MIN_BLOCK_SIZE}, got {block_size}")
+        raise KaioTypeError(f"{OP}: the caches' block_size must be a power of two >= {MIN_BLOCK_SIZE}, got {block_size}")
     if q.dtype not in (dtypes.f16, dtypes.bf16):
         raise KaioTypeError(f"{OP}: `q` must be f16 or bf16, got {q.dtype.name}")
     e4m3 = dtypes.BY_NAME["f8e4m3"]
@@ -219,8 +218,8 @@ def _check(q: Operand, k: Operand, v: Operand, table: Operand, lens: Operand, ou
 def _check_pages(table: Operand, lens: Operand, sizes: Sizes) -> int:
     """The longest sequence, after checking each length lies in 0..max_blocks * block_size and
     each page a sequence uses (its first ``ceil(len / block_size)`` entries) in 0..num_blocks - 1
-    (a KaioValueError naming the argument). The values are read on the host (copied from a
-    device array, as ``attention`` does for ``kv_lens``)."""
+    (else a KaioTypeError naming the argument, as attention's ``kv_lens`` check raises). The
+    values are read on the host (copied back from a device array, as attention's are)."""
     values = lens.host if lens.host is not None else _to_host(lens.value)
     pages = table.host if table.host is not None else _to_host(table.value)
     if values is None or pages is None:  # an array kaio cannot read back: the capacity bounds it
@@ -228,12 +227,12 @@ def _check_pages(table: Operand, lens: Operand, sizes: Sizes) -> int:
     values, pages = np.asarray(values, np.int64), np.asarray(pages, np.int64)
     capacity = sizes.max_blocks * sizes.block_size
     if ((values < 0) | (values > capacity)).any():
-        raise KaioValueError(f"{OP}: `seq_lens` must lie in 0..{capacity} (max_blocks * block_size), got {values.tolist()}")
+        raise KaioTypeError(f"{OP}: `seq_lens` must lie in 0..{capacity} (max_blocks * block_size), got {values.tolist()}")
     used = np.arange(sizes.max_blocks)[None, :] < -(-values[:, None] // sizes.block_size)
     bad = used & ((pages < 0) | (pages >= sizes.num_blocks))
     if bad.any():
         b, j = (int(i) for i in np.argwhere(bad)[0])
-        raise KaioValueError(f"{OP}: `block_table` entries of the blocks a sequence uses must lie in 0..{sizes.num_blocks - 1} "
+        raise KaioTypeError(f"{OP}: `block_table` entries of the blocks a sequence uses must lie in 0..{sizes.num_blocks - 1} "
                              f"(num_blocks), got block_table[{b}, {j}] = {pages[b, j]}")  # fmt: skip
     return int(values.max(initial=0))
 
