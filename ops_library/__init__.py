@@ -18,6 +18,7 @@ _OPS: dict[str, str] = {
     "gelu_and_mul": "activations", "silu_and_mul": "activations",
     "gelu_and_mul_backward": "activations_backward", "silu_and_mul_backward": "activations_backward",
     "Attention": "attention", "attention": "attention",
+    "PagedAttention": "paged_attention", "paged_attention": "paged_attention",
     "attention_backward": "attention_backward",
     "cross_entropy": "cross_entropy", "cross_entropy_backward": "cross_entropy",
     "dropout": "dropout", "dropout_add": "dropout",
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.moe_fused import fused_moe
     from kaio.ops_library.moe_routing import moe_topk_softmax
     from kaio.ops_library.norms import layer_norm, rms_norm
+    from kaio.ops_library.paged_attention import PagedAttention, paged_attention
     from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backward
     from kaio.ops_library.quantize import quantize_fp8, quantize_int8
     from kaio.ops_library.rope import rope, rope_backward

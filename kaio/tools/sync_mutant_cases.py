@@ -360,6 +360,35 @@ def _attention_mods(dev: Any) -> None:
     _close(o.to_host(), p @ v.astype(np.float64), 2e-2)
 
 
+def _paged_attention(lens: tuple[int, ...], heads: int = 8) -> Case:
+    """Paged decoding over a permuted block table, 2 kv heads: sequences of several key steps
+    (the two-stage K/V ring refilled) and, past 8 key blocks, the split and its combine."""
+
+    def run(dev: Any) -> None:
+        from kaio.ops_library import paged_attention
+
+        rng = _rng()
+        b, hkv, d, block_size = len(lens), 2, 64, 16
+        max_blocks = -(-max(lens) // block_size)
+        q = rng.standard_normal((b, heads, d)).astype(np.float16)
+        k, v = (rng.standard_normal((b * max_blocks, block_size, hkv, d)).astype(np.float16) for _ in range(2))
+        table = rng.permutation(b * max_blocks).reshape(b, max_blocks).astype(np.int32)
+        want = np.zeros((b, heads, d))
+        for bi, n in enumerate(lens):
+            j = np.arange(n)
+            rows = table[bi, j // block_size] * block_size + j % block_size
+            for h in range(heads):
+                kh = h // (heads // hkv)
+                keys, values = (x.reshape(-1, hkv, d)[rows, kh].astype(np.float64) for x in (k, v))
+                s = keys @ q[bi, h].astype(np.float64) / np.sqrt(d)
+                p = np.exp(s - s.max())
+                want[bi, h] = p @ values / p.sum()
+        got = paged_attention(*(dev.alloc_from(x) for x in (q, k, v, table, np.array(lens, np.int32))))
+        _close(got.to_host(), want, 2e-2)
+
+    return run
+
+
 def _attention_dropout(dev: Any) -> None:
     """Forward with dropout: each probability kept iff ``rand(seed, ((b*H + h)*Sq + q)*Sk + k) > p``."""
     from kaio.ops_library import attention
@@ -468,6 +497,8 @@ def cases(arch: str) -> dict[str, Case]:
         "attention dropout": _attention_dropout,
         "attention window softcap sinks": _attention_mods,
         "attention decode (split keys)": _attention(False, sq=1, sk=1100),
+        "paged_attention": _paged_attention((70, 33)),
+        "paged_attention (split keys)": _paged_attention((300, 20)),
         "attention backward (atomic dQ)": _attention(True, sq=70, sk=130, backward=True),
         "attention backward (deterministic dQ)": _attention(False, sq=70, sk=130, backward=True, deterministic=True),
         "rms_norm": _rows("rms_norm"),

@@ -182,6 +182,7 @@ def _ops() -> dict[str, Op]:
         matmul,
         moe_align,
         moe_topk_softmax,
+        paged_attention,
         quantize_fp8,
         quantize_int8,
         rms_norm,
@@ -218,6 +219,12 @@ def _ops() -> dict[str, Op]:
         "attention": Op(lambda t, _: [attention(head(t["q"]), head(t["k"]), head(t["v"]), out=head(t["out"]),
                                                 kv_lens=arr((1,), t["kv_lens"]), return_lse=True, device=SIM)],
                         frozenset({"out", "kv_lens"})),  # fmt: skip
+        # one page of 16 slots, one key; e4m3 caches convert on sm_89+
+        "paged_attention": Op(lambda t, _: [paged_attention(
+            arr((1, 1, 32), t["q"]), arr((1, 16, 1, 32), t["k_cache"]), arr((1, 16, 1, 32), t["v_cache"]),
+            arr((1, 1), t["block_table"], 0), arr((1,), t["seq_lens"]), out=arr((1, 1, 32), t["out"]),
+            sinks=arr((1,), t["sinks"]), return_lse=True, device=SIM_FP8)],
+            frozenset({"out", "sinks"})),  # fmt: skip
         "grouped_matmul": Op(lambda t, kw: [grouped_matmul(
             arr((1, 1), t["x"]), arr((1, 1, 1), t["w"]), np.array([0, 1]).astype(t["expert_offsets"]), device=SIM,
             **kw)]),  # fmt: skip
