@@ -110,8 +110,6 @@ class PagedAttention:
             lse = ops.output((sizes.b, sizes.h), dtypes.f32) if return_lse else workspace((sizes.b, sizes.h), dtypes.f32)
             if sizes.b and sizes.h:
                 unused = workspace((1,), dtypes.f32)  # the sinks' slot when there are none: never read
-                if sizes.max_blocks == 0:  # no pages (every length 0): a one-entry row the ring's prefetch may read
-                    table, sizes = workspace((sizes.b, 1), dtypes.i32, zero=True), sizes._replace(max_blocks=1)
                 _forward(ops, oq, ok, ov, table, lens, oo, lse, osinks, unused, sizes, max_len,
                          scale * k_scale, v_scale, mods.window, mods.softcap)  # fmt: skip
         result = ops.result(oo, out)

@@ -74,9 +74,7 @@ def paged_attention_tile_kernel(T: dtypes.ScalarType, KV: dtypes.ScalarType, OUT
         acc = kt.zeros((BM, BD), f32)
         qt = kt.load(q, (q_row, 0), (BM, BD), (q_row + G, D))
         for j in range(lo, hi, BN):
-            # clamped: the two-stage cp.async ring also reads the page of the trip after the last
-            # (and of a first trip that never runs), which may lie past the sequence's row
-            page = block_table[b * MAX_BLOCKS + min(j // BLOCK_SIZE, MAX_BLOCKS - 1)]
+            page = block_table[b * MAX_BLOCKS + j // BLOCK_SIZE]  # the cp.async ring reads it for a trip only if it runs
             row = page * BLOCK_SIZE + j % BLOCK_SIZE
             kb = kt.load(k_cache, (row, col), (BN, BD), (row + hi - j, col + D), strides=(width, 1))
             if FP8:  # in registers; every e4m3 value is exact in f16 and bf16

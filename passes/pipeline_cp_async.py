@@ -8,7 +8,10 @@ The shared buffers become rings of N stages. Before the loop, the copies of the 
 tiles are started (one ``cp.async`` group each). Iteration i then waits until tile i has
 landed (at most N-2 groups still in flight), synchronizes the block, computes on stage i % N,
 and starts the copy of tile i + N - 1 into the stage iteration i - 1 just finished with. Copies
-past the end of K read nothing (they zero-fill), so no tail loop is needed. A K loop inside
+past the end of K read nothing (they zero-fill), so no tail loop is needed. A scalar load the
+copies' addresses need (a block table's page) is read for such a trip only if the trip runs
+(``scf.if``, else 0): past the end it may lie past its array (the copy's bounds, which hold the
+trip's K offset, make it read nothing whatever the value). A K loop inside
 another loop runs again: a barrier before its prologue keeps the new copies from overwriting
 stages slower warps still read from the previous run. The barriers
 ``promote-to-shared`` placed around the loop's copies give way to the one after the wait;
@@ -21,8 +24,8 @@ from dataclasses import dataclass
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.context import Context
-from xdsl.dialects import scf
-from xdsl.dialects.builtin import ModuleOp, i32
+from xdsl.dialects import arith, scf
+from xdsl.dialects.builtin import AnyFloat, FloatAttr, IntegerAttr, ModuleOp, i32
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
@@ -35,8 +38,32 @@ from kaio.launch_limits import MAX_STAGES, MIN_RING_STAGES
 from kaio.passes.stage_rings import erase_single_buffers, load_slice, make_rings, move_math, next_stage, read_stages
 
 
+def _trip_runs(ix: IndexBuilder, loop: scf.ForOp, k: SSAValue) -> SSAValue:
+    """Whether the trip at K offset ``k`` is one the loop runs (``k < ub``; a negative step's
+    loop counts down)."""
+    below = ix.b.insert(arith.CmpiOp(k, loop.ub, "slt")).result
+    step = loop.step.owner
+    if isinstance(step, arith.ConstantOp) and isinstance(step.value, IntegerAttr) and step.value.value.data > 0:
+        return below
+    up = ix.b.insert(arith.CmpiOp(loop.step, ix.const(0), "sgt")).result
+    above = ix.b.insert(arith.CmpiOp(k, loop.ub, "sgt")).result
+    return ix.b.insert(arith.SelectOp(up, below, above)).result
+
+
+def _guarded_load(ix: IndexBuilder, load: kernel.LoadOp, mapping: dict[SSAValue, SSAValue], runs: SSAValue) -> None:
+    """``load`` for another trip, read only if ``runs``, else 0."""
+    read, skip = Block(), Block()
+    clone = load.clone(value_mapper=mapping)
+    read.add_ops([clone, scf.YieldOp(clone.result)])
+    t = load.result.type
+    zero = arith.ConstantOp(FloatAttr(0.0, t) if isinstance(t, AnyFloat) else IntegerAttr(0, t))
+    skip.add_ops([zero, scf.YieldOp(zero.result)])
+    mapping[load.result] = ix.b.insert(scf.IfOp(runs, [t], [read], [skip])).results[0]
+
+
 def _issue_copies(
     ix: IndexBuilder,
+    loop: scf.ForOp,
     slice_ops: list[Operation],
     copies: list[smem.CopyOp],
     rings: dict[SSAValue, SSAValue],
@@ -46,8 +73,12 @@ def _issue_copies(
 ) -> None:
     """Copies of the tiles at K offset ``k`` into ``stage`` of the rings, as one group."""
     mapping: dict[SSAValue, SSAValue] = {iv: k}
+    runs = _trip_runs(ix, loop, k) if any(isinstance(op, kernel.LoadOp) for op in slice_ops) else None
     for op in slice_ops:
-        ix.b.insert(op.clone(value_mapper=mapping))
+        if runs is not None and isinstance(op, kernel.LoadOp):
+            _guarded_load(ix, op, mapping, runs)
+        else:
+            ix.b.insert(op.clone(value_mapper=mapping))
     for c in copies:
         dst = ix.b.insert(smem.StageOp(rings[c.dst], stage)).result
         ix.b.insert(cpasync.CopyOp(mapping.get(c.src, c.src), dst, c.vec.value.data))
@@ -80,7 +111,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
         outer.b.insert(kernel.BarrierOp())
     for s in range(stages - 1):
         k = outer.add(loop.lb, outer.mul(loop.step, outer.const(s)))
-        _issue_copies(outer, slice_ops, copies, rings, iv, k, outer.const(s))
+        _issue_copies(outer, loop, slice_ops, copies, rings, iv, k, outer.const(s))
 
     # the new loop carries the read and write stage indices too
     n = len(body.args)
@@ -95,7 +126,7 @@ def pipeline_loop(loop: scf.ForOp, stages: int) -> None:
     read_stages(new_body, rings, read)  # the math reads the stage this iteration waited for
     ix = IndexBuilder(b)
     ahead = ix.add(new_body.args[0], ix.mul(loop.step, ix.const(stages - 1)))
-    _issue_copies(ix, slice_ops, copies, rings, new_body.args[0], ahead, write)
+    _issue_copies(ix, loop, slice_ops, copies, rings, new_body.args[0], ahead, write)
     carried = list(old_yield.arguments)
     old_yield.erase(safe_erase=False)
     b.insert(scf.YieldOp(*carried, next_stage(ix, read, stages), next_stage(ix, write, stages)))

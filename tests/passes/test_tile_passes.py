@@ -142,3 +142,38 @@ def test_every_stage_round_trips_through_text():
         text = str(m)
         assert str(Parser(kaio_context(), text).parse_module()) == text
 
+
+
+def test_pipeline_cp_async_reads_a_table_entry_for_a_trip_only_if_it_runs():
+    """The ring's prologue and its copy ahead compute the copies' addresses for trips that may
+    not run; a scalar load among them (a page table) is read then only inside ``scf.if``, so
+    a table of exactly the loop's entries (or none) is never read past its end: the simulator
+    faults on such a read."""
+    import numpy as np
+
+    import kaio
+    import kaio.tile as kt
+    from kaio.prelude import Array, MutArray, f16, f32, i32
+
+    @kaio.tile_kernel(num_warps=1, num_stages=2)
+    def paged_products(a: Array[f16], pages: Array[f16], table: Array[i32], out: MutArray[f32], n: i32,
+                       B: kaio.constexpr = 16):  # fmt: skip
+        at = kt.load(a, (0, 0), (B, B), (B, B))
+        acc = kt.zeros((B, B), f32)
+        for j in range(0, n * B, B):
+            row = table[j // B] * B
+            acc = kt.dot(at, kt.load(pages, (row, 0), (B, B), (row + n * B - j, B)), acc)
+        kt.store(out, (0, 0), acc, (B, B))
+
+    rng = np.random.default_rng()
+    a = rng.standard_normal((16, 16)).astype(np.float16)
+    pages = rng.standard_normal((5 * 16, 16)).astype(np.float16)
+    dev = kaio.Device("sim")
+    for table in (np.array([3, 0, 4], np.int32), np.zeros(0, np.int32)):
+        out = dev.alloc_from(np.full((16, 16), np.nan, np.float32))
+        paged_products.launch(dev, dev.alloc_from(a), dev.alloc_from(pages), dev.alloc_from(table), out, len(table), grid=(1,))
+        want = sum((a.astype(np.float64) @ pages[p * 16 : p * 16 + 16].astype(np.float64) for p in table), np.zeros((16, 16)))
+        np.testing.assert_allclose(out.to_host(), want, atol=1e-3, rtol=1e-3)
+    stage = kaio.compile(paged_products, "sm_80").stages["pipeline-cp-async"]
+    assert stage.count("kernel.load") == 3  # the loop's own, and the guarded ones of the prologue and the copy ahead
+    assert stage.count("scf.if") == 2
