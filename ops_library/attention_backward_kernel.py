@@ -117,6 +117,9 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
         if CAUSAL == 1:  # the first query block with a row that sees key n0
             m_lo = max(n0 - (sk - SQ), 0) // BM * BM
         m_hi = SQ
+        if WINDOW:  # rows r see keys r + sk - SQ - left ..= r + sk - SQ + right: the rows that see this block
+            m_lo = max(m_lo, max(n0 - (sk - SQ) - right, 0) // BM * BM)
+            m_hi = min(m_hi, max(n0 + BN - (sk - SQ) + left, 0))
         if n0 >= sk:  # no visible key in this block: its gradients are zeros
             m_hi = 0
         scale_log2 = scale * LOG2E
@@ -204,9 +207,12 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
         sk = SK
         if HAS_LENS:
             sk = min(kv_lens[b], SK)
-        hi = sk
+        lo, hi = 0, sk
         if CAUSAL == 1:  # the last key the block's last row sees, as in the forward
             hi = max(min(sk, m0 + BM + sk - SQ), 0)
+        if WINDOW:  # from the first row's first key to the last row's last
+            lo = max(m0 + (sk - SQ) - left, 0) // BN * BN
+            hi = max(min(hi, m0 + BM + (sk - SQ) + right), 0)
         scale_log2 = scale * LOG2E
 
         qb = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))

@@ -464,3 +464,20 @@ def test_torch_opcheck_of_functions_mod_args_and_sinks():
         torch.ops.kaio.attention(q, k, v, False, None, None, None, 0.0, 0, -1, -1, 0.0, None, "nothing|-")
     with pytest.raises(KaioTypeError, match="must take 7 positional arguments"):  # the fake checks the arity too
         torch.ops.kaio.attention(q, k, v, False, None, None, None, 0.0, 0, -1, -1, 0.0, None, mods_key(gated, None), *mod_args)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_backward_walks_only_the_blocks_a_narrow_window_reaches(dev, rng, causal, deterministic):
+    """dK/dV's programs walk only the query blocks whose rows see their key block, dQ's only the
+    key blocks its rows see: most blocks lie outside a window of 27 keys over 200."""
+    pytest.importorskip("torch")
+    sq, sk = 130, 200
+    q, k, v = inputs(rng, h=2, hkv=1, sq=sq, sk=sk)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    bq, bk, bv, bdo = (dev.alloc_from(x) for x in (q, k, v, do))
+    o, lse = attention(bq, bk, bv, return_lse=True, window=(17, 9), causal=causal)
+    got = attention_backward(bq, bk, bv, o, lse, bdo, window=(17, 9), causal=causal, deterministic=deterministic)
+    right = 0 if causal else 9
+    window = lambda i, j: (j >= i + sk - sq - 17) & (j <= i + sk - sq + right)  # noqa: E731
+    assert_grads_close(got, torch_reference_grads(q, k, v, do, mask=window))
