@@ -89,11 +89,12 @@ class AttentionVarlen:
         oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
         oo = ops.take("out", out) if out is not None else None
         total_q, total_k, h, hkv, d = _check_packed(oq, ok, ov, oo)
-        cu_q = _cu_seqlens(ops, "cu_seqlens_q", cu_seqlens_q, total_q, longest[0], "max_seqlen_q", "q")
-        cu_k = _cu_seqlens(ops, "cu_seqlens_k", cu_seqlens_k, total_k, longest[1], "max_seqlen_k", "k")
+        cu_q, cu_k = _cu_seqlens(ops, "cu_seqlens_q", cu_seqlens_q), _cu_seqlens(ops, "cu_seqlens_k", cu_seqlens_k)
         if cu_k.shape != cu_q.shape:
             raise KaioTypeError(f"{OP}: `cu_seqlens_k` must have cu_seqlens_q's shape {cu_q.shape} (B+1 entries), "
                                 f"got {cu_k.shape}")  # fmt: skip
+        _check_offsets(cu_q, "cu_seqlens_q", total_q, "q", longest[0], "max_seqlen_q")
+        _check_offsets(cu_k, "cu_seqlens_k", total_k, "k", longest[1], "max_seqlen_k")
         batch = cu_q.shape[0] - 1
         mod_operands = _mod_operands(ops, mods, h, OP)
         if scale is None:
@@ -160,17 +161,21 @@ def _check_packed(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tu
     return total_q, total_k, h, hkv, d
 
 
-def _cu_seqlens(ops: Operands, name: str, value: Any, total: int, longest: int, longest_name: str,
-                packed_name: str) -> Operand:  # fmt: skip
-    """``value`` taken as int32 ``(B+1,)``; its values, where the host can read them, start at
-    0, never decrease, end at ``total`` (the packed length of ``packed_name``) and differ by at
-    most ``longest`` (``longest_name``)."""
+def _cu_seqlens(ops: Operands, name: str, value: Any) -> Operand:
+    """``value`` taken, int32 of shape ``(B+1,)``."""
     cu = ops.take(name, value)
     if len(cu.shape) != 1 or cu.shape[0] < 1 or cu.dtype != dtypes.i32:
         raise KaioTypeError(f"{OP}: `{name}` must be int32 of shape (B+1,), got {cu.dtype.name} {cu.shape}")
+    return cu
+
+
+def _check_offsets(cu: Operand, name: str, total: int, packed_name: str, longest: int, longest_name: str) -> None:
+    """``cu``'s values, where the host can read them, start at 0, never decrease, end at
+    ``total`` (the packed length of ``packed_name``) and differ by at most ``longest``
+    (``longest_name``): every sequence lies inside the packed array and inside the grid."""
     host = cu.host if cu.host is not None else _to_host(cu.value)
     if host is None:
-        return cu  # not readable here: the caller vouches for it, as for attention's kv_lens
+        return  # not readable here: the caller vouches for it, as for attention's kv_lens
     values = np.asarray(host, np.int64)
     lengths = np.diff(values)
     if values[0] != 0:
@@ -185,7 +190,6 @@ def _cu_seqlens(ops: Operands, name: str, value: Any, total: int, longest: int, 
         at = int(np.argmax(lengths))
         raise KaioTypeError(f"{OP}: `{longest_name}` {longest} is below sequence {at}'s length {lengths[at]} "
                             f"(from `{name}`)")  # fmt: skip
-    return cu
 
 
 # help(attention_varlen) shows the class's doc, so the class carries the user-facing one (the module's)
