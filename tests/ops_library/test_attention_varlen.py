@@ -11,12 +11,17 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+import kaio
+from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library import attention_varlen
-from kaio.ops_library.attention import AttentionConfig
+from kaio.ops_library.attention import AttentionConfig, choose_config, configured_kernel, kernel_meta, padded
 from kaio.prelude import f32
+from kaio.targets.ptx import toolchain
 
 from .test_attention_mods import BOUND, reference
+
+needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-cuda-nvcc-cu12 not installed")
 
 
 def cumulative(lengths):
@@ -163,6 +168,27 @@ def test_inputs_that_require_grad_are_refused():
     cu = torch.tensor([0, 8], dtype=torch.int32)
     with pytest.raises(KaioTypeError, match="attention_varlen: has no backward"):
         attention_varlen(q, q.detach(), q.detach(), cu, cu, 8, 8)
+
+
+@pytest.mark.schedule_seeds
+def test_the_hopper_kernel_on_packed_sequences(rng):
+    """sm_90a: 128-row query tiles over two warpgroups, wgmma, and the packed views' row stride."""
+    dev = kaio.Device("sim", arch="sm_90a")
+    inputs = packed(rng, [130, 3, 0, 40], [100, 67, 5, 140], h=2, hkv=1, d=64)
+    check(dev, inputs, varlen_reference(*inputs, causal=True), causal=True)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
+def test_the_varlen_kernel_assembles_without_spills(arch):
+    """Below D=256 (there the per-sequence rows, columns and strides cost a few bytes of spills at
+    ptxas's 128 registers, as some dense D=256 variants already do)."""
+    for d, sq in ((64, 1024), (96, 1024), (128, 1024), (128, 1)):
+        config = choose_config(sq, d, arch)
+        meta = kernel_meta(config, padded(d), True, False) | {"VARLEN": True}
+        compiled = kaio.compile(configured_kernel(dtypes.f16, config), arch, __divisible__=(("D", 16),), **meta)
+        report = toolchain.assemble(compiled.ptx, arch)
+        assert report.spill_stores["attention"] == 0 and report.spill_loads["attention"] == 0, (d, sq)
 
 
 # ---------------------------------------------------------------------------- bad input
