@@ -250,3 +250,10 @@ def test_cu_seqlens_on_the_device_are_checked_too(dev):
 def test_dropout_is_not_an_argument(dev):
     with pytest.raises(TypeError, match="dropout_p"):
         _call(dev, dropout_p=0.1)
+
+
+def test_help_shows_how_to_call_it():
+    import pydoc
+
+    text = pydoc.render_doc(attention_varlen, renderer=pydoc.plaintext)
+    assert "attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)" in text

@@ -167,6 +167,7 @@ class Op:
 def _ops() -> dict[str, Op]:
     from kaio.ops_library import (
         attention,
+        attention_varlen,
         cross_entropy,
         dropout,
         dropout_add,
@@ -218,6 +219,10 @@ def _ops() -> dict[str, Op]:
         "attention": Op(lambda t, _: [attention(head(t["q"]), head(t["k"]), head(t["v"]), out=head(t["out"]),
                                                 kv_lens=arr((1,), t["kv_lens"]), return_lse=True, device=SIM)],
                         frozenset({"out", "kv_lens"})),  # fmt: skip
+        "attention_varlen": Op(lambda t, _: [attention_varlen(
+            arr((1, 1, 32), t["q"]), arr((1, 1, 32), t["k"]), arr((1, 1, 32), t["v"]),
+            np.array([0, 1]).astype(t["cu_seqlens_q"]), np.array([0, 1]).astype(t["cu_seqlens_k"]), 1, 1,
+            out=arr((1, 1, 32), t["out"]), return_lse=True, device=SIM)], frozenset({"out"})),  # fmt: skip
         "grouped_matmul": Op(lambda t, kw: [grouped_matmul(
             arr((1, 1), t["x"]), arr((1, 1, 1), t["w"]), np.array([0, 1]).astype(t["expert_offsets"]), device=SIM,
             **kw)]),  # fmt: skip
