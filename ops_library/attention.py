@@ -326,8 +326,9 @@ class Attention:
                 lens_arg = lens.value if lens is not None else unread
                 sizes = (b, h, hkv, sq, sk, d)
                 modded = _ModdedLaunch.of(mods, mod_operands, workspace, sq, sk)
+                dense = Packed(unread, unread)
                 run = lambda c: _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, sizes,  # noqa: E731
-                                         float(scale), bool(causal), c, dropout, modded, Packed(unread, unread))  # fmt: skip
+                                         float(scale), bool(causal), c, dropout, modded, dense)  # fmt: skip
                 run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result

@@ -66,7 +66,8 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
 
     @kaio.tile_kernel(num_warps=4, num_stages=2)
     def attention(q: Array[T], k: Array[T], v: Array[T], o: MutArray[OUT], lse: MutArray[f32],
-                  kv_lens: Array[i32], cu_q: Array[i32], cu_k: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
+                  kv_lens: Array[i32], cu_q: Array[i32], cu_k: Array[i32],
+                  H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
                   splits: i32, chunk: i32, drop_p: f32, drop_scale: f32, seed: u64,
                   scale: f32, softcap: f32, left: i32, right: i32, slopes: Array[f32], sinks: Array[f32],
                   x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
@@ -130,7 +131,7 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
         acc = kt.zeros((BM, BD), f32)
         for phase in static_range(2):  # FlashAttention's two key loops: whole blocks, then masked ones
             masked = phase == 1
-            qt = kt.load(q, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))  # one copy per loop: see above
+            qt = kt.load(q, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))  # one copy per loop
             start, stop = lo, full
             if masked:
                 start, stop = full, hi

@@ -185,7 +185,8 @@ def _check_offsets(cu: Operand, name: str, total: int, packed_name: str, longest
         raise KaioTypeError(f"{OP}: `{name}` must be non-decreasing, but entry {at + 1} ({values[at + 1]}) "
                             f"is below entry {at} ({values[at]})")  # fmt: skip
     if values[-1] != total:
-        raise KaioTypeError(f"{OP}: `{name}`'s last entry must be {packed_name}'s packed length {total}, got {values[-1]}")
+        raise KaioTypeError(f"{OP}: `{name}`'s last entry must be {packed_name}'s packed length {total}, "
+                            f"got {values[-1]}")  # fmt: skip
     if lengths.size and lengths.max() > longest:
         at = int(np.argmax(lengths))
         raise KaioTypeError(f"{OP}: `{longest_name}` {longest} is below sequence {at}'s length {lengths[at]} "

@@ -127,7 +127,8 @@ def test_softcap_and_alibi_with_in_sequence_positions(dev, rng):
 def test_sinks_in_every_sequence_even_one_without_keys(dev, rng):
     inputs = packed(rng, [9, 6, 25], [17, 0, 25])
     sinks = np.array([1.5, -0.5], np.float32)
-    _, lse = check(dev, inputs, varlen_reference(*inputs, causal=True, sinks=sinks), causal=True, sinks=dev.alloc_from(sinks))
+    want = varlen_reference(*inputs, causal=True, sinks=sinks)
+    _, lse = check(dev, inputs, want, causal=True, sinks=dev.alloc_from(sinks))
     assert np.allclose(lse[:, 9:15], sinks[:, None])  # no key: the sink's logit alone
 
 
@@ -196,7 +197,8 @@ def test_the_varlen_kernel_assembles_without_spills(arch):
 
 def _call(dev, **changes):
     """A valid call (3 sequences) with ``changes`` to its arguments; ``out`` must stay untouched."""
-    args = dict(zip(("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k"), packed(np.random.default_rng(0), [3, 0, 5], [4, 6, 2])))
+    names = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k")
+    args = dict(zip(names, packed(np.random.default_rng(0), [3, 0, 5], [4, 6, 2])))
     args |= {"max_seqlen_q": 5, "max_seqlen_k": 6}
     args |= changes
     out = args.pop("out", dev.alloc_from(np.full(args["q"].shape, np.nan, args["q"].dtype)))
