@@ -20,6 +20,7 @@ _OPS: dict[str, str] = {
     "Attention": "attention", "attention": "attention",
     "PagedAttention": "paged_attention", "paged_attention": "paged_attention",
     "attention_backward": "attention_backward",
+    "attention_varlen": "attention_varlen",
     "cross_entropy": "cross_entropy", "cross_entropy_backward": "cross_entropy",
     "dropout": "dropout", "dropout_add": "dropout",
     "linear_cross_entropy": "linear_cross_entropy", "linear_cross_entropy_backward": "linear_cross_entropy",
@@ -44,6 +45,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.activations_backward import gelu_and_mul_backward, silu_and_mul_backward
     from kaio.ops_library.attention import Attention, attention
     from kaio.ops_library.attention_backward import attention_backward
+    from kaio.ops_library.attention_varlen import attention_varlen
     from kaio.ops_library.cross_entropy import cross_entropy, cross_entropy_backward
     from kaio.ops_library.dropout import dropout, dropout_add
     from kaio.ops_library.fp8_matmul import fp8_matmul

@@ -303,28 +303,30 @@ class Attention:
             scale = 1.0 / math.sqrt(d)
         if oo is None:
             oo = ops.output((b, h, sq, d), oq.dtype)
-        with ExitStack() as scratch:  # the logsumexp nobody asked for, and the unread lengths
+        with ExitStack() as scratch:  # the logsumexp nobody asked for, and the unread lengths and cu_seqlens
             def workspace(shape: tuple[int, ...], t: dtypes.ScalarType) -> Operand:
                 return scratch.enter_context(ops.workspace(shape, t))
 
             lse = ops.output((b, h, sq), dtypes.f32) if return_lse else workspace((b, h, sq), dtypes.f32)
             if b and h and sq:
-                lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32).value
+                unread = workspace((1,), dtypes.i32).value
+                lens_arg = lens.value if lens is not None else unread
                 sizes = (b, h, hkv, sq, sk, d)
                 modded = _ModdedLaunch.of(mods, mod_operands, workspace, sq, sk)
+                dense = Packed(unread, unread)
                 run = lambda c: _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, sizes,  # noqa: E731
-                                         float(scale), bool(causal), c, dropout, modded)  # fmt: skip
+                                         float(scale), bool(causal), c, dropout, modded, dense)  # fmt: skip
                 run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result
 
     def _config(self, config: AttentionConfig | str | None, dev: Any, t: dtypes.ScalarType, sq: int, d: int,
-                causal: bool, run: Any) -> AttentionConfig:  # fmt: skip
+                causal: bool, run: Any, op: str = "attention") -> AttentionConfig:  # fmt: skip
         """The config a call runs: the rule's (None; "auto" on the simulator, where timings mean
         nothing), the stored or measured winner ("auto" on a GPU), or the caller's."""
         auto = isinstance(config, str) and config == "auto"
         if not (config is None or auto or isinstance(config, AttentionConfig)):
-            raise KaioTypeError(f"attention: config is None, 'auto' or an AttentionConfig, not {config!r}")
+            raise KaioTypeError(f"{op}: config is None, 'auto' or an AttentionConfig, not {config!r}")
         if config is None or (auto and dev.is_simulator):
             return choose_config(sq, d, dev.compile_arch)
         if auto:
@@ -335,7 +337,7 @@ class Attention:
         assert isinstance(config, AttentionConfig)
         if config.shared_bytes(padded(d)) > dev.shared_memory_per_block_optin:
             raise KaioTypeError(
-                f"attention: {config} needs {config.shared_bytes(padded(d))} bytes of shared memory for head dim {d}; "
+                f"{op}: {config} needs {config.shared_bytes(padded(d))} bytes of shared memory for head dim {d}; "
                 f"the device gives a block at most {dev.shared_memory_per_block_optin}"
             )
         return config
@@ -443,14 +445,29 @@ def check_mod_tensors(op: str, mods: Mods, h: int) -> None:
     mods_of(op, mods.score_mod, mods.mask_mod, tuple(a.dtype for a in taken["mod_args"]))  # the functions' arity
 
 
+class Packed(NamedTuple):
+    """The forward kernel's ``cu_q, cu_k`` arguments: a varlen call's cumulative sequence lengths
+    and its longest sequences' (query, key) lengths, which size the grid; a dense call's unread
+    placeholders and None."""
+
+    cu_q: Any
+    cu_k: Any
+    longest: tuple[int, int] | None = None
+
+
 def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse: Operand, lens: Any,
              has_lens: bool, sizes: tuple[int, ...], scale: float, causal: bool, config: AttentionConfig,
-             dropout: Dropout, modded: _ModdedLaunch) -> None:  # fmt: skip
-    """Launch the forward kernel, split into key chunks and combined when decoding."""
+             dropout: Dropout, modded: _ModdedLaunch, packed: Packed) -> None:  # fmt: skip
+    """Launch the forward kernel, split into key chunks and combined when decoding. Varlen
+    (``packed.longest``): ``sizes`` has the total query and key rows as Sq and Sk, and one
+    program per block of the longest sequence's queries (no split)."""
     b, h, hkv, sq, sk, d = sizes
     bd = padded(d)
-    splits = decode_splits(sq, sk, config.block_n)
+    rows, keys = packed.longest or (sq, sk)  # the grid's query rows; the most keys a program walks
+    splits = 1 if packed.longest else decode_splits(sq, sk, config.block_n)
     meta = kernel_meta(config, bd, causal, has_lens, scale, dropout.p > 0)
+    if packed.longest:
+        meta["VARLEN"] = True
     scale_log2 = scale * LOG2E if scale else ZERO_SCALE
     meta |= modded.meta
     if modded.scores_modified:  # the kernel scales each score itself; exp2 then needs log2(e)
@@ -458,11 +475,11 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     elif modded.meta["SOFTCAP"]:  # tanh(s * scale / c) in the kernel; exp2 scales by c log2(e)
         scale_log2, meta["NEG_SCALE"] = float(modded.args[0]) * LOG2E, False  # args[0]: the softcap
     extra = (scale, *modded.args)
-    grid = (math.ceil(sq / config.block_m) * splits, b * h)
+    grid = (math.ceil(rows / config.block_m) * splits, b * h)
     if splits == 1:
         kernel = configured_kernel(q.dtype, config, mods=modded.mods)
-        kernel.launch(ops.device, q.value, k.value, v.value, o.value, lse.value, lens, h, hkv, sq, sk, d,
-                      scale_log2, 1, sk, *dropout.args, *extra, grid=grid, **meta)  # fmt: skip
+        kernel.launch(ops.device, q.value, k.value, v.value, o.value, lse.value, lens, packed.cu_q, packed.cu_k,
+                      h, hkv, sq, sk, d, scale_log2, 1, keys, *dropout.args, *extra, grid=grid, **meta)  # fmt: skip
         return
     from kaio.ops_library.attention_kernel import combine_tile_kernel
 
@@ -471,8 +488,9 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     combine = combine_tile_kernel(q.dtype)
     rows = b * h * splits * sq
     with ops.workspace((rows, d), dtypes.f32) as parts, ops.workspace((rows,), dtypes.f32) as part_lse:
-        kernel.launch(ops.device, q.value, k.value, v.value, parts.value, part_lse.value, lens, h, hkv, sq, sk, d,
-                      scale_log2, splits, chunk, *dropout.args, *extra, grid=grid, **meta)  # fmt: skip
+        kernel.launch(ops.device, q.value, k.value, v.value, parts.value, part_lse.value, lens, packed.cu_q,
+                      packed.cu_k, h, hkv, sq, sk, d, scale_log2, splits, chunk, *dropout.args, *extra, grid=grid,
+                      **meta)  # fmt: skip
         combine.launch(ops.device, parts.value, part_lse.value, o.value, lse.value, sq, d, splits,
                        grid=(math.ceil(sq / 16), b * h), BM=16, BD=bd)  # fmt: skip
 

@@ -25,6 +25,15 @@ kept iff ``rand(seed, offset) > drop_p`` (Triton's numbers, ``kaio.random``) wit
 the row sums (so the logsumexp) see every probability, the output only the kept ones, as in
 FlashAttention. The backward regenerates the same mask from the same offsets.
 
+Variable-length batches (``VARLEN``, FlashAttention's ``flash_attn_varlen_func`` layout): the
+sequences are packed, q and o (SQ = total queries, H*D), k and v (SK = total keys, HKV*D), and
+the program of (sequence b, head h) finds its rows from the cumulative lengths, ``cu_q[b] ..
+cu_q[b+1]`` and ``cu_k[b] .. cu_k[b+1]``, and its head's D columns at ``h * D``: every load and
+store is a view with a row stride of H*D (HKV*D). Causal and window masks align to each
+sequence's own bottom-right; the mods see b, h and positions within the sequence; lse is (H,
+total queries). The grid covers the longest sequence's queries: a block past its sequence's
+last query walks no key and stores nothing. No key splits, no dropout.
+
 Flash-decoding (few queries, many keys): with ``splits`` > 1 the programs along axis 0 also
 split the keys into chunks of ``chunk`` (a multiple of BN); each writes its chunk's normalized
 output (f32) and logsumexp, and :func:`combine_tile_kernel` merges the chunks.
@@ -57,7 +66,8 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
 
     @kaio.tile_kernel(num_warps=4, num_stages=2)
     def attention(q: Array[T], k: Array[T], v: Array[T], o: MutArray[OUT], lse: MutArray[f32],
-                  kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
+                  kv_lens: Array[i32], cu_q: Array[i32], cu_k: Array[i32],
+                  H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
                   splits: i32, chunk: i32, drop_p: f32, drop_scale: f32, seed: u64,
                   scale: f32, softcap: f32, left: i32, right: i32, slopes: Array[f32], sinks: Array[f32],
                   x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
@@ -65,36 +75,50 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                   CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False,
                   NEG_SCALE: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
                   WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
-                  ALIBI: kaio.constexpr = False, SINKS: kaio.constexpr = False):  # fmt: skip
+                  ALIBI: kaio.constexpr = False, SINKS: kaio.constexpr = False,
+                  VARLEN: kaio.constexpr = False):  # fmt: skip
         MODDED = ALIBI or HAS_SCORE  # noqa: N806 (scores scaled and changed, then scale_log2 = log2(e))
         pid = i32(kt.program_id(0))
         m0, split = pid // splits * BM, pid % splits
         bh = i32(kt.program_id(1))
         b, h = bh // H, bh % H
-        q_row = bh * SQ  # q, o: (B*H*SQ, D); k, v: (B*HKV*SK, D); split outputs: (B*H*splits*SQ, D)
-        kv_row = (b * HKV + h // (H // HKV)) * SK
-        sk = SK
+        # the rows of (b, h) in q, o: (B*H*SQ, D); k, v: (B*HKV*SK, D); split outputs: (B*H*splits*SQ, D)
+        sq, seq_k = SQ, SK  # this sequence's queries and keys
+        q_col, q_end, q_ld = 0, D, D  # the head's columns [q_col, q_end) of rows q_ld apart
+        kv_col, kv_end, kv_ld = 0, D, D
+        if VARLEN:  # packed sequences: q, o (SQ = total queries, H*D); k, v (SK = total keys, HKV*D)
+            q_row, kv_row = cu_q[b], cu_k[b]
+            sq, seq_k = cu_q[b + 1] - q_row, cu_k[b + 1] - kv_row
+            q_col, q_ld = h * D, H * D
+            kv_col, kv_ld = h // (H // HKV) * D, HKV * D
+            q_end, kv_end = q_col + D, kv_col + D
+        else:
+            q_row = bh * SQ
+            kv_row = (b * HKV + h // (H // HKV)) * SK
+        sk = seq_k
         if HAS_LENS:
-            sk = min(kv_lens[b], SK)
+            sk = min(kv_lens[b], seq_k)
+        if VARLEN:  # the grid covers the longest sequence: a block past this one's queries walks no key
+            sk = sk if m0 < sq else 0
         lo = split * chunk
         hi = min(sk, lo + chunk)
         band = hi  # keys below it that every row of the block sees
-        if CAUSAL:  # bottom-right aligned: row r sees key j <= r + sk - SQ
-            hi = max(min(hi, m0 + BM + sk - SQ), 0)  # past the block's last row's last key: skipped
-            band = min(hi, m0 + 1 + sk - SQ)
+        if CAUSAL:  # bottom-right aligned: row r sees key j <= r + sk - sq
+            hi = max(min(hi, m0 + BM + sk - sq), 0)  # past the block's last row's last key: skipped
+            band = min(hi, m0 + 1 + sk - sq)
         if HAS_MASK:  # the function decides, element by element: every block masked
             band = lo
         full = lo + max(band - lo, 0) // BN * BN  # [lo, full): whole key blocks, no mask
-        if WINDOW:  # row r sees keys r + sk - SQ - left ..= r + sk - SQ + right
+        if WINDOW:  # row r sees keys r + sk - sq - left ..= r + sk - sq + right
             reach = right
             if CAUSAL:
                 reach = min(right, 0)
-            hi = max(min(hi, m0 + BM + sk - SQ + reach), 0)  # past the last row's last key: skipped
-            lo = max(lo, max(m0 + sk - SQ - left, 0) // BN * BN)  # before the first row's first: skipped
+            hi = max(min(hi, m0 + BM + sk - sq + reach), 0)  # past the last row's last key: skipped
+            lo = max(lo, max(m0 + sk - sq - left, 0) // BN * BN)  # before the first row's first: skipped
             # [w_lo, w_hi): the blocks every row sees whole, the unmasked loop's; the masked loop
             # walks [lo, w_lo) then [w_hi, hi), its index j jumping the gap at w_lo
-            w_lo = min(max(lo, (max(m0 + BM - 1 + sk - SQ - left, 0) + BN - 1) // BN * BN), hi)
-            w_hi = w_lo + max(min(band, m0 + 1 + sk - SQ + reach) - w_lo, 0) // BN * BN
+            w_lo = min(max(lo, (max(m0 + BM - 1 + sk - sq - left, 0) + BN - 1) // BN * BN), hi)
+            w_hi = w_lo + max(min(band, m0 + 1 + sk - sq + reach) - w_lo, 0) // BN * BN
             if HAS_MASK:
                 w_hi = w_lo
 
@@ -107,7 +131,7 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
         acc = kt.zeros((BM, BD), f32)
         for phase in static_range(2):  # FlashAttention's two key loops: whole blocks, then masked ones
             masked = phase == 1
-            qt = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))  # one copy per loop: see above
+            qt = kt.load(q, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))  # one copy per loop
             start, stop = lo, full
             if masked:
                 start, stop = full, hi
@@ -119,13 +143,13 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                 n0 = j
                 if WINDOW and masked:
                     n0 = j if j < w_lo else j + (w_hi - w_lo)
-                kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+                kb = kt.load(k, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
                 s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32))  # raw scores; scaled in exp2
                 if masked or MODDED or HAS_MASK:  # the scores' query and key indices
                     rows = kt.expand_dims(m0 + kt.arange(BM), 1)
                     cols = kt.expand_dims(n0 + kt.arange(BN), 0)
                 if HAS_SCORE or HAS_MASK:  # the functions see in-range indices only (past them: masked)
-                    q_idx, kv_idx = kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1)
+                    q_idx, kv_idx = kt.minimum(rows, sq - 1), kt.minimum(cols, seq_k - 1)
                 if MODDED:  # the scaled score, modified; exp2 then scales by log2(e)
                     s = s * scale
                     if HAS_SCORE:
@@ -138,11 +162,11 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                     s = kt.tanh(s * (scale / softcap))
                 if masked:  # a diagonal or ragged block
                     if CAUSAL:
-                        visible = (cols < sk) & (cols <= rows + (sk - SQ))
+                        visible = (cols < sk) & (cols <= rows + (sk - sq))
                     else:
                         visible = kt.broadcast_to(cols < sk, (BM, BN))
                     if WINDOW:
-                        visible = visible & (cols >= rows + (sk - SQ - left)) & (cols <= rows + (sk - SQ + right))
+                        visible = visible & (cols >= rows + (sk - sq - left)) & (cols <= rows + (sk - sq + right))
                     if HAS_MASK:
                         visible = visible & MASK(b, h, q_idx, kv_idx, x0, x1, x2, x3)
                     if NEG_SCALE:
@@ -162,15 +186,19 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                 if DROPOUT:  # after the row sums: they see every probability, the output the kept ones
                     offs = kt.expand_dims(i64(q_row + m0 + kt.arange(BM)), 1) * i64(SK) + kt.expand_dims(i64(n0 + kt.arange(BN)), 0)
                     p = kt.where(kt.rand(seed, offs) > drop_p, p * drop_scale, 0.0)
-                vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+                vb = kt.load(v, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
                 acc = kt.dot(T(p), vb, acc * kt.expand_dims(alpha, 1))
                 m_i = m_new
 
-        o_row = (bh * splits + split) * SQ  # computed here: one value fewer held across the key loops
+        if VARLEN:  # o as q; lse (H, total queries), FlashAttention's varlen softmax_lse
+            o_row, lse_row = q_row, h * SQ + q_row
+        else:
+            o_row = (bh * splits + split) * SQ  # computed here: one value fewer held across the key loops
+            lse_row = o_row
         seen = l_i > 0.0
         out = acc * kt.expand_dims(1.0 / kt.where(seen, l_i, 1.0), 1)  # one reciprocal per row
-        kt.store(o, (o_row + m0, 0), OUT(out), (o_row + SQ, D))
-        kt.store(lse, (o_row + m0,), kt.where(seen, (m_i + log2(kt.where(seen, l_i, 1.0))) * LN2, NEG_INF), (o_row + SQ,))
+        kt.store(o, (o_row + m0, q_col), OUT(out), (o_row + sq, q_end), (q_ld, 1))
+        kt.store(lse, (lse_row + m0,), kt.where(seen, (m_i + log2(kt.where(seen, l_i, 1.0))) * LN2, NEG_INF), (lse_row + sq,))
 
     return attention
 

@@ -167,6 +167,7 @@ class Op:
 def _ops() -> dict[str, Op]:
     from kaio.ops_library import (
         attention,
+        attention_varlen,
         cross_entropy,
         dropout,
         dropout_add,
@@ -225,6 +226,10 @@ def _ops() -> dict[str, Op]:
             arr((1, 1), t["block_table"], 0), arr((1,), t["seq_lens"]), out=arr((1, 1, 32), t["out"]),
             sinks=arr((1,), t["sinks"]), return_lse=True, device=SIM_FP8)],
             frozenset({"out", "sinks"})),  # fmt: skip
+        "attention_varlen": Op(lambda t, _: [attention_varlen(
+            arr((1, 1, 32), t["q"]), arr((1, 1, 32), t["k"]), arr((1, 1, 32), t["v"]),
+            np.array([0, 1]).astype(t["cu_seqlens_q"]), np.array([0, 1]).astype(t["cu_seqlens_k"]), 1, 1,
+            out=arr((1, 1, 32), t["out"]), return_lse=True, device=SIM)], frozenset({"out"})),  # fmt: skip
         "grouped_matmul": Op(lambda t, kw: [grouped_matmul(
             arr((1, 1), t["x"]), arr((1, 1, 1), t["w"]), np.array([0, 1]).astype(t["expert_offsets"]), device=SIM,
             **kw)]),  # fmt: skip

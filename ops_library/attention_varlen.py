@@ -1,0 +1,202 @@
+"""``kaio.ops_library.attention_varlen``: attention over a batch of sequences of different lengths
+packed into one array (FlashAttention's ``flash_attn_varlen_func`` layout), the forward pass.
+
+    from kaio.ops_library import attention_varlen
+    o = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    o, lse = attention_varlen(q, k, v, cu_q, cu_k, 512, 512, causal=True, return_lse=True)
+
+q is ``(total_q, H, D)``, k and v ``(total_k, Hkv, D)``, contiguous: sequence b's queries are the
+rows ``cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1`` of q, its keys and values the rows
+``cu_seqlens_k[b] .. cu_seqlens_k[b+1] - 1`` of k and v. ``cu_seqlens_q`` and ``cu_seqlens_k``
+are int32 ``(B+1,)``, starting at 0, non-decreasing, ending at the packed length; a sequence
+may have no query or no key. ``max_seqlen_q`` and ``max_seqlen_k`` (integers, at least every
+sequence's length) size the launch. Each sequence is attended to on its own, exactly as
+:func:`~kaio.ops_library.attention` attends to one batch entry: the same dtypes (f16, bf16),
+head dims, GQA (query head h reads key/value head ``h // (H / Hkv)``) and keyword arguments
+(``causal``, ``scale``, ``out``, ``return_lse``, ``device``, ``config``, ``score_mod``,
+``mask_mod``, ``mod_args``, ``window``, ``softcap``, ``alibi_slopes``, ``sinks``). ``causal``
+and ``window`` align to each sequence's bottom-right (FlashAttention-2's varlen semantic: query
+i of a sequence of sq queries and sk keys sees key j iff ``j <= i + sk - sq``); ``score_mod``'s
+and ``mask_mod``'s ``b`` is the sequence's index, ``q_idx`` and ``kv_idx`` positions within the
+sequence, and so are ALiBi's. The output is ``(total_q, H, D)`` of q's type; ``return_lse=True``
+also returns the f32 logsumexp ``(H, total_q)`` (FlashAttention's varlen ``softmax_lse``),
+``-inf`` for a query that sees no key (its output is 0).
+
+Bad input is refused before any launch, naming the argument and the rule; the values of
+``cu_seqlens_*`` are checked where they can be read on the host (numpy arrays, kaio Buffers,
+torch tensors), as ``attention`` checks ``kv_lens``. No dropout and no backward yet: torch
+tensors run the kernel directly (no custom op), and one that requires grad is refused.
+
+The kernel is attention's (``kaio.ops_library.attention_kernel``, ``VARLEN``): its loads and
+stores view the packed arrays as (tokens, heads * D) matrices, one program per (block of a
+sequence's queries, sequence, head).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+
+from kaio import dtypes
+from kaio.errors import KaioTypeError
+from kaio.ops_library.attention import (
+    HEAD_DIMS,
+    AttentionConfig,
+    Dropout,
+    Packed,
+    _forward,
+    _mod_operands,
+    _ModdedLaunch,
+    _scale,
+    _to_host,
+    attention,
+    choose_config,
+    mods_given,
+)
+from kaio.ops_library.autograd import needs_grad, refuse_traced
+from kaio.ops_library.config_fields import bool_field
+from kaio.ops_library.operands import Operand, Operands
+from kaio.pipeline import Pipeline
+
+OP = "attention_varlen"
+
+
+class AttentionVarlen:
+    """The varlen attention op: call it, or ask for its pipeline."""
+
+    def __call__(
+        self, q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int, max_seqlen_k: int, *,
+        causal: bool = False, scale: float | None = None, out: Any = None, return_lse: bool = False,
+        device: Any = None, config: AttentionConfig | str | None = None, score_mod: Any = None,
+        mask_mod: Any = None, mod_args: Any = (), window: Any = None, softcap: Any = None,
+        alibi_slopes: Any = None, sinks: Any = None,
+    ) -> Any:  # fmt: skip
+        causal = bool_field(OP, "causal", causal)
+        return_lse = bool_field(OP, "return_lse", return_lse)
+        scale = _scale(scale, OP)
+        longest = (_max_seqlen("max_seqlen_q", max_seqlen_q), _max_seqlen("max_seqlen_k", max_seqlen_k))
+        mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
+        if needs_grad(q, k, v, alibi_slopes, sinks, *mods.mod_args):
+            raise KaioTypeError(
+                f"{OP}: has no backward yet (torch autograd would record nothing), and an input requires "
+                "grad; detach the inputs"
+            )
+        refuse_traced(OP, q, k, v, out, cu_seqlens_q, cu_seqlens_k)
+        ops = Operands(OP, q, k, v, out, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, *mods.mod_args, device=device)
+        oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
+        oo = ops.take("out", out) if out is not None else None
+        total_q, total_k, h, hkv, d = _check_packed(oq, ok, ov, oo)
+        cu_q, cu_k = _cu_seqlens(ops, "cu_seqlens_q", cu_seqlens_q), _cu_seqlens(ops, "cu_seqlens_k", cu_seqlens_k)
+        if cu_k.shape != cu_q.shape:
+            raise KaioTypeError(f"{OP}: `cu_seqlens_k` must have cu_seqlens_q's shape {cu_q.shape} (B+1 entries), "
+                                f"got {cu_k.shape}")  # fmt: skip
+        _check_offsets(cu_q, "cu_seqlens_q", total_q, "q", longest[0], "max_seqlen_q")
+        _check_offsets(cu_k, "cu_seqlens_k", total_k, "k", longest[1], "max_seqlen_k")
+        batch = cu_q.shape[0] - 1
+        mod_operands = _mod_operands(ops, mods, h, OP)
+        if scale is None:
+            scale = 1.0 / math.sqrt(d)
+        if oo is None:
+            oo = ops.output((total_q, h, d), oq.dtype)
+        with ExitStack() as scratch:  # the logsumexp nobody asked for, and the unread slots
+            def workspace(shape: tuple[int, ...], t: dtypes.ScalarType) -> Operand:
+                return scratch.enter_context(ops.workspace(shape, t))
+
+            lse = ops.output((h, total_q), dtypes.f32) if return_lse else workspace((h, total_q), dtypes.f32)
+            if batch and h and total_q and longest[0]:
+                kv_lens = workspace((1,), dtypes.i32).value  # unread: each sequence's keys are all its keys
+                sizes = (batch, h, hkv, total_q, total_k, d)
+                modded = _ModdedLaunch.of(mods, mod_operands, workspace, *longest, op=OP)
+                packed = Packed(cu_q.value, cu_k.value, longest)
+                run = lambda c: _forward(ops, oq, ok, ov, oo, lse, kv_lens, False, sizes, float(scale),  # noqa: E731
+                                         causal, c, Dropout(), modded, packed)  # fmt: skip
+                run(attention._config(config, ops.device, oq.dtype, longest[0], d, causal, run, OP))
+        result = ops.result(oo, out)
+        return (result, ops.result(lse)) if return_lse else result
+
+    def pipeline(self, d: int = 64, max_seqlen_q: int = 128, arch: str = "sm_80") -> Pipeline:
+        """The pass pipeline of the kernel for head dim ``d`` and a longest sequence of
+        ``max_seqlen_q`` queries."""
+        return choose_config(max_seqlen_q, d, arch).pipeline(arch)
+
+    def __repr__(self) -> str:
+        return "<kaio.ops_library.attention_varlen>"
+
+
+def _max_seqlen(name: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise KaioTypeError(f"{OP}: `{name}` is a non-negative integer, got {value!r} ({type(value).__name__})")
+    if value < 0 or value >= 2**31:
+        raise KaioTypeError(f"{OP}: `{name}` must lie in 0..2**31-1, got {value}")
+    return int(value)
+
+
+def _check_packed(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tuple[int, int, int, int, int]:
+    """(total_q, total_k, H, Hkv, D) of valid packed q, k, v (and out); else a KaioTypeError
+    naming the argument (``attention``'s rules, on 3-D arrays)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if len(x.shape) != 3:
+            raise KaioTypeError(f"{OP}: `{name}` must be 3-D (packed tokens, heads, head dim), got shape {x.shape}")
+    total_q, h, d = q.shape
+    total_k, hkv, dk = k.shape
+    if dk != d:
+        raise KaioTypeError(f"{OP}: `k` must have shape (total_k, Hkv, {d}), got {k.shape}")
+    if v.shape != k.shape:
+        raise KaioTypeError(f"{OP}: `v` must have k's shape {k.shape}, got {v.shape}")
+    if hkv < 1 or h % hkv:
+        raise KaioTypeError(f"{OP}: q's {h} heads must be a multiple of k's and v's {hkv}")
+    if d not in HEAD_DIMS:
+        raise KaioTypeError(f"{OP}: head dim must be one of {HEAD_DIMS}, got {d}")
+    if q.dtype not in (dtypes.f16, dtypes.bf16) or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise KaioTypeError(
+            f"{OP}: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name}"
+        )
+    if out is not None and (out.shape != q.shape or out.dtype != q.dtype):
+        raise KaioTypeError(f"{OP}: `out` must be {q.dtype.name} of shape {q.shape}, got {out.dtype.name} {out.shape}")
+    if max(total_q * h, total_k * hkv) * d >= 2**31:
+        raise KaioTypeError(f"{OP}: arrays must have fewer than 2**31 elements")
+    return total_q, total_k, h, hkv, d
+
+
+def _cu_seqlens(ops: Operands, name: str, value: Any) -> Operand:
+    """``value`` taken, int32 of shape ``(B+1,)``."""
+    cu = ops.take(name, value)
+    if len(cu.shape) != 1 or cu.shape[0] < 1 or cu.dtype != dtypes.i32:
+        raise KaioTypeError(f"{OP}: `{name}` must be int32 of shape (B+1,), got {cu.dtype.name} {cu.shape}")
+    return cu
+
+
+def _check_offsets(cu: Operand, name: str, total: int, packed_name: str, longest: int, longest_name: str) -> None:
+    """``cu``'s values, where the host can read them, start at 0, never decrease, end at
+    ``total`` (the packed length of ``packed_name``) and differ by at most ``longest``
+    (``longest_name``): every sequence lies inside the packed array and inside the grid."""
+    host = cu.host if cu.host is not None else _to_host(cu.value)
+    if host is None:
+        return  # not readable here: the caller vouches for it, as for attention's kv_lens
+    values = np.asarray(host, np.int64)
+    lengths = np.diff(values)
+    if values[0] != 0:
+        raise KaioTypeError(f"{OP}: `{name}` must start at 0, got {values[0]} first")
+    if (lengths < 0).any():
+        at = int(np.argmax(lengths < 0))
+        raise KaioTypeError(f"{OP}: `{name}` must be non-decreasing, but entry {at + 1} ({values[at + 1]}) "
+                            f"is below entry {at} ({values[at]})")  # fmt: skip
+    if values[-1] != total:
+        raise KaioTypeError(f"{OP}: `{name}`'s last entry must be {packed_name}'s packed length {total}, "
+                            f"got {values[-1]}")  # fmt: skip
+    if lengths.size and lengths.max() > longest:
+        at = int(np.argmax(lengths))
+        raise KaioTypeError(f"{OP}: `{longest_name}` {longest} is below sequence {at}'s length {lengths[at]} "
+                            f"(from `{name}`)")  # fmt: skip
+
+
+# help(attention_varlen) shows the class's doc, so the class carries the user-facing one (the module's)
+AttentionVarlen.__doc__ = f"""{__doc__}
+``attention_varlen.pipeline(d, max_seqlen_q, arch)`` is the pass pipeline of a head dim and
+longest query sequence.
+"""
+
+attention_varlen = AttentionVarlen()
