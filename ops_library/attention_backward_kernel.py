@@ -221,7 +221,7 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
         di = kt.expand_dims(kt.load(delta, (q_row + m0,), (BM,), (q_row + SQ,)), 1)
         rows = kt.expand_dims(m0 + kt.arange(BM), 1)
         acc = kt.zeros((BM, BD), f32)
-        for n0 in range(0, hi, BN):
+        for n0 in range(lo, hi, BN):
             kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32))
