@@ -7,7 +7,8 @@
 
 Layout as torch's ``scaled_dot_product_attention``: contiguous (batch, heads, sequence, head
 dim) arrays; the output has q's shape and type. f16 and bf16 inputs, f32 accumulation; head
-dims 32, 64, 96, 128 and 256; any sequence lengths. ``H`` must be a multiple of ``Hkv``
+dims every multiple of 8 up to 256 (run in the next power of two, at least 16, masked); any
+sequence lengths. ``H`` must be a multiple of ``Hkv``
 (grouped-query and multi-query attention: query head h reads key/value head ``h // (H / Hkv)``).
 ``scale`` defaults to ``1 / sqrt(D)``. ``causal=True`` aligns the mask to the bottom-right, as
 FlashAttention-2 does: query i sees key j iff ``j <= i + Sk - Sq``. ``kv_lens`` (int32, (B,))
@@ -56,11 +57,11 @@ from kaio.ops_library.config_fields import bool_field, int_field, settle
 from kaio.launch_limits import MAX_STAGES, MAX_THREADS, STAGES_RULE
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
-from kaio.ops_library.rows import next_pow2 as padded
+from kaio.ops_library.rows import next_pow2
 from kaio.ops_library.rows import torch_op
 from kaio.pipeline import Pipeline, TilePipelineOptions, build_pipeline, has_wgmma
 
-HEAD_DIMS = (32, 64, 96, 128, 256)
+HEAD_DIMS = tuple(range(8, 257, 8))  # every multiple of 8 up to 256: a row of 16-byte chunks
 LOG2E = 1.4426950408889634
 # A zero scale runs as 2**-100: the kernel takes the row max of the unscaled scores times the
 # scale, and 0 * -inf (a masked score) is NaN; any f16/bf16 score (|s| < 2**40) times 2**-100 is
@@ -115,6 +116,18 @@ class AttentionConfig:
         return build_pipeline(arch, options)
 
 
+def check_head_dim(op: str, d: int) -> None:
+    """A KaioTypeError unless ``d`` is one of :data:`HEAD_DIMS`."""
+    if d not in HEAD_DIMS:
+        raise KaioTypeError(f"{op}: head dim must be a multiple of 8 from 8 to 256, got {d}")
+
+
+def padded(d: int) -> int:
+    """The head dim's tile: its next power of two, at least 16 (a tensor-core step of K); the
+    columns past ``d`` are masked by the loads' bound."""
+    return max(next_pow2(d), 16)
+
+
 def choose_config(sq: int, d: int, arch: str = "sm_80") -> AttentionConfig:
     """Tiles that keep a thread's registers below ptxas's limit without spills and the shared
     buffers (Q, the K and V rings) within what a block may have. mma.sync targets: 16 query
@@ -161,7 +174,8 @@ def candidates(sq: int, d: int, arch: str = "sm_80") -> list[AttentionConfig]:
     the rule's choice (:func:`choose_config`) first."""
     bd = padded(d)
     decode = sq <= 16 and bd < 256
-    specs = _DECODE[bd] if decode else _PREFILL[bd] + (_PREFILL_WGMMA[bd] if has_wgmma(arch) else ())
+    key = max(bd, 32)  # a 16-wide head dim tile times the 32-wide one's candidates
+    specs = _DECODE[key] if decode else _PREFILL[key] + (_PREFILL_WGMMA[key] if has_wgmma(arch) else ())
     pool = [AttentionConfig(*c) for c in specs]
     first = choose_config(sq, d, arch)
     return [first, *(c for c in dict.fromkeys(pool) if c != first)]
@@ -508,8 +522,7 @@ def _check(q: Operand, k: Operand, v: Operand, out: Operand | None, op: str = "a
         raise KaioTypeError(f"{op}: `v` must have k's shape {k.shape}, got {v.shape}")
     if hkv < 1 or h % hkv:
         raise KaioTypeError(f"{op}: q's {h} heads must be a multiple of k's and v's {hkv}")
-    if d not in HEAD_DIMS:
-        raise KaioTypeError(f"{op}: head dim must be one of {HEAD_DIMS}, got {d}")
+    check_head_dim(op, d)
     if q.dtype not in (dtypes.f16, dtypes.bf16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise KaioTypeError(
             f"{op}: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name}"

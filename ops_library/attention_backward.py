@@ -34,11 +34,10 @@ from typing import Any, NamedTuple
 
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.ops_library.attention import Dropout, Mods, _check, _lengths, _mod_operands, _ModdedLaunch, _scale, mods_given
+from kaio.ops_library.attention import Dropout, Mods, _check, _lengths, _mod_operands, _ModdedLaunch, _scale, mods_given, padded
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
-from kaio.ops_library.rows import next_pow2 as padded
 
 OP = "attention_backward"
 

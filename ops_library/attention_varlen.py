@@ -43,7 +43,7 @@ import numpy as np
 from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library.attention import (
-    HEAD_DIMS,
+    check_head_dim,
     AttentionConfig,
     Dropout,
     Packed,
@@ -148,8 +148,7 @@ def _check_packed(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tu
         raise KaioTypeError(f"{OP}: `v` must have k's shape {k.shape}, got {v.shape}")
     if hkv < 1 or h % hkv:
         raise KaioTypeError(f"{OP}: q's {h} heads must be a multiple of k's and v's {hkv}")
-    if d not in HEAD_DIMS:
-        raise KaioTypeError(f"{OP}: head dim must be one of {HEAD_DIMS}, got {d}")
+    check_head_dim(OP, d)
     if q.dtype not in (dtypes.f16, dtypes.bf16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise KaioTypeError(
             f"{OP}: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name}"

@@ -10,7 +10,7 @@ Hkv, D); ``block_table`` int32 (B, max_blocks): sequence b's key j lives in page
 ``block_table[b, j // block_size]`` at slot ``j % block_size``; ``seq_lens`` int32 (B,): its key
 count (0 gives a zero output and a logsumexp of ``-inf``). The query sees all its keys (it is the
 last position). ``H`` a multiple of ``Hkv`` (query head h reads kv head ``h // (H / Hkv)``); head
-dims 32, 64, 96, 128, 256; block sizes a power of two from 16 up. q is f16 or bf16; the caches
+dims multiples of 8 up to 256; block sizes a power of two from 16 up. q is f16 or bf16; the caches
 q's type, or fp8 e4m3 (``ml_dtypes.float8_e4m3fn``, torch's ``float8_e4m3fn``; sm_89 and newer)
 with per-tensor scales: the real K is ``k_scale * k_cache``, the real V ``v_scale * v_cache``.
 ``scale`` defaults to ``1 / sqrt(D)``. ``window=(left, right)``: FlashAttention's sliding window
@@ -35,7 +35,7 @@ import numpy as np
 
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.ops_library.attention import HEAD_DIMS, AttentionConfig, _scale, _to_host, mods_given
+from kaio.ops_library.attention import check_head_dim, AttentionConfig, _scale, _to_host, mods_given, padded
 from kaio.ops_library.autograd import needs_grad, refuse_traced
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
@@ -135,7 +135,7 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, table: Operand, 
              window: tuple[int, int] | None, softcap: float | None) -> None:  # fmt: skip
     """Launch the kernel, split into key chunks and combined for long sequences."""
     config = config_for(sizes)
-    bd = next_pow2(sizes.d)
+    bd = padded(sizes.d)
     g = sizes.h // sizes.hkv
     splits = decode_splits(max_len, config.block_n)
     chunk = math.ceil(math.ceil(max(max_len, 1) / splits) / config.block_n) * config.block_n
@@ -188,8 +188,7 @@ def _check(q: Operand, k: Operand, v: Operand, table: Operand, lens: Operand, ou
     num_blocks, block_size, hkv, _ = k.shape
     if hkv < 1 or h % hkv:
         raise KaioTypeError(f"{OP}: q's {h} heads must be a multiple of the caches' {hkv} (Hkv)")
-    if d not in HEAD_DIMS:
-        raise KaioTypeError(f"{OP}: head dim must be one of {HEAD_DIMS}, got {d}")
+    check_head_dim(OP, d)
     if block_size < MIN_BLOCK_SIZE or block_size & (block_size - 1):
         raise KaioTypeError(f"{OP}: the caches' block_size must be a power of two >= {MIN_BLOCK_SIZE}, got {block_size}")
     if q.dtype not in (dtypes.f16, dtypes.bf16):

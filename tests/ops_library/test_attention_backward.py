@@ -86,7 +86,7 @@ def test_kv_lens_with_a_zero_length_and_the_logsumexp_gradient(dev, rng):
 
 
 @pytest.mark.usefixtures("poison")
-@pytest.mark.parametrize("d", [96, 128, 256])
+@pytest.mark.parametrize("d", [8, 40, 96, 128, 192, 256])
 def test_wide_head_dims(dev, rng, d):
     run(dev, rng, 1, 2, 1, 20, 24, d, "bf16", causal=True, deterministic=d == 128)
 

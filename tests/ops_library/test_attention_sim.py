@@ -61,7 +61,7 @@ def run(dev, rng, b, h, hkv, sq, sk, d, dtype="f16", causal=False, lens=None):
     return got
 
 
-@pytest.mark.parametrize("d", [32, 64, 96, 128, 256])
+@pytest.mark.parametrize("d", [8, 16, 32, 40, 64, 80, 96, 128, 160, 192, 256])
 def test_every_head_dim(dev, rng, d):
     run(dev, rng, 1, 2, 1, 40, 48, d)
 
@@ -123,7 +123,8 @@ BAD = [
     ({"k": (2, 1, 8, 32)}, r"`k` must have shape \(1, Hkv, Sk, 32\)"),
     ({"v": (1, 1, 9, 32)}, "`v` must have k's shape"),
     ({"q": (1, 3, 8, 32)}, "3 heads must be a multiple of k's and v's 2"),
-    ({"q": (1, 2, 8, 48), "k": (1, 2, 8, 48), "v": (1, 2, 8, 48)}, "head dim must be one of"),
+    ({"q": (1, 2, 8, 44), "k": (1, 2, 8, 44), "v": (1, 2, 8, 44)}, "head dim must be a multiple of 8"),
+    ({"q": (1, 2, 8, 264), "k": (1, 2, 8, 264), "v": (1, 2, 8, 264)}, "head dim must be a multiple of 8 from 8 to 256"),
     ({"dtype_k": np.float32}, "must all be f16 or all bf16"),
     ({"kv_lens": np.array([9], np.int32)}, r"`kv_lens` must lie in 0..8"),
     ({"kv_lens": np.array([1, 2], np.int32)}, r"`kv_lens` must be int32 of shape \(1,\)"),

@@ -229,8 +229,8 @@ BAD = [
     ({"k": np.zeros((12, 2, 64), np.float16)}, "`k` must have shape (total_k, Hkv, 32)"),
     ({"v": np.zeros((12, 1, 32), np.float16)}, "`v` must have k's shape (12, 2, 32)"),
     ({"q": np.zeros((8, 3, 32), np.float16)}, "q's 3 heads must be a multiple of k's and v's 2"),
-    ({"q": np.zeros((8, 2, 48), np.float16), "k": np.zeros((12, 2, 48), np.float16),
-      "v": np.zeros((12, 2, 48), np.float16)}, "head dim must be one of"),  # fmt: skip
+    ({"q": np.zeros((8, 2, 44), np.float16), "k": np.zeros((12, 2, 44), np.float16),
+      "v": np.zeros((12, 2, 44), np.float16)}, "head dim must be a multiple of 8"),  # fmt: skip
     ({"v": np.zeros((12, 2, 32), ml_dtypes.bfloat16)}, "q, k and v must all be f16 or all bf16"),
     ({"out": np.zeros((8, 2, 32), np.float32)}, "`out` must be f16 of shape (8, 2, 32)"),
     ({"sinks": np.zeros(3, np.float32)}, "`sinks` must be f32 of shape (2,)"),
