@@ -105,8 +105,13 @@ def _document_mask(b, h, q_idx, kv_idx, docs):  # type: ignore[no-untyped-def]
     return docs[q_idx] == docs[kv_idx]
 
 
+def _causal_mask(b, h, q_idx, kv_idx):  # type: ignore[no-untyped-def]
+    return kv_idx <= q_idx
+
+
 def _kaio_attention(arch: str, d: int, config: Any, dropout: bool = False, mod: str | None = None) -> Callable[[], Built]:
-    """The forward kernel; ``mod``: "causal", "window", "softcap" or "document" (a mask_mod)."""
+    """The forward kernel; ``mod``: "causal", "window", "softcap", "document" (a mask_mod), or
+    "block causal" / "block document" (those mask_mods through a block mask of the tiles)."""
 
     def build() -> Built:
         from kaio.ops_library.attention import configured_kernel
@@ -115,9 +120,12 @@ def _kaio_attention(arch: str, d: int, config: Any, dropout: bool = False, mod: 
         import kaio
         from kaio import dtypes
 
-        mods = mods_of("attention", None, _document_mask, (dtypes.i32,)) if mod == "document" else None
+        mask = {"document": _document_mask, "block document": _document_mask, "block causal": _causal_mask}.get(mod or "")
+        mods = mods_of("attention", None, mask, (dtypes.i32,) if mask is _document_mask else ()) if mask else None
         kernel = configured_kernel(dtypes.f16, config, mods=mods)
         flags = {"causal": {"CAUSAL": True}, "window": {"WINDOW": True}, "softcap": {"SOFTCAP": True}}.get(mod or "", {})
+        if mod and mod.startswith("block"):
+            flags = {"BLOCK_MASK": True, "BQ_MASK": config.block_m, "BKV_MASK": config.block_n}
         c = kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BD=d, HAS_LENS=False,
                          DROPOUT=dropout, __divisible__=launch_facts(D=d), **({"CAUSAL": False} | flags))  # fmt: skip
         return Built(c.ptx, c.name, config.warps, c.shared_bytes + c.dynamic_shared_bytes)
@@ -228,10 +236,10 @@ def cases() -> list[Case]:
         out.append(Case(f"attention {arch} D=64 {cfg.label()} dropout", arch, _kaio_attention(arch, 64, cfg, True),
                         _triton(lambda tk, cc=cc: tk.attention(cc, 64, 64, 32, 4, 2, cc == 90, dropout=True)),
                         "score", (64, 32)))  # fmt: skip
-        for mod in ("softcap", "window"):  # the loop of whole blocks, beside the plain kernel's
+        for mod in ("softcap", "window", "block causal"):  # the loop of whole blocks, beside the plain kernel's
             out.append(Case(f"attention {arch} D=64 {cfg.label()} {mod}", arch, _kaio_attention(arch, 64, cfg, mod=mod),
                             None, "score", (64, 32)))  # fmt: skip
-        for mod in ("causal", "window", "document"):  # the masked loop: each visible score through the mask
+        for mod in ("causal", "window", "document", "block causal", "block document"):  # the masked loop: each visible score through the mask
             out.append(Case(f"attention {arch} D=64 {cfg.label()} {mod}, masked loop", arch,
                             _kaio_attention(arch, 64, cfg, mod=mod), None, "masked score", (64, 32)))  # fmt: skip
         out.append(Case(f"dropout f32, 1024 per program {arch}", arch, _kaio_dropout(arch),

@@ -21,6 +21,7 @@ _OPS: dict[str, str] = {
     "PagedAttention": "paged_attention", "paged_attention": "paged_attention",
     "attention_backward": "attention_backward",
     "attention_varlen": "attention_varlen",
+    "BlockMask": "block_mask", "create_block_mask": "block_mask",
     "cross_entropy": "cross_entropy", "cross_entropy_backward": "cross_entropy",
     "dropout": "dropout", "dropout_add": "dropout",
     "linear_cross_entropy": "linear_cross_entropy", "linear_cross_entropy_backward": "linear_cross_entropy",
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.attention import Attention, attention
     from kaio.ops_library.attention_backward import attention_backward
     from kaio.ops_library.attention_varlen import attention_varlen
+    from kaio.ops_library.block_mask import BlockMask, create_block_mask
     from kaio.ops_library.cross_entropy import cross_entropy, cross_entropy_backward
     from kaio.ops_library.dropout import dropout, dropout_add
     from kaio.ops_library.fp8_matmul import fp8_matmul

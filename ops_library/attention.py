@@ -44,7 +44,6 @@ import re
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -52,133 +51,26 @@ import numpy as np
 
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
+from kaio.ops_library.attention_config import (  # noqa: F401 (re-exported: attention's tiles live there)
+    HEAD_DIMS,
+    AttentionConfig,
+    candidates,
+    check_head_dim,
+    choose_config,
+    padded,
+)
 from kaio.ops_library.autograd import needs_grad, refuse_traced
-from kaio.ops_library.config_fields import bool_field, int_field, settle
-from kaio.launch_limits import MAX_STAGES, MAX_THREADS, STAGES_RULE
-from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.config_fields import bool_field
+from kaio.ops_library.operands import Operand, Operands, to_host
 from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
-from kaio.ops_library.rows import next_pow2
 from kaio.ops_library.rows import torch_op
-from kaio.pipeline import Pipeline, TilePipelineOptions, build_pipeline, has_wgmma
+from kaio.pipeline import Pipeline
 
-HEAD_DIMS = tuple(range(8, 257, 8))  # every multiple of 8 up to 256: a row of 16-byte chunks
 LOG2E = 1.4426950408889634
 # A zero scale runs as 2**-100: the kernel takes the row max of the unscaled scores times the
 # scale, and 0 * -inf (a masked score) is NaN; any f16/bf16 score (|s| < 2**40) times 2**-100 is
 # below 2**-60, so exp2 of it is exactly 1.0 in f32 and the result is the same uniform average.
 ZERO_SCALE = 2.0**-100
-
-
-@dataclass(frozen=True)
-class AttentionConfig:
-    """Query rows and key rows per step, the warp grid (``warps_m`` along the query rows, so
-    row statistics stay inside a warp; ``warps_n`` > 1 splits wide head dims, at the price of a
-    shared-memory step in each row reduction), and cp.async stages."""
-
-    block_m: int = 64
-    block_n: int = 64
-    warps_m: int = 4
-    warps_n: int = 1
-    stages: int = 2
-
-    def __post_init__(self) -> None:
-        owner = "AttentionConfig"
-        settle(
-            self,
-            **{name: int_field(owner, name, getattr(self, name), 1, power_of_two=True)
-               for name in ("block_m", "block_n", "warps_m", "warps_n")},  # fmt: skip
-            stages=int_field(owner, "stages", self.stages, 0, MAX_STAGES, rule=STAGES_RULE),
-        )
-        if 32 * self.warps > MAX_THREADS:
-            raise KaioValueError(f"{owner}: {self.warps} warps make {32 * self.warps} threads; a block has at most {MAX_THREADS}")
-
-    @property
-    def warps(self) -> int:
-        return self.warps_m * self.warps_n
-
-    def label(self) -> str:
-        return f"{self.block_m}x{self.block_n}-w{self.warps_m}x{self.warps_n}-s{self.stages}"
-
-    def shared_bytes(self, bd: int, elem_bytes: int = 2) -> int:
-        ring = max(self.stages, 1)
-        q = self.block_m * bd
-        kv = 2 * ring * self.block_n * bd
-        p = self.block_m * self.block_n if self.warps_n > 1 else 0  # else P feeds p @ v from registers
-        return (q + kv + p) * elem_bytes
-
-    def pipeline(self, arch: str = "sm_80") -> Pipeline:
-        """The pass pipeline this config compiles with: a tile kernel's with the config's warp
-        grid, the softmax's exp2 as one MUFU.EX2 (.ftz) and 1 / l as one MUFU.RCP (rcp.approx)
-        (``fast-math``), and the masked key loop's Q buffer and K/V rings in the bytes of the
-        unmasked loop's (``reuse-dead-shared``). The ring depth is the kernel's (its module's
-        ``kaio.launch``, which :func:`configured_kernel` sets)."""
-        options = TilePipelineOptions(warps=(self.warps_m, self.warps_n), fast_math=True, reuse_dead_shared=True)
-        return build_pipeline(arch, options)
-
-
-def check_head_dim(op: str, d: int) -> None:
-    """A KaioTypeError unless ``d`` is one of :data:`HEAD_DIMS`."""
-    if d not in HEAD_DIMS:
-        raise KaioTypeError(f"{op}: head dim must be a multiple of 8 from 8 to 256, got {d}")
-
-
-def padded(d: int) -> int:
-    """The head dim's tile: its next power of two, at least 16 (a tensor-core step of K); the
-    columns past ``d`` are masked by the loads' bound."""
-    return max(next_pow2(d), 16)
-
-
-def choose_config(sq: int, d: int, arch: str = "sm_80") -> AttentionConfig:
-    """Tiles that keep a thread's registers below ptxas's limit without spills and the shared
-    buffers (Q, the K and V rings) within what a block may have. mma.sync targets: 16 query
-    rows per warp, 32 key rows per step (the scores and the K and V fragments stay few), within
-    48 KiB. sm_90a: FlashAttention-3's 128 query rows over two warpgroups and 128 key rows per
-    step, the scores and P in wgmma's accumulator registers (160 KiB of dynamic shared memory
-    at D=128)."""
-    bd = padded(d)
-    if bd >= 256:  # 4 warps, the head dim split over 2: a warp's output is 16 x 128 (64 registers)
-        return AttentionConfig(32, 16, 2, 2, 0)
-    if sq <= 16:  # decoding: one warp on 16 query rows
-        return AttentionConfig(16, 16, 1, 1, 2)
-    if has_wgmma(arch):
-        return AttentionConfig(128, 128, 8, 1, 2)
-    return AttentionConfig(64, 32, 4, 1, 2)
-
-
-# Configs worth timing, by padded head dim and query-length class (decoding: 16 queries or
-# fewer). Each keeps 16 query rows per warp and assembles without spills for sm_80 and sm_90
-# (within 48 KiB of shared memory), the sm_90a ones for sm_90a
-# (tests/ops_library/test_attention_codegen.py checks them all).
-_PREFILL = {
-    32: ((64, 32, 4, 1, 2), (128, 32, 8, 1, 2), (128, 64, 8, 1, 2), (64, 16, 4, 1, 2), (64, 32, 4, 1, 3)),
-    64: ((64, 32, 4, 1, 2), (128, 32, 8, 1, 2), (128, 64, 8, 1, 2), (64, 16, 4, 1, 2), (64, 32, 4, 1, 3)),
-    128: ((64, 32, 4, 1, 2), (64, 16, 4, 1, 2), (64, 16, 4, 1, 3)),
-    256: ((32, 16, 2, 2, 0), (16, 16, 1, 2, 2)),
-}
-# sm_90a adds 8-warp tiles (two warpgroups of 64 query rows) with wide key steps
-_PREFILL_WGMMA = {
-    32: ((128, 128, 8, 1, 2), (128, 64, 8, 1, 2), (128, 128, 8, 1, 3)),
-    64: ((128, 128, 8, 1, 2), (128, 64, 8, 1, 2), (128, 128, 8, 1, 3)),
-    128: ((128, 128, 8, 1, 2), (128, 64, 8, 1, 2), (128, 64, 8, 1, 3)),
-    256: (),
-}
-_DECODE = {
-    32: ((16, 16, 1, 1, 2), (16, 32, 1, 1, 2), (16, 64, 1, 1, 2)),
-    64: ((16, 16, 1, 1, 2), (16, 32, 1, 1, 2)),
-    128: ((16, 16, 1, 1, 2), (64, 16, 4, 1, 2)),
-}
-
-
-def candidates(sq: int, d: int, arch: str = "sm_80") -> list[AttentionConfig]:
-    """The configs ``config="auto"`` times for ``sq`` queries of head dim ``d`` on ``arch``,
-    the rule's choice (:func:`choose_config`) first."""
-    bd = padded(d)
-    decode = sq <= 16 and bd < 256
-    key = max(bd, 32)  # a 16-wide head dim tile times the 32-wide one's candidates
-    specs = _DECODE[key] if decode else _PREFILL[key] + (_PREFILL_WGMMA[key] if has_wgmma(arch) else ())
-    pool = [AttentionConfig(*c) for c in specs]
-    first = choose_config(sq, d, arch)
-    return [first, *(c for c in dict.fromkeys(pool) if c != first)]
 
 
 @cache
@@ -280,13 +172,23 @@ class Attention:
         kv_lens: Any = None, out: Any = None, return_lse: bool = False, device: Any = None,
         config: AttentionConfig | str | None = None, dropout_p: float = 0.0, seed: Any = None,
         score_mod: Any = None, mask_mod: Any = None, mod_args: Any = (), window: Any = None,
-        softcap: Any = None, alibi_slopes: Any = None, sinks: Any = None,
+        softcap: Any = None, alibi_slopes: Any = None, sinks: Any = None, block_mask: Any = None,
     ) -> Any:  # fmt: skip
         causal = bool_field("attention", "causal", causal)  # "no" would read as true
         return_lse = bool_field("attention", "return_lse", return_lse)
         scale = _scale(scale)  # checked before any operand is taken (copied to the device)
         drop = dropout_of("attention", dropout_p, seed, q)
+        if block_mask is not None:  # its function is the mask; the kernel runs directly
+            from kaio.ops_library.block_mask import mask_of
+
+            mask_mod, mod_args = mask_of("attention", block_mask, mask_mod, mod_args, causal, window, kv_lens)
         mods = mods_given("attention", score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
+        if block_mask is not None:
+            if needs_grad(q, k, v, sinks):
+                raise KaioTypeError("attention: torch autograd does not record a block_mask yet, and an input requires grad; "
+                                    "detach the inputs and call attention_backward(..., block_mask=) yourself")  # fmt: skip
+            refuse_traced("attention", q, k, v, out)
+            return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop, mods, block_mask)
         if out is None and (ops_ns := torch_op(q, k, v, kv_lens, alibi_slopes, sinks, *mods.mod_args, device=device)) is not None:
             # torch tensors: torch.ops.kaio.attention, which records the graph (saving out, lse)
             if needs_grad(*mods.mod_args):
@@ -305,7 +207,7 @@ class Attention:
 
     def run(self, q: Any, k: Any, v: Any, causal: bool, scale: float | None, kv_lens: Any, out: Any,
             return_lse: bool, config: AttentionConfig | str | None, device: Any, dropout: Dropout = Dropout(),
-            mods: Mods = Mods()) -> Any:  # fmt: skip
+            mods: Mods = Mods(), block_mask: Any = None) -> Any:  # fmt: skip
         """The op itself, without the torch custom-op routing."""
         ops = Operands("attention", q, k, v, out, kv_lens, mods.alibi_slopes, mods.sinks, *mods.mod_args, device=device)
         oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
@@ -313,6 +215,11 @@ class Attention:
         b, h, hkv, sq, sk, d = _check(oq, ok, ov, oo)
         lens = _lengths(ops, kv_lens, b, sk) if kv_lens is not None else None
         mod_operands = _mod_operands(ops, mods, h)
+        blocks = None
+        if block_mask is not None:
+            from kaio.ops_library.block_mask import MaskedBlocks
+
+            blocks = MaskedBlocks.rows_of("attention", ops, block_mask, (b, h, sq, sk))
         if scale is None:
             scale = 1.0 / math.sqrt(d)
         if oo is None:
@@ -329,18 +236,27 @@ class Attention:
                 modded = _ModdedLaunch.of(mods, mod_operands, workspace, sq, sk)
                 dense = Packed(unread, unread)
                 run = lambda c: _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, sizes,  # noqa: E731
-                                         float(scale), bool(causal), c, dropout, modded, dense)  # fmt: skip
-                run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run))
+                                         float(scale), bool(causal), c, dropout, modded, dense, blocks)  # fmt: skip
+                fits = blocks.fits if blocks is not None else None
+                run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run, fits=fits))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result
 
     def _config(self, config: AttentionConfig | str | None, dev: Any, t: dtypes.ScalarType, sq: int, d: int,
-                causal: bool, run: Any, op: str = "attention") -> AttentionConfig:  # fmt: skip
+                causal: bool, run: Any, op: str = "attention", fits: Any = None) -> AttentionConfig:  # fmt: skip
         """The config a call runs: the rule's (None; "auto" on the simulator, where timings mean
-        nothing), the stored or measured winner ("auto" on a GPU), or the caller's."""
+        nothing), the stored or measured winner ("auto" on a GPU), or the caller's. ``fits``
+        (a block mask's): whether a config's tiles may run (the first candidate that does, for
+        the rule's; the caller's must)."""
         auto = isinstance(config, str) and config == "auto"
         if not (config is None or auto or isinstance(config, AttentionConfig)):
             raise KaioTypeError(f"{op}: config is None, 'auto' or an AttentionConfig, not {config!r}")
+        if fits is not None:
+            if isinstance(config, AttentionConfig):
+                fits(config, explicit=True)
+                return self._config(config, dev, t, sq, d, causal, run, op)
+            smallest = AttentionConfig(16, 16, 1, 1, 2)  # divides every block a mask may have
+            return next((c for c in candidates(sq, d, dev.compile_arch) if fits(c)), smallest)
         if config is None or (auto and dev.is_simulator):
             return choose_config(sq, d, dev.compile_arch)
         if auto:
@@ -471,14 +387,14 @@ class Packed(NamedTuple):
 
 def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse: Operand, lens: Any,
              has_lens: bool, sizes: tuple[int, ...], scale: float, causal: bool, config: AttentionConfig,
-             dropout: Dropout, modded: _ModdedLaunch, packed: Packed) -> None:  # fmt: skip
+             dropout: Dropout, modded: _ModdedLaunch, packed: Packed, blocks: Any = None) -> None:  # fmt: skip
     """Launch the forward kernel, split into key chunks and combined when decoding. Varlen
     (``packed.longest``): ``sizes`` has the total query and key rows as Sq and Sk, and one
     program per block of the longest sequence's queries (no split)."""
     b, h, hkv, sq, sk, d = sizes
     bd = padded(d)
     rows, keys = packed.longest or (sq, sk)  # the grid's query rows; the most keys a program walks
-    splits = 1 if packed.longest else decode_splits(sq, sk, config.block_n)
+    splits = 1 if packed.longest or blocks is not None else decode_splits(sq, sk, config.block_n)
     meta = kernel_meta(config, bd, causal, has_lens, scale, dropout.p > 0)
     if packed.longest:
         meta["VARLEN"] = True
@@ -488,7 +404,11 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
         scale_log2, meta["NEG_SCALE"] = LOG2E, False
     elif modded.meta["SOFTCAP"]:  # tanh(s * scale / c) in the kernel; exp2 scales by c log2(e)
         scale_log2, meta["NEG_SCALE"] = float(modded.args[0]) * LOG2E, False  # args[0]: the softcap
-    extra = (scale, *modded.args)
+    # no block mask: one of the dense call's unread i32 placeholders stands for its lists
+    listed = blocks.args if blocks is not None else (packed.cu_q, 1, 1, 0, 0)
+    extra = (scale, *modded.args, *listed)
+    if blocks is not None:
+        meta |= {"BLOCK_MASK": True, "BQ_MASK": blocks.block[0], "BKV_MASK": blocks.block[1]}
     grid = (math.ceil(rows / config.block_m) * splits, b * h)
     if splits == 1:
         kernel = configured_kernel(q.dtype, config, mods=modded.mods)
@@ -560,12 +480,7 @@ def _check_lengths(lens: Operand, b: int, op: str) -> Operand:
     return lens
 
 
-def _to_host(value: Any) -> np.ndarray | None:
-    if hasattr(value, "to_host"):
-        return value.to_host()  # type: ignore[no-any-return]
-    if hasattr(value, "detach"):  # a torch tensor
-        return value.detach().cpu().numpy()  # type: ignore[no-any-return]
-    return None
+_to_host = to_host  # the name paged_attention and attention_varlen import
 
 
 # help(attention) shows the class's doc, so the class carries the user-facing one (the module's)

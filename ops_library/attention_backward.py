@@ -73,12 +73,21 @@ def attention_backward(
     scale: float | None = None, kv_lens: Any = None, grad_lse: Any = None, deterministic: bool = False,
     device: Any = None, dropout_p: float = 0.0, seed: Any = None, mask_mod: Any = None, mod_args: Any = (),
     window: Any = None, softcap: Any = None, alibi_slopes: Any = None, score_mod: Any = None, sinks: Any = None,
+    block_mask: Any = None,
 ) -> tuple[Any, ...]:  # fmt: skip
     """(dq, dk, dv) of attention, and dsinks with ``sinks`` (see the module doc)."""
     causal = bool_field(OP, "causal", causal)
     deterministic = bool_field(OP, "deterministic", deterministic)
     scale = _scale(scale, OP)
     drop = _dropout(dropout_p, seed)
+    if block_mask is not None:  # its function is the mask; the kernels run directly
+        from kaio.ops_library.autograd import refuse_traced
+        from kaio.ops_library.block_mask import mask_of
+
+        mask_mod, mod_args = mask_of(OP, block_mask, mask_mod, mod_args, causal, window, kv_lens)
+        mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
+        refuse_traced(OP, q, k, v, out, lse, grad_out)
+        return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods, block_mask)
     mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
     from kaio.ops_library.rows import torch_op
 
@@ -107,7 +116,7 @@ def _dropout(dropout_p: Any, seed: Any) -> Dropout:
 
 def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any, causal: bool,
         scale: float | None, kv_lens: Any, deterministic: bool, device: Any, dropout: Dropout = Dropout(),
-        mods: Mods = Mods()) -> tuple[Any, ...]:  # fmt: skip
+        mods: Mods = Mods(), block_mask: Any = None) -> tuple[Any, ...]:  # fmt: skip
     """The op itself, without the torch custom-op routing."""
     ops = Operands(OP, q, k, v, out, lse, grad_out, kv_lens, grad_lse, mods.alibi_slopes, mods.sinks, *mods.mod_args,
                    device=device)  # fmt: skip
@@ -121,7 +130,7 @@ def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any
     dsinks = ops.output((h,), dtypes.f32) if sinks is not None else None
     if b and h and sq and (sk or dsinks is not None):  # no key: only the sinks' softmax, and its gradient
         _launch(ops, (oq, ok, ov, oo, olse, odo, odlse, lens, dq, dk, dv, dsinks), (b, h, hkv, sq, sk, d), float(scale),
-                causal, deterministic, dropout, mods, mod_operands)  # fmt: skip
+                causal, deterministic, dropout, mods, mod_operands, block_mask)  # fmt: skip
     else:  # no query or no key: nothing flows back, but the gradients are written
         for x in (dq, dk, dv):
             if math.prod(x.shape):
@@ -164,7 +173,8 @@ def _take_lse(ops: Any, name: str, value: Any, shape: tuple[int, int, int]) -> O
 
 
 def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scale: float, causal: bool,
-            deterministic: bool, dropout: Dropout, mods: Mods, mod_operands: dict[str, Any]) -> None:  # fmt: skip
+            deterministic: bool, dropout: Dropout, mods: Mods, mod_operands: dict[str, Any],
+            block_mask: Any = None) -> None:  # fmt: skip
     from kaio.ops_library import attention_backward_kernel as kernels
 
     q, k, v, o, lse, do, dlse, lens, dq, dk, dv, dsinks = arrays
@@ -191,18 +201,19 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
                                       grad=True)  # fmt: skip
             softcap_, left, right, slopes, _sinks, *slots = modded.args
             mod_args = (softcap_, left, right, slopes, *slots)
+            by_query, by_key = _listed_blocks(ops, block_mask, (b, h, sq, sk), tiles, lens_arg)
             meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
                     "DROPOUT": dropout.p > 0, "WINDOW": modded.meta["WINDOW"], "SOFTCAP": modded.meta["SOFTCAP"],
                     "ALIBI": modded.meta["ALIBI"]}  # fmt: skip
             dq_acc = unread_f32 if deterministic else workspace((rows * d,), dtypes.f32, zero=True)
             dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods)
             dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg,
-                        h, hkv, sq, sk, d, scale, *dropout.args, *mod_args, grid=(math.ceil(sk / tiles.block_n), b * hkv),
-                        ATOMIC_DQ=not deterministic, **meta)  # fmt: skip
+                        h, hkv, sq, sk, d, scale, *dropout.args, *mod_args, *by_key[0], grid=(math.ceil(sk / tiles.block_n), b * hkv),
+                        ATOMIC_DQ=not deterministic, **meta, **by_key[1])  # fmt: skip
             if deterministic:
                 kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods).launch(
                     dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, h, hkv, sq, sk, d, scale,
-                    *dropout.args, *mod_args, grid=(math.ceil(sq / tiles.block_m), b * h), **meta,
+                    *dropout.args, *mod_args, *by_query[0], grid=(math.ceil(sq / tiles.block_m), b * h), **meta, **by_query[1],
                 )
             else:
                 n = rows * d
@@ -210,6 +221,23 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
         if dsinks is not None:
             kernels.sink_grad_tile_kernel().launch(dev, lse.value, delta, mod_operands["sinks"].value, dsinks.value, b, h, sq,
                                                    grid=(h,))  # fmt: skip
+
+
+def _listed_blocks(ops: Operands, block_mask: Any, sizes: tuple[int, int, int, int], tiles: BackwardTiles,
+                   placeholder: Any) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], ...]:  # fmt: skip
+    """The block-mask arguments and constexprs of the dQ kernel (lists by query block) and of
+    the dK/dV kernel (by key block); without a mask, an unread i32 array in their place."""
+    if block_mask is None:
+        none = ((placeholder, 1, 1, 0, 0), {})
+        return none, none
+    from kaio.ops_library.block_mask import MaskedBlocks
+
+    by_query = MaskedBlocks.rows_of(OP, ops, block_mask, sizes)
+    by_key = MaskedBlocks.rows_of(OP, ops, block_mask, sizes, by_key_block=True)
+    by_query.fits(None, explicit=True, tiles=(tiles.block_m, tiles.block_n))
+    bq, bkv = by_query.block
+    return ((by_query.args, {"BLOCK_MASK": True, "BROW_MASK": bq, "BLIST_MASK": bkv}),
+            (by_key.args, {"BLOCK_MASK": True, "BROW_MASK": bkv, "BLIST_MASK": bq}))  # fmt: skip
 
 
 def _fill_zero(ops: Operands, x: Operand) -> None:

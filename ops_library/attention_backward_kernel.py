@@ -100,11 +100,13 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                        H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32, drop_p: f32, drop_scale: f32,
                        seed: u64, softcap: f32, left: i32, right: i32, slopes: Array[f32],
                        x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
+                       bmask: Array[i32], MB: i32, MH: i32, NROW: i32, NLIST: i32,
                        BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
                        CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
                        ATOMIC_DQ: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
                        WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
-                       ALIBI: kaio.constexpr = False):  # fmt: skip
+                       ALIBI: kaio.constexpr = False, BLOCK_MASK: kaio.constexpr = False,
+                       BROW_MASK: kaio.constexpr = 32, BLIST_MASK: kaio.constexpr = 32):  # fmt: skip
         n0 = i32(kt.program_id(0)) * BN
         bh = i32(kt.program_id(1))  # b * HKV + key/value head
         b, hk = bh // HKV, bh % HKV
@@ -132,7 +134,18 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
         dv_acc = kt.zeros((BN, BD), f32)
         for g in range(group):
             q_row = (b * H + hk * group + g) * SQ
-            for m0 in range(m_lo, m_hi, BM):
+            start, stop = m_lo, m_hi
+            if BLOCK_MASK:  # the query blocks the block mask lists for this key block, full then partial
+                mrows = MB * MH * NROW
+                mrow = ((b % MB) * MH + (hk * group + g) % MH) * NROW + n0 // BROW_MASK
+                n_full = bmask[mrow]
+                start, stop = 0, (n_full + bmask[mrows + mrow]) * BLIST_MASK
+            for j in range(start, stop, BM):
+                m0 = j
+                if BLOCK_MASK:
+                    t = j // BLIST_MASK
+                    slot = 2 * mrows + mrow * NLIST + t if t < n_full else 2 * mrows + (mrows + mrow) * NLIST + t - n_full
+                    m0 = bmask[slot] * BLIST_MASK + j % BLIST_MASK
                 qb = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
                 dob = kt.load(do, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
                 lse2 = kt.load(lse, (q_row + m0,), (BM,), (q_row + SQ,)) * LOG2E
@@ -195,10 +208,13 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
                      dq: MutArray[T], kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,
                      drop_p: f32, drop_scale: f32, seed: u64, softcap: f32, left: i32, right: i32, slopes: Array[f32],
                      x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
+                     bmask: Array[i32], MB: i32, MH: i32, NROW: i32, NLIST: i32,
                      BM: kaio.constexpr = 32, BN: kaio.constexpr = 32,
                      BD: kaio.constexpr = 64, CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
                      DROPOUT: kaio.constexpr = False, WINDOW: kaio.constexpr = False,
-                     SOFTCAP: kaio.constexpr = False, ALIBI: kaio.constexpr = False):  # fmt: skip
+                     SOFTCAP: kaio.constexpr = False, ALIBI: kaio.constexpr = False,
+                     BLOCK_MASK: kaio.constexpr = False, BROW_MASK: kaio.constexpr = 32,
+                     BLIST_MASK: kaio.constexpr = 32):  # fmt: skip
         m0 = i32(kt.program_id(0)) * BM
         bh = i32(kt.program_id(1))  # b * H + query head
         b, h = bh // H, bh % H
@@ -221,7 +237,17 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
         di = kt.expand_dims(kt.load(delta, (q_row + m0,), (BM,), (q_row + SQ,)), 1)
         rows = kt.expand_dims(m0 + kt.arange(BM), 1)
         acc = kt.zeros((BM, BD), f32)
-        for n0 in range(lo, hi, BN):
+        if BLOCK_MASK:  # the key blocks the block mask lists for this query block, full then partial
+            mrows = MB * MH * NROW
+            mrow = ((b % MB) * MH + h % MH) * NROW + m0 // BROW_MASK
+            n_full = bmask[mrow]
+            lo, hi = 0, (n_full + bmask[mrows + mrow]) * BLIST_MASK
+        for j in range(lo, hi, BN):
+            n0 = j
+            if BLOCK_MASK:
+                t = j // BLIST_MASK
+                slot = 2 * mrows + mrow * NLIST + t if t < n_full else 2 * mrows + (mrows + mrow) * NLIST + t - n_full
+                n0 = bmask[slot] * BLIST_MASK + j % BLIST_MASK
             kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32))

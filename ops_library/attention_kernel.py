@@ -34,6 +34,13 @@ sequence's own bottom-right; the mods see b, h and positions within the sequence
 total queries). The grid covers the longest sequence's queries: a block past its sequence's
 last query walks no key and stores nothing. No key splits, no dropout.
 
+Block masks (``BLOCK_MASK``, :mod:`kaio.ops_library.block_mask`): ``bmask`` lists, for each
+(batch, head, BQ_MASK-row query block) of the mask (``MB`` x ``MH`` x ``NQB`` rows; a mask
+made for every batch entry or head has 1 of them), the counts of full and of partial key
+blocks of BKV_MASK keys and their indices; the first loop walks the full blocks' keys
+unmasked, the second the partial ones' through the mask function, and no other key is loaded
+(BM divides BQ_MASK and BN divides BKV_MASK).
+
 Flash-decoding (few queries, many keys): with ``splits`` > 1 the programs along axis 0 also
 split the keys into chunks of ``chunk`` (a multiple of BN); each writes its chunk's normalized
 output (f32) and logsumexp, and :func:`combine_tile_kernel` merges the chunks.
@@ -71,12 +78,14 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                   splits: i32, chunk: i32, drop_p: f32, drop_scale: f32, seed: u64,
                   scale: f32, softcap: f32, left: i32, right: i32, slopes: Array[f32], sinks: Array[f32],
                   x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
+                  bmask: Array[i32], MB: i32, MH: i32, NQB: i32, NKB: i32,
                   BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BD: kaio.constexpr = 64,
                   CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False,
                   NEG_SCALE: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
                   WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
                   ALIBI: kaio.constexpr = False, SINKS: kaio.constexpr = False,
-                  VARLEN: kaio.constexpr = False):  # fmt: skip
+                  VARLEN: kaio.constexpr = False, BLOCK_MASK: kaio.constexpr = False,
+                  BQ_MASK: kaio.constexpr = 128, BKV_MASK: kaio.constexpr = 128):  # fmt: skip
         MODDED = ALIBI or HAS_SCORE  # noqa: N806 (scores scaled and changed, then scale_log2 = log2(e))
         pid = i32(kt.program_id(0))
         m0, split = pid // splits * BM, pid % splits
@@ -121,6 +130,10 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
             w_hi = w_lo + max(min(band, m0 + 1 + sk - sq + reach) - w_lo, 0) // BN * BN
             if HAS_MASK:
                 w_hi = w_lo
+        if BLOCK_MASK:  # the block mask's lists of this query block's key blocks: full ones, partial ones
+            mrows = MB * MH * NQB
+            mrow = ((b % MB) * MH + h % MH) * NQB + m0 // BQ_MASK
+            n_full, n_part = bmask[mrow], bmask[mrows + mrow]
 
         m_i = kt.full((BM,), NEG_INF, f32)  # the row max of the scores, in log2 units
         l_i = kt.zeros((BM,), f32)
@@ -139,10 +152,18 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                 start, stop = w_lo, w_hi
                 if masked:
                     start, stop = lo, w_lo + (hi - w_hi)
+            if BLOCK_MASK:  # j walks the listed blocks' keys: full ones unmasked, then partial ones masked
+                start, stop = 0, n_full * BKV_MASK
+                listed = 2 * mrows + mrow * NKB
+                if masked:
+                    start, stop = 0, n_part * BKV_MASK
+                    listed = listed + mrows * NKB
             for j in range(start, stop, BN):
                 n0 = j
                 if WINDOW and masked:
                     n0 = j if j < w_lo else j + (w_hi - w_lo)
+                if BLOCK_MASK:
+                    n0 = bmask[listed + j // BKV_MASK] * BKV_MASK + j % BKV_MASK
                 kb = kt.load(k, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
                 s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32))  # raw scores; scaled in exp2
                 if masked or MODDED or HAS_MASK:  # the scores' query and key indices

@@ -159,3 +159,12 @@ class Operands:
             user_out[...] = host
             return user_out
         return host
+
+
+def to_host(value: Any) -> np.ndarray | None:
+    """A kaio Buffer's or a torch tensor's values as numpy; None for another array."""
+    if hasattr(value, "to_host"):
+        return value.to_host()  # type: ignore[no-any-return]
+    if hasattr(value, "detach"):  # a torch tensor
+        return value.detach().cpu().numpy()  # type: ignore[no-any-return]
+    return None

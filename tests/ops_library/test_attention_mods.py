@@ -241,7 +241,7 @@ def torch_reference_grads(q, k, v, do, score=None, mask=None, sinks=None):
     if score is not None:
         s = score(s, hs, i, j)
     if mask is not None:
-        s = s.masked_fill(~torch.tensor(np.broadcast_to(mask(i.numpy(), j.numpy()), (sq, sk)).copy()), -torch.inf)
+        s = s.masked_fill(~torch.tensor(np.broadcast_to(mask(i.numpy(), j.numpy()), tuple(s.shape)).copy()), -torch.inf)
     if sinks is not None:
         st = torch.tensor(np.asarray(sinks, np.float64), requires_grad=True)
         s = torch.cat([s, st[None, :, None, None].expand(b, h, sq, 1)], -1)

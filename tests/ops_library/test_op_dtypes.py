@@ -39,7 +39,9 @@ from kaio.ops_library import _OPS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ops.md"
 ALIASES = {"e4m3": "f8e4m3", "e5m2": "f8e5m2"}
-LOADERS = {"gguf_linear"}  # takes a GGUF reader, not arrays: its layer's call is gguf_matmul's row
+# gguf_linear takes a GGUF reader, not arrays: its layer's call is gguf_matmul's row;
+# create_block_mask makes a BlockMask of its mask function's arrays (any type): attention's row
+LOADERS = {"gguf_linear", "create_block_mask"}
 PUBLIC = sorted(n for n in _OPS if n.islower() and not n.endswith("_backward") and n not in LOADERS)
 
 

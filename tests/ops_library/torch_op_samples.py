@@ -336,10 +336,11 @@ if hasattr(ol, "linear_cross_entropy_backward"):
     )  # fmt: skip
 
 # public names that are no ops (classes and configs; a GGUF loader, whose layers call gguf_matmul)
-NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear"}
+NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear", "PagedAttention", "BlockMask"}
 # ops with no torch custom op yet: torch tensors run eagerly through the op's operands (no
 # torch.compile graph, no autograd: a tensor that requires grad is refused with a kaio error)
-WITHOUT_TORCH_OP = {"moe_topk_softmax", "moe_align", "grouped_matmul", "fused_moe"}
+WITHOUT_TORCH_OP = {"moe_topk_softmax", "moe_align", "grouped_matmul", "fused_moe", "paged_attention", "attention_varlen",
+                    "create_block_mask"}  # fmt: skip
 
 
 def public_ops() -> set[str]:
