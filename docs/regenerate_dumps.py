@@ -146,7 +146,7 @@ DUMPS: dict[str, Callable[[], str]] = {
     "tile-matmul/pipeline-cp-async": lambda: excerpt(tile_matmul_stages()["pipeline-cp-async"], "= scf.for", 36),
     "tile-matmul/lower-to-mma-sync": lambda: excerpt(tile_matmul_stages()["lower-to-mma-sync"], "= kernel.warp_id", 46),
     "tile-matmul/ptx": lambda: excerpt(tile_matmul_stages()["ptx"], "cp.async.wait_group 0", 68),
-    "attention/frontend": lambda: excerpt(attention_stages()["frontend"], "\"for j in range(start, stop, BN):\"", 60),
+    "attention/frontend": lambda: excerpt(attention_stages()["frontend"], "\"for j in range(start, stop, step):\"", 60),
     "attention/tile-layout": lambda: excerpt(attention_stages()["tile-layout"], "= scf.for", 40),
     "attention/promote-to-shared": lambda: excerpt(attention_stages()["promote-to-shared"], "= scf.for", 30),
     "hopper-matmul/pipeline": lambda: hopper_matmul_stages()["pipeline"],

@@ -39,7 +39,7 @@ import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.ops_library.attention_mods import NO_MODS, AttentionMods
-from kaio.prelude import Array, MutArray, bool_, exp2, f32, i32, i64, u64
+from kaio.prelude import Array, MutArray, bool_, exp2, f32, i32, i64, u32, u64
 
 LOG2E = 1.4426950408889634
 PAST_ROWS = float("inf")  # the logsumexp read past the rows: a zero weight exp(sink - inf)
@@ -142,10 +142,10 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                 start, stop = 0, (n_full + bmask[mrows + mrow]) * BLIST_MASK
             for j in range(start, stop, BM):
                 m0 = j
-                if BLOCK_MASK:
-                    t = j // BLIST_MASK
+                if BLOCK_MASK:  # the t-th listed block (j >= 0: unsigned, a shift and a mask)
+                    t = i32(u32(j) // BLIST_MASK)
                     slot = 2 * mrows + mrow * NLIST + t if t < n_full else 2 * mrows + (mrows + mrow) * NLIST + t - n_full
-                    m0 = bmask[slot] * BLIST_MASK + j % BLIST_MASK
+                    m0 = bmask[slot] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
                 qb = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
                 dob = kt.load(do, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
                 lse2 = kt.load(lse, (q_row + m0,), (BM,), (q_row + SQ,)) * LOG2E
@@ -244,10 +244,10 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
             lo, hi = 0, (n_full + bmask[mrows + mrow]) * BLIST_MASK
         for j in range(lo, hi, BN):
             n0 = j
-            if BLOCK_MASK:
-                t = j // BLIST_MASK
+            if BLOCK_MASK:  # the t-th listed block (j >= 0: unsigned, a shift and a mask)
+                t = i32(u32(j) // BLIST_MASK)
                 slot = 2 * mrows + mrow * NLIST + t if t < n_full else 2 * mrows + (mrows + mrow) * NLIST + t - n_full
-                n0 = bmask[slot] * BLIST_MASK + j % BLIST_MASK
+                n0 = bmask[slot] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
             kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32))

@@ -54,7 +54,7 @@ import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.ops_library.attention_mods import NO_MODS, AttentionMods
-from kaio.prelude import Array, MutArray, exp2, f32, fma, i32, i64, log2, static_range, u64
+from kaio.prelude import Array, MutArray, exp2, f32, fma, i32, i64, log2, static_range, u32, u64
 
 NEG_INF = float("-inf")
 PAST_MAX = float("inf")  # a masked score with a negative scale: past the row minimum
@@ -152,18 +152,20 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                 start, stop = w_lo, w_hi
                 if masked:
                     start, stop = lo, w_lo + (hi - w_hi)
-            if BLOCK_MASK:  # j walks the listed blocks' keys: full ones unmasked, then partial ones masked
-                start, stop = 0, n_full * BKV_MASK
+            step = BN
+            if BLOCK_MASK:  # j counts the listed blocks' BN-key steps: full ones unmasked, then partial ones masked
+                per_block = BKV_MASK // BN
+                step, start, stop = 1, 0, n_full * per_block
                 listed = 2 * mrows + mrow * NKB
                 if masked:
-                    start, stop = 0, n_part * BKV_MASK
+                    stop = n_part * per_block
                     listed = listed + mrows * NKB
-            for j in range(start, stop, BN):
+            for j in range(start, stop, step):
                 n0 = j
                 if WINDOW and masked:
                     n0 = j if j < w_lo else j + (w_hi - w_lo)
-                if BLOCK_MASK:
-                    n0 = bmask[listed + j // BKV_MASK] * BKV_MASK + j % BKV_MASK
+                if BLOCK_MASK:  # j >= 0: as unsigned, its quotient and remainder by the steps are a shift and a mask
+                    n0 = bmask[listed + i32(u32(j) // per_block)] * BKV_MASK + i32(u32(j) % per_block) * BN
                 kb = kt.load(k, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
                 s = kt.dot(qt, kt.trans(kb), kt.zeros((BM, BN), f32))  # raw scores; scaled in exp2
                 if masked or MODDED or HAS_MASK:  # the scores' query and key indices
