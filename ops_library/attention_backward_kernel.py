@@ -142,9 +142,9 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                 start, stop = 0, (n_full + bmask[mrows + mrow]) * BLIST_MASK
             for j in range(start, stop, BM):
                 m0 = j
-                if BLOCK_MASK:  # the t-th listed block (j >= 0: unsigned, a shift and a mask)
-                    t = i32(u32(j) // BLIST_MASK)
-                    slot = 2 * mrows + mrow * NLIST + t if t < n_full else 2 * mrows + (mrows + mrow) * NLIST + t - n_full
+                if BLOCK_MASK:  # the nth listed block (j >= 0: unsigned, a shift and a mask)
+                    nth = i32(u32(j) // BLIST_MASK)
+                    slot = 2 * mrows + mrow * NLIST + nth if nth < n_full else 2 * mrows + (mrows + mrow) * NLIST + nth - n_full
                     m0 = bmask[slot] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
                 qb = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
                 dob = kt.load(do, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
@@ -244,9 +244,9 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
             lo, hi = 0, (n_full + bmask[mrows + mrow]) * BLIST_MASK
         for j in range(lo, hi, BN):
             n0 = j
-            if BLOCK_MASK:  # the t-th listed block (j >= 0: unsigned, a shift and a mask)
-                t = i32(u32(j) // BLIST_MASK)
-                slot = 2 * mrows + mrow * NLIST + t if t < n_full else 2 * mrows + (mrows + mrow) * NLIST + t - n_full
+            if BLOCK_MASK:  # the nth listed block (j >= 0: unsigned, a shift and a mask)
+                nth = i32(u32(j) // BLIST_MASK)
+                slot = 2 * mrows + mrow * NLIST + nth if nth < n_full else 2 * mrows + (mrows + mrow) * NLIST + nth - n_full
                 n0 = bmask[slot] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
             kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
             vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))

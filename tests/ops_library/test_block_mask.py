@@ -229,3 +229,18 @@ def test_autograd_through_a_block_mask_is_refused_by_name():
     mask = create_block_mask(causal, None, None, 32, 32)
     with pytest.raises(KaioTypeError, match="does not record a block_mask yet"):
         attention(q, q.detach(), q.detach(), block_mask=mask)
+
+
+def test_the_backward_of_a_block_mask_with_a_softcap(dev, rng):
+    """The dQ kernel's listed-block index and the softcap's tanh are two values of one trip."""
+    pytest.importorskip("torch")
+    import torch
+
+    q, k, v = inputs(rng, h=1, hkv=1, sq=80, sk=80)
+    do = rng.standard_normal(q.shape).astype(np.float16)
+    mask = made(dev, "causal", None, None, 80, 80)
+    bq, bk, bv, bdo = (dev.alloc_from(x) for x in (q, k, v, do))
+    o, lse = attention(bq, bk, bv, return_lse=True, block_mask=mask, softcap=1.5)
+    got = attention_backward(bq, bk, bv, o, lse, bdo, block_mask=mask, softcap=1.5, deterministic=True)
+    want = torch_reference_grads(q, k, v, do, score=lambda s, *_: 1.5 * torch.tanh(s / 1.5), mask=lambda i, j: j <= i)
+    assert_grads_close(got, want)
