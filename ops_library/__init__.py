@@ -20,7 +20,7 @@ _OPS: dict[str, str] = {
     "Attention": "attention", "attention": "attention",
     "PagedAttention": "paged_attention", "paged_attention": "paged_attention",
     "attention_backward": "attention_backward",
-    "attention_varlen": "attention_varlen",
+    "attention_varlen": "attention_varlen", "attention_varlen_backward": "attention_varlen_backward",
     "BlockMask": "block_mask", "create_block_mask": "block_mask",
     "cross_entropy": "cross_entropy", "cross_entropy_backward": "cross_entropy",
     "dropout": "dropout", "dropout_add": "dropout",
@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.attention import Attention, attention
     from kaio.ops_library.attention_backward import attention_backward
     from kaio.ops_library.attention_varlen import attention_varlen
+    from kaio.ops_library.attention_varlen_backward import attention_varlen_backward
     from kaio.ops_library.block_mask import BlockMask, create_block_mask
     from kaio.ops_library.cross_entropy import cross_entropy, cross_entropy_backward
     from kaio.ops_library.dropout import dropout, dropout_add

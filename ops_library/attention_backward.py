@@ -174,7 +174,10 @@ def _take_lse(ops: Any, name: str, value: Any, shape: tuple[int, int, int]) -> O
 
 def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scale: float, causal: bool,
             deterministic: bool, dropout: Dropout, mods: Mods, mod_operands: dict[str, Any],
-            block_mask: Any = None) -> None:  # fmt: skip
+            block_mask: Any = None, packed: Any = None) -> None:  # fmt: skip
+    """The backward's kernels. Varlen (``packed``, attention's ``Packed`` with the longest
+    sequence): ``sizes`` has the sequences as B and the total query and key rows as Sq and Sk;
+    lse and the deltas are (H, total queries), one program per block of the longest sequence."""
     from kaio.ops_library import attention_backward_kernel as kernels
 
     q, k, v, o, lse, do, dlse, lens, dq, dk, dv, dsinks = arrays
@@ -182,7 +185,9 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
     bd = padded(d)
     tiles = choose_backward_tiles(d)
     dev = ops.device
-    rows = b * h * sq
+    varlen = packed is not None
+    rows = sq * h if varlen else b * h * sq  # query rows of D
+    longest_q, longest_k = packed.longest if varlen else (sq, sk)
     with ExitStack() as scratch:  # row statistics, dQ's f32 sums and placeholders for unread arguments
         def workspace(shape: tuple[int, ...], t: dtypes.ScalarType, zero: bool = False) -> Any:
             return scratch.enter_context(ops.workspace(shape, t, zero=zero)).value
@@ -190,13 +195,15 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
         unread_f32, delta = workspace((1,), dtypes.f32), workspace((rows,), dtypes.f32)
         delta_rows = 4096 // bd
         kernels.delta_tile_kernel(q.dtype).launch(
-            dev, o.value, do.value, dlse.value if dlse is not None else unread_f32, delta, rows, d,
-            grid=(math.ceil(rows / delta_rows),), BM=delta_rows, BD=bd, HAS_DLSE=dlse is not None,
-        )
+            dev, o.value, do.value, dlse.value if dlse is not None else unread_f32, delta, sq if varlen else rows, d, h,
+            grid=(math.ceil(sq / delta_rows), h) if varlen else (math.ceil(rows / delta_rows),), BM=delta_rows, BD=bd,
+            HAS_DLSE=dlse is not None, VARLEN=varlen,
+        )  # fmt: skip
         if not sk:  # the sinks' gradient alone: no key, so dQ is zero (dK, dV are empty)
             _fill_zero(ops, dq)
         else:
             lens_arg = lens.value if lens is not None else workspace((1,), dtypes.i32)
+            cu = (packed.cu_q, packed.cu_k) if varlen else (lens_arg, lens_arg)  # dense: unread
             modded = _ModdedLaunch.of(mods, mod_operands, lambda shape, t: scratch.enter_context(ops.workspace(shape, t)), sq, sk, OP,
                                       grad=True)  # fmt: skip
             softcap_, left, right, slopes, _sinks, *slots = modded.args
@@ -204,23 +211,25 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
             by_query, by_key = _listed_blocks(ops, block_mask, (b, h, sq, sk), tiles, lens_arg)
             meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
                     "DROPOUT": dropout.p > 0, "WINDOW": modded.meta["WINDOW"], "SOFTCAP": modded.meta["SOFTCAP"],
-                    "ALIBI": modded.meta["ALIBI"]}  # fmt: skip
+                    "ALIBI": modded.meta["ALIBI"], "VARLEN": varlen}  # fmt: skip
             dq_acc = unread_f32 if deterministic else workspace((rows * d,), dtypes.f32, zero=True)
             dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods)
-            dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg,
-                        h, hkv, sq, sk, d, scale, *dropout.args, *mod_args, *by_key[0], grid=(math.ceil(sk / tiles.block_n), b * hkv),
-                        ATOMIC_DQ=not deterministic, **meta, **by_key[1])  # fmt: skip
+            dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg, *cu,
+                        h, hkv, sq, sk, d, scale, *dropout.args, *mod_args, *by_key[0],
+                        grid=(math.ceil(longest_k / tiles.block_n), b * hkv), ATOMIC_DQ=not deterministic, **meta,
+                        **by_key[1])  # fmt: skip
             if deterministic:
                 kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods).launch(
-                    dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, h, hkv, sq, sk, d, scale,
-                    *dropout.args, *mod_args, *by_query[0], grid=(math.ceil(sq / tiles.block_m), b * h), **meta, **by_query[1],
-                )
+                    dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, *cu, h, hkv, sq, sk, d,
+                    scale, *dropout.args, *mod_args, *by_query[0], grid=(math.ceil(longest_q / tiles.block_m), b * h), **meta,
+                    **by_query[1],
+                )  # fmt: skip
             else:
                 n = rows * d
                 kernels.scale_cast_tile_kernel(q.dtype).launch(dev, dq_acc, dq.value, n, scale, grid=(math.ceil(n / 1024),))
-        if dsinks is not None:
-            kernels.sink_grad_tile_kernel().launch(dev, lse.value, delta, mod_operands["sinks"].value, dsinks.value, b, h, sq,
-                                                   grid=(h,))  # fmt: skip
+        if dsinks is not None:  # varlen: its (H, total queries) statistics are one batch entry's
+            kernels.sink_grad_tile_kernel().launch(dev, lse.value, delta, mod_operands["sinks"].value, dsinks.value,
+                                                   1 if varlen else b, h, sq, grid=(h,))  # fmt: skip
 
 
 def _listed_blocks(ops: Operands, block_mask: Any, sizes: tuple[int, int, int, int], tiles: BackwardTiles,

@@ -69,15 +69,20 @@ def delta_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
     """``delta = rowsum(f32(dO) * f32(O)) - dlse`` over the (rows, D) arrays."""
 
     @kaio.tile_kernel(num_warps=4, num_stages=0)
-    def attention_delta(o: Array[T], do: Array[T], dlse: Array[f32], delta: MutArray[f32], rows: i32, D: i32,
-                        BM: kaio.constexpr = 32, BD: kaio.constexpr = 64, HAS_DLSE: kaio.constexpr = False):  # fmt: skip
+    def attention_delta(o: Array[T], do: Array[T], dlse: Array[f32], delta: MutArray[f32], rows: i32, D: i32, H: i32,
+                        BM: kaio.constexpr = 32, BD: kaio.constexpr = 64, HAS_DLSE: kaio.constexpr = False,
+                        VARLEN: kaio.constexpr = False):  # fmt: skip
         m0 = i32(kt.program_id(0)) * BM
-        ot = f32(kt.load(o, (m0, 0), (BM, BD), (rows, D)))
-        dout = f32(kt.load(do, (m0, 0), (BM, BD), (rows, D)))
+        col, end, ld, stat = 0, D, D, m0  # the rows' columns [col, end), ld apart; their statistics' first
+        if VARLEN:  # o, dO (tokens, H*D); delta, dlse (H, tokens) as the forward's logsumexp: program (block, h)
+            h = i32(kt.program_id(1))
+            col, end, ld, stat = h * D, h * D + D, H * D, h * rows + m0
+        ot = f32(kt.load(o, (m0, col), (BM, BD), (rows, end), (ld, 1)))
+        dout = f32(kt.load(do, (m0, col), (BM, BD), (rows, end), (ld, 1)))
         d = kt.sum(ot * dout, 1)
         if HAS_DLSE:
-            d = d - kt.load(dlse, (m0,), (BM,), (rows,))
-        kt.store(delta, (m0,), d, (rows,))
+            d = d - kt.load(dlse, (stat,), (BM,), (stat - m0 + rows,))
+        kt.store(delta, (stat,), d, (stat - m0 + rows,))
 
     return attention_delta
 
@@ -97,6 +102,7 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
     @kaio.tile_kernel(num_warps=warps, num_stages=stages, maxnreg=255)
     def attention_dkdv(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
                        dk: MutArray[T], dv: MutArray[T], dq_acc: MutArray[f32], kv_lens: Array[i32],
+                       cu_q: Array[i32], cu_k: Array[i32],
                        H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32, drop_p: f32, drop_scale: f32,
                        seed: u64, softcap: f32, left: i32, right: i32, slopes: Array[f32],
                        x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
@@ -106,34 +112,47 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                        ATOMIC_DQ: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
                        WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
                        ALIBI: kaio.constexpr = False, BLOCK_MASK: kaio.constexpr = False,
-                       BROW_MASK: kaio.constexpr = 32, BLIST_MASK: kaio.constexpr = 32):  # fmt: skip
+                       BROW_MASK: kaio.constexpr = 32, BLIST_MASK: kaio.constexpr = 32,
+                       VARLEN: kaio.constexpr = False):  # fmt: skip
         n0 = i32(kt.program_id(0)) * BN
         bh = i32(kt.program_id(1))  # b * HKV + key/value head
         b, hk = bh // HKV, bh % HKV
         group = H // HKV
         kv_row = bh * SK  # q, o, dO: (B*H*SQ, D); k, v: (B*HKV*SK, D)
-        sk = SK
+        sq, seq_k = SQ, SK  # this sequence's queries and keys
+        kv_col, kv_end, kv_ld = 0, D, D  # the head's columns [kv_col, kv_end) of rows kv_ld apart
+        q_ld = D
+        if VARLEN:  # packed sequences, as the forward's: q, o, dO (SQ = total queries, H*D); k, v (SK keys, HKV*D)
+            kv_row, first_q = cu_k[b], cu_q[b]
+            sq, seq_k = cu_q[b + 1] - first_q, cu_k[b + 1] - kv_row
+            kv_col, kv_ld, q_ld = hk * D, HKV * D, H * D
+            kv_end = kv_col + D
+        sk = seq_k
         if HAS_LENS:
-            sk = min(kv_lens[b], SK)
+            sk = min(kv_lens[b], seq_k)
         m_lo = 0
         if CAUSAL == 1:  # the first query block with a row that sees key n0
-            m_lo = max(n0 - (sk - SQ), 0) // BM * BM
-        m_hi = SQ
-        if WINDOW:  # rows r see keys r + sk - SQ - left ..= r + sk - SQ + right: the rows that see this block
-            m_lo = max(m_lo, max(n0 - (sk - SQ) - right, 0) // BM * BM)
-            m_hi = min(m_hi, max(n0 + BN - (sk - SQ) + left, 0))
+            m_lo = max(n0 - (sk - sq), 0) // BM * BM
+        m_hi = sq
+        if WINDOW:  # rows r see keys r + sk - sq - left ..= r + sk - sq + right: the rows that see this block
+            m_lo = max(m_lo, max(n0 - (sk - sq) - right, 0) // BM * BM)
+            m_hi = min(m_hi, max(n0 + BN - (sk - sq) + left, 0))
         if n0 >= sk:  # no visible key in this block: its gradients are zeros
             m_hi = 0
         scale_log2 = scale * LOG2E
 
-        kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
-        vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+        kb = kt.load(k, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
+        vb = kt.load(v, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
         cols = kt.expand_dims(n0 + kt.arange(BN), 1)  # key index, down the (BN, BM) transposed scores
         dims = kt.expand_dims(kt.arange(BD), 1)
         dk_acc = kt.zeros((BN, BD), f32)
         dv_acc = kt.zeros((BN, BD), f32)
         for g in range(group):
             q_row = (b * H + hk * group + g) * SQ
+            q_col, q_end, stat = 0, D, q_row  # stat: the first row's logsumexp and delta
+            if VARLEN:  # lse and delta (H, total queries)
+                q_row, q_col = first_q, (hk * group + g) * D
+                q_end, stat = q_col + D, (hk * group + g) * SQ + first_q
             start, stop = m_lo, m_hi
             if BLOCK_MASK:  # the query blocks the block mask lists for this key block, full then partial
                 mrows = MB * MH * NROW
@@ -146,14 +165,14 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                     nth = i32(u32(j) // BLIST_MASK)
                     slot = 2 * mrows + mrow * NLIST + nth if nth < n_full else 2 * mrows + (mrows + mrow) * NLIST + nth - n_full
                     m0 = bmask[slot] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
-                qb = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
-                dob = kt.load(do, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
-                lse2 = kt.load(lse, (q_row + m0,), (BM,), (q_row + SQ,)) * LOG2E
-                di = kt.load(delta, (q_row + m0,), (BM,), (q_row + SQ,))
+                qb = kt.load(q, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
+                dob = kt.load(do, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
+                lse2 = kt.load(lse, (stat + m0,), (BM,), (stat + sq,)) * LOG2E
+                di = kt.load(delta, (stat + m0,), (BM,), (stat + sq,))
                 rows = kt.expand_dims(m0 + kt.arange(BM), 0)
                 st = kt.dot(kb, kt.trans(qb), kt.zeros((BN, BM), f32))
                 if HAS_SCORE or HAS_MASK:  # the functions see in-range indices only
-                    q_idx, kv_idx = kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1)
+                    q_idx, kv_idx = kt.minimum(rows, sq - 1), kt.minimum(cols, seq_k - 1)
                 if HAS_SCORE or SOFTCAP or ALIBI:  # the forward's modified score, in log2 units
                     st = st * scale
                     if HAS_SCORE:  # d score_mod / d score at the scaled score, then the score
@@ -167,9 +186,9 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                     st = st * LOG2E
                 else:
                     st = st * scale_log2
-                pt = probability(st, kt.expand_dims(lse2, 0), rows, cols, SQ, sk, CAUSAL)
+                pt = probability(st, kt.expand_dims(lse2, 0), rows, cols, sq, sk, CAUSAL)
                 if WINDOW:
-                    pt = kt.where(in_window(rows, cols, SQ, sk, left, right), pt, 0.0)
+                    pt = kt.where(in_window(rows, cols, sq, sk, left, right), pt, 0.0)
                 if HAS_MASK:
                     pt = kt.where(MASK(b, hk * group + g, q_idx, kv_idx, x0, x1, x2, x3), pt, 0.0)
                 dpt = kt.dot(vb, kt.trans(dob), kt.zeros((BN, BM), f32))
@@ -186,12 +205,12 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                     dsc = kt.where(pt > 0.0, dsc * gt, 0.0)
                 dst = T(dsc)
                 dk_acc = kt.dot(dst, qb, dk_acc)
-                if ATOMIC_DQ:  # dQ^T = K^T dS^T, added into the f32 buffer element by element
+                if ATOMIC_DQ:  # dQ^T = K^T dS^T, added into the f32 buffer (q's layout) element by element
                     dqt = kt.dot(kt.trans(kb), dst, kt.zeros((BD, BM), f32))
-                    inside = (rows < SQ) & (dims < D)
-                    kt.atomic_add(dq_acc, (q_row + rows) * D + dims, dqt, mask=inside)
-        kt.store(dk, (kv_row + n0, 0), T(dk_acc * scale), (kv_row + SK, D))
-        kt.store(dv, (kv_row + n0, 0), T(dv_acc), (kv_row + SK, D))
+                    inside = (rows < sq) & (dims < D)
+                    kt.atomic_add(dq_acc, (q_row + rows) * q_ld + q_col + dims, dqt, mask=inside)
+        kt.store(dk, (kv_row + n0, kv_col), T(dk_acc * scale), (kv_row + seq_k, kv_end), (kv_ld, 1))
+        kt.store(dv, (kv_row + n0, kv_col), T(dv_acc), (kv_row + seq_k, kv_end), (kv_ld, 1))
 
     return attention_dkdv
 
@@ -205,7 +224,8 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
 
     @kaio.tile_kernel(num_warps=warps, num_stages=stages)
     def attention_dq(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
-                     dq: MutArray[T], kv_lens: Array[i32], H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,
+                     dq: MutArray[T], kv_lens: Array[i32], cu_q: Array[i32], cu_k: Array[i32],
+                     H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,
                      drop_p: f32, drop_scale: f32, seed: u64, softcap: f32, left: i32, right: i32, slopes: Array[f32],
                      x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
                      bmask: Array[i32], MB: i32, MH: i32, NROW: i32, NLIST: i32,
@@ -214,27 +234,38 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
                      DROPOUT: kaio.constexpr = False, WINDOW: kaio.constexpr = False,
                      SOFTCAP: kaio.constexpr = False, ALIBI: kaio.constexpr = False,
                      BLOCK_MASK: kaio.constexpr = False, BROW_MASK: kaio.constexpr = 32,
-                     BLIST_MASK: kaio.constexpr = 32):  # fmt: skip
+                     BLIST_MASK: kaio.constexpr = 32, VARLEN: kaio.constexpr = False):  # fmt: skip
         m0 = i32(kt.program_id(0)) * BM
         bh = i32(kt.program_id(1))  # b * H + query head
         b, h = bh // H, bh % H
         q_row = bh * SQ
         kv_row = (b * HKV + h // (H // HKV)) * SK
-        sk = SK
+        sq, seq_k = SQ, SK  # this sequence's queries and keys
+        q_col, q_end, q_ld, stat = 0, D, D, q_row  # stat: the first row's logsumexp and delta
+        kv_col, kv_end, kv_ld = 0, D, D
+        if VARLEN:  # packed sequences, as the forward's; lse and delta (H, total queries)
+            q_row, kv_row = cu_q[b], cu_k[b]
+            sq, seq_k = cu_q[b + 1] - q_row, cu_k[b + 1] - kv_row
+            q_col, q_ld, stat = h * D, H * D, h * SQ + q_row
+            kv_col, kv_ld = h // (H // HKV) * D, HKV * D
+            q_end, kv_end = q_col + D, kv_col + D
+        sk = seq_k
         if HAS_LENS:
-            sk = min(kv_lens[b], SK)
+            sk = min(kv_lens[b], seq_k)
+        if VARLEN:  # the grid covers the longest sequence: a block past this one's queries walks no key
+            sk = sk if m0 < sq else 0
         lo, hi = 0, sk
         if CAUSAL == 1:  # the last key the block's last row sees, as in the forward
-            hi = max(min(sk, m0 + BM + sk - SQ), 0)
+            hi = max(min(sk, m0 + BM + sk - sq), 0)
         if WINDOW:  # from the first row's first key to the last row's last
-            lo = max(m0 + (sk - SQ) - left, 0) // BN * BN
-            hi = max(min(hi, m0 + BM + (sk - SQ) + right), 0)
+            lo = max(m0 + (sk - sq) - left, 0) // BN * BN
+            hi = max(min(hi, m0 + BM + (sk - sq) + right), 0)
         scale_log2 = scale * LOG2E
 
-        qb = kt.load(q, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
-        dob = kt.load(do, (q_row + m0, 0), (BM, BD), (q_row + SQ, D))
-        lse2 = kt.expand_dims(kt.load(lse, (q_row + m0,), (BM,), (q_row + SQ,)) * LOG2E, 1)
-        di = kt.expand_dims(kt.load(delta, (q_row + m0,), (BM,), (q_row + SQ,)), 1)
+        qb = kt.load(q, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
+        dob = kt.load(do, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
+        lse2 = kt.expand_dims(kt.load(lse, (stat + m0,), (BM,), (stat + sq,)) * LOG2E, 1)
+        di = kt.expand_dims(kt.load(delta, (stat + m0,), (BM,), (stat + sq,)), 1)
         rows = kt.expand_dims(m0 + kt.arange(BM), 1)
         acc = kt.zeros((BM, BD), f32)
         if BLOCK_MASK:  # the key blocks the block mask lists for this query block, full then partial
@@ -248,12 +279,12 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
                 nth = i32(u32(j) // BLIST_MASK)
                 slot = 2 * mrows + mrow * NLIST + nth if nth < n_full else 2 * mrows + (mrows + mrow) * NLIST + nth - n_full
                 n0 = bmask[slot] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
-            kb = kt.load(k, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
-            vb = kt.load(v, (kv_row + n0, 0), (BN, BD), (kv_row + sk, D))
+            kb = kt.load(k, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
+            vb = kt.load(v, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
             s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32))
             cols = kt.expand_dims(n0 + kt.arange(BN), 0)
             if HAS_SCORE or HAS_MASK:  # the functions see in-range indices only
-                q_idx, kv_idx = kt.minimum(rows, SQ - 1), kt.minimum(cols, SK - 1)
+                q_idx, kv_idx = kt.minimum(rows, sq - 1), kt.minimum(cols, seq_k - 1)
             if HAS_SCORE or SOFTCAP or ALIBI:  # the forward's modified score, in log2 units
                 s = s * scale
                 if HAS_SCORE:  # d score_mod / d score at the scaled score, then the score
@@ -267,9 +298,9 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
                 s = s * LOG2E
             else:
                 s = s * scale_log2
-            p = probability(s, lse2, rows, cols, SQ, sk, CAUSAL)
+            p = probability(s, lse2, rows, cols, sq, sk, CAUSAL)
             if WINDOW:
-                p = kt.where(in_window(rows, cols, SQ, sk, left, right), p, 0.0)
+                p = kt.where(in_window(rows, cols, sq, sk, left, right), p, 0.0)
             if HAS_MASK:
                 p = kt.where(MASK(b, h, q_idx, kv_idx, x0, x1, x2, x3), p, 0.0)
             dp = kt.dot(dob, kt.trans(vb), kt.zeros((BM, BN), f32))
@@ -281,7 +312,7 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
             if HAS_SCORE:  # through score_mod (where P is 0 its derivative may be anything)
                 ds = kt.where(p > 0.0, ds * grad, 0.0)
             acc = kt.dot(T(ds), kb, acc)
-        kt.store(dq, (q_row + m0, 0), T(acc * scale), (q_row + SQ, D))
+        kt.store(dq, (q_row + m0, q_col), T(acc * scale), (q_row + sq, q_end), (q_ld, 1))
 
     return attention_dq
 

@@ -24,8 +24,9 @@ also returns the f32 logsumexp ``(H, total_q)`` (FlashAttention's varlen ``softm
 
 Bad input is refused before any launch, naming the argument and the rule; the values of
 ``cu_seqlens_*`` are checked where they can be read on the host (numpy arrays, kaio Buffers,
-torch tensors), as ``attention`` checks ``kv_lens``. No dropout and no backward yet: torch
-tensors run the kernel directly (no custom op), and one that requires grad is refused.
+torch tensors), as ``attention`` checks ``kv_lens``. No dropout. The gradients:
+:func:`~kaio.ops_library.attention_varlen_backward`; torch tensors run the kernel directly (no
+custom op, so autograd records nothing), and one that requires grad is refused.
 
 The kernel is attention's (``kaio.ops_library.attention_kernel``, ``VARLEN``): its loads and
 stores view the packed arrays as (tokens, heads * D) matrices, one program per (block of a
@@ -81,8 +82,8 @@ class AttentionVarlen:
         mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
         if needs_grad(q, k, v, alibi_slopes, sinks, *mods.mod_args):
             raise KaioTypeError(
-                f"{OP}: has no backward yet (torch autograd would record nothing), and an input requires "
-                "grad; detach the inputs"
+                f"{OP}: torch autograd does not record it yet, and an input requires grad; detach the "
+                "inputs and call attention_varlen_backward yourself"
             )
         refuse_traced(OP, q, k, v, out, cu_seqlens_q, cu_seqlens_k)
         ops = Operands(OP, q, k, v, out, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, *mods.mod_args, device=device)

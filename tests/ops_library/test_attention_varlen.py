@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import kaio
+import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library import attention_varlen
@@ -167,7 +168,7 @@ def test_inputs_that_require_grad_are_refused():
     torch = pytest.importorskip("torch")
     q = torch.randn(8, 2, 32, dtype=torch.float16, requires_grad=True)
     cu = torch.tensor([0, 8], dtype=torch.int32)
-    with pytest.raises(KaioTypeError, match="attention_varlen: has no backward"):
+    with pytest.raises(KaioTypeError, match="attention_varlen: torch autograd does not record it yet"):
         attention_varlen(q, q.detach(), q.detach(), cu, cu, 8, 8)
 
 
@@ -259,3 +260,82 @@ def test_help_shows_how_to_call_it():
 
     text = pydoc.render_doc(attention_varlen, renderer=pydoc.plaintext)
     assert "attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)" in text
+
+
+# --------------------------------------------------------------------------- backward
+
+
+def varlen_reference_grads(q, k, v, do, cu_q, cu_k, causal=False, window=None, score=None, mask=None, sinks=None):
+    """(dq, dk, dv[, dsinks]) in float64 by torch autograd, each sequence alone (as the forward's
+    reference), the mods called with b and in-sequence positions."""
+    torch = pytest.importorskip("torch")
+    from .test_attention_mods import torch_reference_grads
+
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    dsinks = np.zeros(q.shape[1]) if sinks is not None else None
+    for b in range(len(cu_q) - 1):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        sq, sk = rows.stop - rows.start, keys.stop - keys.start
+        if sq == 0 or sk == 0:
+            continue  # nothing flows back (a sink alone gets dlse's gradient only, none here)
+        off = sk - sq
+
+        def seen(i, j, b=b, off=off):
+            ok = np.ones(np.broadcast(i, j).shape, bool)
+            if causal:
+                ok &= j <= i + off
+            if window is not None:
+                ok &= (j >= i + off - window[0]) & (j <= i + off + window[1])
+            if mask is not None:
+                ok &= mask(b, 0, i, j)
+            return ok
+
+        seq_score = (lambda s, hs, i, j, b=b: score(s, b, hs, i, j, torch)) if score is not None else None
+        seq = [x.transpose(1, 0, 2)[None] for x in (q[rows], k[keys], v[keys], do[rows])]
+        got = torch_reference_grads(*seq, score=seq_score, mask=seen, sinks=sinks)
+        dq[rows], dk[keys], dv[keys] = (g[0].transpose(1, 0, 2) for g in got[:3])
+        if sinks is not None:
+            dsinks += got[3]
+    return (dq, dk, dv, dsinks) if sinks is not None else (dq, dk, dv)
+
+
+def softcapped(score, b, h, q_idx, kv_idx):
+    return 2.0 * kt.tanh(score / 2.0) + 0.05 * f32(b)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("case", ["causal", "window", "score_mod and sinks", "bf16"])
+def test_the_backward_matches_autograd_on_each_sequence(dev, rng, case, deterministic):
+    pytest.importorskip("torch")
+    from kaio.ops_library import attention_varlen_backward
+
+    from .test_attention_mods import assert_grads_close
+
+    t = ml_dtypes.bfloat16 if case == "bf16" else np.float16
+    q_lens, k_lens = [5, 0, 40, 17, 33], [9, 3, 40, 0, 70]
+    inputs = packed(rng, q_lens, k_lens, h=4, hkv=2, t=t)
+    q, k, v, cu_q, cu_k = inputs
+    do = rng.standard_normal(q.shape).astype(t)
+    sinks = rng.standard_normal(4).astype(np.float32) if case == "score_mod and sinks" else None
+    kw = {"causal": {"causal": True}, "window": {"window": (7, 3)}, "bf16": {"causal": True},
+          "score_mod and sinks": {"score_mod": softcapped}}[case]  # fmt: skip
+    ref_kw = {"causal": case in ("causal", "bf16"), "window": kw.get("window")}
+    if case == "score_mod and sinks":
+        ref_kw["score"] = lambda s, b, hs, i, j, torch: 2.0 * torch.tanh(s / 2.0) + 0.05 * b
+        ref_kw["sinks"] = sinks
+        kw["sinks"] = dev.alloc_from(sinks)
+    longest = (int(np.diff(cu_q).max()), int(np.diff(cu_k).max()))
+    on_dev = [dev.alloc_from(x) for x in inputs]
+    o, lse = attention_varlen(*on_dev, *longest, return_lse=True, **kw)
+    got = attention_varlen_backward(*on_dev[:3], o, lse, dev.alloc_from(do), *on_dev[3:], *longest,
+                                    deterministic=deterministic, **kw)  # fmt: skip
+    assert_grads_close(got, varlen_reference_grads(q, k, v, do, cu_q, cu_k, **ref_kw))
+
+
+def test_the_backward_refuses_a_wrong_logsumexp_layout(dev, rng):
+    from kaio.ops_library import attention_varlen_backward
+
+    q, k, v, cu_q, cu_k = packed(rng, [4, 6], [4, 6])
+    lse = np.zeros((q.shape[0], q.shape[1]), np.float32)  # (total_q, H): the dense layout's order
+    with pytest.raises(KaioTypeError, match=r"`lse` must be f32 of shape \(2, 10\)"):
+        attention_varlen_backward(q, k, v, q, lse, q, cu_q, cu_k, 6, 6, device=dev)
