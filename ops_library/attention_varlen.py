@@ -152,7 +152,8 @@ def _check_packed(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tu
     check_head_dim(OP, d)
     if q.dtype not in (dtypes.f16, dtypes.bf16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise KaioTypeError(
-            f"{OP}: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name}"
+            f"{OP}: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name} "
+            "(the tensor cores take 16-bit operands: cast f32 inputs with .half() or .bfloat16())"
         )
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype):
         raise KaioTypeError(f"{OP}: `out` must be {q.dtype.name} of shape {q.shape}, got {out.dtype.name} {out.shape}")

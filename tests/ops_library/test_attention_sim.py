@@ -126,6 +126,7 @@ BAD = [
     ({"q": (1, 2, 8, 44), "k": (1, 2, 8, 44), "v": (1, 2, 8, 44)}, "head dim must be a multiple of 8"),
     ({"q": (1, 2, 8, 264), "k": (1, 2, 8, 264), "v": (1, 2, 8, 264)}, "head dim must be a multiple of 8 from 8 to 256"),
     ({"dtype_k": np.float32}, "must all be f16 or all bf16"),
+    ({"dtype": np.float32}, r"cast f32 inputs with \.half\(\) or \.bfloat16\(\)"),
     ({"kv_lens": np.array([9], np.int32)}, r"`kv_lens` must lie in 0..8"),
     ({"kv_lens": np.array([1, 2], np.int32)}, r"`kv_lens` must be int32 of shape \(1,\)"),
     ({"out": (1, 2, 8, 16)}, "`out` must be f16 of shape"),
@@ -136,7 +137,7 @@ BAD = [
 def test_bad_arguments_are_named_before_launch(dev, change, message):
     shapes = {"q": (1, 2, 8, 32), "k": (1, 2, 8, 32), "v": (1, 2, 8, 32)}
     shapes.update({n: s for n, s in change.items() if n in shapes})
-    arrays = {n: dev.alloc_from(np.zeros(s, np.float16)) for n, s in shapes.items()}
+    arrays = {n: dev.alloc_from(np.zeros(s, change.get("dtype", np.float16))) for n, s in shapes.items()}
     if "dtype_k" in change:
         arrays["k"] = dev.alloc_from(np.zeros(shapes["k"], change["dtype_k"]))
     kw = {}
