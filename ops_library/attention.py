@@ -438,6 +438,15 @@ def _check(q: Operand, k: Operand, v: Operand, out: Operand | None, op: str = "a
     bk, hkv, sk, dk = k.shape
     if (bk, dk) != (b, d):
         raise KaioTypeError(f"{op}: `k` must have shape ({b}, Hkv, Sk, {d}), got {k.shape}")
+    check_heads_and_types(op, q, k, v, out, h, hkv, d)
+    if max(b * h * sq, b * hkv * sk) * d >= 2**31:
+        raise KaioTypeError(f"{op}: arrays must have fewer than 2**31 elements")
+    return b, h, hkv, sq, sk, d
+
+
+def check_heads_and_types(op: str, q: Operand, k: Operand, v: Operand, out: Operand | None, h: int, hkv: int, d: int) -> None:
+    """The rules the dense and the packed layouts share: v of k's shape, H a multiple of Hkv, the
+    head dim, one 16-bit type, out of q's shape and type."""
     if v.shape != k.shape:
         raise KaioTypeError(f"{op}: `v` must have k's shape {k.shape}, got {v.shape}")
     if hkv < 1 or h % hkv:
@@ -450,9 +459,6 @@ def _check(q: Operand, k: Operand, v: Operand, out: Operand | None, op: str = "a
         )
     if out is not None and (out.shape != q.shape or out.dtype != q.dtype):
         raise KaioTypeError(f"{op}: `out` must be {q.dtype.name} of shape {q.shape}, got {out.dtype.name} {out.shape}")
-    if max(b * h * sq, b * hkv * sk) * d >= 2**31:
-        raise KaioTypeError(f"{op}: arrays must have fewer than 2**31 elements")
-    return b, h, hkv, sq, sk, d
 
 
 def _scale(scale: Any, op: str = "attention") -> float | None:

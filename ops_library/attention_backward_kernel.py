@@ -64,6 +64,14 @@ def in_window(row: i32, col: i32, sq: i32, sk: i32, left: i32, right: i32) -> bo
     return col >= row + (sk - sq - left) and col <= row + (sk - sq + right)
 
 
+@kaio.device
+def listed_slot(rows: i32, row: i32, listed: i32, n_full: i32, nth: i32) -> i32:
+    """Where a block mask's lists (``kaio.ops_library.block_mask``: ``rows`` rows of counts,
+    then ``listed`` entries a row) hold the ``nth`` block of ``row``: its full blocks, then its
+    partial ones. One select, no branch: the cp.async ring computes it for the trip ahead."""
+    return 2 * rows + row * listed + nth if nth < n_full else 2 * rows + (rows + row) * listed + nth - n_full
+
+
 @cache
 def delta_tile_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
     """``delta = rowsum(f32(dO) * f32(O)) - dlse`` over the (rows, D) arrays."""
@@ -161,10 +169,9 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                 start, stop = 0, (n_full + bmask[mrows + mrow]) * BLIST_MASK
             for j in range(start, stop, BM):
                 m0 = j
-                if BLOCK_MASK:  # the nth listed block (j >= 0: unsigned, a shift and a mask)
+                if BLOCK_MASK:  # j >= 0: as unsigned, its quotient and remainder by the block are a shift and a mask
                     nth = i32(u32(j) // BLIST_MASK)
-                    slot = 2 * mrows + mrow * NLIST + nth if nth < n_full else 2 * mrows + (mrows + mrow) * NLIST + nth - n_full
-                    m0 = bmask[slot] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
+                    m0 = bmask[listed_slot(mrows, mrow, NLIST, n_full, nth)] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
                 qb = kt.load(q, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
                 dob = kt.load(do, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
                 lse2 = kt.load(lse, (stat + m0,), (BM,), (stat + sq,)) * LOG2E
@@ -275,10 +282,9 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
             lo, hi = 0, (n_full + bmask[mrows + mrow]) * BLIST_MASK
         for j in range(lo, hi, BN):
             n0 = j
-            if BLOCK_MASK:  # the nth listed block (j >= 0: unsigned, a shift and a mask)
+            if BLOCK_MASK:  # j >= 0: as unsigned, its quotient and remainder by the block are a shift and a mask
                 nth = i32(u32(j) // BLIST_MASK)
-                slot = 2 * mrows + mrow * NLIST + nth if nth < n_full else 2 * mrows + (mrows + mrow) * NLIST + nth - n_full
-                n0 = bmask[slot] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
+                n0 = bmask[listed_slot(mrows, mrow, NLIST, n_full, nth)] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
             kb = kt.load(k, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
             vb = kt.load(v, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
             s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32))

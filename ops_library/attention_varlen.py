@@ -44,7 +44,7 @@ import numpy as np
 from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library.attention import (
-    check_head_dim,
+    check_heads_and_types,
     AttentionConfig,
     Dropout,
     Packed,
@@ -90,12 +90,7 @@ class AttentionVarlen:
         oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
         oo = ops.take("out", out) if out is not None else None
         total_q, total_k, h, hkv, d = _check_packed(oq, ok, ov, oo)
-        cu_q, cu_k = _cu_seqlens(ops, "cu_seqlens_q", cu_seqlens_q), _cu_seqlens(ops, "cu_seqlens_k", cu_seqlens_k)
-        if cu_k.shape != cu_q.shape:
-            raise KaioTypeError(f"{OP}: `cu_seqlens_k` must have cu_seqlens_q's shape {cu_q.shape} (B+1 entries), "
-                                f"got {cu_k.shape}")  # fmt: skip
-        _check_offsets(cu_q, "cu_seqlens_q", total_q, "q", longest[0], "max_seqlen_q")
-        _check_offsets(cu_k, "cu_seqlens_k", total_k, "k", longest[1], "max_seqlen_k")
+        cu_q, cu_k = take_cu_seqlens(ops, cu_seqlens_q, cu_seqlens_k, total_q, total_k, longest)
         batch = cu_q.shape[0] - 1
         mod_operands = _mod_operands(ops, mods, h, OP)
         if scale is None:
@@ -145,32 +140,35 @@ def _check_packed(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tu
     total_k, hkv, dk = k.shape
     if dk != d:
         raise KaioTypeError(f"{OP}: `k` must have shape (total_k, Hkv, {d}), got {k.shape}")
-    if v.shape != k.shape:
-        raise KaioTypeError(f"{OP}: `v` must have k's shape {k.shape}, got {v.shape}")
-    if hkv < 1 or h % hkv:
-        raise KaioTypeError(f"{OP}: q's {h} heads must be a multiple of k's and v's {hkv}")
-    check_head_dim(OP, d)
-    if q.dtype not in (dtypes.f16, dtypes.bf16) or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise KaioTypeError(
-            f"{OP}: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name} "
-            "(the tensor cores take 16-bit operands: cast f32 inputs with .half() or .bfloat16())"
-        )
-    if out is not None and (out.shape != q.shape or out.dtype != q.dtype):
-        raise KaioTypeError(f"{OP}: `out` must be {q.dtype.name} of shape {q.shape}, got {out.dtype.name} {out.shape}")
+    check_heads_and_types(OP, q, k, v, out, h, hkv, d)
     if max(total_q * h, total_k * hkv) * d >= 2**31:
         raise KaioTypeError(f"{OP}: arrays must have fewer than 2**31 elements")
     return total_q, total_k, h, hkv, d
 
 
-def _cu_seqlens(ops: Operands, name: str, value: Any) -> Operand:
+def take_cu_seqlens(ops: Operands, cu_seqlens_q: Any, cu_seqlens_k: Any, total_q: int, total_k: int,
+                    longest: tuple[int, int], op: str = OP) -> tuple[Operand, Operand]:  # fmt: skip
+    """The two cumulative lengths taken and checked against the packed lengths and the longest
+    sequences (``max_seqlen_q``, ``max_seqlen_k``)."""
+    cu_q, cu_k = _cu_seqlens(ops, "cu_seqlens_q", cu_seqlens_q, op), _cu_seqlens(ops, "cu_seqlens_k", cu_seqlens_k, op)
+    if cu_k.shape != cu_q.shape:
+        raise KaioTypeError(f"{op}: `cu_seqlens_k` must have cu_seqlens_q's shape {cu_q.shape} (B+1 entries), "
+                            f"got {cu_k.shape}")  # fmt: skip
+    _check_offsets(cu_q, "cu_seqlens_q", total_q, "q", longest[0], "max_seqlen_q", op)
+    _check_offsets(cu_k, "cu_seqlens_k", total_k, "k", longest[1], "max_seqlen_k", op)
+    return cu_q, cu_k
+
+
+def _cu_seqlens(ops: Operands, name: str, value: Any, op: str = OP) -> Operand:
     """``value`` taken, int32 of shape ``(B+1,)``."""
     cu = ops.take(name, value)
     if len(cu.shape) != 1 or cu.shape[0] < 1 or cu.dtype != dtypes.i32:
-        raise KaioTypeError(f"{OP}: `{name}` must be int32 of shape (B+1,), got {cu.dtype.name} {cu.shape}")
+        raise KaioTypeError(f"{op}: `{name}` must be int32 of shape (B+1,), got {cu.dtype.name} {cu.shape}")
     return cu
 
 
-def _check_offsets(cu: Operand, name: str, total: int, packed_name: str, longest: int, longest_name: str) -> None:
+def _check_offsets(cu: Operand, name: str, total: int, packed_name: str, longest: int, longest_name: str,
+                   op: str = OP) -> None:  # fmt: skip
     """``cu``'s values, where the host can read them, start at 0, never decrease, end at
     ``total`` (the packed length of ``packed_name``) and differ by at most ``longest``
     (``longest_name``): every sequence lies inside the packed array and inside the grid."""
@@ -180,17 +178,17 @@ def _check_offsets(cu: Operand, name: str, total: int, packed_name: str, longest
     values = np.asarray(host, np.int64)
     lengths = np.diff(values)
     if values[0] != 0:
-        raise KaioTypeError(f"{OP}: `{name}` must start at 0, got {values[0]} first")
+        raise KaioTypeError(f"{op}: `{name}` must start at 0, got {values[0]} first")
     if (lengths < 0).any():
         at = int(np.argmax(lengths < 0))
-        raise KaioTypeError(f"{OP}: `{name}` must be non-decreasing, but entry {at + 1} ({values[at + 1]}) "
+        raise KaioTypeError(f"{op}: `{name}` must be non-decreasing, but entry {at + 1} ({values[at + 1]}) "
                             f"is below entry {at} ({values[at]})")  # fmt: skip
     if values[-1] != total:
-        raise KaioTypeError(f"{OP}: `{name}`'s last entry must be {packed_name}'s packed length {total}, "
+        raise KaioTypeError(f"{op}: `{name}`'s last entry must be {packed_name}'s packed length {total}, "
                             f"got {values[-1]}")  # fmt: skip
     if lengths.size and lengths.max() > longest:
         at = int(np.argmax(lengths))
-        raise KaioTypeError(f"{OP}: `{longest_name}` {longest} is below sequence {at}'s length {lengths[at]} "
+        raise KaioTypeError(f"{op}: `{longest_name}` {longest} is below sequence {at}'s length {lengths[at]} "
                             f"(from `{name}`)")  # fmt: skip
 
 

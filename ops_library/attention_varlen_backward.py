@@ -26,7 +26,7 @@ from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library.attention import Dropout, Packed, _mod_operands, _scale, mods_given
 from kaio.ops_library.attention_backward import _fill_zero, _launch
-from kaio.ops_library.attention_varlen import _check_offsets, _check_packed, _cu_seqlens, _max_seqlen
+from kaio.ops_library.attention_varlen import _check_packed, _max_seqlen, take_cu_seqlens
 from kaio.ops_library.autograd import refuse_traced
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
@@ -57,11 +57,7 @@ def attention_varlen_backward(
             raise KaioTypeError(f"{OP}: `{name}` must be {oq.dtype.name} of shape {oq.shape} (q's), got {x.dtype.name} {x.shape}")
     olse = _statistics(ops, "lse", lse, (h, total_q))
     odlse = _statistics(ops, "grad_lse", grad_lse, (h, total_q)) if grad_lse is not None else None
-    cu_q, cu_k = _cu_seqlens(ops, "cu_seqlens_q", cu_seqlens_q), _cu_seqlens(ops, "cu_seqlens_k", cu_seqlens_k)
-    if cu_k.shape != cu_q.shape:
-        raise KaioTypeError(f"{OP}: `cu_seqlens_k` must have cu_seqlens_q's shape {cu_q.shape}, got {cu_k.shape}")
-    _check_offsets(cu_q, "cu_seqlens_q", total_q, "q", longest[0], "max_seqlen_q")
-    _check_offsets(cu_k, "cu_seqlens_k", total_k, "k", longest[1], "max_seqlen_k")
+    cu_q, cu_k = take_cu_seqlens(ops, cu_seqlens_q, cu_seqlens_k, total_q, total_k, longest, OP)
     batch = cu_q.shape[0] - 1
     mod_operands = _mod_operands(ops, mods, h, OP)
     if scale is None:

@@ -50,15 +50,22 @@ def _trip_runs(ix: IndexBuilder, loop: scf.ForOp, k: SSAValue) -> SSAValue:
     return ix.b.insert(arith.SelectOp(up, below, above)).result
 
 
-def _guarded_load(ix: IndexBuilder, load: kernel.LoadOp, mapping: dict[SSAValue, SSAValue], runs: SSAValue) -> None:
-    """``load`` for another trip, read only if ``runs``, else 0."""
-    read, skip = Block(), Block()
-    clone = load.clone(value_mapper=mapping)
-    read.add_ops([clone, scf.YieldOp(clone.result)])
-    t = load.result.type
-    zero = arith.ConstantOp(FloatAttr(0.0, t) if isinstance(t, AnyFloat) else IntegerAttr(0, t))
-    skip.add_ops([zero, scf.YieldOp(zero.result)])
-    mapping[load.result] = ix.b.insert(scf.IfOp(runs, [t], [read], [skip])).results[0]
+def _reads_memory(op: Operation) -> bool:
+    """Whether ``op`` is, or holds in its regions (a device function's ``scf.if``), a scalar load."""
+    return any(isinstance(inner, kernel.LoadOp) for inner in op.walk())
+
+
+def _guarded(ix: IndexBuilder, op: Operation, mapping: dict[SSAValue, SSAValue], runs: SSAValue) -> None:
+    """``op`` (a load, or an op holding one) for another trip, run only if ``runs``, else its
+    results 0."""
+    run, skip = Block(), Block()
+    clone = op.clone(value_mapper=mapping)
+    run.add_ops([clone, scf.YieldOp(*clone.results)])
+    zeros = [arith.ConstantOp(FloatAttr(0.0, t) if isinstance(t, AnyFloat) else IntegerAttr(0, t)) for t in op.result_types]
+    skip.add_ops([*zeros, scf.YieldOp(*(z.result for z in zeros))])
+    guarded = ix.b.insert(scf.IfOp(runs, list(op.result_types), [run], [skip]))
+    for old, new in zip(op.results, guarded.results, strict=True):
+        mapping[old] = new
 
 
 def _issue_copies(
@@ -73,10 +80,11 @@ def _issue_copies(
 ) -> None:
     """Copies of the tiles at K offset ``k`` into ``stage`` of the rings, as one group."""
     mapping: dict[SSAValue, SSAValue] = {iv: k}
-    runs = _trip_runs(ix, loop, k) if any(isinstance(op, kernel.LoadOp) for op in slice_ops) else None
+    reads = [op for op in slice_ops if _reads_memory(op)]
+    runs = _trip_runs(ix, loop, k) if reads else None
     for op in slice_ops:
-        if runs is not None and isinstance(op, kernel.LoadOp):
-            _guarded_load(ix, op, mapping, runs)
+        if runs is not None and op in reads:
+            _guarded(ix, op, mapping, runs)
         else:
             ix.b.insert(op.clone(value_mapper=mapping))
     for c in copies:

@@ -16,14 +16,16 @@ from kaio.passes.int_builder import IndexBuilder
 
 
 def load_slice(body: Block, values: list[SSAValue]) -> list[Operation]:
-    """The body ops the values (the copies' sources) are computed by, in program order."""
+    """The body ops the values (the copies' sources) are computed by, in program order: an op
+    with regions (an ``scf.if`` of a device function's early return) needs what its nested
+    ops read too."""
     needed: set[Operation] = set()
     work: list[SSAValue] = list(values)
     while work:
         owner = work.pop().owner
         if isinstance(owner, Operation) and owner.parent_block() is body and owner not in needed:
             needed.add(owner)
-            work.extend(owner.operands)
+            work.extend(v for inner in owner.walk() for v in inner.operands)
     return [op for op in body.ops if op in needed]
 
 

@@ -37,6 +37,23 @@ def packed(rng, q_lens, k_lens, h=2, hkv=2, d=32, t=np.float16):
     return q, k, v, cu_q, cu_k
 
 
+def sequence_mask(b, off, causal, window, mask):
+    """Which keys query i of sequence b sees (``off``: its keys minus its queries), as
+    ``reference``'s mask(b, h, i, j): causal and the window bottom-right aligned, then ``mask``."""
+
+    def seen(_b, hh, i, j):
+        ok = np.ones(np.broadcast(i, j).shape, bool)
+        if causal:
+            ok &= j <= i + off
+        if window is not None:
+            ok &= (j >= i + off - window[0]) & (j <= i + off + window[1])
+        if mask is not None:
+            ok &= mask(b, hh, i, j)
+        return ok
+
+    return seen
+
+
 def varlen_reference(q, k, v, cu_q, cu_k, causal=False, window=None, score=None, mask=None, sinks=None, scale=None):
     """(out (total_q, H, D), lse (H, total_q)): each sequence b attended alone by attention's
     reference, the mods called with b and in-sequence positions, causal and the window aligned
@@ -51,17 +68,7 @@ def varlen_reference(q, k, v, cu_q, cu_k, causal=False, window=None, score=None,
         if sk == 0:  # no key: the sink alone (output 0), or nothing
             lse[:, rows] = np.asarray(sinks, np.float64)[:, None] if sinks is not None else -np.inf
             continue
-        off = sk - sq
-
-        def seen(_b, hh, i, j, b=b, off=off):
-            ok = np.ones(np.broadcast(i, j).shape, bool)
-            if causal:
-                ok &= j <= i + off
-            if window is not None:
-                ok &= (j >= i + off - window[0]) & (j <= i + off + window[1])
-            if mask is not None:
-                ok &= mask(b, hh, i, j)
-            return ok
+        seen = sequence_mask(b, sk - sq, causal, window, mask)
 
         seq_score = (lambda s, _b, hh, i, j, b=b: score(s, b, hh, i, j)) if score is not None else None
         seq = [x.transpose(1, 0, 2)[None] for x in (q[rows], k[keys], v[keys])]
@@ -278,17 +285,8 @@ def varlen_reference_grads(q, k, v, do, cu_q, cu_k, causal=False, window=None, s
         sq, sk = rows.stop - rows.start, keys.stop - keys.start
         if sq == 0 or sk == 0:
             continue  # nothing flows back (a sink alone gets dlse's gradient only, none here)
-        off = sk - sq
-
-        def seen(i, j, b=b, off=off):
-            ok = np.ones(np.broadcast(i, j).shape, bool)
-            if causal:
-                ok &= j <= i + off
-            if window is not None:
-                ok &= (j >= i + off - window[0]) & (j <= i + off + window[1])
-            if mask is not None:
-                ok &= mask(b, 0, i, j)
-            return ok
+        visible = sequence_mask(b, sk - sq, causal, window, mask)
+        seen = lambda i, j, visible=visible: visible(b, 0, i, j)  # noqa: E731
 
         seq_score = (lambda s, hs, i, j, b=b: score(s, b, hs, i, j, torch)) if score is not None else None
         seq = [x.transpose(1, 0, 2)[None] for x in (q[rows], k[keys], v[keys], do[rows])]

@@ -3,6 +3,10 @@ valid on its own and printable/parsable."""
 
 import pytest
 from xdsl.dialects import scf
+
+import kaio
+import kaio.tile as kt
+from kaio.prelude import Array, MutArray, f16, f32, i32
 from xdsl.dialects.builtin import ModuleOp
 
 from kaio import dtypes
@@ -177,3 +181,41 @@ def test_pipeline_cp_async_reads_a_table_entry_for_a_trip_only_if_it_runs():
     stage = kaio.compile(paged_products, "sm_80").stages["pipeline-cp-async"]
     assert stage.count("kernel.load") == 3  # the loop's own, and the guarded ones of the prologue and the copy ahead
     assert stage.count("scf.if") == 2
+
+
+@kaio.device
+def page_of(table, j: i32, first: i32) -> i32:  # type: ignore[no-untyped-def]
+    if j >= first:
+        return table[j]
+    return table[0]
+
+
+@kaio.tile_kernel(num_warps=1, num_stages=2)
+def branchy_paged_products(a: Array[f16], pages: Array[f16], table: Array[i32], out: MutArray[f32], n: i32,
+                           B: kaio.constexpr = 16):  # fmt: skip
+    at = kt.load(a, (0, 0), (B, B), (B, B))
+    acc = kt.zeros((B, B), f32)
+    for j in range(0, n):
+        row = page_of(table, j, 0) * B
+        acc = kt.dot(at, kt.load(pages, (row, 0), (B, B), (row + B, B)), acc)
+    kt.store(out, (0, 0), acc, (B, B))
+
+
+def test_pipeline_cp_async_clones_what_a_device_functions_branches_read():
+    """A copy's address from a device function with an early return is an ``scf.if`` whose
+    branches read values of the body (another ``scf.if``'s result): the ring's clones for the
+    prologue and the trip ahead need those too (they once yielded the loop body's own value,
+    an internal error), and the table loads inside run only for trips that run."""
+    import numpy as np
+
+    import kaio
+
+    rng = np.random.default_rng()
+    a = rng.standard_normal((16, 16)).astype(np.float16)
+    pages = rng.standard_normal((5 * 16, 16)).astype(np.float16)
+    dev = kaio.Device("sim")
+    for table in (np.array([3, 0, 4], np.int32), np.zeros(0, np.int32)):
+        out = dev.alloc_from(np.full((16, 16), np.nan, np.float32))
+        branchy_paged_products.launch(dev, dev.alloc_from(a), dev.alloc_from(pages), dev.alloc_from(table), out, len(table), grid=(1,))
+        want = sum((a.astype(np.float64) @ pages[p * 16 : p * 16 + 16].astype(np.float64) for p in table), np.zeros((16, 16)))
+        np.testing.assert_allclose(out.to_host(), want, atol=1e-3, rtol=1e-3)
