@@ -341,17 +341,20 @@ def _linear_cross_entropy(dev: Any) -> None:
 
 def _attention_mods(dev: Any) -> None:
     """Forward with a window wide enough for whole key blocks between masked edges (the masked
-    loop's index jumping them), a softcap and sinks, against numpy."""
+    loop's index jumping them), a softcap and sinks, against numpy. On sm_90a (128 x 128 tiles)
+    one query block over 800 keys, its window (bottom-right aligned) off the block grid on both
+    sides: two masked blocks on each edge, three whole ones between (both two-stage rings
+    refilled); elsewhere 192 queries and keys (64 x 32 tiles)."""
     from kaio.ops_library import attention
 
     rng = _rng()
-    sq = sk = 192
-    d, left, right, cap = 64, 96, 64, 2.0
+    d, cap = 64, 2.0
+    sq, sk, left, right = (128, 800, 608, 28) if dev.arch == "sm_90a" else (192, 192, 96, 64)
     q = rng.standard_normal((1, 2, sq, d)).astype(np.float16)
     k, v = (rng.standard_normal((1, 2, sk, d)).astype(np.float16) for _ in range(2))
     sinks = np.array([0.5, -1.0], np.float32)
     s = cap * np.tanh(q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / np.sqrt(d) / cap)
-    i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    i, j = np.arange(sq)[:, None] + sk - sq, np.arange(sk)[None, :]
     s = np.where((j >= i - left) & (j <= i + right), s, -np.inf)
     m = np.maximum(s.max(-1, keepdims=True), sinks[None, :, None, None])
     p = np.exp(s - m)
@@ -580,6 +583,23 @@ _SHORT_K = ("not exercised: this product's K (24 tokens, 64 hidden or 200 vocabu
             "stage, the barrier before the refill) never runs; the matmul cases (K = 320) kill it in their own "
             "specializations")  # fmt: skip
 
+# attention on sm_90a (128 query rows over two warpgroups, a Q tile and two-stage K/V TMA rings
+# in dynamic shared memory), with both key loops running several trips
+_BEFORE_KEY_LOOP = ("redundant: it follows the Q tile's stores and one thread's mbarrier inits (and proxy fence) for the "
+                    "key loop after it, and the barrier at the top of that loop's every trip comes before any read of Q "
+                    "(the wgmma) and any wait on those mbarriers; between the two only thread 0's first K/V copies "
+                    "(into ring bytes, not Q's, on mbarriers it initialised itself, after its own fence) and every "
+                    "thread's proxy fence after its Q stores. When the loop runs no trip the copies are not issued (the "
+                    "loop's bound guards them) and nothing reads Q or the mbarriers. ptx-sync-cleanup keeps it because "
+                    "it counts TMA copies and mbarrier instructions as touching everything, and Q and the rings are one "
+                    "dynamic shared array to it: a compiler follow-up")  # fmt: skip
+_O_INTO_Q = ("redundant: after the last key loop the output is staged in Q's bytes, each warpgroup writing only its own 64 "
+             "query rows, which only its own wgmmas read (a warpgroup's A operand is its 64 rows), after its own "
+             "wgmma.wait_group 0, which returns only when those warpgroup-wide reads are done; the other warpgroup "
+             "reads other rows, and the masked loop's Q stores are ordered before by the barrier before that loop. "
+             "ptx-sync-cleanup cannot tell the rows apart (one dynamic shared array) and counts a wgmma as touching "
+             "everything: a compiler follow-up")  # fmt: skip
+
 EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
     "sm_80": {
         **SCHEDULING_FENCES,
@@ -609,6 +629,8 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
            for case in ("attention", "attention causal", "attention dropout", "attention decode (split keys)")
            for n, why in ((0, _ASYNC_OPAQUE), (3, _ASYNC_OPAQUE), (4, _ONE_OF_TWO))},  # fmt: skip
         **{(case, "attention", "bar.sync 0;", 5): _ASYNC_OPAQUE for case in ("attention", "attention causal", "attention dropout")},
+        **{("attention window softcap sinks", "attention", "bar.sync 0;", n): why
+           for n, why in ((0, _BEFORE_KEY_LOOP), (3, _BEFORE_KEY_LOOP), (5, _O_INTO_Q))},  # fmt: skip
         **{(case, "attention", text, 0): _MASKED_ONE_TRIP for case, text in (
             ("attention", "mbarrier.init.shared::cta.b64 [%r207], 1;"),
             ("attention", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r254], 32768;"),
