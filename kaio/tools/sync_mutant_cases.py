@@ -425,7 +425,9 @@ def _moe(dev: Any) -> None:
     and K = 0 is another specialization (the launch records a divisibility fact only for a
     nonzero integer). K = -32 is this one (32 divides it, as it divides 160) and the kernel
     reads it as empty (its bounds clamp at 0): every row's y is 0, the staging walked on every
-    tile of one program."""
+    tile of one program. (That is sm_80's kernel. On sm_90a a second barrier lies between on
+    every path, the one after the K loop's last wgmma.wait_group, so the two survive as a pair:
+    see EXPLAINED.)"""
     from kaio.ops_library import fused_moe, moe_topk_softmax
 
     rng = _rng()
@@ -583,6 +585,27 @@ _SHORT_K = ("not exercised: this product's K (24 tokens, 64 hidden or 200 vocabu
             "stage, the barrier before the refill) never runs; the matmul cases (K = 320) kill it in their own "
             "specializations")  # fmt: skip
 
+# grouped_matmul on sm_90a (the MoE case): 4 warps, one warpgroup consuming a 3-stage TMA ring
+_MOE_BEFORE_TILES = ("redundant: it follows one thread's mbarrier inits and their proxy fence, and the barrier at the top "
+                     "of each tile follows it with only register arithmetic and the group cursor's loads of the offsets "
+                     "(global reads) between; that barrier orders the inits before any thread's use of an mbarrier, and "
+                     "with no tile none is used. ptx-sync-cleanup keeps it because it counts an mbarrier init and a fence "
+                     "as touching everything, global memory included: a compiler follow-up")  # fmt: skip
+_MOE_WARPGROUP = ("redundant with grouped_matmul's one warpgroup: what it orders is the warpgroup's wgmma reads of a ring "
+                  "stage, and each warp's mbarrier wait on that stage, before thread 0 refills the stage and re-arms its "
+                  "mbarrier (in the next K step, or for the next tile's first copies); thread 0's own wgmma.wait_group "
+                  "already orders them: a wgmma is one warpgroup-wide operation, issued by all 4 warps (each after its "
+                  "mbarrier wait), and its wait_group returns only when its shared reads are done. What else lies before "
+                  "it (the last tile's global stores of y) conflicts with nothing after it (the copies read x and w). A "
+                  "compiler follow-up: drop it when one warpgroup consumes")  # fmt: skip
+_MOE_STAGING_PAIR = ("redundant while the other of the pair stands (the campaign deletes one at a time): with f16 out C goes "
+                     "through a staging array, and both the barrier at the top of each tile and the one after the K loop's "
+                     "last wgmma.wait_group (before the staging writes) lie between one tile's staging reads and the next "
+                     "tile's staging writes, on every path, the K loop empty or not. The staging is the only array the "
+                     "second one orders; the top one also orders the last tile's ring reads before this tile's first "
+                     "copies, which the barrier between the staging writes and reads orders too (and, with one warpgroup, "
+                     "thread 0's wgmma.wait_group 0). A compiler follow-up: keep one of the two")  # fmt: skip
+
 # attention on sm_90a (128 query rows over two warpgroups, a Q tile and two-stage K/V TMA rings
 # in dynamic shared memory), with both key loops running several trips
 _BEFORE_KEY_LOOP = ("redundant: it follows the Q tile's stores and one thread's mbarrier inits (and proxy fence) for the "
@@ -648,6 +671,12 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         ("gguf Q8_0 prefill", "gguf_matmul", "bar.sync 0;", 3): _ASYNC_OPAQUE,
         **{(case, "scaled_matmul", "bar.sync 0;", n): _ASYNC_OPAQUE
            for case in ("int8 quantize + matmul", "fp8 quantize + matmul") for n in (1, 4)},  # fmt: skip
+        **{("moe router + fused_moe", kernel, "bar.sync 0;", n): why for kernel, n, why in (
+            ("grouped_matmul", 0, _MOE_BEFORE_TILES), ("grouped_matmul", 1, _MOE_STAGING_PAIR),
+            ("grouped_matmul", 2, _MOE_WARPGROUP), ("grouped_matmul", 3, _MOE_STAGING_PAIR),
+            ("grouped_matmul#1", 0, _MOE_BEFORE_TILES), ("grouped_matmul#1", 1, _MOE_WARPGROUP),
+            ("grouped_matmul#1", 2, _MOE_WARPGROUP),
+        )},  # fmt: skip
         ("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", 0): _ASYNC_OPAQUE,
         **{("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for n in range(3, 16, 2)},
         **{("linear_cross_entropy fwd + bwd", "matmul#2", text, n): _SHORT_K for text, n in (
