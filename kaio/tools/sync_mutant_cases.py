@@ -363,6 +363,37 @@ def _attention_mods(dev: Any) -> None:
     _close(o.to_host(), p @ v.astype(np.float64), 2e-2)
 
 
+def _attention_varlen(dev: Any) -> None:
+    """attention_varlen, causal, over four packed sequences of 2 query heads on 1 kv head: one
+    with three whole key blocks of the arch's tile (the two-stage K/V ring refilled) and a ragged
+    one, one with two (the whole-block loop's last prefetch into the stage the masked loop copies
+    to first), one within a key block, one with queries and no key (its rows 0); past a
+    sequence's queries a program walks no key."""
+    from kaio.ops_library import attention_varlen
+    from kaio.ops_library.attention import choose_config
+
+    rng = _rng()
+    d, heads = 64, 2
+    lens_q = (70, 40, 33, 16)
+    bn = choose_config(max(lens_q), d, dev.arch).block_n
+    lens_k = (3 * bn + 72, 2 * bn + 40, 50, 0)
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (lens_q, lens_k))
+    q = rng.standard_normal((int(cu_q[-1]), heads, d)).astype(np.float16)
+    k, v = (rng.standard_normal((int(cu_k[-1]), 1, d)).astype(np.float16) for _ in range(2))
+    want = np.zeros(q.shape)
+    for b, (sq, sk) in enumerate(zip(lens_q, lens_k)):
+        if not sk:
+            continue
+        qs = q[cu_q[b] : cu_q[b + 1]].astype(np.float64).transpose(1, 0, 2)  # (H, sq, D)
+        ks, vs = (x[cu_k[b] : cu_k[b + 1], 0].astype(np.float64) for x in (k, v))
+        s = qs @ ks.T / np.sqrt(d)
+        s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq, s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want[cu_q[b] : cu_q[b + 1]] = ((p / p.sum(-1, keepdims=True)) @ vs).transpose(1, 0, 2)
+    got = attention_varlen(*(dev.alloc_from(x) for x in (q, k, v, cu_q, cu_k)), max(lens_q), max(lens_k), causal=True)
+    _close(got.to_host(), want, 2e-2)
+
+
 def _paged_attention(lens: tuple[int, ...], heads: int = 8) -> Case:
     """Paged decoding over a permuted block table, 2 kv heads: sequences of several key steps
     (the two-stage K/V ring refilled) and, past 8 key blocks, the split and its combine."""
@@ -502,6 +533,7 @@ def cases(arch: str) -> dict[str, Case]:
         "attention dropout": _attention_dropout,
         "attention window softcap sinks": _attention_mods,
         "attention decode (split keys)": _attention(False, sq=1, sk=1100),
+        "attention_varlen": _attention_varlen,
         "paged_attention": _paged_attention((70, 33)),
         "paged_attention (split keys)": _paged_attention((300, 20)),
         "attention backward (atomic dQ)": _attention(True, sq=70, sk=130, backward=True),
@@ -628,7 +660,7 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         **SCHEDULING_FENCES,
         **{(case, "attention", "bar.sync 0;", 2): _Q_BEFORE_RING
            for case in ("attention", "attention causal", "attention dropout", "attention decode (split keys)",
-                        "attention window softcap sinks", "attention backward (atomic dQ)",
+                        "attention window softcap sinks", "attention_varlen", "attention backward (atomic dQ)",
                         "attention backward (deterministic dQ)")},  # fmt: skip
         ("attention decode (split keys)", "attention", "cp.async.wait_group 0;", 1): _DRAIN_SHAPE,
         **{("attention backward (atomic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 9, 10)},
@@ -652,6 +684,9 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
            for case in ("attention", "attention causal", "attention dropout", "attention decode (split keys)")
            for n, why in ((0, _ASYNC_OPAQUE), (3, _ASYNC_OPAQUE), (4, _ONE_OF_TWO))},  # fmt: skip
         **{(case, "attention", "bar.sync 0;", 5): _ASYNC_OPAQUE for case in ("attention", "attention causal", "attention dropout")},
+        # varlen's kernel loads with cp.async, not TMA: Q and the K and V buffers are byte ranges
+        # of one dynamic shared array
+        ("attention_varlen", "attention", "bar.sync 0;", 2): _Q_BEFORE_RING,
         **{("attention window softcap sinks", "attention", "bar.sync 0;", n): why
            for n, why in ((0, _BEFORE_KEY_LOOP), (3, _BEFORE_KEY_LOOP), (5, _O_INTO_Q))},  # fmt: skip
         **{(case, "attention", text, 0): _MASKED_ONE_TRIP for case, text in (
