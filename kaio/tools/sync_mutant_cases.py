@@ -627,9 +627,9 @@ _MOE_WARPGROUP = ("redundant with grouped_matmul's one warpgroup: what it orders
                   "stage, and each warp's mbarrier wait on that stage, before thread 0 refills the stage and re-arms its "
                   "mbarrier (in the next K step, or for the next tile's first copies); thread 0's own wgmma.wait_group "
                   "already orders them: a wgmma is one warpgroup-wide operation, issued by all 4 warps (each after its "
-                  "mbarrier wait), and its wait_group returns only when its shared reads are done. What else lies before "
-                  "it (the last tile's global stores of y) conflicts with nothing after it (the copies read x and w). A "
-                  "compiler follow-up: drop it when one warpgroup consumes")  # fmt: skip
+                  "mbarrier wait), and its wait_group returns only when its shared reads are done. Before the one at "
+                  "the top of a tile lie also the last tile's global stores of y, which conflict with nothing after it "
+                  "(the copies read x and w). A compiler follow-up: drop it when one warpgroup consumes")  # fmt: skip
 _MOE_STAGING_PAIR = ("redundant while the other of the pair stands (the campaign deletes one at a time): with f16 out C goes "
                      "through a staging array, and both the barrier at the top of each tile and the one after the K loop's "
                      "last wgmma.wait_group (before the staging writes) lie between one tile's staging reads and the next "
