@@ -417,7 +417,8 @@ _NO_GENERIC_ACCESS = _TOUCH_NOTHING | {WgmmaFenceOp, WgmmaMmaAsyncOp, WgmmaCommi
 
 def _fences_shared(op: Operation) -> bool:
     """An unguarded proxy fence that covers shared memory (plain, .shared::cta, .shared::cluster)."""
-    return type(op) is FenceProxyAsyncOp and "guard" not in op.properties and "global" not in op.mods  # type: ignore[attr-defined]
+    return (type(op) is FenceProxyAsyncOp and "guard" not in op.properties
+            and "global" not in op.mods)  # type: ignore[attr-defined]  # fmt: skip
 
 
 def _fence_kind(op: Operation) -> int:
@@ -430,7 +431,8 @@ def _fence_kind(op: Operation) -> int:
         return _QUIET
     if cls in (ptx.LdOp, ptx.LdIntoOp, ptx.StOp, ptx.AtomOp, ptx.RedOp):
         mods = op.mods  # type: ignore[attr-defined]
-        if not any(m.startswith("shared") for m in mods) and any(m in ("global", "param", "const", "local") for m in mods):
+        shared = any(m.startswith("shared") for m in mods)
+        if not shared and any(m in ("global", "param", "const", "local") for m in mods):
             return _QUIET
     return _DIRTY
 
