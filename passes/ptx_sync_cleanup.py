@@ -1,6 +1,7 @@
 """What ``ptx-sync-cleanup`` does (the pass is
 :class:`~kaio.passes.ptx_optimize.PtxSyncCleanupPass`, which calls :func:`sync_cleanup_module`):
-drop the ``cp.async.wait_group`` and ``bar.sync`` instructions that order nothing.
+drop the ``cp.async.wait_group``, ``bar.sync`` and ``fence.proxy.async.shared::cta`` instructions
+that order nothing.
 
 Lowerings emit their synchronisation locally: each buffer that takes a dead buffer's bytes
 waits for the copies in flight and adds a barrier before its first write (``shared_reuse``), a
@@ -35,6 +36,17 @@ them as survivors: deleting one changes nothing.
   bulk copy, a counted or guarded barrier, an instruction this pass does not know) conflicts
   with everything. Barriers go one at a time (each removal merges two intervals), the most
   deeply nested first: of a loop's barrier and the one after the loop, the loop's.
+* A ``fence.proxy.async.shared::cta`` (unguarded) goes when on every path to it the thread has
+  already fenced shared memory for the async proxy since its last generic access to shared
+  memory and its last synchronisation: the fence orders the thread's generic accesses (and
+  those a barrier or mbarrier ordered before it) before its later async-proxy ones (wgmma
+  operands, bulk copies), and an earlier fence with nothing of that kind between orders the
+  same ones. Between the two may lie register work, global memory accesses and wgmma
+  instructions (async-proxy reads: no generic access); a shared or generic load or store, a
+  ``cp.async`` or its wait, a barrier, an mbarrier or bulk-copy instruction, or one this pass
+  does not know ends the cover. (A cp.async pipeline's wait, barrier and fence come before the
+  first of a block's wgmmas; the fence before the second, whose operand landed in the same
+  wait, goes.)
 """
 
 from __future__ import annotations
@@ -45,7 +57,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from kaio.dialects import ptx
-from kaio.dialects.ptx_hopper import WgmmaCommitOp, WgmmaWaitOp
+from kaio.dialects.ptx_hopper import FenceProxyAsyncOp, WgmmaCommitOp, WgmmaFenceOp, WgmmaMmaAsyncOp, WgmmaWaitOp
 from kaio.passes.ptx_scalar import PURE_OPS, block_ops, const_int, entries, is_instr
 
 
@@ -71,6 +83,7 @@ def redundant_syncs(ops: list[Operation]) -> list[Operation]:
     gone = {id(op) for op in waits}
     barriers = redundant_barriers(ops, gone)
     gone |= {id(op) for op in barriers}
+    gone |= {id(op) for op in redundant_fences(ops, gone)}
     return [op for op in ops if id(op) in gone]
 
 
@@ -392,3 +405,66 @@ def _removable(blocks: list[_Block], depth: list[int], before_effect: list[int],
         i = max(free, key=lambda i: (depth[i], i))
         before_effect[i] = after_effect[i] = 0
         dead.append(i)
+
+
+# -- proxy fences -----------------------------------------------------------------------------
+
+_QUIET, _FENCE, _DIRTY = 0, 1, 2
+# async-proxy instructions that make no generic access (a wgmma reads shared memory through the
+# async proxy, its accumulators are registers)
+_NO_GENERIC_ACCESS = _TOUCH_NOTHING | {WgmmaFenceOp, WgmmaMmaAsyncOp, WgmmaCommitOp, WgmmaWaitOp}
+
+
+def _fences_shared(op: Operation) -> bool:
+    """An unguarded proxy fence that covers shared memory (plain, .shared::cta, .shared::cluster)."""
+    return (type(op) is FenceProxyAsyncOp and "guard" not in op.properties
+            and "global" not in op.mods)  # type: ignore[attr-defined]  # fmt: skip
+
+
+def _fence_kind(op: Operation) -> int:
+    """How ``op`` bears on a later proxy fence: a fence of shared memory, nothing, or a generic
+    shared access or synchronisation the fence must come after."""
+    cls = type(op)
+    if _fences_shared(op):
+        return _FENCE
+    if cls in _NO_GENERIC_ACCESS or cls in _END or not is_instr(cls) or cls is FenceProxyAsyncOp:
+        return _QUIET
+    if cls in (ptx.LdOp, ptx.LdIntoOp, ptx.StOp, ptx.AtomOp, ptx.RedOp):
+        mods = op.mods  # type: ignore[attr-defined]
+        shared = any(m.startswith("shared") for m in mods)
+        if not shared and any(m in ("global", "param", "const", "local") for m in mods):
+            return _QUIET
+    return _DIRTY
+
+
+def redundant_fences(ops: list[Operation], gone: set[int] = frozenset()) -> list[Operation]:  # type: ignore[assignment]
+    """The ``fence.proxy.async.shared::cta`` of ``ops`` that an earlier fence already covers on
+    every path (see the module doc), with the ops whose ids are in ``gone`` taken as deleted."""
+    if not any(type(op) is FenceProxyAsyncOp for op in ops):
+        return []
+    kind = [_QUIET if id(op) in gone else _fence_kind(op) for op in ops]
+    blocks = _blocks(ops)
+    fenced_out = [True] * len(blocks)  # the greatest fixpoint: a path with no fence clears it
+
+    def entry_state(n: int) -> bool:
+        preds = blocks[n].preds
+        return n != 0 and bool(preds) and all(fenced_out[m] for m in preds)
+
+    changed = True
+    while changed:
+        changed = False
+        for n, block in enumerate(blocks):
+            state = entry_state(n)
+            for i in block.ops:
+                state = True if kind[i] == _FENCE else False if kind[i] == _DIRTY else state
+            if state != fenced_out[n]:
+                fenced_out[n] = state
+                changed = True
+    dead = []
+    for n, block in enumerate(blocks):
+        state = entry_state(n)
+        for i in block.ops:
+            if kind[i] == _FENCE and state and tuple(ops[i].mods) == ("shared::cta",):  # type: ignore[attr-defined]
+                dead.append(ops[i])
+            state = True if kind[i] == _FENCE else False if kind[i] == _DIRTY else state
+    return dead

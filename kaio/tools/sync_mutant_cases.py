@@ -341,23 +341,57 @@ def _linear_cross_entropy(dev: Any) -> None:
 
 def _attention_mods(dev: Any) -> None:
     """Forward with a window wide enough for whole key blocks between masked edges (the masked
-    loop's index jumping them), a softcap and sinks, against numpy."""
+    loop's index jumping them), a softcap and sinks, against numpy. On sm_90a (128 x 128 tiles)
+    one query block over 800 keys, its window (bottom-right aligned) off the block grid on both
+    sides: two masked blocks on each edge, three whole ones between (both two-stage rings
+    refilled); elsewhere 192 queries and keys (64 x 32 tiles)."""
     from kaio.ops_library import attention
 
     rng = _rng()
-    sq = sk = 192
-    d, left, right, cap = 64, 96, 64, 2.0
+    d, cap = 64, 2.0
+    sq, sk, left, right = (128, 800, 608, 28) if dev.arch == "sm_90a" else (192, 192, 96, 64)
     q = rng.standard_normal((1, 2, sq, d)).astype(np.float16)
     k, v = (rng.standard_normal((1, 2, sk, d)).astype(np.float16) for _ in range(2))
     sinks = np.array([0.5, -1.0], np.float32)
     s = cap * np.tanh(q.astype(np.float64) @ k.astype(np.float64).transpose(0, 1, 3, 2) / np.sqrt(d) / cap)
-    i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    i, j = np.arange(sq)[:, None] + sk - sq, np.arange(sk)[None, :]
     s = np.where((j >= i - left) & (j <= i + right), s, -np.inf)
     m = np.maximum(s.max(-1, keepdims=True), sinks[None, :, None, None])
     p = np.exp(s - m)
     p /= p.sum(-1, keepdims=True) + np.exp(sinks[None, :, None, None] - m)
     o = attention(*(dev.alloc_from(x) for x in (q, k, v)), window=(left, right), softcap=cap, sinks=dev.alloc_from(sinks))
     _close(o.to_host(), p @ v.astype(np.float64), 2e-2)
+
+
+def _attention_varlen(dev: Any) -> None:
+    """attention_varlen, causal, over four packed sequences of 2 query heads on 1 kv head: one
+    with three whole key blocks of the arch's tile (the two-stage K/V ring refilled) and a ragged
+    one, one with two (the whole-block loop's last prefetch into the stage the masked loop copies
+    to first), one within a key block, one with queries and no key (its rows 0); past a
+    sequence's queries a program walks no key."""
+    from kaio.ops_library import attention_varlen
+    from kaio.ops_library.attention import choose_config
+
+    rng = _rng()
+    d, heads = 64, 2
+    lens_q = (70, 40, 33, 16)
+    bn = choose_config(max(lens_q), d, dev.arch).block_n
+    lens_k = (3 * bn + 72, 2 * bn + 40, 50, 0)
+    cu_q, cu_k = (np.concatenate([[0], np.cumsum(n)]).astype(np.int32) for n in (lens_q, lens_k))
+    q = rng.standard_normal((int(cu_q[-1]), heads, d)).astype(np.float16)
+    k, v = (rng.standard_normal((int(cu_k[-1]), 1, d)).astype(np.float16) for _ in range(2))
+    want = np.zeros(q.shape)
+    for b, (sq, sk) in enumerate(zip(lens_q, lens_k)):
+        if not sk:
+            continue
+        qs = q[cu_q[b] : cu_q[b + 1]].astype(np.float64).transpose(1, 0, 2)  # (H, sq, D)
+        ks, vs = (x[cu_k[b] : cu_k[b + 1], 0].astype(np.float64) for x in (k, v))
+        s = qs @ ks.T / np.sqrt(d)
+        s = np.where(np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq, s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        want[cu_q[b] : cu_q[b + 1]] = ((p / p.sum(-1, keepdims=True)) @ vs).transpose(1, 0, 2)
+    got = attention_varlen(*(dev.alloc_from(x) for x in (q, k, v, cu_q, cu_k)), max(lens_q), max(lens_k), causal=True)
+    _close(got.to_host(), want, 2e-2)
 
 
 def _paged_attention(lens: tuple[int, ...], heads: int = 8) -> Case:
@@ -422,7 +456,9 @@ def _moe(dev: Any) -> None:
     and K = 0 is another specialization (the launch records a divisibility fact only for a
     nonzero integer). K = -32 is this one (32 divides it, as it divides 160) and the kernel
     reads it as empty (its bounds clamp at 0): every row's y is 0, the staging walked on every
-    tile of one program."""
+    tile of one program. (That is sm_80's kernel. On sm_90a a second barrier lies between on
+    every path, the one after the K loop's last wgmma.wait_group, so the two survive as a pair:
+    see EXPLAINED.)"""
     from kaio.ops_library import fused_moe, moe_topk_softmax
 
     rng = _rng()
@@ -497,6 +533,7 @@ def cases(arch: str) -> dict[str, Case]:
         "attention dropout": _attention_dropout,
         "attention window softcap sinks": _attention_mods,
         "attention decode (split keys)": _attention(False, sq=1, sk=1100),
+        "attention_varlen": _attention_varlen,
         "paged_attention": _paged_attention((70, 33)),
         "paged_attention (split keys)": _paged_attention((300, 20)),
         "attention backward (atomic dQ)": _attention(True, sq=70, sk=130, backward=True),
@@ -580,12 +617,50 @@ _SHORT_K = ("not exercised: this product's K (24 tokens, 64 hidden or 200 vocabu
             "stage, the barrier before the refill) never runs; the matmul cases (K = 320) kill it in their own "
             "specializations")  # fmt: skip
 
+# grouped_matmul on sm_90a (the MoE case): 4 warps, one warpgroup consuming a 3-stage TMA ring
+_MOE_BEFORE_TILES = ("redundant: it follows one thread's mbarrier inits and their proxy fence, and the barrier at the top "
+                     "of each tile follows it with only register arithmetic and the group cursor's loads of the offsets "
+                     "(global reads) between; that barrier orders the inits before any thread's use of an mbarrier, and "
+                     "with no tile none is used. ptx-sync-cleanup keeps it because it counts an mbarrier init and a fence "
+                     "as touching everything, global memory included: a compiler follow-up")  # fmt: skip
+_MOE_WARPGROUP = ("redundant with grouped_matmul's one warpgroup: what it orders is the warpgroup's wgmma reads of a ring "
+                  "stage, and each warp's mbarrier wait on that stage, before thread 0 refills the stage and re-arms its "
+                  "mbarrier (in the next K step, or for the next tile's first copies); thread 0's own wgmma.wait_group "
+                  "already orders them: a wgmma is one warpgroup-wide operation, issued by all 4 warps (each after its "
+                  "mbarrier wait), and its wait_group returns only when its shared reads are done. Before the one at "
+                  "the top of a tile lie also the last tile's global stores of y, which conflict with nothing after it "
+                  "(the copies read x and w). A compiler follow-up: drop it when one warpgroup consumes")  # fmt: skip
+_MOE_STAGING_PAIR = ("redundant while the other of the pair stands (the campaign deletes one at a time): with f16 out C goes "
+                     "through a staging array, and both the barrier at the top of each tile and the one after the K loop's "
+                     "last wgmma.wait_group (before the staging writes) lie between one tile's staging reads and the next "
+                     "tile's staging writes, on every path, the K loop empty or not. The staging is the only array the "
+                     "second one orders; the top one also orders the last tile's ring reads before this tile's first "
+                     "copies, which the barrier between the staging writes and reads orders too (and, with one warpgroup, "
+                     "thread 0's wgmma.wait_group 0). A compiler follow-up: keep one of the two")  # fmt: skip
+
+# attention on sm_90a (128 query rows over two warpgroups, a Q tile and two-stage K/V TMA rings
+# in dynamic shared memory), with both key loops running several trips
+_BEFORE_KEY_LOOP = ("redundant: it follows the Q tile's stores and one thread's mbarrier inits (and proxy fence) for the "
+                    "key loop after it, and the barrier at the top of that loop's every trip comes before any read of Q "
+                    "(the wgmma) and any wait on those mbarriers; between the two only thread 0's first K/V copies "
+                    "(into ring bytes, not Q's, on mbarriers it initialised itself, after its own fence) and every "
+                    "thread's proxy fence after its Q stores. When the loop runs no trip the copies are not issued (the "
+                    "loop's bound guards them) and nothing reads Q or the mbarriers. ptx-sync-cleanup keeps it because "
+                    "it counts TMA copies and mbarrier instructions as touching everything, and Q and the rings are one "
+                    "dynamic shared array to it: a compiler follow-up")  # fmt: skip
+_O_INTO_Q = ("redundant: after the last key loop the output is staged in Q's bytes, each warpgroup writing only its own 64 "
+             "query rows, which only its own wgmmas read (a warpgroup's A operand is its 64 rows), after its own "
+             "wgmma.wait_group 0, which returns only when those warpgroup-wide reads are done; the other warpgroup "
+             "reads other rows, and the masked loop's Q stores are ordered before by the barrier before that loop. "
+             "ptx-sync-cleanup cannot tell the rows apart (one dynamic shared array) and counts a wgmma as touching "
+             "everything: a compiler follow-up")  # fmt: skip
+
 EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
     "sm_80": {
         **SCHEDULING_FENCES,
         **{(case, "attention", "bar.sync 0;", 2): _Q_BEFORE_RING
            for case in ("attention", "attention causal", "attention dropout", "attention decode (split keys)",
-                        "attention window softcap sinks", "attention backward (atomic dQ)",
+                        "attention window softcap sinks", "attention_varlen", "attention backward (atomic dQ)",
                         "attention backward (deterministic dQ)")},  # fmt: skip
         ("attention decode (split keys)", "attention", "cp.async.wait_group 0;", 1): _DRAIN_SHAPE,
         **{("attention backward (atomic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 9, 10)},
@@ -609,6 +684,11 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
            for case in ("attention", "attention causal", "attention dropout", "attention decode (split keys)")
            for n, why in ((0, _ASYNC_OPAQUE), (3, _ASYNC_OPAQUE), (4, _ONE_OF_TWO))},  # fmt: skip
         **{(case, "attention", "bar.sync 0;", 5): _ASYNC_OPAQUE for case in ("attention", "attention causal", "attention dropout")},
+        # varlen's kernel loads with cp.async, not TMA: Q and the K and V buffers are byte ranges
+        # of one dynamic shared array
+        ("attention_varlen", "attention", "bar.sync 0;", 2): _Q_BEFORE_RING,
+        **{("attention window softcap sinks", "attention", "bar.sync 0;", n): why
+           for n, why in ((0, _BEFORE_KEY_LOOP), (3, _BEFORE_KEY_LOOP), (5, _O_INTO_Q))},  # fmt: skip
         **{(case, "attention", text, 0): _MASKED_ONE_TRIP for case, text in (
             ("attention", "mbarrier.init.shared::cta.b64 [%r207], 1;"),
             ("attention", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r254], 32768;"),
@@ -626,6 +706,12 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         ("gguf Q8_0 prefill", "gguf_matmul", "bar.sync 0;", 3): _ASYNC_OPAQUE,
         **{(case, "scaled_matmul", "bar.sync 0;", n): _ASYNC_OPAQUE
            for case in ("int8 quantize + matmul", "fp8 quantize + matmul") for n in (1, 4)},  # fmt: skip
+        **{("moe router + fused_moe", kernel, "bar.sync 0;", n): why for kernel, n, why in (
+            ("grouped_matmul", 0, _MOE_BEFORE_TILES), ("grouped_matmul", 1, _MOE_STAGING_PAIR),
+            ("grouped_matmul", 2, _MOE_WARPGROUP), ("grouped_matmul", 3, _MOE_STAGING_PAIR),
+            ("grouped_matmul#1", 0, _MOE_BEFORE_TILES), ("grouped_matmul#1", 1, _MOE_WARPGROUP),
+            ("grouped_matmul#1", 2, _MOE_WARPGROUP),
+        )},  # fmt: skip
         ("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", 0): _ASYNC_OPAQUE,
         **{("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for n in range(3, 16, 2)},
         **{("linear_cross_entropy fwd + bwd", "matmul#2", text, n): _SHORT_K for text, n in (

@@ -11,7 +11,12 @@ The model makes pipelining bugs visible instead of lucky:
   ``wait_all`` commits and lands everything. A kernel that reads the tile before the wait sees
   the old contents, or, with the uninitialized-shared check, gets an error. A thread that exits
   with copies not waited for is an error (``executor.py``): the ISA completes a copy only at its
-  thread's wait.
+  thread's wait;
+* two copies of one thread in flight to overlapping bytes are an error at the second one's
+  issue: the ISA orders a copy's loads and stores among themselves only, not with another
+  cp.async of the same thread ("Memory Consistency Model", "Asynchronous Operations"), so which
+  lands last is undefined until a wait lands the first (a missing drain between two pipelined
+  loops that fill the same ring stage).
 
 ``src-size`` (fewer bytes read, the rest of the cp-size zero-filled) and the ``ignore-src``
 predicate (read nothing, fill zeros) are supported; a thread that reads no byte is not
@@ -26,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .context import ExecContext
-from .faults import DecodeError, first_fault
+from .faults import DecodeError, SimFault, first_fault
 from .memory import GLOBAL_BASE
 from .modifiers import Modifiers
 from .operands import DecodeContext
@@ -60,8 +65,29 @@ class AsyncCopies:
         self.committed = np.zeros(n, dtype=np.int64)
         self.pending: list[_Pending] = []
 
-    def issue(self, threads: np.ndarray, offsets: np.ndarray, data: np.ndarray, pc: int = 0) -> None:
+    def issue(self, ctx: ExecContext, threads: np.ndarray, offsets: np.ndarray, data: np.ndarray, pc: int = 0) -> None:
+        if self.pending:
+            self._check_no_overlap(ctx, threads, offsets, data.shape[1])
         self.pending.append(_Pending(threads, self.committed[threads], offsets, data, pc))
+
+    def _check_no_overlap(self, ctx: ExecContext, threads: np.ndarray, offsets: np.ndarray, size: int) -> None:
+        """No copy in flight of the same thread writes any of the bytes this one does."""
+        at = np.full(ctx.n, -1, dtype=np.int64)  # per batch thread: this copy's first byte
+        at[threads] = offsets
+        for p in self.pending:
+            mine = at[p.threads]
+            clash = (mine >= 0) & (mine < p.offsets + p.data.shape[1]) & (p.offsets < mine + size)
+            if clash.any():
+                k = int(np.flatnonzero(clash)[0])
+                line = ctx.entry.ops[p.pc].line
+                raise SimFault(
+                    "sim",
+                    f"cp.async writes shared bytes that a cp.async of PTX line {line} by the same thread, still "
+                    "in flight, writes too: the ISA does not order two copies, so which lands last is undefined; "
+                    "wait for the first (cp.async.wait_group) before issuing the second",
+                    int(p.threads[k]),
+                    extra={"other_ptx_line": line},
+                )
 
     def commit(self, idx: Idx) -> None:
         if idx is None:
@@ -154,7 +180,7 @@ def _copy(ins: Instruction, mods: Modifiers, dc: DecodeContext) -> Behaviour:
             ctx.profiler.shared_access(ctx, idx, d_addr, size)
         if ctx.race is not None:
             ctx.race.issue_copy(threads, offsets, size)
-        async_copies(ctx).issue(np.array(threads), np.array(offsets), data, ctx.pc)
+        async_copies(ctx).issue(ctx, np.array(threads), np.array(offsets), data, ctx.pc)
 
     return Behaviour(run=run, klass="cp.async", shared_access=size)
 

@@ -11,7 +11,7 @@ import pytest
 from xdsl.dialects.builtin import ModuleOp, i1, i32, i64
 
 from kaio.dialects import ptx
-from kaio.dialects.ptx_hopper import WgmmaCommitOp, WgmmaWaitOp
+from kaio.dialects.ptx_hopper import FenceProxyAsyncOp, WgmmaCommitOp, WgmmaWaitOp
 from kaio.passes.ptx_optimize import PtxSyncCleanupPass
 from kaio.passes.ptx_sync_cleanup import redundant_syncs
 
@@ -20,7 +20,8 @@ class Program:
     """An entry written as words: ``cp``, ``commit``, ``wait N``, ``bar``, ``bar 64`` (a counted
     barrier), ``st`` / ``lds`` (shared store / load), ``stg`` / ``ld`` (global store / load),
     ``ldp`` (param load), ``add``, ``label L``, ``bra L``, ``@bra L`` (a guarded branch),
-    ``ret``, ``wait_all``, ``@commit`` (guarded), ``wgcommit``, ``wgwait N``. ``st A`` / ``lds A``
+    ``ret``, ``wait_all``, ``@commit`` (guarded), ``wgcommit``, ``wgwait N``, ``fence``
+    (``fence.proxy.async.shared::cta``; ``@fence`` guarded, ``fence_global`` of global memory). ``st A`` / ``lds A``
     / ``cp A`` address the shared array ``A`` (declared on first use; ``$A`` a dynamic one),
     ``setr A`` points the register ``r`` into it, ``str`` / ``ldr`` access through ``r``, and
     ``ldx A`` reads ``A`` at an index loaded from global memory. Each op is named by its index."""
@@ -74,6 +75,9 @@ class Program:
             elif kind == "wgwait":
                 op = WgmmaWaitOp("sync.aligned", [ptx.ConstOp(int(arg), i32).result])
                 block.add_op(op.srcs[0].owner)  # type: ignore[arg-type]
+            elif kind in ("fence", "@fence", "fence_global"):
+                mods = "global" if kind == "fence_global" else "shared::cta"
+                op = FenceProxyAsyncOp(mods, guard=pred.results[0] if kind == "@fence" else None)
             elif kind == "wait_all":
                 op = ptx.CpAsyncWaitAllOp("")
             elif kind == "bar":
@@ -153,6 +157,23 @@ class Program:
         (["st B", "bar", "ldx A"], []),  # a value loaded from memory may be any address
         (["cp A", "commit", "wait 0", "bar", "lds B"], [3]),  # the wait lands copies into A only
         (["cp A", "commit", "wait 0", "bar", "lds A"], []),
+        # proxy fences: one with nothing generic in shared memory, nor a synchronisation, since the last goes
+        (["st", "bar", "fence", "wgcommit", "wgwait 0", "add", "fence"], [6]),
+        (["fence"], []),  # the kernel's start: whatever came before the launch
+        (["fence", "st", "fence"], []),  # a generic write to order before the async proxy
+        (["fence", "lds", "fence"], []),  # a generic read too (before a bulk copy overwrites it)
+        (["fence", "ld", "stg", "ldp", "fence"], [4]),  # global memory is not the fence's
+        (["fence", "bar", "fence"], []),  # what other threads did before the barrier
+        (["cp", "commit", "fence", "wait 0", "fence"], []),  # copies landed since
+        (["fence", "@fence", "fence"], [2]),  # (a guarded one stays: it fences nothing for sure)
+        (["@fence", "fence"], []),  # a guarded fence may not run
+        (["fence", "fence_global", "fence"], [2]),  # (a fence of global memory is not removed)
+        (["st", "@bra A", "fence", "label A", "fence"], []),  # one path unfenced
+        (["st", "fence", "@bra A", "lds", "label A", "fence"], []),  # one path reads shared
+        (["st", "fence", "@bra A", "ld", "label A", "fence"], [5]),
+        (["st", "label L", "fence", "wgcommit", "fence", "cp", "commit", "wait 0", "@bra L"], [4]),  # a loop's second
+        (["st", "fence", "label L", "fence", "wgcommit", "@bra L"], [3]),  # covered on entry and on the back edge
+        (["st", "fence", "label L", "fence", "lds", "@bra L"], []),  # the back edge reads shared
 
     ],
 )

@@ -121,6 +121,30 @@ def test_a_thread_may_not_exit_with_a_copy_in_flight(sim, commit):
         run(sim, body)
 
 
+@pytest.mark.parametrize("between", ["	cp.async.commit_group;", ""], ids=["another group", "one group"])
+def test_two_copies_in_flight_to_the_same_bytes_are_an_error(sim, between):
+    """A planted missing drain between two pipelined loops: the first loop's last prefetch (a
+    zero fill past its end) and the second loop's first copy into the same ring stage, then one
+    wait. Landing them in issue order would hide it; the ISA does not order two cp.async."""
+    body = "\n".join([
+        "	cp.async.cg.shared.global [%r3+16], [%rd3], 16, 0;", between,
+        "	cp.async.ca.shared.global [%r3+24], [%rd3+8], 8;", "	cp.async.commit_group;",
+        "	cp.async.wait_group 0;",
+    ])  # fmt: skip
+    with pytest.raises(KaioSimError, match=r"a cp.async of PTX line \d+ by the same thread, still in flight"):
+        run(sim, body)
+
+
+def test_a_wait_between_two_copies_to_the_same_bytes_orders_them(sim):
+    body = "\n".join([
+        "	cp.async.cg.shared.global [%r3], [%rd3], 16, 0;", "	cp.async.commit_group;", "	cp.async.wait_group 0;",
+        "	cp.async.cg.shared.global [%r3], [%rd3], 16;", "	cp.async.cg.shared.global [%r3+16], [%rd3+16], 16;",
+        "	cp.async.commit_group;", "	cp.async.wait_group 0;", dump(0), dump(1),
+    ])  # fmt: skip
+    data, out = run(sim, body)
+    np.testing.assert_array_equal(out[:, 0:8], data[:, 0:8])
+
+
 def test_wait_all_lands_uncommitted_copies(sim):
     body = "\n".join(["	cp.async.ca.shared.global [%r3], [%rd3], 8;", "	cp.async.ca.shared.global [%r3+8], [%rd3+8], 4;", "	cp.async.wait_all;", dump(0)])
     data, out = run(sim, body)
