@@ -39,6 +39,7 @@ _OPS: dict[str, str] = {
     "gguf_matmul": "gguf_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
     "moe_topk_softmax": "moe_routing", "moe_align": "moe_align", "grouped_matmul": "grouped_matmul",
     "fused_moe": "moe_fused",
+    "sample": "sampling",
 }  # fmt: skip
 
 if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
@@ -71,6 +72,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backward
     from kaio.ops_library.quantize import quantize_fp8, quantize_int8
     from kaio.ops_library.rope import rope, rope_backward
+    from kaio.ops_library.sampling import sample
     from kaio.ops_library.softmax import log_softmax, softmax
     from kaio.ops_library.softmax_backward import log_softmax_backward, softmax_backward
     from kaio.ops_library.w4a16_matmul import w4a16_matmul

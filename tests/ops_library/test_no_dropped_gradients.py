@@ -112,3 +112,7 @@ def test_the_ops_without_a_torch_op_are_public_ops_that_refuse_gradients():
     with pytest.raises(kaio.KaioError, match="grad"):
         samples.ol.attention_varlen(q, q.detach(), q.detach(), cu, cu, 1, 1)
     # create_block_mask takes no tensor that could require grad: the mask is integers
+    # sample's ids are integers with no gradient to drop: it takes logits that require grad
+    ids = samples.ol.sample(x)
+    assert ids.dtype == torch.int32 and ids.requires_grad is False
+    torch.testing.assert_close(ids, torch.argmax(x.detach(), -1).to(torch.int32))

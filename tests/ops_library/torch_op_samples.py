@@ -340,7 +340,7 @@ NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear", "
 # ops with no torch custom op yet: torch tensors run eagerly through the op's operands (no
 # torch.compile graph, no autograd: a tensor that requires grad is refused with a kaio error)
 WITHOUT_TORCH_OP = {"moe_topk_softmax", "moe_align", "grouped_matmul", "fused_moe", "paged_attention", "attention_varlen",
-                    "attention_varlen_backward", "create_block_mask"}  # fmt: skip
+                    "attention_varlen_backward", "create_block_mask", "sample"}  # fmt: skip
 
 
 def public_ops() -> set[str]:
