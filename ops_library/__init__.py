@@ -38,7 +38,8 @@ _OPS: dict[str, str] = {
     "quantize_int8": "quantize", "quantize_fp8": "quantize",
     "gguf_matmul": "gguf_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
     "moe_topk_softmax": "moe_routing", "moe_align": "moe_align", "grouped_matmul": "grouped_matmul",
-    "fused_moe": "moe_fused",
+    "grouped_matmul_backward": "grouped_matmul_backward",
+    "fused_moe": "moe_fused", "fused_moe_backward": "moe_fused_backward",
     "sample": "sampling",
 }  # fmt: skip
 
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.gguf_linear import GGUFLinear, gguf_linear
     from kaio.ops_library.gguf_matmul import gguf_matmul
     from kaio.ops_library.grouped_matmul import grouped_matmul
+    from kaio.ops_library.grouped_matmul_backward import grouped_matmul_backward
     from kaio.ops_library.int8_matmul import int8_matmul
     from kaio.ops_library.linear_cross_entropy import (
         linear_cross_entropy,
@@ -66,6 +68,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.matmul_config import MatmulConfig
     from kaio.ops_library.moe_align import moe_align
     from kaio.ops_library.moe_fused import fused_moe
+    from kaio.ops_library.moe_fused_backward import fused_moe_backward
     from kaio.ops_library.moe_routing import moe_topk_softmax
     from kaio.ops_library.norms import layer_norm, rms_norm
     from kaio.ops_library.paged_attention import PagedAttention, paged_attention

@@ -20,6 +20,9 @@ intermediates are (T * k, 2F) and (T * k, F) in x's type and (T * k, D) f32.
 
 # No `from __future__ import annotations`: the kernel's annotations name the factory's types.
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -35,7 +38,7 @@ from kaio.ops_library.moe_align import MAX_EXPERTS
 from kaio.ops_library.moe_align import launch as align_launch
 from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.moe_checks import check_ids, take_index
-from kaio.ops_library.operands import Operands
+from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, f32, i32
 
 ACTIVATIONS = {"silu": activations.SILU, "gelu": activations.GELU_ERF}
@@ -64,7 +67,8 @@ def gather_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
 def combine_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType) -> Any:  # noqa: N803
     @kaio.tile_kernel(num_warps=4, num_stages=0)
     def moe_combine(o: Array[f32], inverse: Array[i32], weights: Array[W], y: MutArray[T], tokens: i32, k: i32,
-                    d: i32, R: kaio.constexpr = ROWS, C: kaio.constexpr = COLS):  # fmt: skip
+                    d: i32, R: kaio.constexpr = ROWS, C: kaio.constexpr = COLS,
+                    WEIGHTED: kaio.constexpr = True):  # fmt: skip
         rows = i32(kt.program_id(0)) * R + kt.arange(R)
         live = rows < tokens
         c0 = i32(kt.program_id(1)) * C
@@ -74,19 +78,39 @@ def combine_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType) -> Any:  # noqa: 
         for j in range(k):  # in order: the same sum every run
             at = rows * k + j
             p = kt.load(inverse, at, mask=live)
-            wt = f32(kt.load(weights, at, mask=live))
-            acc = acc + kt.expand_dims(wt, 1) * kt.load(o, kt.expand_dims(p, 1) * d + cols, mask=mask)
+            row = kt.load(o, kt.expand_dims(p, 1) * d + cols, mask=mask)
+            if WEIGHTED:
+                acc = acc + kt.expand_dims(f32(kt.load(weights, at, mask=live)), 1) * row
+            else:
+                acc = acc + row
         kt.store(y, kt.expand_dims(rows, 1) * d + cols, T(acc), mask=mask)
 
     return moe_combine
 
 
-def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, activation: str = "silu",
-              device: Any = None) -> Any:  # fmt: skip
-    """The MoE MLP of each token over its k experts (see the module doc); y (T, D) in x's type."""
-    op = "fused_moe"
-    refuse_grad(op, x, w_gate_up, w_down, weights, ids)
-    ops = Operands(op, x, w_gate_up, w_down, weights, ids, device=device)
+@dataclass
+class Moe:
+    """A checked fused_moe call: its operands and sizes (``n``: the T * k (token, choice) pairs)."""
+
+    x: Operand
+    w_gate_up: Operand
+    w_down: Operand
+    weights: Operand
+    ids: Operand
+    tokens: int
+    d: int
+    experts: int
+    f: int
+    k: int
+    act: int
+
+    @property
+    def n(self) -> int:
+        return self.tokens * self.k
+
+
+def check(op: str, ops: Operands, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: Any) -> Moe:
+    """The call's operands and sizes, or a kaio error naming the argument (ids read back)."""
     ox, og, od = ops.take("x", x), ops.take("w_gate_up", w_gate_up), ops.take("w_down", w_down)
     ow, oi = ops.take("weights", weights), ops.take("ids", ids)
     if ox.dtype not in INPUT_TYPES:
@@ -120,24 +144,61 @@ def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, ac
     if any(s >= 2**31 for s in (n * 2 * f, n * d, experts * 2 * f * d)):
         raise KaioTypeError(f"{op}: arrays of 2**31 elements or more are too large")
     check_ids(op, "ids", ids, experts)
-    oy = ops.output((tokens, d), ox.dtype)
-    if n == 0 or d == 0:
-        return ops.result(oy)
-    dev, t = ops.device, ox.dtype
+    return Moe(ox, og, od, ow, oi, tokens, d, experts, f, k, ACTIVATIONS[activation])
+
+
+@dataclass
+class Routed:
+    """The pairs sorted by expert and their MLP up to the activation, in workspaces."""
+
+    sorted_ids: Operand  # (n,): the pair (t * k + j) at each sorted row
+    offsets: Operand  # (E + 1,): where each expert's rows begin
+    inverse: Operand  # (n,): the sorted row of each pair
+    xs: Operand  # (n, D): x's rows in that order
+    h: Operand  # (n, 2F): the gate/up product
+    a: Operand  # (n, F): the gated activation
+
+
+@contextmanager
+def routed(ops: Operands, m: Moe) -> Iterator[Routed]:
+    """The first five launches (alignment, gather, gate/up product, activation), shared by the
+    forward and the backward (which recomputes them rather than keeping them from the forward)."""
+    dev, t, n, f, d = ops.device, m.x.dtype, m.n, m.f, m.d
     with (ops.workspace((n,), dtypes.i32) as sorted_ids, ops.workspace((n,), dtypes.i32) as block_experts,
-          ops.workspace((1,), dtypes.i32) as total, ops.workspace((experts + 1,), dtypes.i32) as offsets,
+          ops.workspace((1,), dtypes.i32) as total, ops.workspace((m.experts + 1,), dtypes.i32) as offsets,
           ops.workspace((n,), dtypes.i32) as inverse, ops.workspace((n, d), t) as xs,
-          ops.workspace((n, 2 * f), t) as h, ops.workspace((n, f), t) as a,
-          ops.workspace((n, d), dtypes.f32) as o):  # fmt: skip
-        align_launch(ops, oi, n, experts, 1, sorted_ids, block_experts, total, offsets)
-        gather_kernel(t).launch(dev, ox.value, sorted_ids.value, xs.value, inverse.value, n, k, d,
+          ops.workspace((n, 2 * f), t) as h, ops.workspace((n, f), t) as a):  # fmt: skip
+        align_launch(ops, m.ids, n, m.experts, 1, sorted_ids, block_experts, total, offsets)
+        gather_kernel(t).launch(dev, m.x.value, sorted_ids.value, xs.value, inverse.value, n, m.k, d,
                                 grid=(math.ceil(n / ROWS),))  # fmt: skip
-        grouped_launch(dev, xs, og, offsets, h, experts, 2 * f, d, w_nk=True)
+        grouped_launch(dev, xs, m.w_gate_up, offsets, h, m.experts, 2 * f, d, w_nk=True)
         b = rowops.blocks(n, f)
         rowops.launch(activations.gated_kernel(t), b, (b.grid(n), math.ceil(f / b.cols)), (h.value, a.value, n, f),
-                      dev, ACT=ACTIVATIONS[activation], BASE_X=rowops.base_alignment(h.ptr),
+                      dev, ACT=m.act, BASE_X=rowops.base_alignment(h.ptr),
                       BASE_Y=rowops.base_alignment(a.ptr))  # fmt: skip
-        grouped_launch(dev, a, od, offsets, o, experts, d, f, w_nk=True)
-        combine_kernel(t, ow.dtype).launch(dev, o.value, inverse.value, ow.value, oy.value, tokens, k, d,
-                                           grid=(math.ceil(tokens / ROWS), math.ceil(d / COLS)))  # fmt: skip
+        yield Routed(sorted_ids, offsets, inverse, xs, h, a)
+
+
+def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, activation: str = "silu",
+              device: Any = None) -> Any:  # fmt: skip
+    """The MoE MLP of each token over its k experts (see the module doc); y (T, D) in x's type."""
+    op = "fused_moe"
+    refuse_grad(op, x, w_gate_up, w_down, weights, ids)
+    ops = Operands(op, x, w_gate_up, w_down, weights, ids, device=device)
+    m = check(op, ops, x, w_gate_up, w_down, weights, ids, activation)
+    oy = ops.output((m.tokens, m.d), m.x.dtype)
+    if m.n == 0 or m.d == 0:
+        return ops.result(oy)
+    with routed(ops, m) as r, ops.workspace((m.n, m.d), dtypes.f32) as o:
+        grouped_launch(ops.device, r.a, m.w_down, r.offsets, o, m.experts, m.d, m.f, w_nk=True)
+        combine_launch(ops.device, o, r.inverse, m.weights, oy, m.tokens, m.k, m.d)
     return ops.result(oy)
+
+
+def combine_launch(device: Any, o: Operand, inverse: Operand, weights: Operand | None, y: Operand, tokens: int,
+                   k: int, d: int) -> None:  # fmt: skip
+    """``y[t] = sum_j weights[t, j] * o[inverse[t * k + j]]`` (``weights`` None: unweighted)."""
+    w = weights or inverse  # an unweighted sum reads no weight: any array fills the slot
+    combine_kernel(y.dtype, w.dtype).launch(device, o.value, inverse.value, w.value, y.value, tokens, k, d,
+                                            grid=(math.ceil(tokens / ROWS), math.ceil(d / COLS)),
+                                            WEIGHTED=weights is not None)  # fmt: skip
