@@ -164,6 +164,21 @@ def mods_given(op: str, score_mod: Any, mask_mod: Any, mod_args: Any, window: An
     return Mods(score_mod, mask_mod, tuple(mod_args), window, softcap, alibi_slopes, sinks)
 
 
+def schema_mods(op: str, window_left: int, window_right: int, softcap: float, alibi_slopes: Any, mods: str | None,
+                mod_args: tuple[Any, ...], sinks: Any) -> Mods:  # fmt: skip
+    """The mods as the attention custom ops' schemas carry them (a window side of -1: no window;
+    a softcap of 0: none; the score and mask functions by their ``mods_key``; the ``mod_args``
+    as four optional tensors, the given ones first: a schema's ``Tensor[]`` takes no default),
+    checked as the op checks them. Here, not in the torch layer: each of its modules with an
+    attention op decodes them, and they import no other module of that layer."""
+    from kaio.ops_library.attention_mods import mods_of_key
+
+    window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
+    score_mod, mask_mod = mods_of_key(op, mods)
+    given = tuple(a for a in mod_args if a is not None)
+    return mods_given(op, score_mod, mask_mod, given, window, softcap or None, alibi_slopes, sinks)
+
+
 class Attention:
     """The attention op: call it, or ask for its pipeline."""
 

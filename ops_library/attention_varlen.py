@@ -25,8 +25,11 @@ also returns the f32 logsumexp ``(H, total_q)`` (FlashAttention's varlen ``softm
 Bad input is refused before any launch, naming the argument and the rule; the values of
 ``cu_seqlens_*`` are checked where they can be read on the host (numpy arrays, kaio Buffers,
 torch tensors), as ``attention`` checks ``kv_lens``. No dropout. The gradients:
-:func:`~kaio.ops_library.attention_varlen_backward`; torch tensors run the kernel directly (no
-custom op, so autograd records nothing), and one that requires grad is refused.
+:func:`~kaio.ops_library.attention_varlen_backward`. Torch tensors (every array one, no ``out=``)
+go through the custom op ``torch.ops.kaio.attention_varlen`` (``attention_varlen_torch``), so
+autograd records the call (q, k, v and ``sinks`` get gradients; ``mod_args`` none, and one that
+requires grad is refused) and ``torch.compile`` traces it; ``out=`` runs the kernel directly,
+and refuses an input that requires grad.
 
 The kernel is attention's (``kaio.ops_library.attention_kernel``, ``VARLEN``): its loads and
 stores view the packed arrays as (tokens, heads * D) matrices, one program per (block of a
@@ -47,6 +50,7 @@ from kaio.ops_library.attention import (
     check_heads_and_types,
     AttentionConfig,
     Dropout,
+    Mods,
     Packed,
     _forward,
     _mod_operands,
@@ -58,6 +62,7 @@ from kaio.ops_library.attention import (
     mods_given,
 )
 from kaio.ops_library.autograd import needs_grad, refuse_traced
+from kaio.ops_library.rows import torch_op
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
 from kaio.pipeline import Pipeline
@@ -80,13 +85,33 @@ class AttentionVarlen:
         scale = _scale(scale, OP)
         longest = (_max_seqlen("max_seqlen_q", max_seqlen_q), _max_seqlen("max_seqlen_k", max_seqlen_k))
         mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
+        arrays = (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, *mods.mod_args)
+        if out is None and (ops_ns := torch_op(*arrays, device=device)) is not None:
+            # torch tensors: torch.ops.kaio.attention_varlen, which records the graph (saving out, lse)
+            if needs_grad(*mods.mod_args):
+                raise KaioTypeError(f"{OP}: `mod_args` get no gradient, and one requires grad; detach it")
+            from kaio.ops_library.attention import _config_label
+            from kaio.ops_library.attention_mods import mod_arg_slots, mods_key
+
+            left, right = mods.window if mods.window is not None else (-1, -1)
+            result, lse = ops_ns.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *longest, causal, scale,
+                                                  _config_label(config), left, right, mods.softcap or 0.0, alibi_slopes,
+                                                  mods_key(mods.score_mod, mods.mask_mod),
+                                                  *mod_arg_slots(OP, mods.mod_args), sinks)  # fmt: skip
+            return (result, lse) if return_lse else result
         if needs_grad(q, k, v, alibi_slopes, sinks, *mods.mod_args):
-            raise KaioTypeError(
-                f"{OP}: torch autograd does not record it yet, and an input requires grad; detach the "
-                "inputs and call attention_varlen_backward yourself"
-            )
+            # the kernel runs directly below: nothing would record the gradient
+            why = "`out=` records no gradient" if out is not None else "arrays not all torch tensors record no gradient"
+            raise KaioTypeError(f"{OP}: {why}, and an input requires grad; leave out=None")
         refuse_traced(OP, q, k, v, out, cu_seqlens_q, cu_seqlens_k)
-        ops = Operands(OP, q, k, v, out, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, *mods.mod_args, device=device)
+        return self.run(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, causal, scale, out, return_lse, device, config, mods)
+
+    def run(self, q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, longest: tuple[int, int],
+            causal: bool, scale: float | None, out: Any, return_lse: bool, device: Any,
+            config: AttentionConfig | str | None, mods: Mods) -> Any:  # fmt: skip
+        """The op itself, its scalar arguments checked, without the torch custom-op routing."""
+        ops = Operands(OP, q, k, v, out, cu_seqlens_q, cu_seqlens_k, mods.alibi_slopes, mods.sinks, *mods.mod_args,
+                       device=device)  # fmt: skip
         oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
         oo = ops.take("out", out) if out is not None else None
         total_q, total_k, h, hkv, d = _check_packed(oq, ok, ov, oo)
@@ -150,12 +175,29 @@ def take_cu_seqlens(ops: Operands, cu_seqlens_q: Any, cu_seqlens_k: Any, total_q
                     longest: tuple[int, int], op: str = OP) -> tuple[Operand, Operand]:  # fmt: skip
     """The two cumulative lengths taken and checked against the packed lengths and the longest
     sequences (``max_seqlen_q``, ``max_seqlen_k``)."""
+    cu_q, cu_k = _cu_seqlens_pair(ops, cu_seqlens_q, cu_seqlens_k, op)
+    _check_offsets(cu_q, "cu_seqlens_q", total_q, "q", longest[0], "max_seqlen_q", op)
+    _check_offsets(cu_k, "cu_seqlens_k", total_k, "k", longest[1], "max_seqlen_k", op)
+    return cu_q, cu_k
+
+
+def check_tensors(op: str, q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any) -> tuple[int, int, int, int, int]:
+    """(total_q, total_k, H, Hkv, D): :func:`_check_packed` and the cumulative lengths' type and
+    shape on torch tensors' metadata alone (fake tensors too), what the custom ops and their
+    fakes both run; the lengths' values are the real op's to check (a fake has none)."""
+    from kaio.ops_library.torch_checks import TensorMetadata
+
+    meta = TensorMetadata(op)
+    sizes = _check_packed(meta.take("q", q), meta.take("k", k), meta.take("v", v), None)
+    _cu_seqlens_pair(meta, cu_seqlens_q, cu_seqlens_k, op)  # type: ignore[arg-type]
+    return sizes
+
+
+def _cu_seqlens_pair(ops: Operands, cu_seqlens_q: Any, cu_seqlens_k: Any, op: str) -> tuple[Operand, Operand]:
     cu_q, cu_k = _cu_seqlens(ops, "cu_seqlens_q", cu_seqlens_q, op), _cu_seqlens(ops, "cu_seqlens_k", cu_seqlens_k, op)
     if cu_k.shape != cu_q.shape:
         raise KaioTypeError(f"{op}: `cu_seqlens_k` must have cu_seqlens_q's shape {cu_q.shape} (B+1 entries), "
                             f"got {cu_k.shape}")  # fmt: skip
-    _check_offsets(cu_q, "cu_seqlens_q", total_q, "q", longest[0], "max_seqlen_q", op)
-    _check_offsets(cu_k, "cu_seqlens_k", total_k, "k", longest[1], "max_seqlen_k", op)
     return cu_q, cu_k
 
 

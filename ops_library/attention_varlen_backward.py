@@ -14,7 +14,9 @@ and dv k's; with ``sinks``, also ``dsinks`` (f32, one per head), as
 query-block-parallel kernel (bit-identical runs), else by atomics from the key-block kernel.
 The kernels are attention_backward's (``VARLEN``: each program finds its sequence's rows from
 the cumulative lengths and its head's columns, as the forward's do). No dropout; torch tensors
-run the kernels directly (no custom op), and ``torch.compile`` is refused.
+go through the custom op ``torch.ops.kaio.attention_varlen_backward`` (the forward's autograd
+runs it; ``torch.compile`` traces it), which has no backward itself: a second derivative is
+refused at the call.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from typing import Any
 
 from kaio import dtypes
 from kaio.errors import KaioTypeError
-from kaio.ops_library.attention import Dropout, Packed, _mod_operands, _scale, mods_given
+from kaio.ops_library.attention import Dropout, Mods, Packed, _mod_operands, _scale, mods_given
 from kaio.ops_library.attention_backward import _fill_zero, _launch
 from kaio.ops_library.attention_varlen import _check_packed, _max_seqlen, take_cu_seqlens
-from kaio.ops_library.autograd import refuse_traced
+from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.rows import torch_op
 
 OP = "attention_varlen_backward"
 
@@ -46,9 +49,29 @@ def attention_varlen_backward(
     scale = _scale(scale, OP)
     longest = (_max_seqlen("max_seqlen_q", max_seqlen_q), _max_seqlen("max_seqlen_k", max_seqlen_k))
     mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
-    refuse_traced(OP, q, k, v, out, lse, grad_out)
-    ops = Operands(OP, q, k, v, out, lse, grad_out, cu_seqlens_q, cu_seqlens_k, grad_lse, alibi_slopes, sinks,
-                   *mods.mod_args, device=device)  # fmt: skip
+    if (ops_ns := torch_op(q, k, v, out, lse, grad_out, cu_seqlens_q, cu_seqlens_k, grad_lse, alibi_slopes, sinks,
+                           *mods.mod_args, device=device)) is not None:  # fmt: skip
+        from kaio.ops_library.attention_mods import mod_arg_slots, mods_key
+
+        left, right = mods.window if mods.window is not None else (-1, -1)
+        *grads, dsinks = ops_ns.attention_varlen_backward(
+            q, k, v, out, lse, grad_out, cu_seqlens_q, cu_seqlens_k, *longest, causal, scale, grad_lse, deterministic,
+            left, right, mods.softcap or 0.0, alibi_slopes, mods_key(mods.score_mod, mods.mask_mod),
+            *mod_arg_slots(OP, mods.mod_args), sinks,
+        )
+        return (*grads, dsinks) if sinks is not None else tuple(grads)
+    # not all torch tensors: the kernels run directly, and nothing would record a second derivative
+    refuse_grad(OP, q, k, v, out, lse, grad_out, grad_lse, sinks, why="some arrays are not torch tensors")
+    return run(q, k, v, out, lse, grad_out, cu_seqlens_q, cu_seqlens_k, longest, causal, scale, grad_lse,
+               deterministic, device, mods)
+
+
+def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
+        longest: tuple[int, int], causal: bool, scale: float | None, grad_lse: Any, deterministic: bool, device: Any,
+        mods: Mods) -> tuple[Any, ...]:  # fmt: skip
+    """The op itself, its scalar arguments checked, without the torch custom-op routing."""
+    ops = Operands(OP, q, k, v, out, lse, grad_out, cu_seqlens_q, cu_seqlens_k, grad_lse, mods.alibi_slopes,
+                   mods.sinks, *mods.mod_args, device=device)  # fmt: skip
     oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
     total_q, total_k, h, hkv, d = _check_packed(oq, ok, ov, None)
     oo, odo = ops.take("out", out), ops.take("grad_out", grad_out)
@@ -74,6 +97,26 @@ def attention_varlen_backward(
                 _fill_zero(ops, x)
     grads = (ops.result(dq), ops.result(dk), ops.result(dv))
     return (*grads, ops.result(dsinks)) if dsinks is not None else grads
+
+
+def check_saved(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any, cu_seqlens_q: Any,
+                cu_seqlens_k: Any) -> int:  # fmt: skip
+    """What :func:`run` checks on torch tensors' metadata alone (the custom op's fake runs it):
+    H, for the mods' per-head arrays."""
+    from kaio.ops_library.attention_varlen import check_tensors
+    from kaio.ops_library.torch_checks import TensorMetadata
+
+    total_q, _, h, _, _ = check_tensors(OP, q, k, v, cu_seqlens_q, cu_seqlens_k)
+    meta = TensorMetadata(OP)
+    shape, dtype = tuple(q.shape), meta.take("q", q).dtype
+    for name, value in (("out", out), ("grad_out", grad_out)):
+        x = meta.take(name, value)
+        if x.shape != shape or x.dtype != dtype:
+            raise KaioTypeError(f"{OP}: `{name}` must be {dtype.name} of shape {shape} (q's), got {x.dtype.name} {x.shape}")
+    _statistics(meta, "lse", lse, (h, total_q))  # type: ignore[arg-type]
+    if grad_lse is not None:
+        _statistics(meta, "grad_lse", grad_lse, (h, total_q))  # type: ignore[arg-type]
+    return h
 
 
 def _statistics(ops: Operands, name: str, value: Any, shape: tuple[int, int]) -> Operand:

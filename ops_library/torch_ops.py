@@ -24,6 +24,7 @@ from torch import Tensor
 from kaio.ops_library import torch_checks as checks
 from kaio.ops_library.activations import SILU
 from kaio.ops_library.activations import run as run_gated
+from kaio.ops_library.attention import schema_mods
 from kaio.ops_library.attention_mods import mods_key
 from kaio.ops_library.autograd import (
     define_op,
@@ -135,21 +136,6 @@ def _cross_entropy_fake(logits: Tensor, targets: Tensor, ignore_index: int, *, d
 # --- attention: FlashAttention-2 forward and backward, the backward registered for autograd ----
 
 
-def _schema_mods(op: str, window_left: int, window_right: int, softcap: float, alibi_slopes: Tensor | None,
-                 mods: str | None, mod_args: tuple[Tensor | None, ...], sinks: Tensor | None) -> Any:  # fmt: skip
-    """The mods as the custom ops' schemas carry them (a window side of -1: no window; a softcap
-    of 0: none; the score and mask functions by their ``mods_key``; the ``mod_args`` as four
-    optional tensors, the given ones first: a schema's ``Tensor[]`` takes no default), checked
-    as the op checks them."""
-    from kaio.ops_library.attention import mods_given
-    from kaio.ops_library.attention_mods import mods_of_key
-
-    window = None if window_left < 0 and window_right < 0 else (window_left, window_right)
-    score_mod, mask_mod = mods_of_key(op, mods)
-    given = tuple(a for a in mod_args if a is not None)
-    return mods_given(op, score_mod, mask_mod, given, window, softcap or None, alibi_slopes, sinks)
-
-
 def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
                config: str | None, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1, window_right: int = -1,
                softcap: float = 0.0, alibi_slopes: Tensor | None = None, mods: str | None = None,
@@ -160,7 +146,7 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | Non
     from kaio.ops_library.attention import Dropout, attention, check_tensors, config_from_label
 
     check_tensors("attention", q, k, v, kv_lens)
-    given = _schema_mods("attention", window_left, window_right, softcap, alibi_slopes, mods,
+    given = schema_mods("attention", window_left, window_right, softcap, alibi_slopes, mods,
                          (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)  # fmt: skip
     drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
     return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device), drop, given)  # type: ignore[no-any-return]
@@ -175,7 +161,7 @@ def _attention_fake(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float 
     from kaio.ops_library.attention import check_mod_tensors, check_tensors
 
     check_tensors("attention", q, k, v, kv_lens)
-    given = _schema_mods("attention", window_left, window_right, softcap, alibi_slopes, mods,
+    given = schema_mods("attention", window_left, window_right, softcap, alibi_slopes, mods,
                          (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)  # fmt: skip
     check_mod_tensors("attention", given, q.shape[1])
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
@@ -193,7 +179,7 @@ def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tenso
     from kaio.ops_library.attention_backward import OP, check_saved, run
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
-    given = _schema_mods(OP, window_left, window_right, softcap, alibi_slopes, mods, (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)
+    given = schema_mods(OP, window_left, window_right, softcap, alibi_slopes, mods, (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)
     drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
     grads = run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device), drop, given)
     return (*grads, q.new_empty((0,), dtype=torch.float32)) if sinks is None else grads  # type: ignore[return-value]
@@ -209,7 +195,7 @@ def _attention_backward_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: 
     from kaio.ops_library.attention_backward import OP, check_saved
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
-    given = _schema_mods(OP, window_left, window_right, softcap, alibi_slopes, mods, (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)
+    given = schema_mods(OP, window_left, window_right, softcap, alibi_slopes, mods, (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)
     check_mod_tensors(OP, given, q.shape[1])
     dsinks = q.new_empty((q.shape[1] if sinks is not None else 0,), dtype=torch.float32)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from kaio.ops_library import (
+    attention_varlen_torch,
     dropout_torch,
     gguf_matmul_torch,
     linear_cross_entropy_torch,
@@ -29,6 +30,7 @@ from kaio.ops_library import (
 REGISTRATIONS: tuple[Callable[[], None], ...] = (
     matmul_torch.register,  # matmul, matmul_out, matmul_backward and matmul's autograd
     torch_ops.register,  # the memory-bound forwards and attention (and Dynamo's constants)
+    attention_varlen_torch.register,  # after torch_ops: Dynamo's constants (mods_key) set
     torch_ops_backward.register,  # softmax's, the gated activations' and cross_entropy's backwards
     norms_autograd.register,  # the norms' forwards with statistics, their and rope's backwards
     linear_cross_entropy_torch.register,

@@ -171,12 +171,14 @@ def test_an_empty_batch_launches_nothing(dev):
     assert o.shape == (0, 2, 32) and lse.shape == (2, 0)
 
 
-def test_inputs_that_require_grad_are_refused():
+def test_out_with_grad_is_refused_not_dropped():
+    """Torch autograd records calls through torch.ops.kaio.attention_varlen
+    (test_attention_varlen_torch.py); one with out= runs the kernel directly, and records nothing."""
     torch = pytest.importorskip("torch")
     q = torch.randn(8, 2, 32, dtype=torch.float16, requires_grad=True)
     cu = torch.tensor([0, 8], dtype=torch.int32)
-    with pytest.raises(KaioTypeError, match="attention_varlen: torch autograd does not record it yet"):
-        attention_varlen(q, q.detach(), q.detach(), cu, cu, 8, 8)
+    with pytest.raises(KaioTypeError, match="attention_varlen: `out=` records no gradient"):
+        attention_varlen(q, q.detach(), q.detach(), cu, cu, 8, 8, out=torch.empty_like(q))
 
 
 @pytest.mark.schedule_seeds

@@ -51,6 +51,17 @@ def attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: boo
     return (torch.softmax(s, -1) @ vf).to(q.dtype)
 
 
+def varlen_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor, cu_k: torch.Tensor,
+                         causal: bool = False) -> torch.Tensor:  # fmt: skip
+    """Packed (tokens, heads, D) attention: each sequence alone through :func:`attention_ref`."""
+    outs = []
+    for b in range(len(cu_q) - 1):
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        seq = [x[None].transpose(1, 2) for x in (q[rows], k[keys], v[keys])]  # (1, H, S, D)
+        outs.append(attention_ref(*seq, causal=causal)[0].transpose(0, 1))
+    return torch.cat(outs)
+
+
 @dataclass(frozen=True)
 class Case:
     """One way of calling a public op: inputs, the kaio call and torch's same math."""
@@ -96,6 +107,20 @@ def _attention_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torc
     dt, seq = torch.float16, 24 + 8 * grow
     return {"q": randn(rng, 1, 4, seq, 32, dtype=dt), "k": randn(rng, 1, 2, seq, 32, dtype=dt),
             "v": randn(rng, 1, 2, seq, 32, dtype=dt)}  # fmt: skip
+
+
+# ragged lengths (one of 1) that stay under the samples' max_seqlen (16) when grown; each
+# sequence has at least as many keys as queries, so every causal query sees a key
+VARLEN_MAX = 16
+
+
+def _varlen_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    dt = torch.float16
+    cu_q = torch.tensor([0, 1, 8 + grow, 13 + 2 * grow], dtype=torch.int32)
+    cu_k = torch.tensor([0, 3, 10 + 2 * grow, 22 + 3 * grow], dtype=torch.int32)
+    total_q, total_k = int(cu_q[-1]), int(cu_k[-1])
+    return {"q": randn(rng, total_q, 4, 16, dtype=dt), "k": randn(rng, total_k, 2, 16, dtype=dt),
+            "v": randn(rng, total_k, 2, 16, dtype=dt), "cu_q": cu_q, "cu_k": cu_k}  # fmt: skip
 
 
 def _lce_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
@@ -211,6 +236,9 @@ PUBLIC: list[Case] = [
          lambda a, b: ol.matmul(a, b, device=SIM), lambda a, b: a @ b, ("a", "b"), tol=1e-3),
     Case("attention", "attention", _attention_inputs, lambda q, k, v: ol.attention(q, k, v, causal=True),
          lambda q, k, v: attention_ref(q, k, v, causal=True), ("q", "k", "v"), tol=2e-2),
+    Case("attention_varlen", "attention_varlen", _varlen_inputs,
+         lambda q, k, v, cu_q, cu_k: ol.attention_varlen(q, k, v, cu_q, cu_k, VARLEN_MAX, VARLEN_MAX, causal=True),
+         lambda q, k, v, cu_q, cu_k: varlen_attention_ref(q, k, v, cu_q, cu_k, causal=True), ("q", "k", "v"), tol=2e-2),
     Case("dropout", "dropout", _rows(33), lambda x: ol.dropout(x, 0.25, 2**40 + 3),
          lambda x: dropout_ref(x, 0.25, 2**40 + 3), ("x",)),
     Case("dropout_add", "dropout_add", _norm_inputs, lambda x, w, b, r: ol.dropout_add(x, r, 0.25, 11),
@@ -291,6 +319,12 @@ def _attention_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str,
     return {**d, "out": out, "lse": lse, "dout": randn(rng, *out.shape, dtype=out.dtype)}
 
 
+def _varlen_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    d = _varlen_inputs(rng, grow)
+    out, lse = ol.attention_varlen(*d.values(), VARLEN_MAX, VARLEN_MAX, return_lse=True)
+    return {**d, "out": out, "lse": lse, "dout": randn(rng, *out.shape, dtype=out.dtype)}
+
+
 def _lce_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
     d = _lce_inputs(rng, grow)
     _, lse = ol.linear_cross_entropy(d["x"], d["weight"], d["t"], return_lse=True)  # type: ignore[attr-defined]
@@ -326,6 +360,10 @@ BACKWARD: list[Case] = [
          lambda dy, cos, sin: ol.rope_backward(dy, cos, sin), _none, ("dy",)),
     Case("attention_backward", "attention_backward", _attention_grad_inputs,
          lambda q, k, v, out, lse, dout: ol.attention_backward(q, k, v, out, lse, dout), _none, ("q", "k", "v", "dout")),
+    Case("attention_varlen_backward", "attention_varlen_backward", _varlen_grad_inputs,
+         lambda q, k, v, cu_q, cu_k, out, lse, dout: ol.attention_varlen_backward(q, k, v, out, lse, dout, cu_q, cu_k,
+                                                                                   VARLEN_MAX, VARLEN_MAX),
+         _none, ("q", "k", "v", "dout")),
 ]  # fmt: skip
 if hasattr(ol, "linear_cross_entropy_backward"):
     BACKWARD.append(
@@ -339,8 +377,8 @@ if hasattr(ol, "linear_cross_entropy_backward"):
 NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear", "PagedAttention", "BlockMask"}
 # ops with no torch custom op yet: torch tensors run eagerly through the op's operands (no
 # torch.compile graph, no autograd: a tensor that requires grad is refused with a kaio error)
-WITHOUT_TORCH_OP = {"moe_topk_softmax", "moe_align", "grouped_matmul", "fused_moe", "paged_attention", "attention_varlen",
-                    "attention_varlen_backward", "create_block_mask", "sample"}  # fmt: skip
+WITHOUT_TORCH_OP = {"moe_topk_softmax", "moe_align", "grouped_matmul", "grouped_matmul_backward", "fused_moe",
+                    "fused_moe_backward", "paged_attention", "create_block_mask", "sample"}  # fmt: skip
 
 
 def public_ops() -> set[str]:
@@ -406,6 +444,8 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "matmul_backward": lambda: (g(mm["dy"]), g(mm["a"]), g(mm["b"]), 1.0, torch.float32),
         "attention": lambda: (g(at["q"]), g(at["k"]), g(at["v"]), True, None, None, None),
         "attention_backward": lambda: _attention_backward_args(g, _attention_grad_inputs(rng)),
+        "attention_varlen": lambda: _varlen_args(g, _varlen_inputs(rng)),
+        "attention_varlen_backward": lambda: _varlen_backward_args(g, _varlen_grad_inputs(rng)),
         "linear_cross_entropy": lambda: (g(lc["x"]), g(lc["weight"]), lc["t"], None, -100, 32),
         "linear_cross_entropy_backward": lambda: _lce_backward_args(g, _lce_grad_inputs(rng)),
         "w4a16_matmul": lambda: (*_w4a16_inputs(rng).values(), None, None, 32),
@@ -427,3 +467,13 @@ def _attention_backward_args(g: Callable[[torch.Tensor], torch.Tensor], d: dict[
 
 def _lce_backward_args(g: Callable[[torch.Tensor], torch.Tensor], d: dict[str, torch.Tensor]) -> tuple[Any, ...]:
     return g(d["x"]), g(d["weight"]), d["t"], d["lse"], g(d["dl"]), None, None, -100, 32
+
+
+def _varlen_args(g: Callable[[torch.Tensor], torch.Tensor], d: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+    return g(d["q"]), g(d["k"]), g(d["v"]), d["cu_q"], d["cu_k"], VARLEN_MAX, VARLEN_MAX, True
+
+
+def _varlen_backward_args(g: Callable[[torch.Tensor], torch.Tensor], d: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+    # the samples' out and lse are the non-causal forward's
+    return (g(d["q"]), g(d["k"]), g(d["v"]), d["out"], d["lse"], g(d["dout"]), d["cu_q"], d["cu_k"], VARLEN_MAX,
+            VARLEN_MAX, False)  # fmt: skip
