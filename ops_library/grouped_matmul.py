@@ -43,10 +43,10 @@ import kaio
 import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.matmul_kernel import base_alignment
 from kaio.ops_library.moe_checks import host_values, take_index
 from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.rows import torch_op
 from kaio.prelude import Array, MutArray, f32, i32
 
 INPUT_TYPES = (dtypes.f16, dtypes.bf16)
@@ -127,7 +127,11 @@ def check_offsets(op: str, name: str, o: Operand, value: Any, experts: int, toke
         raise KaioValueError(f"{op}: `{name}`[{experts}] must be the token count {tokens} (x's rows), got {int(host[-1])}")
 
 
-def check(ops: Operands, x: Any, w: Any, expert_offsets: Any, out_dtype: Any) -> tuple[Operand, Operand, Operand, dtypes.ScalarType]:
+def check(ops: Any, x: Any, w: Any, expert_offsets: Any, out_dtype: Any,
+          read_values: bool = True) -> tuple[Operand, Operand, Operand, dtypes.ScalarType]:  # fmt: skip
+    """The operands and the output type, or a kaio error naming the argument (``ops``: an
+    ``Operands``, or ``torch_checks.TensorMetadata`` for a fake; ``read_values``: also read the
+    offsets back, which a fake cannot)."""
     op = ops.op
     ox, ow, oo = ops.take("x", x), ops.take("w", w), ops.take("expert_offsets", expert_offsets)
     if ox.dtype not in INPUT_TYPES:
@@ -149,7 +153,7 @@ def check(ops: Operands, x: Any, w: Any, expert_offsets: Any, out_dtype: Any) ->
         out_dtype = out_dtype.name
     if out_dtype not in OUT_TYPES:
         raise KaioValueError(f"{op}: `out_dtype` must be one of {', '.join(map(repr, OUT_TYPES))}, got {out_dtype!r}")
-    check_offsets(op, "expert_offsets", oo, expert_offsets, experts, tokens)
+    check_offsets(op, "expert_offsets", oo, expert_offsets if read_values else None, experts, tokens)
     return ox, ow, oo, OUT_TYPES[out_dtype]
 
 
@@ -166,13 +170,21 @@ def grouped_matmul(x: Any, w: Any, expert_offsets: Any, *, out_dtype: str = "f32
                    device: Any = None) -> Any:  # fmt: skip
     """``y`` (T, N): rows ``expert_offsets[e]:expert_offsets[e + 1]`` are ``x[rows] @ w[e]``
     (see the module doc); ``programs``: the persistent grid (default: what the device runs at
-    once)."""
-    op = "grouped_matmul"
-    refuse_grad(op, x, w, expert_offsets)
-    ops = Operands(op, x, w, expert_offsets, device=device)
-    ox, ow, oo, out = check(ops, x, w, expert_offsets, out_dtype)
+    once). Torch tensors go through ``torch.ops.kaio.grouped_matmul`` (autograd records it:
+    ``grouped_matmul_backward``)."""
+    if isinstance(out_dtype, dtypes.ScalarType):
+        out_dtype = out_dtype.name
     if programs is not None and (isinstance(programs, bool) or not isinstance(programs, int) or programs < 1):
-        raise KaioTypeError(f"{op}: `programs` must be a positive int or None, got {programs!r}")
+        raise KaioTypeError(f"grouped_matmul: `programs` must be a positive int or None, got {programs!r}")
+    if (ops := torch_op(x, w, expert_offsets, device=device)) is not None:
+        return ops.grouped_matmul(x, w, expert_offsets, out_dtype, programs)
+    return run(x, w, expert_offsets, out_dtype, programs, device)
+
+
+def run(x: Any, w: Any, expert_offsets: Any, out_dtype: str, programs: int | None, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
+    ops = Operands("grouped_matmul", x, w, expert_offsets, device=device)
+    ox, ow, oo, out = check(ops, x, w, expert_offsets, out_dtype)
     (tokens, k), (experts, _, n) = ox.shape, ow.shape
     oy = ops.output((tokens, n), out)
     launch(ops.device, ox, ow, oo, oy, experts, n, k, programs)

@@ -26,10 +26,10 @@ from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library.grouped_matmul import INPUT_TYPES, STAGES, WARPS, check_offsets
 from kaio.ops_library.grouped_matmul import launch as grouped_launch
-from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.matmul_backward import relayout
 from kaio.ops_library.matmul_kernel import base_alignment
 from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.rows import torch_op
 from kaio.prelude import Array, MutArray, f32, i32
 
 OP = "grouped_matmul_backward"
@@ -76,9 +76,10 @@ def as_input_type(ops: Operands, o: Operand, t: dtypes.ScalarType) -> Operand:
     return o if o.dtype == t else relayout(ops, o, t, transpose=False)
 
 
-def check(ops: Operands, grad_out: Any, x: Any, w: Any, expert_offsets: Any,
-          w_nk: bool) -> tuple[Operand, Operand, Operand, Operand]:  # fmt: skip
-    """The operands, or a kaio error naming the argument (``grouped_matmul``'s rules, and dy's)."""
+def check(ops: Any, grad_out: Any, x: Any, w: Any, expert_offsets: Any, w_nk: bool,
+          read_values: bool = True) -> tuple[Operand, Operand, Operand, Operand]:  # fmt: skip
+    """The operands, or a kaio error naming the argument (``grouped_matmul``'s rules, and dy's;
+    ``ops``: an ``Operands``, or tensor metadata for a fake, which reads no values)."""
     ox, ow, oo, og = (ops.take(n, v) for n, v in (("x", x), ("w", w), ("expert_offsets", expert_offsets), ("grad_out", grad_out)))
     if ox.dtype not in INPUT_TYPES:
         raise KaioTypeError(f"{OP}: `x` must be f16 or bf16, got {ox.dtype.name}")
@@ -97,17 +98,24 @@ def check(ops: Operands, grad_out: Any, x: Any, w: Any, expert_offsets: Any,
         raise KaioTypeError(f"{OP}: `grad_out` must have shape {(tokens, n)} (y's), got {tuple(og.shape)}")
     if og.dtype not in (dtypes.f32, ox.dtype):
         raise KaioTypeError(f"{OP}: `grad_out` must be f32 or {ox.dtype.name} (x's type), got {og.dtype.name}")
-    check_offsets(OP, "expert_offsets", oo, expert_offsets, experts, tokens)
+    check_offsets(OP, "expert_offsets", oo, expert_offsets if read_values else None, experts, tokens)
     return ox, ow, oo, og
 
 
 def grouped_matmul_backward(grad_out: Any, x: Any, w: Any, expert_offsets: Any, *, w_nk: bool = False,
                             device: Any = None) -> tuple[Any, Any]:  # fmt: skip
     """``(dx, dw)`` of ``y = grouped_matmul(x, w, expert_offsets)`` for ``grad_out`` = dy (T, N)
-    (see the module doc); ``w_nk``: ``w`` is (E, N, K)."""
-    refuse_grad(OP, grad_out, x, w, expert_offsets)  # run directly: nothing would record a second derivative
+    (see the module doc); ``w_nk``: ``w`` is (E, N, K). Torch tensors go through
+    ``torch.ops.kaio.grouped_matmul_backward``."""
     if not isinstance(w_nk, bool):
         raise KaioTypeError(f"{OP}: `w_nk` must be a bool, got {w_nk!r}")
+    if (tops := torch_op(grad_out, x, w, expert_offsets, device=device)) is not None:
+        return tuple(tops.grouped_matmul_backward(grad_out, x, w, expert_offsets, w_nk))  # type: ignore[return-value]
+    return run(grad_out, x, w, expert_offsets, w_nk, device)
+
+
+def run(grad_out: Any, x: Any, w: Any, expert_offsets: Any, w_nk: bool, device: Any) -> tuple[Any, Any]:
+    """The op itself, without the torch custom-op routing."""
     ops = Operands(OP, grad_out, x, w, expert_offsets, device=device)
     ox, ow, oo, og = check(ops, grad_out, x, w, expert_offsets, w_nk)
     (tokens, k), experts = ox.shape, ow.shape[0]

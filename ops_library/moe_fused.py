@@ -36,11 +36,11 @@ from kaio.ops_library.grouped_matmul import INPUT_TYPES
 from kaio.ops_library.grouped_matmul import launch as grouped_launch
 from kaio.ops_library.moe_align import MAX_EXPERTS
 from kaio.ops_library.moe_align import launch as align_launch
-from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.moe_checks import check_ids, take_index
 from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, f32, i32
 
+OP = "fused_moe"
 ACTIVATIONS = {"silu": activations.SILU, "gelu": activations.GELU_ERF}
 ROWS, COLS = 16, 128  # the gather's and the combine's (rows, columns) tile
 
@@ -109,8 +109,11 @@ class Moe:
         return self.tokens * self.k
 
 
-def check(op: str, ops: Operands, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: Any) -> Moe:
-    """The call's operands and sizes, or a kaio error naming the argument (ids read back)."""
+def check(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: Any,
+          read_values: bool = True) -> Moe:  # fmt: skip
+    """The call's operands and sizes, or a kaio error naming the argument (``ops``: an
+    ``Operands``, or ``torch_checks.TensorMetadata`` for a fake; ``read_values``: also read the
+    ids back, which a fake cannot)."""
     ox, og, od = ops.take("x", x), ops.take("w_gate_up", w_gate_up), ops.take("w_down", w_down)
     ow, oi = ops.take("weights", weights), ops.take("ids", ids)
     if ox.dtype not in INPUT_TYPES:
@@ -143,7 +146,8 @@ def check(op: str, ops: Operands, x: Any, w_gate_up: Any, w_down: Any, weights: 
     n = tokens * k
     if any(s >= 2**31 for s in (n * 2 * f, n * d, experts * 2 * f * d)):
         raise KaioTypeError(f"{op}: arrays of 2**31 elements or more are too large")
-    check_ids(op, "ids", ids, experts)
+    if read_values:
+        check_ids(op, "ids", ids, experts)
     return Moe(ox, og, od, ow, oi, tokens, d, experts, f, k, ACTIVATIONS[activation])
 
 
@@ -181,11 +185,18 @@ def routed(ops: Operands, m: Moe) -> Iterator[Routed]:
 
 def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, activation: str = "silu",
               device: Any = None) -> Any:  # fmt: skip
-    """The MoE MLP of each token over its k experts (see the module doc); y (T, D) in x's type."""
-    op = "fused_moe"
-    refuse_grad(op, x, w_gate_up, w_down, weights, ids)
-    ops = Operands(op, x, w_gate_up, w_down, weights, ids, device=device)
-    m = check(op, ops, x, w_gate_up, w_down, weights, ids, activation)
+    """The MoE MLP of each token over its k experts (see the module doc); y (T, D) in x's type.
+    Torch tensors go through ``torch.ops.kaio.fused_moe`` (autograd records it:
+    ``fused_moe_backward``)."""
+    if (tops := rowops.torch_op(x, w_gate_up, w_down, weights, ids, device=device)) is not None:
+        return tops.fused_moe(x, w_gate_up, w_down, weights, ids, activation)
+    return run(x, w_gate_up, w_down, weights, ids, activation, device)
+
+
+def run(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: str, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
+    ops = Operands(OP, x, w_gate_up, w_down, weights, ids, device=device)
+    m = check(OP, ops, x, w_gate_up, w_down, weights, ids, activation)
     oy = ops.output((m.tokens, m.d), m.x.dtype)
     if m.n == 0 or m.d == 0:
         return ops.result(oy)

@@ -32,11 +32,11 @@ from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library import rows as rowops
 from kaio.ops_library.activations_backward import gated_backward_kernel
-from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.grouped_matmul import launch as grouped_launch
 from kaio.ops_library.grouped_matmul_backward import as_input_type, wgrad_launch
-from kaio.ops_library.moe_fused import COLS, ROWS, check, combine_launch, routed
-from kaio.ops_library.operands import Operands
+from kaio.ops_library.moe_fused import COLS, ROWS, Moe, combine_launch, routed
+from kaio.ops_library.moe_fused import check as check_forward
+from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, f32, i32
 
 OP = "fused_moe_backward"
@@ -86,15 +86,29 @@ def pair_dot_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType) -> Any:  # noqa:
 def fused_moe_backward(grad_out: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *,
                        activation: str = "silu", device: Any = None) -> tuple[Any, Any, Any, Any]:  # fmt: skip
     """``(dx, dw_gate_up, dw_down, dweights)`` of ``fused_moe`` for ``grad_out`` = dy (T, D)
-    (see the module doc)."""
-    refuse_grad(OP, grad_out, x, w_gate_up, w_down, weights, ids)  # run directly: no second derivative
-    ops = Operands(OP, grad_out, x, w_gate_up, w_down, weights, ids, device=device)
-    m = check(OP, ops, x, w_gate_up, w_down, weights, ids, activation)
+    (see the module doc); torch tensors go through ``torch.ops.kaio.fused_moe_backward``."""
+    if (tops := rowops.torch_op(grad_out, x, w_gate_up, w_down, weights, ids, device=device)) is not None:
+        return tuple(tops.fused_moe_backward(grad_out, x, w_gate_up, w_down, weights, ids, activation))  # type: ignore[return-value]
+    return run(grad_out, x, w_gate_up, w_down, weights, ids, activation, device)
+
+
+def check(ops: Any, grad_out: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: Any,
+          read_values: bool = True) -> tuple[Moe, Operand]:  # fmt: skip
+    """``fused_moe``'s checks, and dy's (``ops``: an ``Operands``, or tensor metadata for a fake)."""
+    m = check_forward(OP, ops, x, w_gate_up, w_down, weights, ids, activation, read_values)
     og = ops.take("grad_out", grad_out)
     if tuple(og.shape) != (m.tokens, m.d):
         raise KaioTypeError(f"{OP}: `grad_out` must have shape {(m.tokens, m.d)} (y's), got {tuple(og.shape)}")
     if og.dtype not in (dtypes.f32, m.x.dtype):
         raise KaioTypeError(f"{OP}: `grad_out` must be f32 or {m.x.dtype.name} (x's type), got {og.dtype.name}")
+    return m, og
+
+
+def run(grad_out: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: str,
+        device: Any) -> tuple[Any, Any, Any, Any]:  # fmt: skip
+    """The op itself, without the torch custom-op routing."""
+    ops = Operands(OP, grad_out, x, w_gate_up, w_down, weights, ids, device=device)
+    m, og = check(ops, grad_out, x, w_gate_up, w_down, weights, ids, activation)
     t, n, d, f, e = m.x.dtype, m.n, m.d, m.f, m.experts
     dx, dwgu = ops.output((m.tokens, d), t), ops.output(tuple(m.w_gate_up.shape), t)
     dwd, dweights = ops.output(tuple(m.w_down.shape), t), ops.output(tuple(m.weights.shape), m.weights.dtype)

@@ -20,6 +20,7 @@ from kaio.ops_library import (
     gguf_matmul_torch,
     linear_cross_entropy_torch,
     matmul_torch,
+    moe_torch,
     norms_autograd,
     scaled_matmul_torch,
     torch_ops,
@@ -38,6 +39,7 @@ REGISTRATIONS: tuple[Callable[[], None], ...] = (
     scaled_matmul_torch.register,  # int8 / fp8 GEMMs and their quantisers
     gguf_matmul_torch.register,
     dropout_torch.register,
+    moe_torch.register,  # grouped_matmul and fused_moe with their backwards and autograd
 )
 
 _LOCK = threading.Lock()

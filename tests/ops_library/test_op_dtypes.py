@@ -190,6 +190,7 @@ def _ops() -> dict[str, Op]:
         quantize_int8,
         rms_norm,
         rope,
+        sample,
         silu_and_mul,
         softmax,
         w4a16_matmul,
@@ -251,6 +252,7 @@ def _ops() -> dict[str, Op]:
         "rope": Op(lambda t, _: [rope(arr((1, 1, 1, 2), t["x"]), arr((1, 1), t["cos"]), arr((1, 1), t["sin"]),
                                       layout="bshd", device=SIM)]),  # fmt: skip
         "silu_and_mul": Op(lambda t, _: [silu_and_mul(arr((1, 2), t["x"]), device=SIM)]),
+        "sample": Op(lambda t, _: [sample(arr((1, 3), t["logits"]), temperature=temp, device=SIM) for temp in (0.0, 1.0)]),
         "gelu_and_mul": Op(lambda t, _: [gelu_and_mul(arr((1, 2), t["x"]), device=SIM)]),
         "cross_entropy": Op(lambda t, _: [cross_entropy(arr((1, 1), t["logits"]), arr((1,), t["targets"], 0),
                                                         return_grad=grad, device=SIM)

@@ -189,6 +189,38 @@ def quantize_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x * (448 / amax)).to(torch.float8_e4m3fn), amax / 448
 
 
+def _grouped_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    off = torch.tensor([0, 5, 5, 12 + 3 * grow], dtype=torch.int32)  # an empty expert
+    t = int(off[-1])
+    return {"x": randn(rng, t, 24, dtype=torch.float16), "w": randn(rng, 3, 24, 16, dtype=torch.float16) * 0.2,
+            "off": off}  # fmt: skip
+
+
+def grouped_ref(x: torch.Tensor, w: torch.Tensor, off: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x[int(off[e]) : int(off[e + 1])].float() @ w[e].float() for e in range(w.shape[0])])
+
+
+def _moe_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    t, e, k, d, f = 5 + 2 * grow, 3, 2, 16, 16
+    ids = torch.from_numpy(np.stack([rng.permutation(e)[:k] for _ in range(t)]).astype(np.int32))
+    return {"x": randn(rng, t, d, dtype=torch.float16), "wgu": randn(rng, e, 2 * f, d, dtype=torch.float16) * 0.25,
+            "wd": randn(rng, e, d, f, dtype=torch.float16) * 0.25,
+            "weights": torch.from_numpy(rng.random((t, k)).astype(np.float32)), "ids": ids}  # fmt: skip
+
+
+def moe_ref(x: torch.Tensor, wgu: torch.Tensor, wd: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    f = wgu.shape[1] // 2
+    rows = []
+    for t in range(x.shape[0]):
+        y = torch.zeros(x.shape[1])
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            h = wgu[e].float() @ x[t].float()
+            y = y + weights[t, j] * (wd[e].float() @ (F.silu(h[:f]) * h[f:]))
+        rows.append(y)
+    return torch.stack(rows).to(x.dtype)
+
+
 def dropout_ref(x: torch.Tensor, p: float, seed: int, residual: torch.Tensor | None = None) -> torch.Tensor:
     """The mask from kaio.random (Triton's numbers), scaled by the f32 1 / (1 - p)."""
     import kaio.random as kr
@@ -239,6 +271,10 @@ PUBLIC: list[Case] = [
     Case("attention_varlen", "attention_varlen", _varlen_inputs,
          lambda q, k, v, cu_q, cu_k: ol.attention_varlen(q, k, v, cu_q, cu_k, VARLEN_MAX, VARLEN_MAX, causal=True),
          lambda q, k, v, cu_q, cu_k: varlen_attention_ref(q, k, v, cu_q, cu_k, causal=True), ("q", "k", "v"), tol=2e-2),
+    Case("grouped_matmul", "grouped_matmul", _grouped_inputs, lambda x, w, off: ol.grouped_matmul(x, w, off),
+         grouped_ref, ("x", "w"), tol=1e-2),
+    Case("fused_moe", "fused_moe", _moe_inputs, lambda x, wgu, wd, weights, ids: ol.fused_moe(x, wgu, wd, weights, ids),
+         moe_ref, ("x", "wgu", "wd", "weights"), tol=2e-2),
     Case("dropout", "dropout", _rows(33), lambda x: ol.dropout(x, 0.25, 2**40 + 3),
          lambda x: dropout_ref(x, 0.25, 2**40 + 3), ("x",)),
     Case("dropout_add", "dropout_add", _norm_inputs, lambda x, w, b, r: ol.dropout_add(x, r, 0.25, 11),
@@ -325,6 +361,16 @@ def _varlen_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, to
     return {**d, "out": out, "lse": lse, "dout": randn(rng, *out.shape, dtype=out.dtype)}
 
 
+def _grouped_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    d = _grouped_inputs(rng, grow)
+    return {**d, "dy": randn(rng, d["x"].shape[0], 16)}
+
+
+def _moe_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    d = _moe_inputs(rng, grow)
+    return {**d, "dy": randn(rng, *d["x"].shape)}
+
+
 def _lce_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
     d = _lce_inputs(rng, grow)
     _, lse = ol.linear_cross_entropy(d["x"], d["weight"], d["t"], return_lse=True)  # type: ignore[attr-defined]
@@ -364,6 +410,11 @@ BACKWARD: list[Case] = [
          lambda q, k, v, cu_q, cu_k, out, lse, dout: ol.attention_varlen_backward(q, k, v, out, lse, dout, cu_q, cu_k,
                                                                                    VARLEN_MAX, VARLEN_MAX),
          _none, ("q", "k", "v", "dout")),
+    Case("grouped_matmul_backward", "grouped_matmul_backward", _grouped_grad_inputs,
+         lambda x, w, off, dy: ol.grouped_matmul_backward(dy, x, w, off), _none, ("x", "w", "dy")),
+    Case("fused_moe_backward", "fused_moe_backward", _moe_grad_inputs,
+         lambda x, wgu, wd, weights, ids, dy: ol.fused_moe_backward(dy, x, wgu, wd, weights, ids), _none,
+         ("x", "wgu", "wd", "weights", "dy")),
 ]  # fmt: skip
 if hasattr(ol, "linear_cross_entropy_backward"):
     BACKWARD.append(
@@ -377,8 +428,7 @@ if hasattr(ol, "linear_cross_entropy_backward"):
 NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear", "PagedAttention", "BlockMask"}
 # ops with no torch custom op yet: torch tensors run eagerly through the op's operands (no
 # torch.compile graph, no autograd: a tensor that requires grad is refused with a kaio error)
-WITHOUT_TORCH_OP = {"moe_topk_softmax", "moe_align", "grouped_matmul", "grouped_matmul_backward", "fused_moe",
-                    "fused_moe_backward", "paged_attention", "create_block_mask", "sample"}  # fmt: skip
+WITHOUT_TORCH_OP = {"moe_topk_softmax", "moe_align", "paged_attention", "create_block_mask", "sample"}
 
 
 def public_ops() -> set[str]:
@@ -420,6 +470,7 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
 
     n, ng, ce, rp, rg = _norm_inputs(rng), _norm_grad_inputs(rng), _ce_inputs(rng), _rope_inputs(rng), _rope_grad_inputs(rng)
     at, lc = _attention_inputs(rng), _lce_inputs(rng)
+    gm, moe = _grouped_grad_inputs(rng), _moe_grad_inputs(rng)
     sm, gated, mm = _softmax_grad_inputs(False)(rng), _gated_grad_inputs(rng), _matmul_grad_inputs(rng)
     builders: dict[str, Callable[[], tuple[Any, ...]]] = {
         "softmax": lambda: (g(randn(rng, 5, 33)), False),
@@ -455,6 +506,11 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "quantize_fp8": lambda: (randn(rng, 5, 40), True, "e5m2"),
         "fp8_matmul": lambda: (*_fp8_inputs(rng).values(), None, "f32"),
         "dropout": lambda: (g(randn(rng, 5, 33)), g(randn(rng, 5, 33)), 0.25, -(2**62)),
+        "grouped_matmul": lambda: (g(gm["x"]), g(gm["w"]), gm["off"], "f32", None),
+        "grouped_matmul_backward": lambda: (g(gm["dy"]), g(gm["x"]), g(gm["w"]), gm["off"], False),
+        "fused_moe": lambda: (g(moe["x"]), g(moe["wgu"]), g(moe["wd"]), g(moe["weights"]), moe["ids"], "silu"),
+        "fused_moe_backward": lambda: (g(moe["dy"]), g(moe["x"]), g(moe["wgu"]), g(moe["wd"]), g(moe["weights"]),
+                                       moe["ids"], "silu"),
     }  # fmt: skip
     if name not in builders:
         raise KeyError(f"no sample arguments for torch.ops.kaio.{name}: add them to torch_op_samples.py")
