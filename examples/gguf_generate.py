@@ -304,7 +304,8 @@ def write_tiny_model(path: str, *, arch: str = "llama", experts: int = 0, seed: 
     writer.add_block_count(layers)
     writer.add_context_length(context)
     writer.add_embedding_length(dim)
-    writer.add_feed_forward_length(ffn)
+    expert_ffn = ffn // 4
+    writer.add_feed_forward_length(expert_ffn if experts else ffn)  # llama.cpp's Mixtral reads it per expert
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
     writer.add_layer_norm_rms_eps(1e-5)
@@ -313,7 +314,17 @@ def write_tiny_model(path: str, *, arch: str = "llama", experts: int = 0, seed: 
     if experts:
         writer.add_expert_count(experts)
         writer.add_expert_used_count(2)
-    writer.add_token_list([f"<{i}>" for i in range(vocab)])
+        writer.add_expert_feed_forward_length(expert_ffn)
+    # a SentencePiece vocabulary of placeholders, so llama.cpp loads the file too (it needs the
+    # special tokens and the newline's byte token)
+    tokens = ["<unk>", "<s>", "</s>", "<0x0A>"] + [f"<{i}>" for i in range(4, vocab)]
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * vocab)
+    writer.add_token_types([2, 3, 3, 6] + [1] * (vocab - 4))  # unknown, control, control, byte, normal
+    writer.add_unk_token_id(0)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
     s = 1 / math.sqrt(dim)
     add_weight(writer, rng, "token_embd.weight", (vocab, dim), "Q8_0", 1.0)
     for i in range(layers):
@@ -328,7 +339,7 @@ def write_tiny_model(path: str, *, arch: str = "llama", experts: int = 0, seed: 
             for name in ("attn_q_norm", "attn_k_norm"):
                 writer.add_tensor(p + name + ".weight", (1 + 0.1 * rng.standard_normal(head_dim)).astype(np.float32))
         if experts:
-            f = ffn // 4
+            f = expert_ffn
             add_weight(writer, rng, p + "ffn_gate_inp.weight", (experts, dim), "F32", 4 * s)
             add_weight(writer, rng, p + "ffn_gate_exps.weight", (experts, f, dim), "Q8_0", s)
             add_weight(writer, rng, p + "ffn_up_exps.weight", (experts, f, dim), "F16", s)

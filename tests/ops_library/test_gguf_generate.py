@@ -161,6 +161,25 @@ def test_logits_and_greedy_tokens_match_a_float64_forward(tmp_path, arch, expert
     assert generate_example.generate(generate_example.Model(path), prompt, DECODE) == continuation
 
 
+@pytest.mark.parametrize(("arch", "experts"), [("llama", 0), ("llama", 4), ("qwen3", 0), ("qwen3moe", 4)],
+                         ids=["llama", "llama-moe", "qwen3", "qwen3moe"])  # fmt: skip
+def test_logits_match_llama_cpp(tmp_path, arch, experts):
+    """Where llama-cpp-python is installed (pip builds llama.cpp from its sdist, CPU only): the
+    same file's logits from llama.cpp itself, which also quantises the activations of its
+    quantised products (to Q8) and keeps an f16 KV cache: within twice the float64 bound."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    path, prompt, continuation, ref = clear_model(tmp_path, arch, experts)
+    llm = llama_cpp.Llama(path, n_ctx=SIZES["context"], logits_all=True, verbose=False, n_threads=2)
+    tokens = prompt + continuation[:-1]
+    llm.eval(tokens)
+    theirs = np.array(llm.scores[: len(tokens)], np.float64)
+    model = generate_example.Model(path)
+    ours = np.concatenate([model.forward(prompt)] + [model.forward([t]) for t in continuation[:-1]])
+    spread = float(np.std(ref.logits[: len(tokens)]))
+    assert np.sqrt(np.mean((theirs - ref.logits[: len(tokens)]) ** 2)) < 0.03 * spread  # the file means what we read
+    assert np.sqrt(np.mean((ours - theirs) ** 2)) < 0.06 * spread
+
+
 def test_a_planted_bug_is_caught(tmp_path, monkeypatch):
     """The comparison sees a wrong rope (halves where Llama takes pairs)."""
     path, prompt, _, ref = clear_model(tmp_path, "llama", 0)
