@@ -37,7 +37,7 @@ _OPS: dict[str, str] = {
     "int8_matmul": "int8_matmul", "fp8_matmul": "fp8_matmul",
     "quantize_int8": "quantize", "quantize_fp8": "quantize",
     "gguf_matmul": "gguf_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
-    "moe_topk_softmax": "moe_routing", "moe_align": "moe_align", "grouped_matmul": "grouped_matmul",
+    "moe_topk_softmax": "moe_routing", "moe_topk_softmax_backward": "moe_routing_backward", "moe_align": "moe_align", "grouped_matmul": "grouped_matmul",
     "grouped_matmul_backward": "grouped_matmul_backward",
     "fused_moe": "moe_fused", "fused_moe_backward": "moe_fused_backward",
     "sample": "sampling",
@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.moe_fused import fused_moe
     from kaio.ops_library.moe_fused_backward import fused_moe_backward
     from kaio.ops_library.moe_routing import moe_topk_softmax
+    from kaio.ops_library.moe_routing_backward import moe_topk_softmax_backward
     from kaio.ops_library.norms import layer_norm, rms_norm
     from kaio.ops_library.paged_attention import PagedAttention, paged_attention
     from kaio.ops_library.norms_backward import layer_norm_backward, rms_norm_backward

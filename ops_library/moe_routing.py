@@ -31,10 +31,10 @@ import kaio.tile as kt
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library import rows as rowops
-from kaio.ops_library.autograd import refuse_grad
-from kaio.ops_library.operands import Operands
+from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, exp, f32, i32
 
+OP = "moe_topk_softmax"
 MAX_EXPERTS = 4096  # one tile per row: E rounded up to a power of two, at most this
 TILE_ELEMENTS = 4096  # elements of a program's (R, EP) tile
 NEG_INF = float("-inf")
@@ -85,13 +85,9 @@ def tiling(experts: int, k: int) -> tuple[int, int, int]:
     return r, ep, kp
 
 
-def moe_topk_softmax(logits: Any, k: int, *, renormalize: bool = True, device: Any = None) -> Any:
-    """``(weights, ids)``: each token's k most probable experts under ``softmax(logits)`` (f32
-    ``(T, k)``, largest first; divided by their sum when ``renormalize``) and their ids (int32
-    ``(T, k)``). ``logits``: ``(T, E)`` f16, bf16 or f32."""
-    op = "moe_topk_softmax"
-    refuse_grad(op, logits)
-    ops = Operands(op, logits, device=device)
+def check(ops: Any, logits: Any, k: Any, renormalize: Any, op: str = OP) -> tuple[Operand, int, int]:
+    """The logits operand, tokens and experts, or a kaio error naming the argument (``ops``: an
+    ``Operands``, or ``torch_checks.TensorMetadata`` for a fake)."""
     ol = rowops.take_float(ops, op, "logits", logits)
     if len(ol.shape) != 2:
         raise KaioTypeError(f"{op}: `logits` must be (tokens, experts), got shape {tuple(ol.shape)}")
@@ -104,14 +100,36 @@ def moe_topk_softmax(logits: Any, k: int, *, renormalize: bool = True, device: A
         raise KaioValueError(f"{op}: `k` must be in [1, {experts}] (the number of experts), got {k}")
     if not isinstance(renormalize, bool):
         raise KaioTypeError(f"{op}: `renormalize` must be a bool, got {renormalize!r}")
-    rowops.rows_cols(ol.shape, op)
+    rowops.rows_cols(ol.shape, OP)
+    return ol, tokens, experts
+
+
+def moe_topk_softmax(logits: Any, k: int, *, renormalize: bool = True, device: Any = None) -> Any:
+    """``(weights, ids)``: each token's k most probable experts under ``softmax(logits)`` (f32
+    ``(T, k)``, largest first; divided by their sum when ``renormalize``) and their ids (int32
+    ``(T, k)``). ``logits``: ``(T, E)`` f16, bf16 or f32. Torch tensors go through
+    ``torch.ops.kaio.moe_topk_softmax`` (autograd records the weights' gradient:
+    ``moe_topk_softmax_backward``)."""
+    if (ops := rowops.torch_op(logits, device=device)) is not None:
+        return ops.moe_topk_softmax(logits, k, renormalize)
+    return run(logits, k, renormalize, device)
+
+
+def launch(device: Any, kernel: Any, tokens: int, experts: int, k: int, *args: Any, **constexprs: Any) -> None:
+    """A routing kernel (the top-k or its backward) over ``tokens`` rows of ``experts`` logits."""
+    r, ep, kp = tiling(experts, k)
+    if r * ep >= 2048:
+        kernel = rowops.with_warps(kernel, min(8, r * ep // 512))
+    kernel.launch(device, *args, tokens, experts, k, grid=(math.ceil(tokens / r),), R=r, EP=ep, KP=kp, **constexprs)
+
+
+def run(logits: Any, k: int, renormalize: bool, device: Any) -> Any:
+    """The op itself, without the torch custom-op routing."""
+    ops = Operands(OP, logits, device=device)
+    ol, tokens, experts = check(ops, logits, k, renormalize)
     ow = ops.output((tokens, k), dtypes.f32)
     oi = ops.output((tokens, k), dtypes.i32)
     if tokens:
-        r, ep, kp = tiling(experts, k)
-        kernel = topk_softmax_kernel(ol.dtype)
-        if r * ep >= 2048:
-            kernel = rowops.with_warps(kernel, min(8, r * ep // 512))
-        kernel.launch(ops.device, ol.value, ow.value, oi.value, tokens, experts, k, grid=(math.ceil(tokens / r),),
-                      R=r, EP=ep, KP=kp, RENORMALIZE=renormalize)  # fmt: skip
+        launch(ops.device, topk_softmax_kernel(ol.dtype), tokens, experts, k, ol.value, ow.value, oi.value,
+               RENORMALIZE=renormalize)  # fmt: skip
     return ops.result(ow), ops.result(oi)

@@ -148,3 +148,32 @@ def test_bad_gradients_are_named(rng):
     with pytest.raises(kaio.KaioValueError, match="expert_offsets"):
         grouped_matmul_backward(np.zeros((3, 4), np.float32), x, np.zeros((1, 16, 4), np.float16),
                                 np.array([0, 2], np.int32), device=SIM)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize(("experts", "k", "renormalize"), [(5, 2, True), (5, 2, False), (64, 8, True), (3, 3, False)])
+def test_router_gradient_matches_torch_autograd(rng, poison, dtype, experts, k, renormalize):
+    from kaio.ops_library import moe_topk_softmax, moe_topk_softmax_backward
+
+    types = {**IN, "f32": np.float32}
+    logits = rng.standard_normal((19, experts)).astype(types[dtype])
+    _, ids = moe_topk_softmax(logits, k, renormalize=renormalize, device=SIM)
+    g = rng.standard_normal(ids.shape).astype(np.float32)
+    got = moe_topk_softmax_backward(g, logits, ids, renormalize=renormalize, device=SIM)
+    assert got.dtype == logits.dtype and got.shape == logits.shape
+    leaf = torch.tensor(logits.astype(np.float64), requires_grad=True)
+    w = torch.softmax(leaf, -1).gather(1, torch.from_numpy(ids.astype(np.int64)))
+    if renormalize:
+        w = w / w.sum(1, keepdim=True)
+    (w * torch.from_numpy(g.astype(np.float64))).sum().backward()
+    close(got, leaf.grad.numpy(), "f16" if dtype == "f32" else dtype)
+
+
+def test_router_gradient_refuses_bad_ids(rng):
+    from kaio.ops_library import moe_topk_softmax_backward
+
+    logits = rng.standard_normal((3, 4)).astype(np.float32)
+    with pytest.raises(kaio.KaioValueError, match="ids"):
+        moe_topk_softmax_backward(np.zeros((3, 1), np.float32), logits, np.full((3, 1), 4, np.int32), device=SIM)
+    with pytest.raises(KaioTypeError, match="grad_weights"):
+        moe_topk_softmax_backward(np.zeros((3, 2), np.float16), logits, np.zeros((3, 2), np.int32), device=SIM)

@@ -189,6 +189,12 @@ def quantize_fp8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x * (448 / amax)).to(torch.float8_e4m3fn), amax / 448
 
 
+def topk_softmax_ref(x: torch.Tensor, k: int, renormalize: bool = True) -> torch.Tensor:
+    p = torch.softmax(x, -1)
+    w = p.gather(-1, torch.sort(p.detach(), dim=-1, descending=True, stable=True).indices[..., :k])
+    return w / w.sum(-1, keepdim=True) if renormalize else w
+
+
 def _grouped_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
     off = torch.tensor([0, 5, 5, 12 + 3 * grow], dtype=torch.int32)  # an empty expert
     t = int(off[-1])
@@ -271,6 +277,10 @@ PUBLIC: list[Case] = [
     Case("attention_varlen", "attention_varlen", _varlen_inputs,
          lambda q, k, v, cu_q, cu_k: ol.attention_varlen(q, k, v, cu_q, cu_k, VARLEN_MAX, VARLEN_MAX, causal=True),
          lambda q, k, v, cu_q, cu_k: varlen_attention_ref(q, k, v, cu_q, cu_k, causal=True), ("q", "k", "v"), tol=2e-2),
+    Case("moe_topk_softmax", "moe_topk_softmax", _rows(7), lambda x: ol.moe_topk_softmax(x, 2)[0],
+         lambda x: topk_softmax_ref(x, 2), ("x",)),
+    Case("moe_topk_softmax_no_renormalize", "moe_topk_softmax", _rows(7),
+         lambda x: ol.moe_topk_softmax(x, 3, renormalize=False)[0], lambda x: topk_softmax_ref(x, 3, False), ("x",)),
     Case("grouped_matmul", "grouped_matmul", _grouped_inputs, lambda x, w, off: ol.grouped_matmul(x, w, off),
          grouped_ref, ("x", "w"), tol=1e-2),
     Case("fused_moe", "fused_moe", _moe_inputs, lambda x, wgu, wd, weights, ids: ol.fused_moe(x, wgu, wd, weights, ids),
@@ -361,6 +371,12 @@ def _varlen_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, to
     return {**d, "out": out, "lse": lse, "dout": randn(rng, *out.shape, dtype=out.dtype)}
 
 
+def _topk_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    logits = randn(rng, 5 + 2 * grow, 7)
+    _, ids = ol.moe_topk_softmax(logits, 2)
+    return {"logits": logits, "ids": ids, "dw": randn(rng, logits.shape[0], 2)}
+
+
 def _grouped_grad_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
     d = _grouped_inputs(rng, grow)
     return {**d, "dy": randn(rng, d["x"].shape[0], 16)}
@@ -410,6 +426,8 @@ BACKWARD: list[Case] = [
          lambda q, k, v, cu_q, cu_k, out, lse, dout: ol.attention_varlen_backward(q, k, v, out, lse, dout, cu_q, cu_k,
                                                                                    VARLEN_MAX, VARLEN_MAX),
          _none, ("q", "k", "v", "dout")),
+    Case("moe_topk_softmax_backward", "moe_topk_softmax_backward", _topk_grad_inputs,
+         lambda logits, ids, dw: ol.moe_topk_softmax_backward(dw, logits, ids), _none, ("logits", "dw")),
     Case("grouped_matmul_backward", "grouped_matmul_backward", _grouped_grad_inputs,
          lambda x, w, off, dy: ol.grouped_matmul_backward(dy, x, w, off), _none, ("x", "w", "dy")),
     Case("fused_moe_backward", "fused_moe_backward", _moe_grad_inputs,
@@ -428,7 +446,7 @@ if hasattr(ol, "linear_cross_entropy_backward"):
 NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear", "PagedAttention", "BlockMask"}
 # ops with no torch custom op yet: torch tensors run eagerly through the op's operands (no
 # torch.compile graph, no autograd: a tensor that requires grad is refused with a kaio error)
-WITHOUT_TORCH_OP = {"moe_topk_softmax", "moe_align", "paged_attention", "create_block_mask", "sample"}
+WITHOUT_TORCH_OP = {"moe_align", "paged_attention", "create_block_mask", "sample"}
 
 
 def public_ops() -> set[str]:
@@ -470,7 +488,7 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
 
     n, ng, ce, rp, rg = _norm_inputs(rng), _norm_grad_inputs(rng), _ce_inputs(rng), _rope_inputs(rng), _rope_grad_inputs(rng)
     at, lc = _attention_inputs(rng), _lce_inputs(rng)
-    gm, moe = _grouped_grad_inputs(rng), _moe_grad_inputs(rng)
+    gm, moe, tk = _grouped_grad_inputs(rng), _moe_grad_inputs(rng), _topk_grad_inputs(rng)
     sm, gated, mm = _softmax_grad_inputs(False)(rng), _gated_grad_inputs(rng), _matmul_grad_inputs(rng)
     builders: dict[str, Callable[[], tuple[Any, ...]]] = {
         "softmax": lambda: (g(randn(rng, 5, 33)), False),
@@ -506,6 +524,8 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "quantize_fp8": lambda: (randn(rng, 5, 40), True, "e5m2"),
         "fp8_matmul": lambda: (*_fp8_inputs(rng).values(), None, "f32"),
         "dropout": lambda: (g(randn(rng, 5, 33)), g(randn(rng, 5, 33)), 0.25, -(2**62)),
+        "moe_topk_softmax": lambda: (g(tk["logits"]), 2, True),
+        "moe_topk_softmax_backward": lambda: (g(tk["dw"]), g(tk["logits"]), tk["ids"], True),
         "grouped_matmul": lambda: (g(gm["x"]), g(gm["w"]), gm["off"], "f32", None),
         "grouped_matmul_backward": lambda: (g(gm["dy"]), g(gm["x"]), g(gm["w"]), gm["off"], False),
         "fused_moe": lambda: (g(moe["x"]), g(moe["wgu"]), g(moe["wd"]), g(moe["weights"]), moe["ids"], "silu"),
