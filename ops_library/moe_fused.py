@@ -46,19 +46,28 @@ ROWS, COLS = 16, 128  # the gather's and the combine's (rows, columns) tile
 
 
 @cache
-def gather_kernel(T: dtypes.ScalarType) -> Any:  # noqa: N803
+def gather_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType = dtypes.f32) -> Any:  # noqa: N803
+    """``xs[r] = x[p // k]`` for the pair ``p = sorted_ids[r]`` of each sorted row; ``INVERSE``:
+    also ``inverse[p] = r``; ``SCALED``: times ``weights[p]`` (the backward's weighted dy rows)."""
+
     @kaio.tile_kernel(num_warps=4, num_stages=0)
-    def moe_gather(x: Array[T], sorted_ids: Array[i32], xs: MutArray[T], inverse: MutArray[i32], n: i32, k: i32,
-                   d: i32, R: kaio.constexpr = ROWS, C: kaio.constexpr = COLS):  # fmt: skip
+    def moe_gather(x: Array[T], sorted_ids: Array[i32], weights: Array[W], xs: MutArray[T], inverse: MutArray[i32],
+                   n: i32, k: i32, d: i32, R: kaio.constexpr = ROWS, C: kaio.constexpr = COLS,
+                   INVERSE: kaio.constexpr = True, SCALED: kaio.constexpr = False):  # fmt: skip
         rows = i32(kt.program_id(0)) * R + kt.arange(R)
         live = rows < n
         pair = kt.load(sorted_ids, rows, mask=live)
-        kt.store(inverse, pair, rows, mask=live)
+        if INVERSE:
+            kt.store(inverse, pair, rows, mask=live)
         src, dst = kt.expand_dims(pair // k, 1) * d, kt.expand_dims(rows, 1) * d
         for c0 in range(0, d, C):
             cols = kt.expand_dims(c0 + kt.arange(C), 0)
             mask = kt.expand_dims(live, 1) & (cols < d)
-            kt.store(xs, dst + cols, kt.load(x, src + cols, mask=mask), mask=mask)
+            if SCALED:
+                scale = kt.expand_dims(f32(kt.load(weights, pair, mask=live)), 1)
+                kt.store(xs, dst + cols, T(scale * f32(kt.load(x, src + cols, mask=mask))), mask=mask)
+            else:
+                kt.store(xs, dst + cols, kt.load(x, src + cols, mask=mask), mask=mask)
 
     return moe_gather
 
@@ -173,8 +182,9 @@ def routed(ops: Operands, m: Moe) -> Iterator[Routed]:
           ops.workspace((n,), dtypes.i32) as inverse, ops.workspace((n, d), t) as xs,
           ops.workspace((n, 2 * f), t) as h, ops.workspace((n, f), t) as a):  # fmt: skip
         align_launch(ops, m.ids, n, m.experts, 1, sorted_ids, block_experts, total, offsets)
-        gather_kernel(t).launch(dev, m.x.value, sorted_ids.value, xs.value, inverse.value, n, m.k, d,
-                                grid=(math.ceil(n / ROWS),))  # fmt: skip
+        # no weights are read unscaled: any array fills their slot
+        gather_kernel(t, m.weights.dtype).launch(dev, m.x.value, sorted_ids.value, m.weights.value, xs.value, inverse.value, n, m.k,
+                                                 d, grid=(math.ceil(n / ROWS),))  # fmt: skip
         grouped_launch(dev, xs, m.w_gate_up, offsets, h, m.experts, 2 * f, d, w_nk=True)
         b = rowops.blocks(n, f)
         rowops.launch(activations.gated_kernel(t), b, (b.grid(n), math.ceil(f / b.cols)), (h.value, a.value, n, f),

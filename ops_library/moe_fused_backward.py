@@ -8,7 +8,7 @@ pairs sorted by expert, x's rows gathered, ``h = xs @ w_gate_up[e]^T``, ``a = ac
 then, over the sorted rows (pair ``p = t * k + j`` at row ``r``):
 
 * ``o = a @ w_down[e]^T`` (f32) and ``dweights[t, j] = dy[t] . o[r]`` (:func:`pair_dot_kernel`);
-* ``do[r] = weights[t, j] * dy[t]`` (:func:`scaled_rows_kernel`, rounded to x's type);
+* ``do[r] = weights[t, j] * dy[t]`` (the forward's gather, scaled, rounded to x's type);
 * ``da = do @ w_down[e]`` and ``dw_down[e] = do[g]^T @ a[g]`` (the grouped products of
   ``grouped_matmul_backward``, ``w_down`` (E, D, F) read as it is);
 * ``dh`` from the gated activation's backward (``silu_and_mul_backward``'s kernel);
@@ -34,32 +34,12 @@ from kaio.ops_library import rows as rowops
 from kaio.ops_library.activations_backward import gated_backward_kernel
 from kaio.ops_library.grouped_matmul import launch as grouped_launch
 from kaio.ops_library.grouped_matmul_backward import as_input_type, wgrad_launch
-from kaio.ops_library.moe_fused import COLS, ROWS, Moe, combine_launch, routed
+from kaio.ops_library.moe_fused import COLS, ROWS, Moe, combine_launch, gather_kernel, routed
 from kaio.ops_library.moe_fused import check as check_forward
 from kaio.ops_library.operands import Operand, Operands
 from kaio.prelude import Array, MutArray, f32, i32
 
 OP = "fused_moe_backward"
-
-
-@cache
-def scaled_rows_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType) -> Any:  # noqa: N803
-    """``do[r] = T(weights[p] * dy[p // k])`` for the pair ``p = sorted_ids[r]`` of each sorted row."""
-
-    @kaio.tile_kernel(num_warps=4, num_stages=0)
-    def moe_scaled_rows(dy: Array[T], sorted_ids: Array[i32], weights: Array[W], do: MutArray[T], n: i32, k: i32,
-                        d: i32, R: kaio.constexpr = ROWS, C: kaio.constexpr = COLS):  # fmt: skip
-        rows = i32(kt.program_id(0)) * R + kt.arange(R)
-        live = rows < n
-        pair = kt.load(sorted_ids, rows, mask=live)
-        scale = kt.expand_dims(f32(kt.load(weights, pair, mask=live)), 1)
-        src, dst = kt.expand_dims(pair // k, 1) * d, kt.expand_dims(rows, 1) * d
-        for c0 in range(0, d, C):
-            cols = kt.expand_dims(c0 + kt.arange(C), 0)
-            mask = kt.expand_dims(live, 1) & (cols < d)
-            kt.store(do, dst + cols, T(scale * f32(kt.load(dy, src + cols, mask=mask))), mask=mask)
-
-    return moe_scaled_rows
 
 
 @cache
@@ -130,8 +110,9 @@ def run(grad_out: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: A
         grouped_launch(dev, r.a, m.w_down, r.offsets, o, e, d, f, w_nk=True)
         pair_dot_kernel(t, m.weights.dtype).launch(dev, dy.value, o.value, r.inverse.value, dweights.value, n, m.k,
                                                    d, grid=rows)  # fmt: skip
-        scaled_rows_kernel(t, m.weights.dtype).launch(dev, dy.value, r.sorted_ids.value, m.weights.value, do.value,
-                                                      n, m.k, d, grid=rows)  # fmt: skip
+        # do: dy's rows in the sorted order, each times its pair's weight (the inverse is not rewritten)
+        gather_kernel(t, m.weights.dtype).launch(dev, dy.value, r.sorted_ids.value, m.weights.value, do.value,
+                                                 r.inverse.value, n, m.k, d, grid=rows, INVERSE=False, SCALED=True)  # fmt: skip
         grouped_launch(dev, do, m.w_down, r.offsets, da, e, f, d)  # da = do @ w_down[e]: (D, F) as (K, N)
         wgrad_launch(dev, do, r.a, r.offsets, dwd, e)  # dw_down[e] (D, F) = do[g]^T @ a[g]
         b = rowops.blocks(n, f)
