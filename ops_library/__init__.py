@@ -36,7 +36,7 @@ _OPS: dict[str, str] = {
     "w4a16_matmul": "w4a16_matmul",
     "int8_matmul": "int8_matmul", "fp8_matmul": "fp8_matmul",
     "quantize_int8": "quantize", "quantize_fp8": "quantize",
-    "gguf_matmul": "gguf_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
+    "gguf_matmul": "gguf_matmul", "gguf_grouped_matmul": "gguf_grouped_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
     "moe_topk_softmax": "moe_routing", "moe_topk_softmax_backward": "moe_routing_backward", "moe_align": "moe_align", "grouped_matmul": "grouped_matmul",
     "grouped_matmul_backward": "grouped_matmul_backward",
     "fused_moe": "moe_fused", "fused_moe_backward": "moe_fused_backward",
@@ -55,6 +55,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.dropout import dropout, dropout_add
     from kaio.ops_library.fp8_matmul import fp8_matmul
     from kaio.ops_library.gguf_linear import GGUFLinear, gguf_linear
+    from kaio.ops_library.gguf_grouped_matmul import gguf_grouped_matmul
     from kaio.ops_library.gguf_matmul import gguf_matmul
     from kaio.ops_library.grouped_matmul import grouped_matmul
     from kaio.ops_library.grouped_matmul_backward import grouped_matmul_backward

@@ -133,17 +133,33 @@ def gguf_tile_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) ->
 
     @kaio.tile_kernel(num_warps=4)
     def gguf_matmul(x: Array[T], w: Array[u8], wh: Array[H], y: MutArray[T], m: i32, n: i32, k: i32, row_bytes: i32,
+                    offsets: Array[i32], experts: i32,
                     F: kaio.constexpr = fmt.code, QK: kaio.constexpr = fmt.elements, NB: kaio.constexpr = fmt.nbytes,
                     D_AT: kaio.constexpr = 0, DMIN_AT: kaio.constexpr = -1, NS: kaio.constexpr = 0,
-                    DEQUANT: kaio.constexpr = 0, BM: kaio.constexpr = 64, BN: kaio.constexpr = 64):  # fmt: skip
+                    DEQUANT: kaio.constexpr = 0, BM: kaio.constexpr = 64, BN: kaio.constexpr = 64,
+                    GROUPED: kaio.constexpr = False):  # fmt: skip
         m0, n0 = i32(kt.program_id(1)) * BM, i32(kt.program_id(0)) * BN
         cols = kt.expand_dims(n0 + kt.arange(BN), 0)  # (1, BN): this tile's rows of W
         in_cols = cols < n
+        end = m  # the tile's rows stop here
+        rows = cols  # the tile's rows of the weight array
+        if GROUPED:
+            # x's rows sorted by expert (offsets: E + 1), W (E * N, row_bytes): program row p takes
+            # the p-th M tile of all groups, numbered group by group; past the last one, no rows
+            pm, first, m0, end, e = i32(kt.program_id(1)), 0, m, m, 0
+            for g in range(experts):
+                pair = kt.load(offsets, (g,), (2,), (experts + 1,))
+                lo, hi = kt.min(pair, 0), kt.max(pair, 0)
+                count = (hi - lo + BM - 1) // BM
+                if pm >= first and pm < first + count:
+                    m0, end, e = lo + (pm - first) * BM, hi, g
+                first += count
+            rows = cols + e * n
         ks = kt.expand_dims(kt.arange(32), 1)  # (32, 1): the step's elements of K
         acc = kt.zeros((BM, BN), f32)
         for k0 in range(0, k, 32):
             if QK == 1:  # a float format: element (col, k0 + ks), 32 of them past K masked to 0
-                at, ok = cols * k + (k0 + ks), in_cols & (k0 + ks < k)
+                at, ok = rows * k + (k0 + ks), in_cols & (k0 + ks < k)
                 if F == F16:
                     wf = f32(kt.load(wh, at, ok))
                 if F == BF16:  # a bf16's bits are an f32's upper half
@@ -152,7 +168,7 @@ def gguf_tile_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) ->
                     wf = bitcast(join(kt.load(wh, 2 * at, ok), kt.load(wh, 2 * at + 1, ok)), f32)
             else:
                 # the step lies in one block of every row: block k0 // QK, elements j of it
-                block = cols * row_bytes + k0 // QK * NB  # (1, BN): each row's block, in bytes
+                block = rows * row_bytes + k0 // QK * NB  # (1, BN): each row's block, in bytes
                 j = k0 % QK + ks
                 lo = i32(kt.load(w, block + quant_byte(j, F), in_cols))
                 hi = lo  # what a format without high bits ignores
@@ -195,9 +211,9 @@ def gguf_tile_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) ->
             if DEQUANT == 1:
                 kt.store(y, cols * k + (k0 + ks), wf, in_cols & (k0 + ks < k))
             else:  # the weight tile in x's type, onto tensor cores
-                acc = kt.dot(kt.load(x, (m0, k0), (BM, 32), (m, k)), T(wf), acc)
+                acc = kt.dot(kt.load(x, (m0, k0), (BM, 32), (end, k)), T(wf), acc)
         if DEQUANT == 0:
-            kt.store(y, (m0, n0), T(acc), (m, n))
+            kt.store(y, (m0, n0), T(acc), (end, n))
 
     return gguf_matmul
 
@@ -498,9 +514,11 @@ def run(x: Any, weight: Any, qtype: Any, device: Any = None) -> Any:
                                                 STEP=f.decode_step, **format_args(f))  # fmt: skip
     else:  # the float formats take this path at every M: their weights need no integer sums
         bm = 32 if a.m <= 32 else 64
-        gguf_tile_kernel(a.x.dtype, H).launch(ops.device, a.x.value, a.weight.value, wh, oy.value, a.m, a.n, a.k, row_bytes,
-                                              grid=(math.ceil(a.n / 64), math.ceil(a.m / bm)), BM=bm, BN=64,
-                                              NS=f.scale_bytes, **format_args(f))  # fmt: skip
+        with ops.workspace((1,), dtypes.i32) as no_offsets:  # one matrix: the offsets are not read
+            gguf_tile_kernel(a.x.dtype, H).launch(ops.device, a.x.value, a.weight.value, wh, oy.value, a.m, a.n, a.k,
+                                                  row_bytes, no_offsets.value, 0,
+                                                  grid=(math.ceil(a.n / 64), math.ceil(a.m / bm)), BM=bm, BN=64,
+                                                  NS=f.scale_bytes, **format_args(f))  # fmt: skip
     return ops.result(oy)
 
 
@@ -517,8 +535,9 @@ def dequantize(weight: Any, qtype: Any, *, device: Any = None) -> Any:
     if n and k:
         unused_x = ops.output((1, 1), dtypes.f32)
         wh, H = weight_views(ops, ow, fmt)
+        no_offsets = ops.output((1,), dtypes.i32)
         gguf_tile_kernel(dtypes.f32, H).launch(ops.device, unused_x.value, ow.value, wh, oy.value, 0, n, k, row_bytes,
-                                               grid=(math.ceil(n / 64), 1), BM=32, BN=64, NS=fmt.scale_bytes, DEQUANT=1,
+                                               no_offsets.value, 0, grid=(math.ceil(n / 64), 1), BM=32, BN=64, NS=fmt.scale_bytes, DEQUANT=1,
                                                **format_args(fmt))  # fmt: skip
     return ops.result(oy)
 

@@ -176,6 +176,7 @@ def _ops() -> dict[str, Op]:
         fp8_matmul,
         fused_moe,
         gelu_and_mul,
+        gguf_grouped_matmul,
         gguf_matmul,
         grouped_matmul,
         int8_matmul,
@@ -212,6 +213,9 @@ def _ops() -> dict[str, Op]:
         # M 1 takes the decoding path (int8 x, dp4a), M 9 the prefill one (kt.dot)
         "gguf_matmul": Op(lambda t, _: [gguf_matmul(arr((m, 32), t["x"]), q8_0_weight(t["weight"]), "Q8_0",
                                                     device=SIM) for m in (1, 9)]),  # fmt: skip
+        "gguf_grouped_matmul": Op(lambda t, _: [gguf_grouped_matmul(
+            arr((1, 32), t["x"]), q8_0_weight(t["weight"]).reshape(1, 1, 34), "Q8_0",
+            np.array([0, 1]).astype(t["expert_offsets"]), device=SIM)]),  # fmt: skip
         "w4a16_matmul": Op(lambda t, _: [w4a16_matmul(
             arr((1, 8), t["x"]), arr((1, 8), t["qweight"]), arr((1, 8), t["scales"], 0.01),
             arr((1, 1), t["qzeros"]), group_size=-1, bias=arr((8,), t["bias"]), device=SIM)],

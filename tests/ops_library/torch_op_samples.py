@@ -446,7 +446,7 @@ if hasattr(ol, "linear_cross_entropy_backward"):
 NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear", "PagedAttention", "BlockMask"}
 # ops with no torch custom op yet: torch tensors run eagerly through the op's operands (no
 # torch.compile graph, no autograd: a tensor that requires grad is refused with a kaio error)
-WITHOUT_TORCH_OP = {"moe_align", "paged_attention", "create_block_mask", "sample"}
+WITHOUT_TORCH_OP = {"moe_align", "paged_attention", "create_block_mask", "sample", "gguf_grouped_matmul"}
 
 
 def public_ops() -> set[str]:
