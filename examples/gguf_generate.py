@@ -19,8 +19,8 @@ What each step runs (kaio.ops_library):
   product when they share a type, down), ``rope``, attention over the KV cache
   (``attention_varlen`` for a block of new tokens, ``paged_attention`` for one), ``silu_and_mul``;
   mixture-of-experts layers: ``gguf_matmul`` for the router, ``moe_topk_softmax`` and
-  ``fused_moe`` (the experts dequantized to f16 once, at load, by ``gguf_matmul.dequantize``:
-  ``fused_moe`` takes 16-bit experts);
+  ``fused_moe`` on the experts' blocks as stored (``qtype=``: ``gguf_grouped_matmul``'s kernel
+  decodes each expert's tiles in registers);
 * the head: ``rms_norm``, ``GGUFLinear`` (``output.weight``, or the embedding when tied), and
   ``sample`` (argmax, or Gumbel-max at a temperature).
 
@@ -118,15 +118,11 @@ def norm_weight(reader: Any, name: str) -> np.ndarray:
     return np.asarray(tensor(reader, name).data, np.float32).astype(ACT)
 
 
-def experts(reader: Any, name: str) -> np.ndarray:
-    """A 3-D expert tensor (E, rows, K) as f16, decoded by kaio's GGUF dequantisation."""
+def experts(reader: Any, name: str) -> tuple[np.ndarray, str]:
+    """A 3-D expert tensor as stored, (E, rows, K_bytes) uint8 (a float format: its values,
+    (E, rows, K)), and its format's name."""
     t = tensor(reader, name)
-    fmt = block_format("gguf_generate", t.tensor_type)
-    e, rows, k = (int(s) for s in reversed(np.asarray(t.shape)))
-    data = np.ascontiguousarray(t.data).reshape(e * rows, -1)
-    if fmt.name in ("F32", "F16", "BF16"):
-        data = data.view(np.uint8).reshape(e * rows, -1)
-    return np.asarray(dequantize(data, fmt.name)).astype(ACT).reshape(e, rows, k)
+    return np.asarray(t.data), block_format("gguf_generate", t.tensor_type).name
 
 
 class Layer:
@@ -138,9 +134,14 @@ class Layer:
         self.k_norm = norm_weight(reader, p + "attn_k_norm.weight") if tensor(reader, p + "attn_k_norm.weight") else None
         if hp.experts:
             self.router = GGUFLinear(reader, p + "ffn_gate_inp.weight")
-            gate, up = experts(reader, p + "ffn_gate_exps.weight"), experts(reader, p + "ffn_up_exps.weight")
-            self.w_gate_up = np.ascontiguousarray(np.concatenate([gate, up], axis=1))  # (E, 2F, D): gate rows first
-            self.w_down = experts(reader, p + "ffn_down_exps.weight")  # (E, D, F)
+            (gate, gate_type), (up, up_type) = (experts(reader, p + f"ffn_{n}_exps.weight") for n in ("gate", "up"))
+            self.w_down, down_type = experts(reader, p + "ffn_down_exps.weight")  # (E, D, F)
+            if gate_type == up_type:  # one product: (E, 2F, D) with the gate rows first, as stored
+                self.w_gate_up = np.ascontiguousarray(np.concatenate([gate, up], axis=1))
+            else:
+                raise SystemExit(f"gguf_generate: {p}ffn_gate_exps is {gate_type} but ffn_up_exps {up_type}; "
+                                 "fused_moe takes one format for both")  # fmt: skip
+            self.qtypes = (gate_type, down_type)
         else:
             gate, up = GGUFLinear(reader, p + "ffn_gate.weight"), GGUFLinear(reader, p + "ffn_up.weight")
             # one product for both when they share a format: [gate | up] is what silu_and_mul takes
@@ -228,7 +229,7 @@ class Model:
     def ffn(self, layer: Layer, x: np.ndarray) -> np.ndarray:
         if self.hp.experts:
             weights, ids = moe_topk_softmax(layer.router(x), self.hp.experts_used, renormalize=True)
-            return fused_moe(x, layer.w_gate_up, layer.w_down, weights, ids)
+            return fused_moe(x, layer.w_gate_up, layer.w_down, weights, ids, qtype=layer.qtypes)
         if layer.gate_up is not None:
             gate_up = gguf_matmul(x, *layer.gate_up)
         else:
@@ -295,7 +296,8 @@ def write_tiny_model(path: str, *, arch: str = "llama", experts: int = 0, seed: 
     """A random model of ``arch`` (with ``experts`` experts, 2 used each token, when above 0)
     in several formats: Q8_0 embedding and output, Q4_0/Q5_1/Q4_1/Q5_0 attention; Q8_0 gate, up
     Q8_0 (one product with the gate) in even layers and F16 (two) in odd ones, down Q6_K and
-    Q4_K (the K-quants need K = ffn, a multiple of 256); Q8_0 and F16 experts, an F32 router."""
+    Q4_K (the K-quants need K = ffn, a multiple of 256); Q8_0 gate and up experts, F16 and Q4_0
+    down experts, an F32 router."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -342,8 +344,8 @@ def write_tiny_model(path: str, *, arch: str = "llama", experts: int = 0, seed: 
             f = expert_ffn
             add_weight(writer, rng, p + "ffn_gate_inp.weight", (experts, dim), "F32", 4 * s)
             add_weight(writer, rng, p + "ffn_gate_exps.weight", (experts, f, dim), "Q8_0", s)
-            add_weight(writer, rng, p + "ffn_up_exps.weight", (experts, f, dim), "F16", s)
-            add_weight(writer, rng, p + "ffn_down_exps.weight", (experts, dim, f), "Q8_0", 1 / math.sqrt(f))
+            add_weight(writer, rng, p + "ffn_up_exps.weight", (experts, f, dim), "Q8_0", s)
+            add_weight(writer, rng, p + "ffn_down_exps.weight", (experts, dim, f), ("F16", "Q4_0")[i % 2], 1 / math.sqrt(f))
         else:
             add_weight(writer, rng, p + "ffn_gate.weight", (ffn, dim), "Q8_0", s)
             add_weight(writer, rng, p + "ffn_up.weight", (ffn, dim), "Q8_0" if i % 2 == 0 else "F16", s)

@@ -32,6 +32,10 @@ from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library import activations
 from kaio.ops_library import rows as rowops
+from kaio.ops_library.autograd import refuse_grad
+from kaio.ops_library.gguf_blocks import BlockFormat, block_format
+from kaio.ops_library.gguf_grouped_matmul import expert_bytes
+from kaio.ops_library.gguf_grouped_matmul import grouped_launch as gguf_grouped_launch
 from kaio.ops_library.grouped_matmul import INPUT_TYPES
 from kaio.ops_library.grouped_matmul import launch as grouped_launch
 from kaio.ops_library.moe_align import MAX_EXPERTS
@@ -73,9 +77,9 @@ def gather_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType = dtypes.f32) -> An
 
 
 @cache
-def combine_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType) -> Any:  # noqa: N803
+def combine_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType, O: dtypes.ScalarType = dtypes.f32) -> Any:  # noqa: N803
     @kaio.tile_kernel(num_warps=4, num_stages=0)
-    def moe_combine(o: Array[f32], inverse: Array[i32], weights: Array[W], y: MutArray[T], tokens: i32, k: i32,
+    def moe_combine(o: Array[O], inverse: Array[i32], weights: Array[W], y: MutArray[T], tokens: i32, k: i32,
                     d: i32, R: kaio.constexpr = ROWS, C: kaio.constexpr = COLS,
                     WEIGHTED: kaio.constexpr = True):  # fmt: skip
         rows = i32(kt.program_id(0)) * R + kt.arange(R)
@@ -87,7 +91,7 @@ def combine_kernel(T: dtypes.ScalarType, W: dtypes.ScalarType) -> Any:  # noqa: 
         for j in range(k):  # in order: the same sum every run
             at = rows * k + j
             p = kt.load(inverse, at, mask=live)
-            row = kt.load(o, kt.expand_dims(p, 1) * d + cols, mask=mask)
+            row = f32(kt.load(o, kt.expand_dims(p, 1) * d + cols, mask=mask))
             if WEIGHTED:
                 acc = acc + kt.expand_dims(f32(kt.load(weights, at, mask=live)), 1) * row
             else:
@@ -112,6 +116,7 @@ class Moe:
     f: int
     k: int
     act: int
+    formats: tuple[BlockFormat, BlockFormat] | None = None  # the GGUF formats of (w_gate_up, w_down)
 
     @property
     def n(self) -> int:
@@ -119,35 +124,40 @@ class Moe:
 
 
 def check(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: Any,
-          read_values: bool = True) -> Moe:  # fmt: skip
+          read_values: bool = True, qtype: Any = None) -> Moe:  # fmt: skip
     """The call's operands and sizes, or a kaio error naming the argument (``ops``: an
     ``Operands``, or ``torch_checks.TensorMetadata`` for a fake; ``read_values``: also read the
-    ids back, which a fake cannot)."""
+    ids back, which a fake cannot; ``qtype``: the experts' GGUF formats, see :func:`formats_of`)."""
     ox, og, od = ops.take("x", x), ops.take("w_gate_up", w_gate_up), ops.take("w_down", w_down)
     ow, oi = ops.take("weights", weights), ops.take("ids", ids)
     if ox.dtype not in INPUT_TYPES:
         raise KaioTypeError(f"{op}: `x` must be f16 or bf16, got {ox.dtype.name}")
+    formats = formats_of(op, qtype)
     for name, o in (("w_gate_up", og), ("w_down", od)):
-        if o.dtype != ox.dtype:
+        if formats and o.dtype != dtypes.u8:
+            raise KaioTypeError(f"{op}: `{name}` must be the uint8 blocks of `qtype`'s format, got {o.dtype.name}")
+        if not formats and o.dtype != ox.dtype:
             raise KaioTypeError(f"{op}: `{name}` is {o.dtype.name} but `x` is {ox.dtype.name}: pass one type")
-    if ow.dtype not in (dtypes.f32, ox.dtype):
-        raise KaioTypeError(f"{op}: `weights` must be f32 or {ox.dtype.name} (x's type), got {ow.dtype.name}")
     take_index(op, "ids", oi)
     if len(ox.shape) != 2:
         raise KaioTypeError(f"{op}: `x` must be (tokens, D), got shape {tuple(ox.shape)}")
     tokens, d = ox.shape
-    if len(og.shape) != 3 or og.shape[2] != d or og.shape[1] % 2:
-        raise KaioTypeError(f"{op}: `w_gate_up` must be (experts, 2F, {d}), got shape {tuple(og.shape)}")
+    gate_row = row_size(op, "w_gate_up", d, "D", formats and formats[0])
+    if len(og.shape) != 3 or og.shape[1] % 2 or og.shape[2] != gate_row:
+        raise KaioTypeError(f"{op}: `w_gate_up` must be (experts, 2F, {gate_row}), got shape {tuple(og.shape)}")
     experts, f = og.shape[0], og.shape[1] // 2
     if experts == 0 or f == 0:
         raise KaioTypeError(f"{op}: `w_gate_up` has no experts or no rows (shape {tuple(og.shape)})")
-    if tuple(od.shape) != (experts, d, f):
-        raise KaioTypeError(f"{op}: `w_down` must have shape {(experts, d, f)} (experts, D, F), got {tuple(od.shape)}")
+    down_row = row_size(op, "w_down", f, "F", formats and formats[1])
+    if tuple(od.shape) != (experts, d, down_row):
+        raise KaioTypeError(f"{op}: `w_down` must have shape {(experts, d, down_row)} (experts, D, F), got {tuple(od.shape)}")
     if len(oi.shape) != 2 or oi.shape[0] != tokens:
         raise KaioTypeError(f"{op}: `ids` must be ({tokens}, k), got shape {tuple(oi.shape)}")
     k = oi.shape[1]
     if tuple(ow.shape) != tuple(oi.shape):
         raise KaioTypeError(f"{op}: `weights` must have the shape of `ids` {tuple(oi.shape)}, got {tuple(ow.shape)}")
+    if ow.dtype not in (dtypes.f32, ox.dtype):
+        raise KaioTypeError(f"{op}: `weights` must be f32 or {ox.dtype.name} (x's type), got {ow.dtype.name}")
     if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise KaioValueError(f"{op}: `activation` must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
     if experts > MAX_EXPERTS:
@@ -157,7 +167,29 @@ def check(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, 
         raise KaioTypeError(f"{op}: arrays of 2**31 elements or more are too large")
     if read_values:
         check_ids(op, "ids", ids, experts)
-    return Moe(ox, og, od, ow, oi, tokens, d, experts, f, k, ACTIVATIONS[activation])
+    return Moe(ox, og, od, ow, oi, tokens, d, experts, f, k, ACTIVATIONS[activation], formats)
+
+
+def row_size(op: str, name: str, cols: int, what: str, fmt: BlockFormat | None) -> int:
+    """A weight row's last dim: ``cols`` elements, or their bytes in ``fmt``'s blocks."""
+    if fmt is None:
+        return cols
+    if cols % fmt.elements:
+        raise KaioValueError(f"{op}: `{name}`'s rows of {what} = {cols} elements are not whole {fmt.name} blocks of {fmt.elements}")
+    return cols // fmt.elements * fmt.nbytes
+
+
+def formats_of(op: str, qtype: Any) -> tuple[BlockFormat, BlockFormat] | None:
+    """None (16-bit experts), or the GGUF formats of (w_gate_up, w_down) from one format's name
+    (or ``GGMLQuantizationType``) for both, or a pair of them."""
+    if qtype is None:
+        return None
+    if isinstance(qtype, (tuple, list)):
+        if len(qtype) != 2:
+            raise KaioValueError(f"{op}: `qtype` must be one GGUF format or a pair (w_gate_up's, w_down's), got {qtype!r}")
+        return block_format(op, qtype[0]), block_format(op, qtype[1])
+    fmt = block_format(op, qtype)
+    return fmt, fmt
 
 
 @dataclass
@@ -172,6 +204,16 @@ class Routed:
     a: Operand  # (n, F): the gated activation
 
 
+def expert_product(ops: Operands, m: Moe, x: Operand, w: Operand, which: int, offsets: Operand, y: Operand) -> None:
+    """``y[rows of e] = x[rows] @ w[e].T`` for the gate/up (``which`` 0) or down (1) weights:
+    ``grouped_matmul`` on 16-bit experts, ``gguf_grouped_matmul`` on GGUF blocks."""
+    n, k = y.shape[1], x.shape[1]
+    if m.formats is None:
+        grouped_launch(ops.device, x, w, offsets, y, m.experts, n, k, w_nk=True)
+    else:
+        gguf_grouped_launch(ops, x, w, m.formats[which], offsets, y, m.experts, n, w.shape[2])
+
+
 @contextmanager
 def routed(ops: Operands, m: Moe) -> Iterator[Routed]:
     """The first five launches (alignment, gather, gate/up product, activation), shared by the
@@ -183,9 +225,9 @@ def routed(ops: Operands, m: Moe) -> Iterator[Routed]:
           ops.workspace((n, 2 * f), t) as h, ops.workspace((n, f), t) as a):  # fmt: skip
         align_launch(ops, m.ids, n, m.experts, 1, sorted_ids, block_experts, total, offsets)
         # no weights are read unscaled: any array fills their slot
-        gather_kernel(t, m.weights.dtype).launch(dev, m.x.value, sorted_ids.value, m.weights.value, xs.value, inverse.value, n, m.k,
-                                                 d, grid=(math.ceil(n / ROWS),))  # fmt: skip
-        grouped_launch(dev, xs, m.w_gate_up, offsets, h, m.experts, 2 * f, d, w_nk=True)
+        gather_kernel(t, m.weights.dtype).launch(dev, m.x.value, sorted_ids.value, m.weights.value, xs.value,
+                                                 inverse.value, n, m.k, d, grid=(math.ceil(n / ROWS),))  # fmt: skip
+        expert_product(ops, m, xs, m.w_gate_up, 0, offsets, h)
         b = rowops.blocks(n, f)
         rowops.launch(activations.gated_kernel(t), b, (b.grid(n), math.ceil(f / b.cols)), (h.value, a.value, n, f),
                       dev, ACT=m.act, BASE_X=rowops.base_alignment(h.ptr),
@@ -194,24 +236,31 @@ def routed(ops: Operands, m: Moe) -> Iterator[Routed]:
 
 
 def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, activation: str = "silu",
-              device: Any = None) -> Any:  # fmt: skip
+              qtype: Any = None, device: Any = None) -> Any:  # fmt: skip
     """The MoE MLP of each token over its k experts (see the module doc); y (T, D) in x's type.
-    Torch tensors go through ``torch.ops.kaio.fused_moe`` (autograd records it:
-    ``fused_moe_backward``)."""
+    ``qtype``: the experts are GGUF blocks of this format (or of a pair of formats: w_gate_up's,
+    w_down's). Torch tensors of 16-bit experts go through ``torch.ops.kaio.fused_moe``
+    (autograd records it: ``fused_moe_backward``)."""
+    if qtype is not None:  # frozen blocks: run directly, no gradient
+        refuse_grad(OP, x, w_gate_up, w_down, weights, ids, why="GGUF experts are frozen blocks")
+        fg, fd = formats_of(OP, qtype)
+        return run(x, expert_bytes(w_gate_up, fg), expert_bytes(w_down, fd), weights, ids, activation, device, qtype)
     if (tops := rowops.torch_op(x, w_gate_up, w_down, weights, ids, device=device)) is not None:
         return tops.fused_moe(x, w_gate_up, w_down, weights, ids, activation)
     return run(x, w_gate_up, w_down, weights, ids, activation, device)
 
 
-def run(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: str, device: Any) -> Any:
+def run(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: str, device: Any,
+        qtype: Any = None) -> Any:  # fmt: skip
     """The op itself, without the torch custom-op routing."""
     ops = Operands(OP, x, w_gate_up, w_down, weights, ids, device=device)
-    m = check(OP, ops, x, w_gate_up, w_down, weights, ids, activation)
+    m = check(OP, ops, x, w_gate_up, w_down, weights, ids, activation, qtype=qtype)
     oy = ops.output((m.tokens, m.d), m.x.dtype)
     if m.n == 0 or m.d == 0:
         return ops.result(oy)
-    with routed(ops, m) as r, ops.workspace((m.n, m.d), dtypes.f32) as o:
-        grouped_launch(ops.device, r.a, m.w_down, r.offsets, o, m.experts, m.d, m.f, w_nk=True)
+    # the down product: f32 from grouped_matmul, x's type from the GGUF kernel
+    with routed(ops, m) as r, ops.workspace((m.n, m.d), dtypes.f32 if m.formats is None else m.x.dtype) as o:
+        expert_product(ops, m, r.a, m.w_down, 1, r.offsets, o)
         combine_launch(ops.device, o, r.inverse, m.weights, oy, m.tokens, m.k, m.d)
     return ops.result(oy)
 
@@ -220,6 +269,6 @@ def combine_launch(device: Any, o: Operand, inverse: Operand, weights: Operand |
                    k: int, d: int) -> None:  # fmt: skip
     """``y[t] = sum_j weights[t, j] * o[inverse[t * k + j]]`` (``weights`` None: unweighted)."""
     w = weights or inverse  # an unweighted sum reads no weight: any array fills the slot
-    combine_kernel(y.dtype, w.dtype).launch(device, o.value, inverse.value, w.value, y.value, tokens, k, d,
-                                            grid=(math.ceil(tokens / ROWS), math.ceil(d / COLS)),
-                                            WEIGHTED=weights is not None)  # fmt: skip
+    combine_kernel(y.dtype, w.dtype, o.dtype).launch(device, o.value, inverse.value, w.value, y.value, tokens, k, d,
+                                                     grid=(math.ceil(tokens / ROWS), math.ceil(d / COLS)),
+                                                     WEIGHTED=weights is not None)  # fmt: skip

@@ -1,0 +1,68 @@
+"""fused_moe with GGUF experts (qtype=): the MoE MLP over each expert's blocks as stored, against
+the float64 MLP over gguf's own decoding of them; the 16-bit path's checks still hold."""
+
+import math
+
+import numpy as np
+import pytest
+
+import kaio
+from kaio import KaioTypeError, KaioValueError
+from kaio.ops_library import fused_moe
+
+from .test_gguf_matmul import random_weight, reference as decoded
+from .test_moe_fused import reference
+
+SIM = kaio.Device("sim")
+
+
+def experts(rng, qtype, e, rows, k):
+    return np.stack([random_weight(rng, qtype, rows, k) for _ in range(e)])
+
+
+def decode(blocks, qtype):
+    return np.stack([decoded(b, qtype) for b in blocks])
+
+
+@pytest.mark.parametrize(("qtype", "d", "f"), [("Q8_0", 64, 32), (("Q4_K", "Q6_K"), 256, 256), ("MXFP4", 32, 64)],
+                         ids=["Q8_0", "Q4_K+Q6_K", "MXFP4"])  # fmt: skip
+def test_matches_float64_over_gguf_decoding(rng, poison, qtype, d, f):
+    t, e, k = 7, 4, 2
+    qg, qd = qtype if isinstance(qtype, tuple) else (qtype, qtype)
+    wgu, wd = experts(rng, qg, e, 2 * f, d), experts(rng, qd, e, d, f)
+    x = (rng.standard_normal((t, d)) / math.sqrt(d)).astype(np.float16)
+    ids = np.stack([rng.permutation(e)[:k] for _ in range(t)]).astype(np.int32)
+    ids[:, 0] = np.minimum(ids[:, 0], 2)  # expert 3 is often empty
+    w = rng.random(ids.shape).astype(np.float32)
+    y = fused_moe(x, wgu, wd, w, ids, qtype=qtype, device=SIM)
+    want = reference(x, decode(wgu, qg), decode(wd, qd), w, ids)
+    assert y.dtype == np.float16 and np.isfinite(y.astype(np.float64)).all()
+    # h, the activation and the down product are rounded to f16 (the GGUF kernel stores x's type)
+    assert np.linalg.norm(y.astype(np.float64) - want) <= 1e-2 * np.linalg.norm(want)
+
+
+def test_float_experts_in_their_own_type(rng, poison):
+    wgu = rng.standard_normal((2, 32, 16)).astype(np.float16)
+    wd = rng.standard_normal((2, 16, 16)).astype(np.float16)
+    x = rng.standard_normal((3, 16)).astype(np.float16)
+    ids, w = np.array([[0], [1], [1]], np.int32), np.ones((3, 1), np.float32)
+    got = fused_moe(x, wgu, wd, w, ids, qtype="F16", device=SIM)
+    plain = fused_moe(x, wgu, wd, w, ids, device=SIM)
+    assert np.linalg.norm(got.astype(np.float64) - plain) <= 1e-2 * np.linalg.norm(plain.astype(np.float64))
+
+
+def test_bad_gguf_experts_are_named(rng):
+    wgu, wd = experts(rng, "Q8_0", 2, 64, 64), experts(rng, "Q8_0", 2, 64, 32)
+    x, ids, w = np.zeros((2, 64), np.float16), np.zeros((2, 1), np.int32), np.ones((2, 1), np.float32)
+    with pytest.raises(KaioTypeError, match="`w_down` must have shape"):
+        fused_moe(x, wgu, wd[:, :32], w, ids, qtype="Q8_0", device=SIM)
+    with pytest.raises(KaioValueError, match="not whole Q4_K blocks"):
+        fused_moe(x, wgu, wd, w, ids, qtype="Q4_K", device=SIM)
+    with pytest.raises(KaioValueError, match="qtype"):
+        fused_moe(x, wgu, wd, w, ids, qtype=("Q8_0",), device=SIM)
+    with pytest.raises(KaioTypeError, match="uint8 blocks"):
+        fused_moe(x, wgu.astype(np.float16), wd, w, ids, qtype="Q8_0", device=SIM)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(KaioTypeError, match="frozen"):
+        fused_moe(torch.zeros(2, 64, dtype=torch.float16, requires_grad=True), torch.from_numpy(wgu),
+                  torch.from_numpy(wd), torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.int32), qtype="Q8_0")  # fmt: skip
