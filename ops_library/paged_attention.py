@@ -18,8 +18,9 @@ at the query's position ``seq_lens[b] - 1`` (keys ``pos - left`` on; ``right`` r
 ``softcap=c``: each score ``s`` becomes ``c * tanh(s / c)``. ``sinks``: f32 (H,), one logit per
 query head in the softmax denominator (gpt-oss). Long sequences are split into key chunks
 (flash-decoding) and combined. ``return_lse=True`` also returns the f32 logsumexp (B, H).
-numpy in -> numpy out, kaio Buffers in -> Buffer out, torch tensors in -> torch tensor out
-(forward only: a tensor that requires grad is refused).
+numpy in -> numpy out, kaio Buffers in -> Buffer out, torch tensors in -> torch tensor out,
+through ``torch.ops.kaio.paged_attention`` (one opaque op for ``torch.compile``; forward only:
+a tensor that requires grad is refused).
 
 The kernel is a tile kernel (:mod:`kaio.ops_library.paged_attention_kernel`); every cached byte a
 sequence needs is loaded once, for all the query heads of its kv head.
@@ -28,7 +29,6 @@ sequence needs is loaded once, for all the query heads of its kv head.
 from __future__ import annotations
 
 import math
-from contextlib import ExitStack
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,7 +39,7 @@ from kaio.ops_library.attention import check_head_dim, AttentionConfig, _scale, 
 from kaio.ops_library.autograd import needs_grad, refuse_traced
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
-from kaio.ops_library.rows import next_pow2
+from kaio.ops_library.rows import next_pow2, torch_op
 from kaio.pipeline import Pipeline
 
 OP = "paged_attention"
@@ -84,36 +84,17 @@ class PagedAttention:
         scale = _scale(scale, OP)  # the scalars checked before any operand is copied to the device
         k_scale, v_scale = _cache_scale("k_scale", k_scale), _cache_scale("v_scale", v_scale)
         mods = mods_given(OP, None, None, (), window, softcap, None, sinks)
+        tops = torch_op(q, k_cache, v_cache, block_table, seq_lens, sinks, device=device) if out is None else None
+        if tops is not None:
+            left, right = mods.window or (-1, -1)
+            o, lse = tops.paged_attention(q, k_cache, v_cache, block_table, seq_lens, scale, left, right,
+                                          mods.softcap or 0.0, sinks, k_scale, v_scale)  # fmt: skip
+            return (o, lse) if return_lse else o
         if needs_grad(q, k_cache, v_cache, sinks):
             raise KaioTypeError(f"{OP}: has no backward, and an input requires grad; pass tensors that do not (.detach())")
         refuse_traced(OP, q, k_cache, v_cache, block_table, seq_lens, out)
-
-        ops = Operands(OP, q, k_cache, v_cache, block_table, seq_lens, out, sinks, device=device)
-        oq, ok, ov = ops.take("q", q), ops.take("k_cache", k_cache), ops.take("v_cache", v_cache)
-        table, lens = ops.take("block_table", block_table), ops.take("seq_lens", seq_lens)
-        oo = ops.take("out", out) if out is not None else None
-        osinks = ops.take("sinks", sinks) if sinks is not None else None
-        sizes = _check(oq, ok, ov, table, lens, oo, osinks)
-        max_len = _check_pages(table, lens, sizes)
-        if ok.dtype != oq.dtype:
-            from kaio.ops_library.scaled_matmul import require_arch
-
-            require_arch(OP, ops.device, 89, "an fp8 e4m3 KV cache (cvt.rn.f16x2.e4m3x2)")
-        if scale is None:
-            scale = 1.0 / math.sqrt(sizes.d)
-        if oo is None:
-            oo = ops.output((sizes.b, sizes.h, sizes.d), oq.dtype)
-        with ExitStack() as scratch:
-            def workspace(shape: tuple[int, ...], t: dtypes.ScalarType, zero: bool = False) -> Operand:
-                return scratch.enter_context(ops.workspace(shape, t, zero=zero))
-
-            lse = ops.output((sizes.b, sizes.h), dtypes.f32) if return_lse else workspace((sizes.b, sizes.h), dtypes.f32)
-            if sizes.b and sizes.h:
-                unused = workspace((1,), dtypes.f32)  # the sinks' slot when there are none: never read
-                _forward(ops, oq, ok, ov, table, lens, oo, lse, osinks, unused, sizes, max_len,
-                         scale * k_scale, v_scale, mods.window, mods.softcap)  # fmt: skip
-        result = ops.result(oo, out)
-        return (result, ops.result(lse)) if return_lse else result
+        result, lse = run(q, k_cache, v_cache, block_table, seq_lens, scale, mods, sinks, k_scale, v_scale, out, device)
+        return (result, lse) if return_lse else result
 
     def pipeline(self, d: int = 128, h: int = 8, hkv: int = 8, block_size: int = 16, arch: str = "sm_80") -> Pipeline:
         """The pass pipeline of the kernel for head dim ``d``, ``h`` query and ``hkv`` kv heads."""
@@ -121,6 +102,39 @@ class PagedAttention:
 
     def __repr__(self) -> str:
         return "<kaio.ops_library.paged_attention>"
+
+
+def check(ops: Any, q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, out: Any,
+          sinks: Any) -> tuple[Sizes, tuple[Operand, ...]]:  # fmt: skip
+    """The sizes and operands (q, k, v, table, lens, out or None, sinks or None), or a kaio error
+    naming the argument (``ops``: an ``Operands``, or ``torch_checks.TensorMetadata`` for a fake)."""
+    oq, ok, ov = ops.take("q", q), ops.take("k_cache", k_cache), ops.take("v_cache", v_cache)
+    table, lens = ops.take("block_table", block_table), ops.take("seq_lens", seq_lens)
+    oo = ops.take("out", out) if out is not None else None
+    osinks = ops.take("sinks", sinks) if sinks is not None else None
+    return _check(oq, ok, ov, table, lens, oo, osinks), (oq, ok, ov, table, lens, oo, osinks)
+
+
+def run(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seq_lens: Any, scale: float | None, mods: Any,
+        sinks: Any, k_scale: float, v_scale: float, out: Any, device: Any) -> tuple[Any, Any]:  # fmt: skip
+    """The op itself, without the torch custom-op routing: (o, lse)."""
+    ops = Operands(OP, q, k_cache, v_cache, block_table, seq_lens, out, sinks, device=device)
+    sizes, (oq, ok, ov, table, lens, oo, osinks) = check(ops, q, k_cache, v_cache, block_table, seq_lens, out, sinks)
+    max_len = _check_pages(table, lens, sizes)
+    if ok.dtype != oq.dtype:
+        from kaio.ops_library.scaled_matmul import require_arch
+
+        require_arch(OP, ops.device, 89, "an fp8 e4m3 KV cache (cvt.rn.f16x2.e4m3x2)")
+    if scale is None:
+        scale = 1.0 / math.sqrt(sizes.d)
+    if oo is None:
+        oo = ops.output((sizes.b, sizes.h, sizes.d), oq.dtype)
+    lse = ops.output((sizes.b, sizes.h), dtypes.f32)
+    if sizes.b and sizes.h:
+        with ops.workspace((1,), dtypes.f32) as unused:  # the sinks' slot when there are none: never read
+            _forward(ops, oq, ok, ov, table, lens, oo, lse, osinks, unused, sizes, max_len,
+                     scale * k_scale, v_scale, mods.window, mods.softcap)  # fmt: skip
+    return ops.result(oo, out), ops.result(lse)
 
 
 def kernel_for(t: dtypes.ScalarType, kv: dtypes.ScalarType, out: dtypes.ScalarType, config: AttentionConfig) -> Any:
@@ -169,7 +183,7 @@ def _cache_scale(name: str, value: Any) -> float:
     """``k_scale`` / ``v_scale``: a finite positive number (vLLM's per-tensor fp8 scales)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise KaioTypeError(f"{OP}: `{name}` is a positive finite number, got {value!r} ({type(value).__name__})")
-    if not (math.isfinite(float(value)) and value > 0):
+    if not 0 < value < math.inf:  # NaN fails too; comparisons, which torch.compile traces on its symbolic floats
         raise KaioValueError(f"{OP}: `{name}` must be positive and finite, got {value!r}")
     return float(value)
 

@@ -22,6 +22,7 @@ from kaio.ops_library import (
     matmul_torch,
     moe_torch,
     norms_autograd,
+    paged_attention_torch,
     scaled_matmul_torch,
     torch_ops,
     torch_ops_backward,
@@ -39,6 +40,7 @@ REGISTRATIONS: tuple[Callable[[], None], ...] = (
     scaled_matmul_torch.register,  # int8 / fp8 GEMMs and their quantisers
     gguf_matmul_torch.register,
     dropout_torch.register,
+    paged_attention_torch.register,
     moe_torch.register,  # grouped_matmul and fused_moe with their backwards and autograd
 )
 

@@ -195,6 +195,25 @@ def topk_softmax_ref(x: torch.Tensor, k: int, renormalize: bool = True) -> torch
     return w / w.sum(-1, keepdim=True) if renormalize else w
 
 
+def _paged_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
+    """Two sequences in pages of 16 (lengths 5 and 20: a partial page, a second page)."""
+    lens = torch.tensor([5, 20 + grow], dtype=torch.int32)
+    table = torch.tensor([[2, 0], [1, 3]], dtype=torch.int32)
+    return {"q": randn(rng, 2, 4, 32, dtype=torch.float16), "k": randn(rng, 4, 16, 2, 32, dtype=torch.float16),
+            "v": randn(rng, 4, 16, 2, 32, dtype=torch.float16), "table": table, "lens": lens}  # fmt: skip
+
+
+def paged_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, table: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """Each sequence's keys gathered from its pages, then attention_ref of its one query."""
+    outs = []
+    for b in range(q.shape[0]):
+        n = int(lens[b])
+        rows = [table[b, j // k.shape[1]] * k.shape[1] + j % k.shape[1] for j in range(n)]
+        kb, vb = (c.reshape(-1, *c.shape[2:])[torch.stack(rows)].transpose(0, 1)[None] for c in (k, v))
+        outs.append(attention_ref(q[b][None, :, None], kb, vb)[0, :, 0])
+    return torch.stack(outs)
+
+
 def _grouped_inputs(rng: np.random.Generator, grow: int = 0) -> dict[str, torch.Tensor]:
     off = torch.tensor([0, 5, 5, 12 + 3 * grow], dtype=torch.int32)  # an empty expert
     t = int(off[-1])
@@ -277,6 +296,8 @@ PUBLIC: list[Case] = [
     Case("attention_varlen", "attention_varlen", _varlen_inputs,
          lambda q, k, v, cu_q, cu_k: ol.attention_varlen(q, k, v, cu_q, cu_k, VARLEN_MAX, VARLEN_MAX, causal=True),
          lambda q, k, v, cu_q, cu_k: varlen_attention_ref(q, k, v, cu_q, cu_k, causal=True), ("q", "k", "v"), tol=2e-2),
+    Case("paged_attention", "paged_attention", _paged_inputs,
+         lambda q, k, v, table, lens: ol.paged_attention(q, k, v, table, lens), paged_ref, ("q",), tol=2e-2),
     Case("moe_topk_softmax", "moe_topk_softmax", _rows(7), lambda x: ol.moe_topk_softmax(x, 2)[0],
          lambda x: topk_softmax_ref(x, 2), ("x",)),
     Case("moe_topk_softmax_no_renormalize", "moe_topk_softmax", _rows(7),
@@ -446,7 +467,7 @@ if hasattr(ol, "linear_cross_entropy_backward"):
 NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear", "PagedAttention", "BlockMask"}
 # ops with no torch custom op yet: torch tensors run eagerly through the op's operands (no
 # torch.compile graph, no autograd: a tensor that requires grad is refused with a kaio error)
-WITHOUT_TORCH_OP = {"moe_align", "paged_attention", "create_block_mask", "sample", "gguf_grouped_matmul"}
+WITHOUT_TORCH_OP = {"moe_align", "create_block_mask", "sample", "gguf_grouped_matmul"}
 
 
 def public_ops() -> set[str]:
@@ -524,6 +545,7 @@ def custom_op_args(name: str, rng: np.random.Generator, requires_grad: bool) -> 
         "quantize_fp8": lambda: (randn(rng, 5, 40), True, "e5m2"),
         "fp8_matmul": lambda: (*_fp8_inputs(rng).values(), None, "f32"),
         "dropout": lambda: (g(randn(rng, 5, 33)), g(randn(rng, 5, 33)), 0.25, -(2**62)),
+        "paged_attention": lambda: (*_paged_inputs(rng).values(), None, -1, -1, 0.0, None, 1.0, 1.0),
         "moe_topk_softmax": lambda: (g(tk["logits"]), 2, True),
         "moe_topk_softmax_backward": lambda: (g(tk["dw"]), g(tk["logits"]), tk["ids"], True),
         "grouped_matmul": lambda: (g(gm["x"]), g(gm["w"]), gm["off"], "f32", None),
