@@ -45,11 +45,13 @@ from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library.matmul_kernel import base_alignment
 from kaio.ops_library.moe_checks import host_values, take_index
+from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.rows import torch_op
 from kaio.prelude import Array, MutArray, f32, i32
 
 INPUT_TYPES = (dtypes.f16, dtypes.bf16)
+E4M3 = dtypes.BY_NAME["f8e4m3"]  # fp8 expert weights (W8A16): converted to x's type in registers
 OUT_TYPES = {"f32": dtypes.f32, "f16": dtypes.f16, "bf16": dtypes.bf16}
 BLOCK = (64, 64, 32)  # BM, BN, BK
 WARPS = 4
@@ -57,14 +59,21 @@ STAGES = 3
 
 
 @cache
-def grouped_matmul_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any:  # noqa: N803
-    """The tile kernel for one (input, output) type pair."""
+def grouped_matmul_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType, W: dtypes.ScalarType | None = None,  # noqa: N803
+                          S: dtypes.ScalarType = dtypes.i32) -> Any:  # noqa: N803
+    """The tile kernel for one (input, output) type pair; ``W`` the weights' type (x's, or e4m3:
+    converted to x's type in registers, ``SCALED`` 1 a scale per expert, 2 one per expert and
+    output column, applied to the f32 accumulator), ``S`` the scales' (f32; another array fills
+    the slot when there are none)."""
+    W = W or IN  # noqa: N806
+    FP8 = W != IN  # noqa: N806 (read by the kernel at compile time)
 
     @kaio.tile_kernel(num_warps=WARPS, num_stages=STAGES)
-    def grouped_matmul(x: Array[IN], w: Array[IN], offsets: Array[i32], y: MutArray[OUT], m: i32, experts: i32,
-                       n: i32, k: i32, BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BK: kaio.constexpr = 32,
-                       BASE_X: kaio.constexpr = 16, BASE_W: kaio.constexpr = 16, BASE_Y: kaio.constexpr = 16,
-                       W_NK: kaio.constexpr = False, K_TILED: kaio.constexpr = False):  # fmt: skip
+    def grouped_matmul(x: Array[IN], w: Array[W], offsets: Array[i32], y: MutArray[OUT], w_scale: Array[S], m: i32,
+                       experts: i32, n: i32, k: i32, BM: kaio.constexpr = 64, BN: kaio.constexpr = 64,
+                       BK: kaio.constexpr = 32, BASE_X: kaio.constexpr = 16, BASE_W: kaio.constexpr = 16,
+                       BASE_Y: kaio.constexpr = 16, W_NK: kaio.constexpr = False, K_TILED: kaio.constexpr = False,
+                       SCALED: kaio.constexpr = 0):  # fmt: skip
         x, w, y = kt.multiple_of(x, BASE_X), kt.multiple_of(w, BASE_W), kt.multiple_of(y, BASE_Y)
         tiles_n = (n + BN - 1) // BN
         tiles_m = 0
@@ -95,11 +104,19 @@ def grouped_matmul_kernel(IN: dtypes.ScalarType, OUT: dtypes.ScalarType) -> Any:
                 # bounded by its own size, w[e]'s K by the expert's own rows unless BK divides K
                 a = kt.load(x, (m0, k0), (BM, BK), (m, k))
                 if W_NK:  # w[e] stored (N, K), as nn.Linear weights are: its transpose
-                    acc = kt.dot(a, kt.trans(kt.load(w, (e * n + n0, k0), (BN, BK), (experts * n, k))), acc)
+                    wt = kt.trans(kt.load(w, (e * n + n0, k0), (BN, BK), (experts * n, k)))
                 elif K_TILED:
-                    acc = kt.dot(a, kt.load(w, (e * k + k0, n0), (BK, BN), (experts * k, n)), acc)
+                    wt = kt.load(w, (e * k + k0, n0), (BK, BN), (experts * k, n))
                 else:
-                    acc = kt.dot(a, kt.load(w, (e * k + k0, n0), (BK, BN), (e * k + k, n)), acc)
+                    wt = kt.load(w, (e * k + k0, n0), (BK, BN), (e * k + k, n))
+                if FP8:  # in registers; every e4m3 value is exact in f16 and bf16
+                    acc = kt.dot(a, IN(wt), acc)
+                else:
+                    acc = kt.dot(a, wt, acc)
+            if SCALED == 1:
+                acc = acc * f32(w_scale[e])
+            if SCALED == 2:
+                acc = acc * kt.expand_dims(f32(kt.load(w_scale, (e * n + n0,), (BN,), (e * n + n,))), 0)
             kt.store(y, (m0, n0), OUT(acc), (end, n))
 
     return grouped_matmul
@@ -136,8 +153,8 @@ def check(ops: Any, x: Any, w: Any, expert_offsets: Any, out_dtype: Any,
     ox, ow, oo = ops.take("x", x), ops.take("w", w), ops.take("expert_offsets", expert_offsets)
     if ox.dtype not in INPUT_TYPES:
         raise KaioTypeError(f"{op}: `x` must be f16 or bf16, got {ox.dtype.name}")
-    if ow.dtype != ox.dtype:
-        raise KaioTypeError(f"{op}: `w` is {ow.dtype.name} but `x` is {ox.dtype.name}: pass one type")
+    if ow.dtype not in (ox.dtype, E4M3):
+        raise KaioTypeError(f"{op}: `w` is {ow.dtype.name} but `x` is {ox.dtype.name}: pass one type (or e4m3 weights)")
     if len(ox.shape) != 2:
         raise KaioTypeError(f"{op}: `x` must be (tokens, K), got shape {tuple(ox.shape)}")
     if len(ow.shape) != 3:
@@ -157,6 +174,24 @@ def check(ops: Any, x: Any, w: Any, expert_offsets: Any, out_dtype: Any,
     return ox, ow, oo, OUT_TYPES[out_dtype]
 
 
+def check_scale(op: str, name: str, o: Operand | None, experts: int, n: int) -> None:
+    """A weight's scales: None, or f32 (E,) (one per expert) or (E, N) (one per output column)."""
+    if o is not None and (o.dtype != dtypes.f32 or tuple(o.shape) not in ((experts,), (experts, n))):
+        raise KaioTypeError(f"{op}: `{name}` must be f32 of shape ({experts},) or ({experts}, {n}) (per expert, or per "
+                            f"expert and output column), got {o.dtype.name} {tuple(o.shape)}")  # fmt: skip
+
+
+def is_fp8(w: Any) -> bool:
+    """Whether an array argument holds fp8 values (numpy's ml_dtypes or torch's float8 types)."""
+    return "float8" in str(getattr(w, "dtype", ""))
+
+
+def require_fp8_arch(op: str, device: Any) -> None:
+    from kaio.ops_library.scaled_matmul import require_arch
+
+    require_arch(op, device, 89, "e4m3 weights (cvt.rn.f16x2.e4m3x2)")
+
+
 def programs_for(device: Any, tiles: int) -> int:
     """As many programs as the device runs at once (by shared memory and threads), at most one
     per tile."""
@@ -167,40 +202,52 @@ def programs_for(device: Any, tiles: int) -> int:
 
 
 def grouped_matmul(x: Any, w: Any, expert_offsets: Any, *, out_dtype: str = "f32", programs: int | None = None,
-                   device: Any = None) -> Any:  # fmt: skip
+                   w_scale: Any = None, device: Any = None) -> Any:  # fmt: skip
     """``y`` (T, N): rows ``expert_offsets[e]:expert_offsets[e + 1]`` are ``x[rows] @ w[e]``
     (see the module doc); ``programs``: the persistent grid (default: what the device runs at
-    once). Torch tensors go through ``torch.ops.kaio.grouped_matmul`` (autograd records it:
-    ``grouped_matmul_backward``)."""
+    once); ``w_scale``: f32 (E,) or (E, N), the product of expert e (column j) times it (e4m3
+    weights' dequantisation scales, W8A16). Torch tensors of 16-bit weights go through
+    ``torch.ops.kaio.grouped_matmul`` (autograd records it: ``grouped_matmul_backward``)."""
+    op = "grouped_matmul"
     if isinstance(out_dtype, dtypes.ScalarType):
         out_dtype = out_dtype.name
     if programs is not None and (isinstance(programs, bool) or not isinstance(programs, int) or programs < 1):
-        raise KaioTypeError(f"grouped_matmul: `programs` must be a positive int or None, got {programs!r}")
+        raise KaioTypeError(f"{op}: `programs` must be a positive int or None, got {programs!r}")
+    if w_scale is not None or is_fp8(w):  # frozen quantised weights: run directly, no gradient
+        refuse_grad(op, x, w, expert_offsets, w_scale, why="the fp8 or scaled weights are frozen")
+        return run(x, w, expert_offsets, out_dtype, programs, device, w_scale)
     if (ops := torch_op(x, w, expert_offsets, device=device)) is not None:
         return ops.grouped_matmul(x, w, expert_offsets, out_dtype, programs)
     return run(x, w, expert_offsets, out_dtype, programs, device)
 
 
-def run(x: Any, w: Any, expert_offsets: Any, out_dtype: str, programs: int | None, device: Any) -> Any:
+def run(x: Any, w: Any, expert_offsets: Any, out_dtype: str, programs: int | None, device: Any,
+        w_scale: Any = None) -> Any:  # fmt: skip
     """The op itself, without the torch custom-op routing."""
-    ops = Operands("grouped_matmul", x, w, expert_offsets, device=device)
+    ops = Operands("grouped_matmul", x, w, expert_offsets, w_scale, device=device)
     ox, ow, oo, out = check(ops, x, w, expert_offsets, out_dtype)
     (tokens, k), (experts, _, n) = ox.shape, ow.shape
+    osc = ops.take("w_scale", w_scale) if w_scale is not None else None
+    check_scale(ops.op, "w_scale", osc, experts, n)
+    if ow.dtype == E4M3:
+        require_fp8_arch(ops.op, ops.device)
     oy = ops.output((tokens, n), out)
-    launch(ops.device, ox, ow, oo, oy, experts, n, k, programs)
+    launch(ops.device, ox, ow, oo, oy, experts, n, k, programs, w_scale=osc)
     return ops.result(oy)
 
 
 def launch(device: Any, x: Operand, w: Operand, offsets: Operand, y: Operand, experts: int, n: int, k: int,
-           programs: int | None = None, w_nk: bool = False) -> None:  # fmt: skip
-    """The launch on checked operands (``w_nk``: ``w`` is (E, N, K))."""
+           programs: int | None = None, w_nk: bool = False, w_scale: Operand | None = None) -> None:  # fmt: skip
+    """The launch on checked operands (``w_nk``: ``w`` is (E, N, K); ``w_scale``: e4m3 weights'
+    f32 scales, (E,) or (E, N))."""
     tokens = x.shape[0]
     if not (tokens and n):
         return
     bm, bn, bk = BLOCK
     worst = (-(-tokens // bm) + experts) * -(-n // bn)  # every group may end in a partial tile
     grid = min(programs or programs_for(device, worst), worst)
-    grouped_matmul_kernel(x.dtype, y.dtype).launch(
-        device, x.value, w.value, offsets.value, y.value, tokens, experts, n, k, grid=(grid,), BM=bm, BN=bn, BK=bk,
-        BASE_X=base_alignment(x.ptr), BASE_W=base_alignment(w.ptr), BASE_Y=base_alignment(y.ptr), W_NK=w_nk,
-        K_TILED=k % bk == 0)  # fmt: skip
+    scale = w_scale or offsets  # no scales: any array fills the slot, never read
+    grouped_matmul_kernel(x.dtype, y.dtype, w.dtype, scale.dtype).launch(
+        device, x.value, w.value, offsets.value, y.value, scale.value, tokens, experts, n, k, grid=(grid,), BM=bm,
+        BN=bn, BK=bk, BASE_X=base_alignment(x.ptr), BASE_W=base_alignment(w.ptr), BASE_Y=base_alignment(y.ptr),
+        W_NK=w_nk, K_TILED=k % bk == 0, SCALED=0 if w_scale is None else len(w_scale.shape))  # fmt: skip

@@ -36,7 +36,7 @@ from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.gguf_blocks import BlockFormat, block_format
 from kaio.ops_library.gguf_grouped_matmul import expert_bytes
 from kaio.ops_library.gguf_grouped_matmul import grouped_launch as gguf_grouped_launch
-from kaio.ops_library.grouped_matmul import INPUT_TYPES
+from kaio.ops_library.grouped_matmul import E4M3, INPUT_TYPES, check_scale, is_fp8, require_fp8_arch
 from kaio.ops_library.grouped_matmul import launch as grouped_launch
 from kaio.ops_library.moe_align import MAX_EXPERTS
 from kaio.ops_library.moe_align import launch as align_launch
@@ -117,6 +117,7 @@ class Moe:
     k: int
     act: int
     formats: tuple[BlockFormat, BlockFormat] | None = None  # the GGUF formats of (w_gate_up, w_down)
+    scales: tuple[Operand | None, Operand | None] = (None, None)  # e4m3 experts' f32 scales
 
     @property
     def n(self) -> int:
@@ -124,7 +125,8 @@ class Moe:
 
 
 def check(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: Any,
-          read_values: bool = True, qtype: Any = None) -> Moe:  # fmt: skip
+          read_values: bool = True, qtype: Any = None, w_gate_up_scale: Any = None,
+          w_down_scale: Any = None) -> Moe:  # fmt: skip
     """The call's operands and sizes, or a kaio error naming the argument (``ops``: an
     ``Operands``, or ``torch_checks.TensorMetadata`` for a fake; ``read_values``: also read the
     ids back, which a fake cannot; ``qtype``: the experts' GGUF formats, see :func:`formats_of`)."""
@@ -136,8 +138,10 @@ def check(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, 
     for name, o in (("w_gate_up", og), ("w_down", od)):
         if formats and o.dtype != dtypes.u8:
             raise KaioTypeError(f"{op}: `{name}` must be the uint8 blocks of `qtype`'s format, got {o.dtype.name}")
-        if not formats and o.dtype != ox.dtype:
-            raise KaioTypeError(f"{op}: `{name}` is {o.dtype.name} but `x` is {ox.dtype.name}: pass one type")
+        if not formats and o.dtype not in (ox.dtype, E4M3):
+            raise KaioTypeError(f"{op}: `{name}` is {o.dtype.name} but `x` is {ox.dtype.name}: pass one type (or e4m3 experts)")
+    if og.dtype != od.dtype:
+        raise KaioTypeError(f"{op}: `w_gate_up` is {og.dtype.name} but `w_down` {od.dtype.name}: pass one type")
     take_index(op, "ids", oi)
     if len(ox.shape) != 2:
         raise KaioTypeError(f"{op}: `x` must be (tokens, D), got shape {tuple(ox.shape)}")
@@ -167,7 +171,13 @@ def check(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, 
         raise KaioTypeError(f"{op}: arrays of 2**31 elements or more are too large")
     if read_values:
         check_ids(op, "ids", ids, experts)
-    return Moe(ox, og, od, ow, oi, tokens, d, experts, f, k, ACTIVATIONS[activation], formats)
+    scales = tuple(ops.take(name, v) if v is not None else None for name, v in (("w_gate_up_scale", w_gate_up_scale),
+                                                                                  ("w_down_scale", w_down_scale)))
+    if formats and any(sc is not None for sc in scales):
+        raise KaioTypeError(f"{op}: GGUF experts carry their scales in their blocks: no `w_gate_up_scale` / `w_down_scale`")
+    check_scale(op, "w_gate_up_scale", scales[0], experts, 2 * f)
+    check_scale(op, "w_down_scale", scales[1], experts, d)
+    return Moe(ox, og, od, ow, oi, tokens, d, experts, f, k, ACTIVATIONS[activation], formats, scales)
 
 
 def row_size(op: str, name: str, cols: int, what: str, fmt: BlockFormat | None) -> int:
@@ -209,7 +219,7 @@ def expert_product(ops: Operands, m: Moe, x: Operand, w: Operand, which: int, of
     ``grouped_matmul`` on 16-bit experts, ``gguf_grouped_matmul`` on GGUF blocks."""
     n, k = y.shape[1], x.shape[1]
     if m.formats is None:
-        grouped_launch(ops.device, x, w, offsets, y, m.experts, n, k, w_nk=True)
+        grouped_launch(ops.device, x, w, offsets, y, m.experts, n, k, w_nk=True, w_scale=m.scales[which])
     else:
         gguf_grouped_launch(ops, x, w, m.formats[which], offsets, y, m.experts, n, w.shape[2])
 
@@ -236,25 +246,33 @@ def routed(ops: Operands, m: Moe) -> Iterator[Routed]:
 
 
 def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, activation: str = "silu",
-              qtype: Any = None, device: Any = None) -> Any:  # fmt: skip
+              qtype: Any = None, w_gate_up_scale: Any = None, w_down_scale: Any = None, device: Any = None) -> Any:  # fmt: skip
     """The MoE MLP of each token over its k experts (see the module doc); y (T, D) in x's type.
     ``qtype``: the experts are GGUF blocks of this format (or of a pair of formats: w_gate_up's,
-    w_down's). Torch tensors of 16-bit experts go through ``torch.ops.kaio.fused_moe``
-    (autograd records it: ``fused_moe_backward``)."""
-    if qtype is not None:  # frozen blocks: run directly, no gradient
-        refuse_grad(OP, x, w_gate_up, w_down, weights, ids, why="GGUF experts are frozen blocks")
-        fg, fd = formats_of(OP, qtype)
-        return run(x, expert_bytes(w_gate_up, fg), expert_bytes(w_down, fd), weights, ids, activation, device, qtype)
+    w_down's). e4m3 experts (W8A16) take f32 scales ``w_gate_up_scale`` (E,) or (E, 2F) and
+    ``w_down_scale`` (E,) or (E, D) (None: 1). Torch tensors of 16-bit experts go through
+    ``torch.ops.kaio.fused_moe`` (autograd records it: ``fused_moe_backward``)."""
+    scaled = w_gate_up_scale is not None or w_down_scale is not None or is_fp8(w_gate_up) or is_fp8(w_down)
+    if qtype is not None or scaled:  # frozen quantised experts: run directly, no gradient
+        refuse_grad(OP, x, w_gate_up, w_down, weights, ids, w_gate_up_scale, w_down_scale,
+                    why="quantised (GGUF or fp8) experts are frozen")  # fmt: skip
+        if qtype is not None:
+            fg, fd = formats_of(OP, qtype)
+            w_gate_up, w_down = expert_bytes(w_gate_up, fg), expert_bytes(w_down, fd)
+        return run(x, w_gate_up, w_down, weights, ids, activation, device, qtype, w_gate_up_scale, w_down_scale)
     if (tops := rowops.torch_op(x, w_gate_up, w_down, weights, ids, device=device)) is not None:
         return tops.fused_moe(x, w_gate_up, w_down, weights, ids, activation)
     return run(x, w_gate_up, w_down, weights, ids, activation, device)
 
 
 def run(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: str, device: Any,
-        qtype: Any = None) -> Any:  # fmt: skip
+        qtype: Any = None, w_gate_up_scale: Any = None, w_down_scale: Any = None) -> Any:  # fmt: skip
     """The op itself, without the torch custom-op routing."""
-    ops = Operands(OP, x, w_gate_up, w_down, weights, ids, device=device)
-    m = check(OP, ops, x, w_gate_up, w_down, weights, ids, activation, qtype=qtype)
+    ops = Operands(OP, x, w_gate_up, w_down, weights, ids, w_gate_up_scale, w_down_scale, device=device)
+    m = check(OP, ops, x, w_gate_up, w_down, weights, ids, activation, qtype=qtype, w_gate_up_scale=w_gate_up_scale,
+              w_down_scale=w_down_scale)  # fmt: skip
+    if E4M3 in (m.w_gate_up.dtype, m.w_down.dtype):
+        require_fp8_arch(OP, ops.device)
     oy = ops.output((m.tokens, m.d), m.x.dtype)
     if m.n == 0 or m.d == 0:
         return ops.result(oy)

@@ -9,7 +9,9 @@ import pytest
 
 import kaio
 from kaio import dtypes
-from kaio.ops_library.grouped_matmul import grouped_matmul_kernel
+from kaio.ops_library.gguf_blocks import FORMATS
+from kaio.ops_library.gguf_matmul import format_args, gguf_tile_kernel
+from kaio.ops_library.grouped_matmul import E4M3, grouped_matmul_kernel
 from kaio.ops_library.moe_align import histogram_kernel, moe_prefix, scatter_kernel
 from kaio.ops_library.moe_fused import combine_kernel, gather_kernel
 from kaio.ops_library.moe_routing import topk_softmax_kernel
@@ -25,6 +27,12 @@ KERNELS = {
     "grouped_matmul": (lambda: grouped_matmul_kernel(dtypes.f16, dtypes.f32), {**TILES, "K_TILED": True}),
     "grouped_matmul_ragged_k": (lambda: grouped_matmul_kernel(dtypes.f16, dtypes.f16), TILES),
     "grouped_matmul_nk": (lambda: grouped_matmul_kernel(dtypes.bf16, dtypes.bf16), {**TILES, "W_NK": True}),
+    # e4m3 experts (W8A16), converted in registers, a scale per output column: sm_89 and newer
+    "grouped_matmul_fp8": (lambda: grouped_matmul_kernel(dtypes.f16, dtypes.f16, E4M3, dtypes.f32),
+                           {**TILES, "W_NK": True, "K_TILED": True, "SCALED": 2}),
+    # GGUF experts: gguf_matmul's prefill kernel in its grouped form
+    "gguf_grouped_q4_k": (lambda: gguf_tile_kernel(dtypes.f16), {"BM": 32, "BN": 64, "GROUPED": True, "NS": FORMATS["Q4_K"].scale_bytes,
+                                                                 **format_args(FORMATS["Q4_K"])}),
     "moe_topk_softmax": (lambda: topk_softmax_kernel(dtypes.bf16), {"R": 16, "EP": 256, "KP": 8}),
     "moe_histogram": (lambda: histogram_kernel(dtypes.i32), {}),
     "moe_prefix": (lambda: moe_prefix, {}),
@@ -35,7 +43,9 @@ KERNELS = {
 
 
 # what a launch with K and N multiples of 16 specializes on (the matmul tests' assumption)
-FACTS = dict.fromkeys(["grouped_matmul", "grouped_matmul_ragged_k", "grouped_matmul_nk"], {"n": 16, "k": 16})
+FACTS = dict.fromkeys(["grouped_matmul", "grouped_matmul_ragged_k", "grouped_matmul_nk", "grouped_matmul_fp8"],
+                      {"n": 16, "k": 16})  # fmt: skip
+SM_89_ON = {"grouped_matmul_fp8"}  # e4m3 conversions: not on sm_80
 
 
 def assemble(name: str, arch: str) -> toolchain.PtxasReport:
@@ -48,6 +58,8 @@ def assemble(name: str, arch: str) -> toolchain.PtxasReport:
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_assembles_without_spills(name, arch):
+    if name in SM_89_ON and arch == "sm_80":
+        arch = "sm_89"
     report = assemble(name, arch)
     (entry,) = report.registers
     print(name, arch, report.registers[entry], "registers")

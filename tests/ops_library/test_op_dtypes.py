@@ -237,12 +237,15 @@ def _ops() -> dict[str, Op]:
             arr((1, 1, 32), t["q"]), arr((1, 1, 32), t["k"]), arr((1, 1, 32), t["v"]),
             np.array([0, 1]).astype(t["cu_seqlens_q"]), np.array([0, 1]).astype(t["cu_seqlens_k"]), 1, 1,
             out=arr((1, 1, 32), t["out"]), return_lse=True, device=SIM)], frozenset({"out"})),  # fmt: skip
+        # e4m3 experts convert on sm_89+
         "grouped_matmul": Op(lambda t, kw: [grouped_matmul(
-            arr((1, 1), t["x"]), arr((1, 1, 1), t["w"]), np.array([0, 1]).astype(t["expert_offsets"]), device=SIM,
-            **kw)]),  # fmt: skip
+            arr((1, 1), t["x"]), arr((1, 1, 1), t["w"]), np.array([0, 1]).astype(t["expert_offsets"]),
+            w_scale=arr((1,), t["w_scale"]), device=SIM_FP8, **kw)], frozenset({"w_scale"})),  # fmt: skip
         "fused_moe": Op(lambda t, _: [fused_moe(
             arr((1, 1), t["x"]), arr((1, 2, 1), t["w_gate_up"]), arr((1, 1, 1), t["w_down"]), arr((1, 1), t["weights"]),
-            arr((1, 1), t["ids"], 0), device=SIM)]),  # fmt: skip
+            arr((1, 1), t["ids"], 0), w_gate_up_scale=arr((1,), t["w_gate_up_scale"]),
+            w_down_scale=arr((1,), t["w_down_scale"]), device=SIM_FP8)],
+            frozenset({"w_gate_up_scale", "w_down_scale"})),  # fmt: skip
         "moe_align": Op(lambda t, _: [moe_align(arr((1, 1), t["ids"], 0), 1, 1, device=SIM)]),
         "moe_topk_softmax": Op(lambda t, _: [moe_topk_softmax(arr((1, 1), t["logits"]), 1, device=SIM)]),
         "softmax": Op(one_row(softmax)),

@@ -1,5 +1,6 @@
-"""fused_moe with GGUF experts (qtype=): the MoE MLP over each expert's blocks as stored, against
-the float64 MLP over gguf's own decoding of them; the 16-bit path's checks still hold."""
+"""fused_moe on quantised experts: GGUF blocks as stored (qtype=) against the float64 MLP over
+gguf's own decoding of them, and e4m3 experts with per-expert or per-column scales (W8A16)
+against the float64 MLP over their real values; the refusals of what cannot run."""
 
 import math
 
@@ -66,3 +67,45 @@ def test_bad_gguf_experts_are_named(rng):
     with pytest.raises(KaioTypeError, match="frozen"):
         fused_moe(torch.zeros(2, 64, dtype=torch.float16, requires_grad=True), torch.from_numpy(wgu),
                   torch.from_numpy(wd), torch.ones(2, 1), torch.zeros(2, 1, dtype=torch.int32), qtype="Q8_0")  # fmt: skip
+
+
+SIM_89 = kaio.Device("sim", arch="sm_89")  # e4m3 conversions
+
+
+@pytest.mark.parametrize("per_column", [False, True], ids=["per expert", "per column"])
+def test_fp8_experts_match_float64(rng, poison, per_column):
+    import ml_dtypes
+
+    t, e, k, d, f = 6, 3, 2, 32, 48
+    e4m3 = ml_dtypes.float8_e4m3fn
+    wgu = rng.standard_normal((e, 2 * f, d)).astype(e4m3)
+    wd = rng.standard_normal((e, d, f)).astype(e4m3)
+    sg = (rng.random((e, 2 * f) if per_column else (e,)) / math.sqrt(d)).astype(np.float32)
+    sd = (rng.random((e, d) if per_column else (e,)) / math.sqrt(f)).astype(np.float32)
+    x = rng.standard_normal((t, d)).astype(np.float16)
+    ids = np.stack([rng.permutation(e)[:k] for _ in range(t)]).astype(np.int32)
+    w = rng.random(ids.shape).astype(np.float32)
+    y = fused_moe(x, wgu, wd, w, ids, w_gate_up_scale=sg, w_down_scale=sd, device=SIM_89)
+    real_gu = wgu.astype(np.float64) * (sg[:, :, None] if per_column else sg[:, None, None])
+    real_d = wd.astype(np.float64) * (sd[:, :, None] if per_column else sd[:, None, None])
+    want = reference(x, real_gu, real_d, w, ids)
+    assert np.linalg.norm(y.astype(np.float64) - want) <= 5e-3 * np.linalg.norm(want)
+
+
+def test_fp8_experts_are_refused_where_they_cannot_run(rng):
+    import ml_dtypes
+
+    wgu = np.zeros((2, 32, 16), ml_dtypes.float8_e4m3fn)
+    wd = np.zeros((2, 16, 16), ml_dtypes.float8_e4m3fn)
+    x, ids, w = np.zeros((2, 16), np.float16), np.zeros((2, 1), np.int32), np.ones((2, 1), np.float32)
+    with pytest.raises(kaio.KaioTargetError, match="sm_89"):
+        fused_moe(x, wgu, wd, w, ids, device=SIM)
+    with pytest.raises(KaioTypeError, match="w_down_scale"):
+        fused_moe(x, wgu, wd, w, ids, w_down_scale=np.ones((3,), np.float32), device=SIM_89)
+    with pytest.raises(KaioTypeError, match="no `w_gate_up_scale`"):
+        fused_moe(x, np.zeros((2, 32, 32), np.uint8), np.zeros((2, 16, 32), np.uint8), w, ids, qtype="F16",
+                  w_gate_up_scale=np.ones(2, np.float32), device=SIM_89)  # F16 blocks: 2 bytes an element  # fmt: skip
+    from kaio.ops_library import fused_moe_backward
+
+    with pytest.raises(KaioTypeError, match="fp8 experts are frozen"):
+        fused_moe_backward(np.zeros((2, 16), np.float32), x, wgu, wd, w, ids, device=SIM_89)
