@@ -347,7 +347,8 @@ class _ModdedLaunch(NamedTuple):
         from kaio.ops_library.attention_mods import mods_of
 
         arrays = operands["mod_args"]
-        kernel_mods = mods_of(op, mods.score_mod, mods.mask_mod, tuple(a.dtype for a in arrays), grad)
+        kernel_mods = mods_of(op, mods.score_mod, mods.mask_mod, tuple(a.dtype for a in arrays), grad,
+                              tuple(tuple(a.shape) for a in arrays))  # fmt: skip
         unused = workspace((1,), dtypes.f32).value  # never read: the kernel's constexprs leave them out
         unused_slot = workspace((1,), dtypes.i32).value
         slots = [a.value for a in arrays] + [unused_slot] * (4 - len(arrays))
@@ -387,7 +388,8 @@ def check_mod_tensors(op: str, mods: Mods, h: int) -> None:
     from kaio.ops_library.torch_checks import TensorMetadata
 
     taken = _mod_operands(TensorMetadata(op), mods, h, op)
-    mods_of(op, mods.score_mod, mods.mask_mod, tuple(a.dtype for a in taken["mod_args"]))  # the functions' arity
+    mods_of(op, mods.score_mod, mods.mask_mod, tuple(a.dtype for a in taken["mod_args"]), False,
+            tuple(tuple(a.shape) for a in taken["mod_args"]))  # the functions' arity and subscripts  # fmt: skip
 
 
 class Packed(NamedTuple):

@@ -53,10 +53,11 @@ NO_MODS = AttentionMods()
 
 
 def mods_of(op: str, score_mod: Any, mask_mod: Any, arg_types: tuple[dtypes.ScalarType, ...],
-            grad: bool = False) -> AttentionMods:  # fmt: skip
-    """The kernel's specialization for these functions and ``mod_args`` element types, each
-    function checked to take its parameters and one per ``mod_args`` entry; with ``grad``,
-    the score function's derivative too (the backward's)."""
+            grad: bool = False, arg_shapes: tuple[tuple[int, ...], ...] = ()) -> AttentionMods:  # fmt: skip
+    """The kernel's specialization for these functions and ``mod_args`` element types (and
+    shapes: an array of two dims or more is indexed ``bias[h, kv_idx]``, its trailing sizes
+    compiled in), each function checked to take its parameters and one per ``mod_args`` entry;
+    with ``grad``, the score function's derivative too (the backward's)."""
     if len(arg_types) > MAX_MOD_ARGS:
         raise KaioTypeError(f"{op}: `mod_args` holds at most {MAX_MOD_ARGS} arrays, got {len(arg_types)}")
     if score_mod is None and mask_mod is None:
@@ -65,9 +66,11 @@ def mods_of(op: str, score_mod: Any, mask_mod: Any, arg_types: tuple[dtypes.Scal
         return NO_MODS
     n = len(arg_types)
     slots = tuple(arg_types) + (dtypes.i32,) * (MAX_MOD_ARGS - n)
-    score = _adapted(score_mod, n, "score") if _checked(op, "score_mod", score_mod, SCORE_PARAMS, n) else None
-    mask = _adapted(mask_mod, n, "mask") if _checked(op, "mask_mod", mask_mod, MASK_PARAMS, n) else None
-    score_grad = _adapted(score_mod, n, "score_grad") if grad and score is not None else None
+    # only a multi-dimensional array's shape specializes the kernel (a 1-D one is indexed flat)
+    shapes = tuple(tuple(int(d) for d in s) if len(s) >= 2 else None for s in arg_shapes) if arg_shapes else (None,) * n
+    score = _adapted(score_mod, n, "score", shapes) if _checked(op, "score_mod", score_mod, SCORE_PARAMS, n) else None
+    mask = _adapted(mask_mod, n, "mask", shapes) if _checked(op, "mask_mod", mask_mod, MASK_PARAMS, n) else None
+    score_grad = _adapted(score_mod, n, "score_grad", shapes) if grad and score is not None else None
     return AttentionMods(score, mask, slots, score_grad)
 
 
@@ -90,16 +93,25 @@ def _checked(op: str, name: str, fn: Any, params: tuple[str, ...], n: int) -> bo
 
 
 @cache
-def _adapted(fn: Callable[..., Any], n: int, kind: str) -> Any:
+def _adapted(fn: Callable[..., Any], n: int, kind: str, shapes: tuple[tuple[int, ...] | None, ...]) -> Any:
     """``fn`` as a device function of the kernel's fixed slots, returning f32 (a score, or
     its derivative by the score: ``kind`` "score_grad") or bool (a mask). One per (function,
-    arity, kind): the kernel's cache key reads its source. The ``if`` on ``n`` (a Python int)
-    is decided when the kernel is compiled."""
+    arity, kind, multi-dimensional shapes): the kernel's cache key reads its source. The ``if``
+    on ``n`` (a Python int) is decided when the kernel is compiled."""
+    from kaio.frontend.flat_index import with_shapes
+    from kaio.frontend.inline import DeviceFunction
+
+    fixed = len(MASK_PARAMS) if kind == "mask" else len(SCORE_PARAMS)
+    names = list(inspect.signature(fn).parameters)[fixed : fixed + n]
+    shaped = {name: shape for name, shape in zip(names, shapes, strict=True) if shape is not None}
     # named so that a compile error on a call below reads as the user's function's
     if kind == "score_grad":
         from kaio.frontend.derivative import derivative
 
-        score_mod = mask_mod = derivative(fn, next(iter(inspect.signature(fn).parameters)))
+        source = with_shapes(fn, shaped)[1] if shaped else None
+        score_mod = mask_mod = derivative(fn, next(iter(inspect.signature(fn).parameters)), source)
+    elif shaped:
+        score_mod = mask_mod = DeviceFunction.of_source(*with_shapes(fn, shaped))
     else:
         score_mod = mask_mod = kaio.device(fn)
 

@@ -90,7 +90,7 @@ def create_block_mask(mask_mod: Callable[..., Any], B: int | None, H: int | None
         raise KaioTypeError(f"{OP}: `mod_args` is a tuple of arrays, got {type(mod_args).__name__}")
     ops = Operands(OP, *mod_args, device=device)
     taken = [ops.take(f"mod_args[{i}]", a) for i, a in enumerate(mod_args)]
-    mods = mods_of(OP, None, mask_mod, tuple(a.dtype for a in taken))
+    mods = mods_of(OP, None, mask_mod, tuple(a.dtype for a in taken), False, tuple(tuple(a.shape) for a in taken))
     bq, bkv = _block(block, Sq, ops.device.compile_arch)
     mb, mh = sizes["B"] or 1, sizes["H"] or 1
     nqb, nkb = math.ceil(Sq / bq), math.ceil(Sk / bkv)

@@ -51,9 +51,10 @@ for _obj, _rule in ((kt.where, "where"), (kt.maximum, "maximum"), (kt.minimum, "
     _RULES[id(_obj)] = _rule
 
 
-def derivative(fn: Callable[..., Any], wrt: str) -> DeviceFunction:
-    """A device function of ``fn``'s parameters returning ``d fn / d wrt``."""
-    src = FunctionSource.of(fn, "device function")
+def derivative(fn: Callable[..., Any], wrt: str, source: FunctionSource | None = None) -> DeviceFunction:
+    """A device function of ``fn``'s parameters returning ``d fn / d wrt`` (``source``: fn's
+    source as rewritten before, e.g. by :func:`kaio.frontend.flat_index.with_shapes`)."""
+    src = source or FunctionSource.of(fn, "device function")
     if wrt not in {a.arg for a in src.tree.args.args}:
         raise src.error(src.tree, f"`{fn.__name__}` has no parameter `{wrt}` to differentiate by")
     env = Env(fn)

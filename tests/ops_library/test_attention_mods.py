@@ -154,6 +154,35 @@ def test_a_score_mod_reading_two_captured_arrays(dev, rng):
     check(dev, qkv, want, score_mod=head_bias, mod_args=(dev.alloc_from(bias.ravel()), dev.alloc_from(np.array([50], np.int32))))
 
 
+def shaped_bias(score, b, h, q_idx, kv_idx, bias):
+    return score + bias[h, kv_idx]
+
+
+def batch_head_bias(score, b, h, q_idx, kv_idx, table):
+    return score + 0.5 * table[b, h, kv_idx]
+
+
+def test_mod_args_are_indexed_by_their_shape(dev, rng):
+    """FlexAttention's ``bias[h, kv_idx]``: a multi-dimensional array takes one index per dim."""
+    qkv = inputs(rng, b=2, sq=24, sk=50)
+    bias = rng.standard_normal((2, 50)).astype(np.float32)
+    table = rng.standard_normal((2, 2, 50)).astype(np.float32)
+    put = dev.alloc_from  # a Buffer keeps its array's shape
+    want = reference(*qkv, score=lambda s, b, h, i, j: s + bias[h][j])
+    check(dev, qkv, want, score_mod=shaped_bias, mod_args=(put(bias),))
+    want = reference(*qkv, score=lambda s, b, h, i, j: s + 0.5 * table[b, h][j])
+    check(dev, qkv, want, score_mod=batch_head_bias, mod_args=(put(table),))
+
+
+def test_a_subscript_of_the_wrong_rank_is_a_compile_error(dev, rng):
+    def three(score, b, h, q_idx, kv_idx, bias):
+        return score + bias[h, kv_idx, 0]
+
+    q, k, v = inputs(rng, sq=8, sk=8)
+    with pytest.raises(KaioCompileError, match=r"`bias` has 2 dims \(2, 8\), indexed with 3"):
+        attention(q, k, v, score_mod=three, mod_args=(np.zeros((2, 8), np.float32),), device=dev)
+
+
 def test_mods_in_the_split_key_decode_kernel(dev, rng):
     qkv = inputs(rng, sq=1, sk=300)  # few queries over many keys: flash-decoding's chunks
     sinks = np.array([0.5, 2.0], np.float32)
@@ -266,7 +295,7 @@ def prefix_lm(b, h, q_idx, kv_idx):
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-@pytest.mark.parametrize("mod", ["window", "softcap", "alibi", "document", "prefix_lm", "bf16 document"])
+@pytest.mark.parametrize("mod", ["window", "softcap", "alibi", "document", "head bias", "prefix_lm", "bf16 document"])
 def test_the_gradients_through_the_mods(dev, rng, mod, deterministic):
     torch = pytest.importorskip("torch")
     sq = sk = 48
@@ -275,11 +304,14 @@ def test_the_gradients_through_the_mods(dev, rng, mod, deterministic):
     do = rng.standard_normal(q.shape).astype(t)
     slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
     docs = np.repeat(np.arange(3), [10, 30, 8]).astype(np.int32)
+    bias = rng.standard_normal((4, sk)).astype(np.float32)
     kw, score, mask = {
         "window": ({"window": (9, 4)}, None, lambda i, j: (j >= i - 9) & (j <= i + 4)),
         "softcap": ({"softcap": 1.5}, lambda s, h, i, j: 1.5 * torch.tanh(s / 1.5), None),
         "alibi": ({"alibi_slopes": slopes}, lambda s, h, i, j: s + torch.tensor(slopes, dtype=torch.float64)[h] * (j - i), None),
         "document": ({"mask_mod": document_mask, "mod_args": (docs,)}, None, lambda i, j: docs[i] == docs[j]),
+        "head bias": ({"score_mod": shaped_bias, "mod_args": (bias,)},
+                      lambda s, h, i, j: s + torch.tensor(bias, dtype=torch.float64)[h, j], None),
         "prefix_lm": ({"mask_mod": prefix_lm}, None, lambda i, j: (j < 12) | (j <= i)),
         "bf16 document": ({"mask_mod": document_mask, "mod_args": (docs,)}, None, lambda i, j: docs[i] == docs[j]),
     }[mod]
