@@ -79,7 +79,7 @@ def attention_backward(
     causal = bool_field(OP, "causal", causal)
     deterministic = bool_field(OP, "deterministic", deterministic)
     scale = _scale(scale, OP)
-    drop = _dropout(dropout_p, seed)
+    drop = forward_dropout(OP, dropout_p, seed)
     if block_mask is not None:  # its function is the mask; the kernels run directly
         from kaio.ops_library.autograd import refuse_traced
         from kaio.ops_library.block_mask import mask_of
@@ -104,14 +104,14 @@ def attention_backward(
     return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods)
 
 
-def _dropout(dropout_p: Any, seed: Any) -> Dropout:
-    """The forward's dropout, which the backward must be told: the same p and integer seed."""
-    p = check_p(OP, dropout_p, "dropout_p")
+def forward_dropout(op: str, dropout_p: Any, seed: Any) -> Dropout:
+    """The forward's dropout, which a backward must be told: the same p and integer seed."""
+    p = check_p(op, dropout_p, "dropout_p")
     if p == 0:
         return Dropout()
     if seed is None or (sys.modules.get("torch") is not None and isinstance(seed, sys.modules["torch"].Generator)):
-        raise KaioValueError(f"{OP}: `dropout_p` {p} needs the forward's integer `seed` (the mask is regenerated from it)")
-    return Dropout(p, check_seed(OP, seed))
+        raise KaioValueError(f"{op}: `dropout_p` {p} needs the forward's integer `seed` (the mask is regenerated from it)")
+    return Dropout(p, check_seed(op, seed))
 
 
 def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any, causal: bool,

@@ -200,7 +200,8 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                     pt = kt.where(MASK(b, hk * group + g, q_idx, kv_idx, x0, x1, x2, x3), pt, 0.0)
                 dpt = kt.dot(vb, kt.trans(dob), kt.zeros((BN, BM), f32))
                 if DROPOUT:  # the forward's mask, transposed: (BN keys, BM queries)
-                    zt = kt.where(kt.rand(seed, (i64(q_row) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
+                    # the forward's offsets: its rows are stat's (varlen: h * total_q + the packed row)
+                    zt = kt.where(kt.rand(seed, (i64(stat) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
                     dv_acc = kt.dot(T(pt * zt), dob, dv_acc)
                     dpt = dpt * zt
                 else:
@@ -311,7 +312,7 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
                 p = kt.where(MASK(b, h, q_idx, kv_idx, x0, x1, x2, x3), p, 0.0)
             dp = kt.dot(dob, kt.trans(vb), kt.zeros((BM, BN), f32))
             if DROPOUT:  # the forward's mask of these (query, key) pairs
-                dp = dp * kt.where(kt.rand(seed, (i64(q_row) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
+                dp = dp * kt.where(kt.rand(seed, (i64(stat) + i64(rows)) * i64(SK) + i64(cols)) > drop_p, drop_scale, 0.0)
             ds = p * (dp - di)  # the gradient of the (modified) score
             if SOFTCAP:  # through c * tanh(x / c): 1 - tanh^2
                 ds = ds * (1.0 - t * t)

@@ -32,7 +32,9 @@ cu_q[b+1]`` and ``cu_k[b] .. cu_k[b+1]``, and its head's D columns at ``h * D``:
 store is a view with a row stride of H*D (HKV*D). Causal and window masks align to each
 sequence's own bottom-right; the mods see b, h and positions within the sequence; lse is (H,
 total queries). The grid covers the longest sequence's queries: a block past its sequence's
-last query walks no key and stores nothing. No key splits, no dropout.
+last query walks no key and stores nothing. No key splits. Dropout's offsets there are
+``((h * total_q + row) * total_k + k)``, ``row`` the query's packed row and ``k`` the key's
+index in its sequence (each (head, query, key) its own counter).
 
 Block masks (``BLOCK_MASK``, :mod:`kaio.ops_library.block_mask`): ``bmask`` lists, for each
 (batch, head, BQ_MASK-row query block) of the mask (``MB`` x ``MH`` x ``NQB`` rows; a mask
@@ -207,7 +209,10 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                 alpha = exp2(m_i - m_sub)
                 l_i = l_i * alpha + kt.sum(p, 1)
                 if DROPOUT:  # after the row sums: they see every probability, the output the kept ones
-                    offs = kt.expand_dims(i64(q_row + m0 + kt.arange(BM)), 1) * i64(SK) + kt.expand_dims(i64(n0 + kt.arange(BN)), 0)
+                    drop_row = q_row  # varlen: a head's rows follow the previous head's (the lse's layout)
+                    if VARLEN:
+                        drop_row = h * SQ + q_row
+                    offs = kt.expand_dims(i64(drop_row + m0 + kt.arange(BM)), 1) * i64(SK) + kt.expand_dims(i64(n0 + kt.arange(BN)), 0)
                     p = kt.where(kt.rand(seed, offs) > drop_p, p * drop_scale, 0.0)
                 vb = kt.load(v, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
                 acc = kt.dot(T(p), vb, acc * kt.expand_dims(alpha, 1))

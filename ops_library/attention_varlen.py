@@ -24,7 +24,9 @@ also returns the f32 logsumexp ``(H, total_q)`` (FlashAttention's varlen ``softm
 
 Bad input is refused before any launch, naming the argument and the rule; the values of
 ``cu_seqlens_*`` are checked where they can be read on the host (numpy arrays, kaio Buffers,
-torch tensors), as ``attention`` checks ``kv_lens``. No dropout. The gradients:
+torch tensors), as ``attention`` checks ``kv_lens``. ``dropout_p`` and ``seed`` as
+``attention``'s, the mask's offset of (head h, packed query row r, key k of the sequence)
+``(h * total_q + r) * total_k + k``. The gradients:
 :func:`~kaio.ops_library.attention_varlen_backward`. Torch tensors (every array one, no ``out=``)
 go through the custom op ``torch.ops.kaio.attention_varlen`` (``attention_varlen_torch``), so
 autograd records the call (q, k, v and ``sinks`` get gradients; ``mod_args`` none, and one that
@@ -59,9 +61,11 @@ from kaio.ops_library.attention import (
     _to_host,
     attention,
     choose_config,
+    dropout_of,
     mods_given,
 )
 from kaio.ops_library.autograd import needs_grad, refuse_traced
+from kaio.ops_library.random_args import seed_as_int64
 from kaio.ops_library.rows import torch_op
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
@@ -78,11 +82,12 @@ class AttentionVarlen:
         causal: bool = False, scale: float | None = None, out: Any = None, return_lse: bool = False,
         device: Any = None, config: AttentionConfig | str | None = None, score_mod: Any = None,
         mask_mod: Any = None, mod_args: Any = (), window: Any = None, softcap: Any = None,
-        alibi_slopes: Any = None, sinks: Any = None,
+        alibi_slopes: Any = None, sinks: Any = None, dropout_p: float = 0.0, seed: Any = None,
     ) -> Any:  # fmt: skip
         causal = bool_field(OP, "causal", causal)
         return_lse = bool_field(OP, "return_lse", return_lse)
         scale = _scale(scale, OP)
+        drop = dropout_of(OP, dropout_p, seed, q)
         longest = (_max_seqlen("max_seqlen_q", max_seqlen_q), _max_seqlen("max_seqlen_k", max_seqlen_k))
         mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
         arrays = (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, *mods.mod_args)
@@ -97,18 +102,20 @@ class AttentionVarlen:
             result, lse = ops_ns.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *longest, causal, scale,
                                                   _config_label(config), left, right, mods.softcap or 0.0, alibi_slopes,
                                                   mods_key(mods.score_mod, mods.mask_mod),
-                                                  *mod_arg_slots(OP, mods.mod_args), sinks)  # fmt: skip
+                                                  *mod_arg_slots(OP, mods.mod_args), sinks, drop.p,
+                                                  seed_as_int64(drop.seed))  # fmt: skip
             return (result, lse) if return_lse else result
         if needs_grad(q, k, v, alibi_slopes, sinks, *mods.mod_args):
             # the kernel runs directly below: nothing would record the gradient
             why = "`out=` records no gradient" if out is not None else "arrays not all torch tensors record no gradient"
             raise KaioTypeError(f"{OP}: {why}, and an input requires grad; leave out=None")
         refuse_traced(OP, q, k, v, out, cu_seqlens_q, cu_seqlens_k)
-        return self.run(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, causal, scale, out, return_lse, device, config, mods)
+        return self.run(q, k, v, cu_seqlens_q, cu_seqlens_k, longest, causal, scale, out, return_lse, device, config, mods,
+                        drop)  # fmt: skip
 
     def run(self, q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, longest: tuple[int, int],
             causal: bool, scale: float | None, out: Any, return_lse: bool, device: Any,
-            config: AttentionConfig | str | None, mods: Mods) -> Any:  # fmt: skip
+            config: AttentionConfig | str | None, mods: Mods, dropout: Dropout = Dropout()) -> Any:  # fmt: skip
         """The op itself, its scalar arguments checked, without the torch custom-op routing."""
         ops = Operands(OP, q, k, v, out, cu_seqlens_q, cu_seqlens_k, mods.alibi_slopes, mods.sinks, *mods.mod_args,
                        device=device)  # fmt: skip
@@ -133,7 +140,7 @@ class AttentionVarlen:
                 modded = _ModdedLaunch.of(mods, mod_operands, workspace, *longest, op=OP)
                 packed = Packed(cu_q.value, cu_k.value, longest)
                 run = lambda c: _forward(ops, oq, ok, ov, oo, lse, kv_lens, False, sizes, float(scale),  # noqa: E731
-                                         causal, c, Dropout(), modded, packed)  # fmt: skip
+                                         causal, c, dropout, modded, packed)  # fmt: skip
                 run(attention._config(config, ops.device, oq.dtype, longest[0], d, causal, run, OP))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result

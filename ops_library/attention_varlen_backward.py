@@ -13,7 +13,8 @@ and dv k's; with ``sinks``, also ``dsinks`` (f32, one per head), as
 :func:`~kaio.ops_library.attention_backward` returns. ``deterministic=True``: dQ by its own
 query-block-parallel kernel (bit-identical runs), else by atomics from the key-block kernel.
 The kernels are attention_backward's (``VARLEN``: each program finds its sequence's rows from
-the cumulative lengths and its head's columns, as the forward's do). No dropout; torch tensors
+the cumulative lengths and its head's columns, as the forward's do). With ``dropout_p`` and
+``seed``, the forward's, the mask is regenerated; torch tensors
 go through the custom op ``torch.ops.kaio.attention_varlen_backward`` (the forward's autograd
 runs it; ``torch.compile`` traces it), which has no backward itself: a second derivative is
 refused at the call.
@@ -27,7 +28,8 @@ from typing import Any
 from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library.attention import Dropout, Mods, Packed, _mod_operands, _scale, mods_given
-from kaio.ops_library.attention_backward import _fill_zero, _launch
+from kaio.ops_library.attention_backward import _fill_zero, _launch, forward_dropout
+from kaio.ops_library.random_args import seed_as_int64
 from kaio.ops_library.attention_varlen import _check_packed, _max_seqlen, take_cu_seqlens
 from kaio.ops_library.autograd import refuse_grad
 from kaio.ops_library.config_fields import bool_field
@@ -41,9 +43,11 @@ def attention_varlen_backward(
     q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
     max_seqlen_q: int, max_seqlen_k: int, *, causal: bool = False, scale: float | None = None, grad_lse: Any = None,
     deterministic: bool = False, device: Any = None, score_mod: Any = None, mask_mod: Any = None, mod_args: Any = (),
-    window: Any = None, softcap: Any = None, alibi_slopes: Any = None, sinks: Any = None,
+    window: Any = None, softcap: Any = None, alibi_slopes: Any = None, sinks: Any = None, dropout_p: float = 0.0,
+    seed: Any = None,
 ) -> tuple[Any, ...]:  # fmt: skip
     """(dq, dk, dv) of attention_varlen, and dsinks with ``sinks`` (see the module doc)."""
+    drop = forward_dropout(OP, dropout_p, seed)
     causal = bool_field(OP, "causal", causal)
     deterministic = bool_field(OP, "deterministic", deterministic)
     scale = _scale(scale, OP)
@@ -57,18 +61,18 @@ def attention_varlen_backward(
         *grads, dsinks = ops_ns.attention_varlen_backward(
             q, k, v, out, lse, grad_out, cu_seqlens_q, cu_seqlens_k, *longest, causal, scale, grad_lse, deterministic,
             left, right, mods.softcap or 0.0, alibi_slopes, mods_key(mods.score_mod, mods.mask_mod),
-            *mod_arg_slots(OP, mods.mod_args), sinks,
+            *mod_arg_slots(OP, mods.mod_args), sinks, drop.p, seed_as_int64(drop.seed),
         )
         return (*grads, dsinks) if sinks is not None else tuple(grads)
     # not all torch tensors: the kernels run directly, and nothing would record a second derivative
     refuse_grad(OP, q, k, v, out, lse, grad_out, grad_lse, sinks, why="some arrays are not torch tensors")
     return run(q, k, v, out, lse, grad_out, cu_seqlens_q, cu_seqlens_k, longest, causal, scale, grad_lse,
-               deterministic, device, mods)
+               deterministic, device, mods, drop)
 
 
 def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, cu_seqlens_q: Any, cu_seqlens_k: Any,
         longest: tuple[int, int], causal: bool, scale: float | None, grad_lse: Any, deterministic: bool, device: Any,
-        mods: Mods) -> tuple[Any, ...]:  # fmt: skip
+        mods: Mods, dropout: Dropout = Dropout()) -> tuple[Any, ...]:  # fmt: skip
     """The op itself, its scalar arguments checked, without the torch custom-op routing."""
     ops = Operands(OP, q, k, v, out, lse, grad_out, cu_seqlens_q, cu_seqlens_k, grad_lse, mods.alibi_slopes,
                    mods.sinks, *mods.mod_args, device=device)  # fmt: skip
@@ -89,7 +93,7 @@ def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, cu_seqlens_q:
     dsinks = ops.output((h,), dtypes.f32) if mod_operands["sinks"] is not None else None
     if batch and h and total_q and longest[0] and (total_k or dsinks is not None):
         arrays = (oq, ok, ov, oo, olse, odo, odlse, None, dq, dk, dv, dsinks)
-        _launch(ops, arrays, (batch, h, hkv, total_q, total_k, d), float(scale), causal, deterministic, Dropout(), mods,
+        _launch(ops, arrays, (batch, h, hkv, total_q, total_k, d), float(scale), causal, deterministic, dropout, mods,
                 mod_operands, packed=Packed(cu_q.value, cu_k.value, longest))  # fmt: skip
     else:  # nothing flows back, but the gradients are written
         for x in (dq, dk, dv) + ((dsinks,) if dsinks is not None else ()):

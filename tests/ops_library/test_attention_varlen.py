@@ -14,7 +14,7 @@ import pytest
 import kaio
 import kaio.tile as kt
 from kaio import dtypes
-from kaio.errors import KaioTypeError
+from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library import attention_varlen
 from kaio.ops_library.attention import AttentionConfig, choose_config, configured_kernel, kernel_meta, padded
 from kaio.prelude import f32
@@ -259,8 +259,8 @@ def test_cu_seqlens_on_the_device_are_checked_too(dev):
         _call(dev, cu_seqlens_q=dev.alloc_from(np.array([0, 3, 2, 8], I32)))
 
 
-def test_dropout_is_not_an_argument(dev):
-    with pytest.raises(TypeError, match="dropout_p"):
+def test_dropout_needs_a_seed_with_arrays_that_are_not_tensors(dev):
+    with pytest.raises(KaioValueError, match="needs a `seed`"):
         _call(dev, dropout_p=0.1)
 
 
