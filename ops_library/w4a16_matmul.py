@@ -58,25 +58,44 @@ def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.S
 
     @kaio.tile_kernel(num_warps=4, num_stages=3)
     def w4a16_matmul(x: Array[T], qweight: Array[i32], scales: Array[S], qzeros: Array[i32], bias: Array[BIAS],
-                     y: MutArray[T], m: i32, n: i32, k: i32, group: i32,
+                     y: MutArray[T], m: i32, n: i32, k: i32, group: i32, offsets: Array[i32], experts: i32,
                      BM: kaio.constexpr = 16, BN: kaio.constexpr = 64, BK: kaio.constexpr = 128,
                      HAS_ZEROS: kaio.constexpr = False, HAS_BIAS: kaio.constexpr = False,
-                     SCALES_IN_T: kaio.constexpr = False, ROW_GROUPS: kaio.constexpr = False):  # fmt: skip
+                     SCALES_IN_T: kaio.constexpr = False, ROW_GROUPS: kaio.constexpr = False,
+                     GROUPED: kaio.constexpr = False):  # fmt: skip
         m0, n0 = i32(kt.program_id(1)) * BM, i32(kt.program_id(0)) * BN
         cols = kt.expand_dims(n0 + kt.arange(BN), 0)  # (1, BN): this tile's columns of W
         in_cols = cols < n
+        end = m  # the tile's rows stop here
+        if GROUPED:
+            # x's rows sorted by expert (offsets: E + 1), each expert's tensors stacked: program row
+            # p takes the p-th M tile of all groups, numbered group by group; past the last, no rows
+            pm, first, m0, end, e = i32(kt.program_id(1)), 0, m, m, 0
+            for g in range(experts):
+                pair = kt.load(offsets, (g,), (2,), (experts + 1,))
+                lo, hi = kt.min(pair, 0), kt.max(pair, 0)
+                count = (hi - lo + BM - 1) // BM
+                if pm >= first and pm < first + count:
+                    m0, end, e = lo + (pm - first) * BM, hi, g
+                first += count
+            word0, group0 = e * (k // 8), e * (k // group)  # the expert's first word row and scale row
         x_rows = kt.expand_dims(m0 + kt.arange(BM), 1)  # (BM, 1)
         word = kt.arange(BK // 8)  # the word rows of a K step: word i holds rows 8 i .. 8 i + 7
         word_rows, word_cols = kt.expand_dims(word, 1), kt.expand_dims(word, 0)
         acc = kt.zeros((BM, BN), f32)
         for k0 in range(0, k, BK):
-            words = kt.load(qweight, (k0 // 8, n0), (BK // 8, BN), (k // 8, n))  # 8 nibbles each
+            if GROUPED:
+                words = kt.load(qweight, (word0 + k0 // 8, n0), (BK // 8, BN), (word0 + k // 8, n))
+            else:
+                words = kt.load(qweight, (k0 // 8, n0), (BK // 8, BN), (k // 8, n))  # 8 nibbles each
             if ROW_GROUPS:  # groups shorter than the step: each word row's own group
                 g = (k0 + 8 * word_rows) // group
                 live = (k0 + 8 * word_rows < k) & in_cols
             else:  # the step's group: one scale row
                 g = kt.full((1, 1), k0 // group, i32)
                 live = in_cols
+            if GROUPED:
+                g = g + group0
             scale = kt.load(scales, g * n + cols, live)
             if HAS_ZEROS:
                 packed = kt.load(qzeros, g * (n // 8) + cols // 8, live)
@@ -94,10 +113,10 @@ def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.S
                 else:
                     w = T(f32(q) * f32(scale))
                 kk = k0 + 8 * word_cols + j
-                acc = kt.dot(kt.load(x, x_rows * k + kk, (x_rows < m) & (kk < k)), w, acc)
+                acc = kt.dot(kt.load(x, x_rows * k + kk, (x_rows < end) & (kk < k)), w, acc)
         if HAS_BIAS:
             acc = acc + kt.expand_dims(f32(kt.load(bias, (n0,), (BN,), (n,))), 0)
-        kt.store(y, (m0, n0), T(acc), (m, n))
+        kt.store(y, (m0, n0), T(acc), (end, n))
 
     return w4a16_matmul
 
@@ -194,11 +213,13 @@ def run(x: Any, qweight: Any, scales: Any, qzeros: Any = None, bias: Any = None,
     oy = ops.output((a.m, a.n), a.x.dtype)
     if a.m and a.n:  # K = 0 runs too: no K steps, y = bias (or 0)
         config = choose_config(a.m, a.k, a.group, a.scales.dtype == a.x.dtype)
-        zeros, bias_ = a.qzeros or a.qweight, a.bias or a.x  # stand-ins the kernel does not read
+        # stand-ins the kernel does not read: the zeros, the bias, one matrix's expert offsets
+        zeros, bias_ = a.qzeros or a.qweight, a.bias or a.x
         kernel = w4a16_tile_kernel(a.x.dtype, a.scales.dtype, bias_.dtype)
         grid = (math.ceil(a.n / config.block_n), math.ceil(a.m / config.block_m))
         kernel.launch(ops.device, a.x.value, a.qweight.value, a.scales.value, zeros.value, bias_.value, oy.value,
-                      a.m, a.n, a.k, a.group, grid=grid, BM=config.block_m, BN=config.block_n, BK=config.block_k,
+                      a.m, a.n, a.k, a.group, a.qweight.value, 0, grid=grid, BM=config.block_m, BN=config.block_n,
+                      BK=config.block_k,
                       HAS_ZEROS=a.qzeros is not None, HAS_BIAS=a.bias is not None,
                       SCALES_IN_T=a.scales.dtype == a.x.dtype, ROW_GROUPS=config.row_groups)  # fmt: skip
     return ops.result(oy)

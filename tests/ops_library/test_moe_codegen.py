@@ -12,6 +12,7 @@ from kaio import dtypes
 from kaio.ops_library.gguf_blocks import FORMATS
 from kaio.ops_library.gguf_matmul import format_args, gguf_tile_kernel
 from kaio.ops_library.grouped_matmul import E4M3, grouped_matmul_kernel
+from kaio.ops_library.w4a16_matmul import w4a16_tile_kernel
 from kaio.ops_library.moe_align import histogram_kernel, moe_prefix, scatter_kernel
 from kaio.ops_library.moe_fused import combine_kernel, gather_kernel
 from kaio.ops_library.moe_routing import topk_softmax_kernel
@@ -33,6 +34,9 @@ KERNELS = {
     # GGUF experts: gguf_matmul's prefill kernel in its grouped form
     "gguf_grouped_q4_k": (lambda: gguf_tile_kernel(dtypes.f16), {"BM": 32, "BN": 64, "GROUPED": True, "NS": FORMATS["Q4_K"].scale_bytes,
                                                                  **format_args(FORMATS["Q4_K"])}),
+    # GPTQ experts: w4a16_matmul's kernel in its grouped form
+    "w4a16_grouped": (lambda: w4a16_tile_kernel(dtypes.f16, dtypes.f16, dtypes.f16),
+                      {"BM": 16, "BN": 64, "BK": 128, "HAS_ZEROS": True, "SCALES_IN_T": True, "GROUPED": True}),
     "moe_topk_softmax": (lambda: topk_softmax_kernel(dtypes.bf16), {"R": 16, "EP": 256, "KP": 8}),
     "moe_histogram": (lambda: histogram_kernel(dtypes.i32), {}),
     "moe_prefix": (lambda: moe_prefix, {}),

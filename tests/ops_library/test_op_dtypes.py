@@ -194,6 +194,7 @@ def _ops() -> dict[str, Op]:
         sample,
         silu_and_mul,
         softmax,
+        w4a16_grouped_matmul,
         w4a16_matmul,
     )
 
@@ -220,6 +221,10 @@ def _ops() -> dict[str, Op]:
             arr((1, 8), t["x"]), arr((1, 8), t["qweight"]), arr((1, 8), t["scales"], 0.01),
             arr((1, 1), t["qzeros"]), group_size=-1, bias=arr((8,), t["bias"]), device=SIM)],
             frozenset({"qzeros", "bias"})),  # fmt: skip
+        "w4a16_grouped_matmul": Op(lambda t, _: [w4a16_grouped_matmul(
+            arr((1, 8), t["x"]), arr((1, 1, 8), t["qweight"]), arr((1, 1, 8), t["scales"], 0.01),
+            np.array([0, 1]).astype(t["expert_offsets"]), arr((1, 1, 1), t["qzeros"]), group_size=-1, device=SIM)],
+            frozenset({"qzeros"})),  # fmt: skip
         "int8_matmul": Op(scaled(int8_matmul, SIM), frozenset({"bias"})),
         "fp8_matmul": Op(scaled(fp8_matmul, SIM_FP8), frozenset({"bias"})),
         "quantize_int8": Op(lambda t, _: [quantize_int8(arr((1, 1), t["x"]), device=SIM)]),
