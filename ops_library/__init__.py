@@ -33,7 +33,7 @@ _OPS: dict[str, str] = {
     "rope": "rope", "rope_backward": "rope",
     "log_softmax": "softmax", "softmax": "softmax",
     "log_softmax_backward": "softmax_backward", "softmax_backward": "softmax_backward",
-    "w4a16_matmul": "w4a16_matmul", "w4a16_grouped_matmul": "w4a16_grouped_matmul",
+    "w4a16_matmul": "w4a16_matmul", "w4a16_grouped_matmul": "w4a16_grouped_matmul", "GPTQExperts": "w4a16_grouped_matmul",
     "int8_matmul": "int8_matmul", "fp8_matmul": "fp8_matmul",
     "quantize_int8": "quantize", "quantize_fp8": "quantize",
     "gguf_matmul": "gguf_matmul", "gguf_grouped_matmul": "gguf_grouped_matmul", "GGUFLinear": "gguf_linear", "gguf_linear": "gguf_linear",
@@ -80,7 +80,7 @@ if TYPE_CHECKING:  # what the lazy names resolve to, for type checkers and IDEs
     from kaio.ops_library.sampling import sample
     from kaio.ops_library.softmax import log_softmax, softmax
     from kaio.ops_library.softmax_backward import log_softmax_backward, softmax_backward
-    from kaio.ops_library.w4a16_grouped_matmul import w4a16_grouped_matmul
+    from kaio.ops_library.w4a16_grouped_matmul import GPTQExperts, w4a16_grouped_matmul
     from kaio.ops_library.w4a16_matmul import w4a16_matmul
 
 

@@ -42,6 +42,8 @@ from kaio.ops_library.moe_align import MAX_EXPERTS
 from kaio.ops_library.moe_align import launch as align_launch
 from kaio.ops_library.moe_checks import check_ids, take_index
 from kaio.ops_library.operands import Operand, Operands
+from kaio.ops_library.w4a16_grouped_matmul import GPTQExperts, check_experts
+from kaio.ops_library.w4a16_grouped_matmul import launch as w4a16_grouped_launch
 from kaio.prelude import Array, MutArray, f32, i32
 
 OP = "fused_moe"
@@ -118,6 +120,7 @@ class Moe:
     act: int
     formats: tuple[BlockFormat, BlockFormat] | None = None  # the GGUF formats of (w_gate_up, w_down)
     scales: tuple[Operand | None, Operand | None] = (None, None)  # e4m3 experts' f32 scales
+    gptq: tuple[Any, Any] | None = None  # GPTQ experts (w4a16_grouped_matmul.Checked) of (w_gate_up, w_down)
 
     @property
     def n(self) -> int:
@@ -130,6 +133,8 @@ def check(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, 
     """The call's operands and sizes, or a kaio error naming the argument (``ops``: an
     ``Operands``, or ``torch_checks.TensorMetadata`` for a fake; ``read_values``: also read the
     ids back, which a fake cannot; ``qtype``: the experts' GGUF formats, see :func:`formats_of`)."""
+    if isinstance(w_gate_up, GPTQExperts) or isinstance(w_down, GPTQExperts):
+        return check_gptq(op, ops, x, w_gate_up, w_down, weights, ids, activation, read_values)
     ox, og, od = ops.take("x", x), ops.take("w_gate_up", w_gate_up), ops.take("w_down", w_down)
     ow, oi = ops.take("weights", weights), ops.take("ids", ids)
     if ox.dtype not in INPUT_TYPES:
@@ -155,13 +160,27 @@ def check(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, 
     down_row = row_size(op, "w_down", f, "F", formats and formats[1])
     if tuple(od.shape) != (experts, d, down_row):
         raise KaioTypeError(f"{op}: `w_down` must have shape {(experts, d, down_row)} (experts, D, F), got {tuple(od.shape)}")
+    k = check_routing(op, ox, ow, oi, ids, activation, experts, f, read_values)
+    scales = tuple(ops.take(name, v) if v is not None else None for name, v in (("w_gate_up_scale", w_gate_up_scale),
+                                                                                  ("w_down_scale", w_down_scale)))
+    if formats and any(sc is not None for sc in scales):
+        raise KaioTypeError(f"{op}: GGUF experts carry their scales in their blocks: no `w_gate_up_scale` / `w_down_scale`")
+    check_scale(op, "w_gate_up_scale", scales[0], experts, 2 * f)
+    check_scale(op, "w_down_scale", scales[1], experts, d)
+    return Moe(ox, og, od, ow, oi, tokens, d, experts, f, k, ACTIVATIONS[activation], formats, scales)
+
+
+def check_routing(op: str, x: Operand, weights: Operand, oi: Operand, ids: Any, activation: Any, experts: int, f: int,
+                  read_values: bool) -> int:  # fmt: skip
+    """The routing arguments' checks (every kind of experts'); k."""
+    tokens, d = x.shape
     if len(oi.shape) != 2 or oi.shape[0] != tokens:
         raise KaioTypeError(f"{op}: `ids` must be ({tokens}, k), got shape {tuple(oi.shape)}")
     k = oi.shape[1]
-    if tuple(ow.shape) != tuple(oi.shape):
-        raise KaioTypeError(f"{op}: `weights` must have the shape of `ids` {tuple(oi.shape)}, got {tuple(ow.shape)}")
-    if ow.dtype not in (dtypes.f32, ox.dtype):
-        raise KaioTypeError(f"{op}: `weights` must be f32 or {ox.dtype.name} (x's type), got {ow.dtype.name}")
+    if tuple(weights.shape) != tuple(oi.shape):
+        raise KaioTypeError(f"{op}: `weights` must have the shape of `ids` {tuple(oi.shape)}, got {tuple(weights.shape)}")
+    if weights.dtype not in (dtypes.f32, x.dtype):
+        raise KaioTypeError(f"{op}: `weights` must be f32 or {x.dtype.name} (x's type), got {weights.dtype.name}")
     if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise KaioValueError(f"{op}: `activation` must be one of {', '.join(map(repr, ACTIVATIONS))}, got {activation!r}")
     if experts > MAX_EXPERTS:
@@ -171,13 +190,32 @@ def check(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, 
         raise KaioTypeError(f"{op}: arrays of 2**31 elements or more are too large")
     if read_values:
         check_ids(op, "ids", ids, experts)
-    scales = tuple(ops.take(name, v) if v is not None else None for name, v in (("w_gate_up_scale", w_gate_up_scale),
-                                                                                  ("w_down_scale", w_down_scale)))
-    if formats and any(sc is not None for sc in scales):
-        raise KaioTypeError(f"{op}: GGUF experts carry their scales in their blocks: no `w_gate_up_scale` / `w_down_scale`")
-    check_scale(op, "w_gate_up_scale", scales[0], experts, 2 * f)
-    check_scale(op, "w_down_scale", scales[1], experts, d)
-    return Moe(ox, og, od, ow, oi, tokens, d, experts, f, k, ACTIVATIONS[activation], formats, scales)
+    return k
+
+
+def check_gptq(op: str, ops: Any, x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: Any,
+               read_values: bool) -> Moe:  # fmt: skip
+    """:func:`check` for GPTQ experts (both stacks :class:`GPTQExperts`)."""
+    for name, w in (("w_gate_up", w_gate_up), ("w_down", w_down)):
+        if not isinstance(w, GPTQExperts):
+            raise KaioTypeError(f"{op}: `w_gate_up` and `w_down` are both GPTQExperts or neither; `{name}` is "
+                                f"{type(w).__name__}")  # fmt: skip
+    ox, ow, oi = ops.take("x", x), ops.take("weights", weights), ops.take("ids", ids)
+    if ox.dtype not in INPUT_TYPES or len(ox.shape) != 2:
+        raise KaioTypeError(f"{op}: `x` must be f16 or bf16 (tokens, D), got {ox.dtype.name} {tuple(ox.shape)}")
+    take_index(op, "ids", oi)
+    tokens, d = ox.shape
+    gate_up = check_experts(op, ops, "w_gate_up.", w_gate_up, d, ox.dtype)
+    if gate_up.n % 2 == 1 or gate_up.n == 0:
+        raise KaioTypeError(f"{op}: `w_gate_up.qweight` must have 2F columns (gate, then up), got {gate_up.n}")
+    f = gate_up.n // 2
+    down = check_experts(op, ops, "w_down.", w_down, f, ox.dtype)
+    if down.experts != gate_up.experts or down.n != d:
+        raise KaioTypeError(f"{op}: `w_down.qweight` must be ({gate_up.experts}, {f // 8}, {d}) (E, F/8, D), got "
+                            f"{tuple(down.qweight.shape)}")  # fmt: skip
+    k = check_routing(op, ox, ow, oi, ids, activation, gate_up.experts, f, read_values)
+    return Moe(ox, gate_up.qweight, down.qweight, ow, oi, tokens, d, gate_up.experts, f, k, ACTIVATIONS[activation],
+               gptq=(gate_up, down))  # fmt: skip
 
 
 def row_size(op: str, name: str, cols: int, what: str, fmt: BlockFormat | None) -> int:
@@ -218,7 +256,9 @@ def expert_product(ops: Operands, m: Moe, x: Operand, w: Operand, which: int, of
     """``y[rows of e] = x[rows] @ w[e].T`` for the gate/up (``which`` 0) or down (1) weights:
     ``grouped_matmul`` on 16-bit experts, ``gguf_grouped_matmul`` on GGUF blocks."""
     n, k = y.shape[1], x.shape[1]
-    if m.formats is None:
+    if m.gptq is not None:
+        w4a16_grouped_launch(ops, x, m.gptq[which], offsets, y)
+    elif m.formats is None:
         grouped_launch(ops.device, x, w, offsets, y, m.experts, n, k, w_nk=True, w_scale=m.scales[which])
     else:
         gguf_grouped_launch(ops, x, w, m.formats[which], offsets, y, m.experts, n, w.shape[2])
@@ -249,13 +289,15 @@ def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, ac
               qtype: Any = None, w_gate_up_scale: Any = None, w_down_scale: Any = None, device: Any = None) -> Any:  # fmt: skip
     """The MoE MLP of each token over its k experts (see the module doc); y (T, D) in x's type.
     ``qtype``: the experts are GGUF blocks of this format (or of a pair of formats: w_gate_up's,
-    w_down's). e4m3 experts (W8A16) take f32 scales ``w_gate_up_scale`` (E,) or (E, 2F) and
+    w_down's); GPTQ experts come as two :class:`GPTQExperts`. e4m3 experts (W8A16) take f32 scales ``w_gate_up_scale`` (E,) or (E, 2F) and
     ``w_down_scale`` (E,) or (E, D) (None: 1). Torch tensors of 16-bit experts go through
     ``torch.ops.kaio.fused_moe`` (autograd records it: ``fused_moe_backward``)."""
     scaled = w_gate_up_scale is not None or w_down_scale is not None or is_fp8(w_gate_up) or is_fp8(w_down)
-    if qtype is not None or scaled:  # frozen quantised experts: run directly, no gradient
-        refuse_grad(OP, x, w_gate_up, w_down, weights, ids, w_gate_up_scale, w_down_scale,
-                    why="quantised (GGUF or fp8) experts are frozen")  # fmt: skip
+    gptq = [a for w in (w_gate_up, w_down) if isinstance(w, GPTQExperts) for a in w[:3]]
+    if qtype is not None or scaled or gptq:  # frozen quantised experts: run directly, no gradient
+        refuse_grad(OP, x, weights, ids, w_gate_up_scale, w_down_scale, *gptq,
+                    *(w for w in (w_gate_up, w_down) if not isinstance(w, GPTQExperts)),
+                    why="quantised (GGUF, fp8 or GPTQ) experts are frozen")  # fmt: skip
         if qtype is not None:
             fg, fd = formats_of(OP, qtype)
             w_gate_up, w_down = expert_bytes(w_gate_up, fg), expert_bytes(w_down, fd)
@@ -268,7 +310,8 @@ def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, ac
 def run(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: str, device: Any,
         qtype: Any = None, w_gate_up_scale: Any = None, w_down_scale: Any = None) -> Any:  # fmt: skip
     """The op itself, without the torch custom-op routing."""
-    ops = Operands(OP, x, w_gate_up, w_down, weights, ids, w_gate_up_scale, w_down_scale, device=device)
+    arrays = [a for w in (w_gate_up, w_down) for a in (w[:3] if isinstance(w, GPTQExperts) else (w,))]
+    ops = Operands(OP, x, *arrays, weights, ids, w_gate_up_scale, w_down_scale, device=device)
     m = check(OP, ops, x, w_gate_up, w_down, weights, ids, activation, qtype=qtype, w_gate_up_scale=w_gate_up_scale,
               w_down_scale=w_down_scale)  # fmt: skip
     if E4M3 in (m.w_gate_up.dtype, m.w_down.dtype):
@@ -276,8 +319,9 @@ def run(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation:
     oy = ops.output((m.tokens, m.d), m.x.dtype)
     if m.n == 0 or m.d == 0:
         return ops.result(oy)
-    # the down product: f32 from grouped_matmul, x's type from the GGUF kernel
-    with routed(ops, m) as r, ops.workspace((m.n, m.d), dtypes.f32 if m.formats is None else m.x.dtype) as o:
+    # the down product: f32 from grouped_matmul, x's type from the GGUF and GPTQ kernels
+    plain = m.formats is None and m.gptq is None  # 16-bit or fp8 experts: grouped_matmul's f32 down product
+    with routed(ops, m) as r, ops.workspace((m.n, m.d), dtypes.f32 if plain else m.x.dtype) as o:
         expert_product(ops, m, r.a, m.w_down, 1, r.offsets, o)
         combine_launch(ops.device, o, r.inverse, m.weights, oy, m.tokens, m.k, m.d)
     return ops.result(oy)

@@ -77,8 +77,8 @@ def check(ops: Any, grad_out: Any, x: Any, w_gate_up: Any, w_down: Any, weights:
     """``fused_moe``'s checks, and dy's (``ops``: an ``Operands``, or tensor metadata for a fake)."""
     m = check_forward(OP, ops, x, w_gate_up, w_down, weights, ids, activation, read_values)
     if m.w_gate_up.dtype != m.x.dtype or m.w_down.dtype != m.x.dtype:
-        raise KaioTypeError(f"{OP}: the gradients are of 16-bit experts (x's type {m.x.dtype.name}); fp8 experts are "
-                            f"frozen, got {m.w_gate_up.dtype.name} and {m.w_down.dtype.name}")  # fmt: skip
+        raise KaioTypeError(f"{OP}: the gradients are of 16-bit experts (x's type {m.x.dtype.name}); quantised (fp8, "
+                            f"GPTQ) experts are frozen, got {m.w_gate_up.dtype.name} and {m.w_down.dtype.name}")  # fmt: skip
     og = ops.take("grad_out", grad_out)
     if tuple(og.shape) != (m.tokens, m.d):
         raise KaioTypeError(f"{OP}: `grad_out` must have shape {(m.tokens, m.d)} (y's), got {tuple(og.shape)}")

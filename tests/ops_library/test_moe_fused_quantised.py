@@ -107,5 +107,32 @@ def test_fp8_experts_are_refused_where_they_cannot_run(rng):
                   w_gate_up_scale=np.ones(2, np.float32), device=SIM_89)  # F16 blocks: 2 bytes an element  # fmt: skip
     from kaio.ops_library import fused_moe_backward
 
-    with pytest.raises(KaioTypeError, match="fp8 experts are frozen"):
+    with pytest.raises(KaioTypeError, match="experts are frozen"):
         fused_moe_backward(np.zeros((2, 16), np.float32), x, wgu, wd, w, ids, device=SIM_89)
+
+
+def test_gptq_experts_match_float64(rng, poison):
+    from kaio.ops_library import GPTQExperts
+
+    from .test_w4a16_matmul import dequantize_gptq, random_gptq
+
+    t, e, k, d, f, group = 7, 3, 2, 128, 64, 64
+    gu = [random_gptq(rng, d, 2 * f, group, True) for _ in range(e)]
+    dn = [random_gptq(rng, f, d, group, False) for _ in range(e)]
+    stack = lambda ws, i: np.stack([w[i] for w in ws])  # noqa: E731
+    w_gate_up = GPTQExperts(stack(gu, 0), stack(gu, 1), stack(gu, 2), group)
+    w_down = GPTQExperts(stack(dn, 0), stack(dn, 1), None, group)
+    x = (rng.standard_normal((t, d)) / 4).astype(np.float16)
+    ids = np.stack([rng.permutation(e)[:k] for _ in range(t)]).astype(np.int32)
+    w = rng.random(ids.shape).astype(np.float32)
+    y = fused_moe(x, w_gate_up, w_down, w, ids, device=SIM)
+    # GPTQ's W is (in, out): the MLP's nn.Linear layout is its transpose
+    real_gu = np.stack([dequantize_gptq(*g, group).T for g in gu]).astype(np.float64)
+    real_d = np.stack([dequantize_gptq(*g, group).T for g in dn]).astype(np.float64)
+    want = reference(x, real_gu, real_d, w, ids)
+    assert np.isfinite(y.astype(np.float64)).all()
+    assert np.linalg.norm(y.astype(np.float64) - want) <= 1e-2 * np.linalg.norm(want)
+    with pytest.raises(KaioTypeError, match="both GPTQExperts or neither"):
+        fused_moe(x, w_gate_up, real_d.astype(np.float16), w, ids, device=SIM)
+    with pytest.raises(KaioTypeError, match=r"`w_down.qweight` must be \(3, 8, 128\)"):
+        fused_moe(x, w_gate_up, GPTQExperts(stack(dn, 0)[:2], stack(dn, 1)[:2], None, group), w, ids, device=SIM)

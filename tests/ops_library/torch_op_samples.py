@@ -464,7 +464,8 @@ if hasattr(ol, "linear_cross_entropy_backward"):
     )  # fmt: skip
 
 # public names that are no ops (classes and configs; a GGUF loader, whose layers call gguf_matmul)
-NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear", "PagedAttention", "BlockMask"}
+NOT_OPS = {"Attention", "Matmul", "MatmulConfig", "GGUFLinear", "gguf_linear", "PagedAttention", "BlockMask",
+           "GPTQExperts"}  # fmt: skip
 # ops with no torch custom op yet: torch tensors run eagerly through the op's operands (no
 # torch.compile graph, no autograd: a tensor that requires grad is refused with a kaio error)
 WITHOUT_TORCH_OP = {"moe_align", "create_block_mask", "sample", "gguf_grouped_matmul", "w4a16_grouped_matmul"}
