@@ -293,10 +293,9 @@ def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, ac
     ``w_down_scale`` (E,) or (E, D) (None: 1). Torch tensors of 16-bit experts go through
     ``torch.ops.kaio.fused_moe`` (autograd records it: ``fused_moe_backward``)."""
     scaled = w_gate_up_scale is not None or w_down_scale is not None or is_fp8(w_gate_up) or is_fp8(w_down)
-    gptq = [a for w in (w_gate_up, w_down) if isinstance(w, GPTQExperts) for a in w[:3]]
+    gptq = isinstance(w_gate_up, GPTQExperts) or isinstance(w_down, GPTQExperts)
     if qtype is not None or scaled or gptq:  # frozen quantised experts: run directly, no gradient
-        refuse_grad(OP, x, weights, ids, w_gate_up_scale, w_down_scale, *gptq,
-                    *(w for w in (w_gate_up, w_down) if not isinstance(w, GPTQExperts)),
+        refuse_grad(OP, x, weights, ids, w_gate_up_scale, w_down_scale, *expert_arrays(w_gate_up, w_down),
                     why="quantised (GGUF, fp8 or GPTQ) experts are frozen")  # fmt: skip
         if qtype is not None:
             fg, fd = formats_of(OP, qtype)
@@ -307,11 +306,16 @@ def fused_moe(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, *, ac
     return run(x, w_gate_up, w_down, weights, ids, activation, device)
 
 
+def expert_arrays(w_gate_up: Any, w_down: Any) -> list[Any]:
+    """The experts' arrays: each weight itself, or a GPTQExperts' qweight, scales and qzeros."""
+    return [a for w in (w_gate_up, w_down) for a in (w[:3] if isinstance(w, GPTQExperts) else (w,))]
+
+
 def run(x: Any, w_gate_up: Any, w_down: Any, weights: Any, ids: Any, activation: str, device: Any,
         qtype: Any = None, w_gate_up_scale: Any = None, w_down_scale: Any = None) -> Any:  # fmt: skip
     """The op itself, without the torch custom-op routing."""
-    arrays = [a for w in (w_gate_up, w_down) for a in (w[:3] if isinstance(w, GPTQExperts) else (w,))]
-    ops = Operands(OP, x, *arrays, weights, ids, w_gate_up_scale, w_down_scale, device=device)
+    ops = Operands(OP, x, *expert_arrays(w_gate_up, w_down), weights, ids, w_gate_up_scale, w_down_scale,
+                   device=device)  # fmt: skip
     m = check(OP, ops, x, w_gate_up, w_down, weights, ids, activation, qtype=qtype, w_gate_up_scale=w_gate_up_scale,
               w_down_scale=w_down_scale)  # fmt: skip
     if E4M3 in (m.w_gate_up.dtype, m.w_down.dtype):
