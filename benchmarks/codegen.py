@@ -126,8 +126,8 @@ def _kaio_attention(arch: str, d: int, config: Any, dropout: bool = False, mod: 
         flags = {"causal": {"CAUSAL": True}, "window": {"WINDOW": True}, "softcap": {"SOFTCAP": True}}.get(mod or "", {})
         if mod and mod.startswith("block"):
             flags = {"BLOCK_MASK": True, "BQ_MASK": config.block_m, "BKV_MASK": config.block_n}
-        c = kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BD=d, HAS_LENS=False,
-                         DROPOUT=dropout, __divisible__=launch_facts(D=d), **({"CAUSAL": False} | flags))  # fmt: skip
+        c = kaio.compile(kernel, arch, BM=config.block_m, BN=config.block_n, BD=d, BDV=d, HAS_LENS=False,
+                         DROPOUT=dropout, __divisible__=launch_facts(D=d, DV=d), **({"CAUSAL": False} | flags))  # fmt: skip
         return Built(c.ptx, c.name, config.warps, c.shared_bytes + c.dynamic_shared_bytes)
 
     return build

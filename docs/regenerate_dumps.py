@@ -90,7 +90,7 @@ def attention_stages() -> dict[str, str]:
     config = choose_config(1024, 64)
     kernel = configured_kernel(dtypes.bf16, config)
     meta = {"BM": config.block_m, "BN": config.block_n, "BD": 64, "CAUSAL": True, "HAS_LENS": False}
-    return kaio.compile(kernel, "sm_80", __divisible__=(("D", 16),), **meta).stages
+    return kaio.compile(kernel, "sm_80", __divisible__=(("D", 16), ("DV", 16)), **meta).stages
 
 
 @cache

@@ -1,12 +1,13 @@
 """``kaio.ops_library.attention``: scaled dot-product attention, FlashAttention-2's forward pass.
 
     from kaio.ops_library import attention
-    o = attention(q, k, v)                               # q (B, H, Sq, D), k, v (B, Hkv, Sk, D)
+    o = attention(q, k, v)                               # q (B, H, Sq, D), k (B, Hkv, Sk, D), v (B, Hkv, Sk, Dv)
     o = attention(q, k, v, causal=True, scale=0.1)
     o, lse = attention(q, k, v, kv_lens=lens, return_lse=True)
 
 Layout as torch's ``scaled_dot_product_attention``: contiguous (batch, heads, sequence, head
-dim) arrays; the output has q's shape and type. f16 and bf16 inputs, f32 accumulation; head
+dim) arrays; the output has q's type and shape but for its head dim, v's ``Dv`` (which may
+differ from q's and k's ``D``: DeepSeek's 192 / 128). f16 and bf16 inputs, f32 accumulation; head
 dims every multiple of 8 up to 256 (run in the next power of two, at least 16, masked); any
 sequence lengths. ``H`` must be a multiple of ``Hkv``
 (grouped-query and multi-query attention: query head h reads key/value head ``h // (H / Hkv)``).
@@ -86,10 +87,11 @@ def configured_kernel(t: dtypes.ScalarType, config: AttentionConfig, out: dtypes
 
 
 def kernel_meta(config: AttentionConfig, bd: int, causal: bool, has_lens: bool, scale: float = 1.0,
-                dropout: bool = False) -> dict[str, Any]:  # fmt: skip
-    """The forward kernel's constexprs for a config, padded head dim ``bd`` and call."""
-    return {"BM": config.block_m, "BN": config.block_n, "BD": bd, "CAUSAL": causal, "HAS_LENS": has_lens,
-            "NEG_SCALE": scale < 0, "DROPOUT": dropout}  # fmt: skip
+                dropout: bool = False, bdv: int | None = None) -> dict[str, Any]:  # fmt: skip
+    """The forward kernel's constexprs for a config, padded head dims ``bd`` (q's and k's) and
+    ``bdv`` (v's and the output's; None: ``bd``) and call."""
+    return {"BM": config.block_m, "BN": config.block_n, "BD": bd, "BDV": bdv or bd, "CAUSAL": causal,
+            "HAS_LENS": has_lens, "NEG_SCALE": scale < 0, "DROPOUT": dropout}  # fmt: skip
 
 
 class Dropout(NamedTuple):
@@ -238,7 +240,7 @@ class Attention:
         if scale is None:
             scale = 1.0 / math.sqrt(d)
         if oo is None:
-            oo = ops.output((b, h, sq, d), oq.dtype)
+            oo = ops.output((b, h, sq, ov.shape[-1]), oq.dtype)
         with ExitStack() as scratch:  # the logsumexp nobody asked for, and the unread lengths and cu_seqlens
             def workspace(shape: tuple[int, ...], t: dtypes.ScalarType) -> Operand:
                 return scratch.enter_context(ops.workspace(shape, t))
@@ -253,7 +255,7 @@ class Attention:
                 run = lambda c: _forward(ops, oq, ok, ov, oo, lse, lens_arg, lens is not None, sizes,  # noqa: E731
                                          float(scale), bool(causal), c, dropout, modded, dense, blocks)  # fmt: skip
                 fits = blocks.fits if blocks is not None else None
-                run(self._config(config, ops.device, oq.dtype, sq, d, bool(causal), run, fits=fits))
+                run(self._config(config, ops.device, oq.dtype, sq, tile_head_dim(d, ov), bool(causal), run, fits=fits))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result
 
@@ -409,10 +411,10 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     (``packed.longest``): ``sizes`` has the total query and key rows as Sq and Sk, and one
     program per block of the longest sequence's queries (no split)."""
     b, h, hkv, sq, sk, d = sizes
-    bd = padded(d)
+    dv = v.shape[-1]  # the value head dim: the output's
     rows, keys = packed.longest or (sq, sk)  # the grid's query rows; the most keys a program walks
     splits = 1 if packed.longest or blocks is not None else decode_splits(sq, sk, config.block_n)
-    meta = kernel_meta(config, bd, causal, has_lens, scale, dropout.p > 0)
+    meta = kernel_meta(config, padded(d), causal, has_lens, scale, dropout.p > 0, padded(dv))
     if packed.longest:
         meta["VARLEN"] = True
     scale_log2 = scale * LOG2E if scale else ZERO_SCALE
@@ -430,7 +432,7 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     if splits == 1:
         kernel = configured_kernel(q.dtype, config, mods=modded.mods)
         kernel.launch(ops.device, q.value, k.value, v.value, o.value, lse.value, lens, packed.cu_q, packed.cu_k,
-                      h, hkv, sq, sk, d, scale_log2, 1, keys, *dropout.args, *extra, grid=grid, **meta)  # fmt: skip
+                      h, hkv, sq, sk, d, dv, scale_log2, 1, keys, *dropout.args, *extra, grid=grid, **meta)  # fmt: skip
         return
     from kaio.ops_library.attention_kernel import combine_tile_kernel
 
@@ -438,12 +440,12 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     kernel = configured_kernel(q.dtype, config, dtypes.f32, mods=modded.mods)
     combine = combine_tile_kernel(q.dtype)
     rows = b * h * splits * sq
-    with ops.workspace((rows, d), dtypes.f32) as parts, ops.workspace((rows,), dtypes.f32) as part_lse:
+    with ops.workspace((rows, dv), dtypes.f32) as parts, ops.workspace((rows,), dtypes.f32) as part_lse:
         kernel.launch(ops.device, q.value, k.value, v.value, parts.value, part_lse.value, lens, packed.cu_q,
-                      packed.cu_k, h, hkv, sq, sk, d, scale_log2, splits, chunk, *dropout.args, *extra, grid=grid,
+                      packed.cu_k, h, hkv, sq, sk, d, dv, scale_log2, splits, chunk, *dropout.args, *extra, grid=grid,
                       **meta)  # fmt: skip
-        combine.launch(ops.device, parts.value, part_lse.value, o.value, lse.value, sq, d, splits,
-                       grid=(math.ceil(sq / 16), b * h), BM=16, BD=bd)  # fmt: skip
+        combine.launch(ops.device, parts.value, part_lse.value, o.value, lse.value, sq, dv, splits,
+                       grid=(math.ceil(sq / 16), b * h), BM=16, BD=meta["BDV"])  # fmt: skip
 
 
 def _check(q: Operand, k: Operand, v: Operand, out: Operand | None, op: str = "attention") -> tuple[int, int, int, int, int, int]:
@@ -456,26 +458,39 @@ def _check(q: Operand, k: Operand, v: Operand, out: Operand | None, op: str = "a
     if (bk, dk) != (b, d):
         raise KaioTypeError(f"{op}: `k` must have shape ({b}, Hkv, Sk, {d}), got {k.shape}")
     check_heads_and_types(op, q, k, v, out, h, hkv, d)
-    if max(b * h * sq, b * hkv * sk) * d >= 2**31:
+    if max(b * h * sq, b * hkv * sk) * max(d, v.shape[-1]) >= 2**31:
         raise KaioTypeError(f"{op}: arrays must have fewer than 2**31 elements")
     return b, h, hkv, sq, sk, d
 
 
 def check_heads_and_types(op: str, q: Operand, k: Operand, v: Operand, out: Operand | None, h: int, hkv: int, d: int) -> None:
-    """The rules the dense and the packed layouts share: v of k's shape, H a multiple of Hkv, the
-    head dim, one 16-bit type, out of q's shape and type."""
-    if v.shape != k.shape:
-        raise KaioTypeError(f"{op}: `v` must have k's shape {k.shape}, got {v.shape}")
+    """The rules the dense and the packed layouts share: v of k's shape but for its own head dim
+    (the last axis: DeepSeek's 192 / 128), H a multiple of Hkv, the head dims, one 16-bit type,
+    out of q's shape and type with v's head dim."""
+    if v.shape[:-1] != k.shape[:-1]:
+        raise KaioTypeError(f"{op}: `v` must have k's shape {k.shape} but for its head dim (the last axis), got {v.shape}")
     if hkv < 1 or h % hkv:
         raise KaioTypeError(f"{op}: q's {h} heads must be a multiple of k's and v's {hkv}")
     check_head_dim(op, d)
+    check_head_dim(op, v.shape[-1], "v's head dim")
     if q.dtype not in (dtypes.f16, dtypes.bf16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise KaioTypeError(
             f"{op}: q, k and v must all be f16 or all bf16, got {q.dtype.name}, {k.dtype.name}, {v.dtype.name} "
             "(the tensor cores take 16-bit operands: cast f32 inputs with .half() or .bfloat16())"
         )
-    if out is not None and (out.shape != q.shape or out.dtype != q.dtype):
-        raise KaioTypeError(f"{op}: `out` must be {q.dtype.name} of shape {q.shape}, got {out.dtype.name} {out.shape}")
+    if out is not None and (out.shape != output_shape(q, v) or out.dtype != q.dtype):
+        raise KaioTypeError(f"{op}: `out` must be {q.dtype.name} of shape {output_shape(q, v)}, got {out.dtype.name} {out.shape}")
+
+
+def output_shape(q: Any, v: Any) -> tuple[int, ...]:
+    """attention's output shape: q's with v's head dim (the last axis), in both layouts."""
+    return (*q.shape[:-1], v.shape[-1])
+
+
+def tile_head_dim(d: int, v: Any) -> int:
+    """The head dim a config is chosen for: the larger of q's and k's ``d`` and ``v``'s (the
+    tiles of both must fit)."""
+    return max(d, v.shape[-1])
 
 
 def _scale(scale: Any, op: str = "attention") -> float | None:

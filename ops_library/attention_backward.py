@@ -7,8 +7,8 @@ FlashAttention-2's backward pass.
 
 The arguments mean what they mean to the forward (same layouts, types and checks), plus the
 forward's output ``out`` and f32 logsumexp ``lse`` (``return_lse=True``) and the output's
-gradient ``grad_out`` (q's shape and type); ``grad_lse`` (f32, lse's shape) is the logsumexp's
-gradient when a loss used it. dq has q's shape and type, dk and dv k's. GQA/MQA: a key/value
+gradient ``grad_out`` (the output's shape, q's type); ``grad_lse`` (f32, lse's shape) is the
+logsumexp's gradient when a loss used it. dq has q's shape and type, dk k's, dv v's. GQA/MQA: a key/value
 head's gradients are summed over the query heads that read it.
 
 dQ is accumulated in f32 by atomics from the key-block-parallel kernel (fastest, but on a GPU
@@ -34,7 +34,18 @@ from typing import Any, NamedTuple
 
 from kaio import dtypes
 from kaio.errors import KaioTypeError, KaioValueError
-from kaio.ops_library.attention import Dropout, Mods, _check, _lengths, _mod_operands, _ModdedLaunch, _scale, mods_given, padded
+from kaio.ops_library.attention import (
+    Dropout,
+    Mods,
+    _check,
+    _lengths,
+    _mod_operands,
+    _ModdedLaunch,
+    _scale,
+    mods_given,
+    output_shape,
+    padded,
+)
 from kaio.ops_library.config_fields import bool_field
 from kaio.ops_library.operands import Operand, Operands
 from kaio.ops_library.random_args import check_p, check_seed, seed_as_int64
@@ -125,7 +136,7 @@ def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any
     mod_operands = _mod_operands(ops, mods, h, OP)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    dq, dk, dv = ops.output(oq.shape, oq.dtype), ops.output(ok.shape, ok.dtype), ops.output(ok.shape, ok.dtype)
+    dq, dk, dv = ops.output(oq.shape, oq.dtype), ops.output(ok.shape, ok.dtype), ops.output(ov.shape, ov.dtype)
     sinks = mod_operands["sinks"]
     dsinks = ops.output((h,), dtypes.f32) if sinks is not None else None
     if b and h and sq and (sk or dsinks is not None):  # no key: only the sinks' softmax, and its gradient
@@ -147,13 +158,22 @@ def _take(ops: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, g
     oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
     sizes = _check(oq, ok, ov, None, OP)
     b, h, _, sq, _, _ = sizes
+    check_outputs(ops, OP, out, grad_out, oq, ov)
     oo, odo = ops.take("out", out), ops.take("grad_out", grad_out)
-    for name, x in (("out", oo), ("grad_out", odo)):
-        if x.shape != oq.shape or x.dtype != oq.dtype:
-            raise KaioTypeError(f"{OP}: `{name}` must be {oq.dtype.name} of shape {oq.shape} (q's), got {x.dtype.name} {x.shape}")
     olse = _take_lse(ops, "lse", lse, (b, h, sq))
     odlse = _take_lse(ops, "grad_lse", grad_lse, (b, h, sq)) if grad_lse is not None else None
     return oq, ok, ov, oo, olse, odo, odlse, sizes
+
+
+def check_outputs(ops: Any, op: str, out: Any, grad_out: Any, q: Any, v: Any) -> None:
+    """The forward's output and its gradient: q's type, and the shape of the output (q's with v's
+    head dim), in either layout."""
+    shape = output_shape(q, v)
+    for name, value in (("out", out), ("grad_out", grad_out)):
+        x = ops.take(name, value)
+        if x.shape != shape or x.dtype != q.dtype:
+            raise KaioTypeError(f"{op}: `{name}` must be {q.dtype.name} of shape {shape} (the forward's output), "
+                                f"got {x.dtype.name} {x.shape}")  # fmt: skip
 
 
 def check_saved(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_lse: Any, kv_lens: Any) -> None:
@@ -182,8 +202,9 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
 
     q, k, v, o, lse, do, dlse, lens, dq, dk, dv, dsinks = arrays
     b, h, hkv, sq, sk, d = sizes
-    bd = padded(d)
-    tiles = choose_backward_tiles(d)
+    d_v = v.shape[-1]  # the value head dim: the output's
+    bd, bdv = padded(d), padded(d_v)
+    tiles = choose_backward_tiles(max(d, d_v))
     dev = ops.device
     varlen = packed is not None
     rows = sq * h if varlen else b * h * sq  # query rows of D
@@ -193,10 +214,10 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
             return scratch.enter_context(ops.workspace(shape, t, zero=zero)).value
 
         unread_f32, delta = workspace((1,), dtypes.f32), workspace((rows,), dtypes.f32)
-        delta_rows = 4096 // bd
+        delta_rows = 4096 // bdv
         kernels.delta_tile_kernel(q.dtype).launch(
-            dev, o.value, do.value, dlse.value if dlse is not None else unread_f32, delta, sq if varlen else rows, d, h,
-            grid=(math.ceil(sq / delta_rows), h) if varlen else (math.ceil(rows / delta_rows),), BM=delta_rows, BD=bd,
+            dev, o.value, do.value, dlse.value if dlse is not None else unread_f32, delta, sq if varlen else rows, d_v, h,
+            grid=(math.ceil(sq / delta_rows), h) if varlen else (math.ceil(rows / delta_rows),), BM=delta_rows, BD=bdv,
             HAS_DLSE=dlse is not None, VARLEN=varlen,
         )  # fmt: skip
         if not sk:  # the sinks' gradient alone: no key, so dQ is zero (dK, dV are empty)
@@ -209,19 +230,19 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
             softcap_, left, right, slopes, _sinks, *slots = modded.args
             mod_args = (softcap_, left, right, slopes, *slots)
             by_query, by_key = _listed_blocks(ops, block_mask, (b, h, sq, sk), tiles, lens_arg)
-            meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
+            meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "BDV": bdv, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
                     "DROPOUT": dropout.p > 0, "WINDOW": modded.meta["WINDOW"], "SOFTCAP": modded.meta["SOFTCAP"],
                     "ALIBI": modded.meta["ALIBI"], "VARLEN": varlen}  # fmt: skip
             dq_acc = unread_f32 if deterministic else workspace((rows * d,), dtypes.f32, zero=True)
             dkdv = kernels.dkdv_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods)
             dkdv.launch(dev, q.value, k.value, v.value, do.value, lse.value, delta, dk.value, dv.value, dq_acc, lens_arg, *cu,
-                        h, hkv, sq, sk, d, scale, *dropout.args, *mod_args, *by_key[0],
+                        h, hkv, sq, sk, d, d_v, scale, *dropout.args, *mod_args, *by_key[0],
                         grid=(math.ceil(longest_k / tiles.block_n), b * hkv), ATOMIC_DQ=not deterministic, **meta,
                         **by_key[1])  # fmt: skip
             if deterministic:
                 kernels.dq_tile_kernel(q.dtype, tiles.warps, tiles.stages, modded.mods).launch(
                     dev, q.value, k.value, v.value, do.value, lse.value, delta, dq.value, lens_arg, *cu, h, hkv, sq, sk, d,
-                    scale, *dropout.args, *mod_args, *by_query[0], grid=(math.ceil(longest_q / tiles.block_m), b * h), **meta,
+                    d_v, scale, *dropout.args, *mod_args, *by_query[0], grid=(math.ceil(longest_q / tiles.block_m), b * h), **meta,
                     **by_query[1],
                 )  # fmt: skip
             else:

@@ -111,12 +111,12 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
     def attention_dkdv(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
                        dk: MutArray[T], dv: MutArray[T], dq_acc: MutArray[f32], kv_lens: Array[i32],
                        cu_q: Array[i32], cu_k: Array[i32],
-                       H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32, drop_p: f32, drop_scale: f32,
+                       H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, DV: i32, scale: f32, drop_p: f32, drop_scale: f32,
                        seed: u64, softcap: f32, left: i32, right: i32, slopes: Array[f32],
                        x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
                        bmask: Array[i32], MB: i32, MH: i32, NROW: i32, NLIST: i32,
                        BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
-                       CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
+                       BDV: kaio.constexpr = 64, CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
                        ATOMIC_DQ: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
                        WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
                        ALIBI: kaio.constexpr = False, BLOCK_MASK: kaio.constexpr = False,
@@ -126,15 +126,17 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
         bh = i32(kt.program_id(1))  # b * HKV + key/value head
         b, hk = bh // HKV, bh % HKV
         group = H // HKV
-        kv_row = bh * SK  # q, o, dO: (B*H*SQ, D); k, v: (B*HKV*SK, D)
+        kv_row = bh * SK  # q: (B*H*SQ, D), o, dO: (B*H*SQ, DV); k: (B*HKV*SK, D), v: (B*HKV*SK, DV)
         sq, seq_k = SQ, SK  # this sequence's queries and keys
         kv_col, kv_end, kv_ld = 0, D, D  # the head's columns [kv_col, kv_end) of rows kv_ld apart
-        q_ld = D
-        if VARLEN:  # packed sequences, as the forward's: q, o, dO (SQ = total queries, H*D); k, v (SK keys, HKV*D)
+        v_col, v_end, v_ld = 0, DV, DV  # v's, of the value head dim
+        q_ld, o_ld = D, DV
+        if VARLEN:  # packed sequences, as the forward's: q (SQ = total queries, H*D), dO (H*DV); k (SK keys, HKV*D), v (HKV*DV)
             kv_row, first_q = cu_k[b], cu_q[b]
             sq, seq_k = cu_q[b + 1] - first_q, cu_k[b + 1] - kv_row
             kv_col, kv_ld, q_ld = hk * D, HKV * D, H * D
-            kv_end = kv_col + D
+            v_col, v_ld, o_ld = hk * DV, HKV * DV, H * DV
+            kv_end, v_end = kv_col + D, v_col + DV
         sk = seq_k
         if HAS_LENS:
             sk = min(kv_lens[b], seq_k)
@@ -150,17 +152,18 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
         scale_log2 = scale * LOG2E
 
         kb = kt.load(k, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
-        vb = kt.load(v, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
+        vb = kt.load(v, (kv_row + n0, v_col), (BN, BDV), (kv_row + sk, v_end), (v_ld, 1))
         cols = kt.expand_dims(n0 + kt.arange(BN), 1)  # key index, down the (BN, BM) transposed scores
         dims = kt.expand_dims(kt.arange(BD), 1)
         dk_acc = kt.zeros((BN, BD), f32)
-        dv_acc = kt.zeros((BN, BD), f32)
+        dv_acc = kt.zeros((BN, BDV), f32)
         for g in range(group):
             q_row = (b * H + hk * group + g) * SQ
             q_col, q_end, stat = 0, D, q_row  # stat: the first row's logsumexp and delta
+            o_col, o_end = 0, DV  # dO's
             if VARLEN:  # lse and delta (H, total queries)
-                q_row, q_col = first_q, (hk * group + g) * D
-                q_end, stat = q_col + D, (hk * group + g) * SQ + first_q
+                q_row, q_col, o_col = first_q, (hk * group + g) * D, (hk * group + g) * DV
+                q_end, o_end, stat = q_col + D, o_col + DV, (hk * group + g) * SQ + first_q
             start, stop = m_lo, m_hi
             if BLOCK_MASK:  # the query blocks the block mask lists for this key block, full then partial
                 mrows = MB * MH * NROW
@@ -173,7 +176,7 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                     nth = i32(u32(j) // BLIST_MASK)
                     m0 = bmask[listed_slot(mrows, mrow, NLIST, n_full, nth)] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
                 qb = kt.load(q, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
-                dob = kt.load(do, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
+                dob = kt.load(do, (q_row + m0, o_col), (BM, BDV), (q_row + sq, o_end), (o_ld, 1))
                 lse2 = kt.load(lse, (stat + m0,), (BM,), (stat + sq,)) * LOG2E
                 di = kt.load(delta, (stat + m0,), (BM,), (stat + sq,))
                 rows = kt.expand_dims(m0 + kt.arange(BM), 0)
@@ -218,7 +221,7 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                     inside = (rows < sq) & (dims < D)
                     kt.atomic_add(dq_acc, (q_row + rows) * q_ld + q_col + dims, dqt, mask=inside)
         kt.store(dk, (kv_row + n0, kv_col), T(dk_acc * scale), (kv_row + seq_k, kv_end), (kv_ld, 1))
-        kt.store(dv, (kv_row + n0, kv_col), T(dv_acc), (kv_row + seq_k, kv_end), (kv_ld, 1))
+        kt.store(dv, (kv_row + n0, v_col), T(dv_acc), (kv_row + seq_k, v_end), (v_ld, 1))
 
     return attention_dkdv
 
@@ -233,13 +236,13 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
     @kaio.tile_kernel(num_warps=warps, num_stages=stages)
     def attention_dq(q: Array[T], k: Array[T], v: Array[T], do: Array[T], lse: Array[f32], delta: Array[f32],
                      dq: MutArray[T], kv_lens: Array[i32], cu_q: Array[i32], cu_k: Array[i32],
-                     H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale: f32,
+                     H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, DV: i32, scale: f32,
                      drop_p: f32, drop_scale: f32, seed: u64, softcap: f32, left: i32, right: i32, slopes: Array[f32],
                      x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
                      bmask: Array[i32], MB: i32, MH: i32, NROW: i32, NLIST: i32,
                      BM: kaio.constexpr = 32, BN: kaio.constexpr = 32,
-                     BD: kaio.constexpr = 64, CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
-                     DROPOUT: kaio.constexpr = False, WINDOW: kaio.constexpr = False,
+                     BD: kaio.constexpr = 64, BDV: kaio.constexpr = 64, CAUSAL: kaio.constexpr = 0,
+                     HAS_LENS: kaio.constexpr = False, DROPOUT: kaio.constexpr = False, WINDOW: kaio.constexpr = False,
                      SOFTCAP: kaio.constexpr = False, ALIBI: kaio.constexpr = False,
                      BLOCK_MASK: kaio.constexpr = False, BROW_MASK: kaio.constexpr = 32,
                      BLIST_MASK: kaio.constexpr = 32, VARLEN: kaio.constexpr = False):  # fmt: skip
@@ -251,12 +254,15 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
         sq, seq_k = SQ, SK  # this sequence's queries and keys
         q_col, q_end, q_ld, stat = 0, D, D, q_row  # stat: the first row's logsumexp and delta
         kv_col, kv_end, kv_ld = 0, D, D
+        o_col, o_end, o_ld = 0, DV, DV  # dO's and v's, of the value head dim
+        v_col, v_end, v_ld = 0, DV, DV
         if VARLEN:  # packed sequences, as the forward's; lse and delta (H, total queries)
             q_row, kv_row = cu_q[b], cu_k[b]
             sq, seq_k = cu_q[b + 1] - q_row, cu_k[b + 1] - kv_row
-            q_col, q_ld, stat = h * D, H * D, h * SQ + q_row
-            kv_col, kv_ld = h // (H // HKV) * D, HKV * D
-            q_end, kv_end = q_col + D, kv_col + D
+            hk = h // (H // HKV)
+            q_col, q_ld, o_col, o_ld, stat = h * D, H * D, h * DV, H * DV, h * SQ + q_row
+            kv_col, kv_ld, v_col, v_ld = hk * D, HKV * D, hk * DV, HKV * DV
+            q_end, kv_end, o_end, v_end = q_col + D, kv_col + D, o_col + DV, v_col + DV
         sk = seq_k
         if HAS_LENS:
             sk = min(kv_lens[b], seq_k)
@@ -271,7 +277,7 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
         scale_log2 = scale * LOG2E
 
         qb = kt.load(q, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
-        dob = kt.load(do, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))
+        dob = kt.load(do, (q_row + m0, o_col), (BM, BDV), (q_row + sq, o_end), (o_ld, 1))
         lse2 = kt.expand_dims(kt.load(lse, (stat + m0,), (BM,), (stat + sq,)) * LOG2E, 1)
         di = kt.expand_dims(kt.load(delta, (stat + m0,), (BM,), (stat + sq,)), 1)
         rows = kt.expand_dims(m0 + kt.arange(BM), 1)
@@ -287,7 +293,7 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
                 nth = i32(u32(j) // BLIST_MASK)
                 n0 = bmask[listed_slot(mrows, mrow, NLIST, n_full, nth)] * BLIST_MASK + i32(u32(j) % BLIST_MASK)
             kb = kt.load(k, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
-            vb = kt.load(v, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
+            vb = kt.load(v, (kv_row + n0, v_col), (BN, BDV), (kv_row + sk, v_end), (v_ld, 1))
             s = kt.dot(qb, kt.trans(kb), kt.zeros((BM, BN), f32))
             cols = kt.expand_dims(n0 + kt.arange(BN), 0)
             if HAS_SCORE or HAS_MASK:  # the functions see in-range indices only

@@ -64,10 +64,10 @@ class AttentionConfig:
         return build_pipeline(arch, options)
 
 
-def check_head_dim(op: str, d: int) -> None:
+def check_head_dim(op: str, d: int, what: str = "head dim") -> None:
     """A KaioTypeError unless ``d`` is one of :data:`HEAD_DIMS`."""
     if d not in HEAD_DIMS:
-        raise KaioTypeError(f"{op}: head dim must be a multiple of 8 from 8 to 256, got {d}")
+        raise KaioTypeError(f"{op}: {what} must be a multiple of 8 from 8 to 256, got {d}")
 
 
 def padded(d: int) -> int:

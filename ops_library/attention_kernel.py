@@ -17,7 +17,8 @@ of one. Blocks past the diagonal
 are skipped. ``NEG_SCALE`` (a negative scale) takes the row minimum of the scores instead of the
 maximum. Query head h reads key/value head ``h // (H / HKV)`` (GQA, MQA). ``kv_lens[b]``
 (``HAS_LENS``) shortens batch b's keys. Head dims that are not a power of two (96) run in the
-next power of two, masked by the bound D.
+next power of two, masked by the bound D. q and k have head dim D (tile BD), v and o their own
+DV (tile BDV): DeepSeek's 192 / 128.
 
 Dropout (``DROPOUT``): the probability of query ``q`` and key ``k`` of (batch, head) ``(b, h)`` is
 kept iff ``rand(seed, offset) > drop_p`` (Triton's numbers, ``kaio.random``) with the 64-bit
@@ -76,13 +77,13 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
     @kaio.tile_kernel(num_warps=4, num_stages=2)
     def attention(q: Array[T], k: Array[T], v: Array[T], o: MutArray[OUT], lse: MutArray[f32],
                   kv_lens: Array[i32], cu_q: Array[i32], cu_k: Array[i32],
-                  H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, scale_log2: f32,
+                  H: i32, HKV: i32, SQ: i32, SK: i32, D: i32, DV: i32, scale_log2: f32,
                   splits: i32, chunk: i32, drop_p: f32, drop_scale: f32, seed: u64,
                   scale: f32, softcap: f32, left: i32, right: i32, slopes: Array[f32], sinks: Array[f32],
                   x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
                   bmask: Array[i32], MB: i32, MH: i32, NQB: i32, NKB: i32,
                   BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BD: kaio.constexpr = 64,
-                  CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False,
+                  BDV: kaio.constexpr = 64, CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False,
                   NEG_SCALE: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
                   WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
                   ALIBI: kaio.constexpr = False, SINKS: kaio.constexpr = False,
@@ -93,16 +94,20 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
         m0, split = pid // splits * BM, pid % splits
         bh = i32(kt.program_id(1))
         b, h = bh // H, bh % H
-        # the rows of (b, h) in q, o: (B*H*SQ, D); k, v: (B*HKV*SK, D); split outputs: (B*H*splits*SQ, D)
+        # the rows of (b, h) in q: (B*H*SQ, D), o: (B*H*SQ, DV); k: (B*HKV*SK, D), v: (B*HKV*SK, DV);
+        # split outputs: (B*H*splits*SQ, DV)
         sq, seq_k = SQ, SK  # this sequence's queries and keys
         q_col, q_end, q_ld = 0, D, D  # the head's columns [q_col, q_end) of rows q_ld apart
         kv_col, kv_end, kv_ld = 0, D, D
-        if VARLEN:  # packed sequences: q, o (SQ = total queries, H*D); k, v (SK = total keys, HKV*D)
+        v_col, v_end, v_ld = 0, DV, DV  # v's and o's, of the value head dim
+        o_col, o_end, o_ld = 0, DV, DV
+        if VARLEN:  # packed sequences: q (SQ = total queries, H*D), o (H*DV); k (SK = total keys, HKV*D), v (HKV*DV)
             q_row, kv_row = cu_q[b], cu_k[b]
             sq, seq_k = cu_q[b + 1] - q_row, cu_k[b + 1] - kv_row
-            q_col, q_ld = h * D, H * D
-            kv_col, kv_ld = h // (H // HKV) * D, HKV * D
-            q_end, kv_end = q_col + D, kv_col + D
+            hk = h // (H // HKV)
+            q_col, q_ld, o_col, o_ld = h * D, H * D, h * DV, H * DV
+            kv_col, kv_ld, v_col, v_ld = hk * D, HKV * D, hk * DV, HKV * DV
+            q_end, kv_end, v_end, o_end = q_col + D, kv_col + D, v_col + DV, o_col + DV
         else:
             q_row = bh * SQ
             kv_row = (b * HKV + h // (H // HKV)) * SK
@@ -143,7 +148,7 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
             first = split == 0  # of flash-decoding's chunks, one counts it
             m_i = kt.full((BM,), kt.where(first, sinks[h] * LOG2E, NEG_INF), f32)
             l_i = kt.full((BM,), kt.where(first, 1.0, 0.0), f32)
-        acc = kt.zeros((BM, BD), f32)
+        acc = kt.zeros((BM, BDV), f32)
         for phase in static_range(2):  # FlashAttention's two key loops: whole blocks, then masked ones
             masked = phase == 1
             qt = kt.load(q, (q_row + m0, q_col), (BM, BD), (q_row + sq, q_end), (q_ld, 1))  # one copy per loop
@@ -214,7 +219,7 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                         drop_row = h * SQ + q_row
                     offs = kt.expand_dims(i64(drop_row + m0 + kt.arange(BM)), 1) * i64(SK) + kt.expand_dims(i64(n0 + kt.arange(BN)), 0)
                     p = kt.where(kt.rand(seed, offs) > drop_p, p * drop_scale, 0.0)
-                vb = kt.load(v, (kv_row + n0, kv_col), (BN, BD), (kv_row + sk, kv_end), (kv_ld, 1))
+                vb = kt.load(v, (kv_row + n0, v_col), (BN, BDV), (kv_row + sk, v_end), (v_ld, 1))
                 acc = kt.dot(T(p), vb, acc * kt.expand_dims(alpha, 1))
                 m_i = m_new
 
@@ -225,7 +230,7 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
             lse_row = o_row
         seen = l_i > 0.0
         out = acc * kt.expand_dims(1.0 / kt.where(seen, l_i, 1.0), 1)  # one reciprocal per row
-        kt.store(o, (o_row + m0, q_col), OUT(out), (o_row + sq, q_end), (q_ld, 1))
+        kt.store(o, (o_row + m0, o_col), OUT(out), (o_row + sq, o_end), (o_ld, 1))
         kt.store(lse, (lse_row + m0,), kt.where(seen, (m_i + log2(kt.where(seen, l_i, 1.0))) * LN2, NEG_INF), (lse_row + sq,))
 
     return attention

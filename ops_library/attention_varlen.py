@@ -5,7 +5,8 @@ packed into one array (FlashAttention's ``flash_attn_varlen_func`` layout), the 
     o = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     o, lse = attention_varlen(q, k, v, cu_q, cu_k, 512, 512, causal=True, return_lse=True)
 
-q is ``(total_q, H, D)``, k and v ``(total_k, Hkv, D)``, contiguous: sequence b's queries are the
+q is ``(total_q, H, D)``, k ``(total_k, Hkv, D)`` and v ``(total_k, Hkv, Dv)`` (``Dv`` may
+differ from ``D``, as in ``attention``), contiguous: sequence b's queries are the
 rows ``cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1`` of q, its keys and values the rows
 ``cu_seqlens_k[b] .. cu_seqlens_k[b+1] - 1`` of k and v. ``cu_seqlens_q`` and ``cu_seqlens_k``
 are int32 ``(B+1,)``, starting at 0, non-decreasing, ending at the packed length; a sequence
@@ -18,7 +19,7 @@ head dims, GQA (query head h reads key/value head ``h // (H / Hkv)``) and keywor
 and ``window`` align to each sequence's bottom-right (FlashAttention-2's varlen semantic: query
 i of a sequence of sq queries and sk keys sees key j iff ``j <= i + sk - sq``); ``score_mod``'s
 and ``mask_mod``'s ``b`` is the sequence's index, ``q_idx`` and ``kv_idx`` positions within the
-sequence, and so are ALiBi's. The output is ``(total_q, H, D)`` of q's type; ``return_lse=True``
+sequence, and so are ALiBi's. The output is ``(total_q, H, Dv)`` of q's type; ``return_lse=True``
 also returns the f32 logsumexp ``(H, total_q)`` (FlashAttention's varlen ``softmax_lse``),
 ``-inf`` for a query that sees no key (its output is 0).
 
@@ -63,6 +64,8 @@ from kaio.ops_library.attention import (
     choose_config,
     dropout_of,
     mods_given,
+    output_shape,
+    tile_head_dim,
 )
 from kaio.ops_library.autograd import needs_grad, refuse_traced
 from kaio.ops_library.random_args import seed_as_int64
@@ -128,7 +131,7 @@ class AttentionVarlen:
         if scale is None:
             scale = 1.0 / math.sqrt(d)
         if oo is None:
-            oo = ops.output((total_q, h, d), oq.dtype)
+            oo = ops.output(output_shape(oq, ov), oq.dtype)
         with ExitStack() as scratch:  # the logsumexp nobody asked for, and the unread slots
             def workspace(shape: tuple[int, ...], t: dtypes.ScalarType) -> Operand:
                 return scratch.enter_context(ops.workspace(shape, t))
@@ -141,7 +144,7 @@ class AttentionVarlen:
                 packed = Packed(cu_q.value, cu_k.value, longest)
                 run = lambda c: _forward(ops, oq, ok, ov, oo, lse, kv_lens, False, sizes, float(scale),  # noqa: E731
                                          causal, c, dropout, modded, packed)  # fmt: skip
-                run(attention._config(config, ops.device, oq.dtype, longest[0], d, causal, run, OP))
+                run(attention._config(config, ops.device, oq.dtype, longest[0], tile_head_dim(d, ov), causal, run, OP))
         result = ops.result(oo, out)
         return (result, ops.result(lse)) if return_lse else result
 
@@ -173,7 +176,7 @@ def _check_packed(q: Operand, k: Operand, v: Operand, out: Operand | None) -> tu
     if dk != d:
         raise KaioTypeError(f"{OP}: `k` must have shape (total_k, Hkv, {d}), got {k.shape}")
     check_heads_and_types(OP, q, k, v, out, h, hkv, d)
-    if max(total_q * h, total_k * hkv) * d >= 2**31:
+    if max(total_q * h, total_k * hkv) * max(d, v.shape[-1]) >= 2**31:
         raise KaioTypeError(f"{OP}: arrays must have fewer than 2**31 elements")
     return total_q, total_k, h, hkv, d
 

@@ -7,9 +7,9 @@
 
 The arguments mean what they mean to the forward (the packed ``(tokens, heads, D)`` layout, the
 cumulative lengths, the same checks), plus the forward's output ``out`` and its ``(H, total_q)``
-f32 logsumexp ``lse`` (``return_lse=True``) and the output's gradient ``grad_out`` (q's shape and
-type); ``grad_lse`` (lse's shape) when a loss used the logsumexp. dq has q's shape and type, dk
-and dv k's; with ``sinks``, also ``dsinks`` (f32, one per head), as
+f32 logsumexp ``lse`` (``return_lse=True``) and the output's gradient ``grad_out`` (the output's
+shape, q's type); ``grad_lse`` (lse's shape) when a loss used the logsumexp. dq has q's shape and
+type, dk k's, dv v's; with ``sinks``, also ``dsinks`` (f32, one per head), as
 :func:`~kaio.ops_library.attention_backward` returns. ``deterministic=True``: dQ by its own
 query-block-parallel kernel (bit-identical runs), else by atomics from the key-block kernel.
 The kernels are attention_backward's (``VARLEN``: each program finds its sequence's rows from
@@ -28,7 +28,7 @@ from typing import Any
 from kaio import dtypes
 from kaio.errors import KaioTypeError
 from kaio.ops_library.attention import Dropout, Mods, Packed, _mod_operands, _scale, mods_given
-from kaio.ops_library.attention_backward import _fill_zero, _launch, forward_dropout
+from kaio.ops_library.attention_backward import _fill_zero, _launch, check_outputs, forward_dropout
 from kaio.ops_library.random_args import seed_as_int64
 from kaio.ops_library.attention_varlen import _check_packed, _max_seqlen, take_cu_seqlens
 from kaio.ops_library.autograd import refuse_grad
@@ -78,10 +78,8 @@ def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, cu_seqlens_q:
                    mods.sinks, *mods.mod_args, device=device)  # fmt: skip
     oq, ok, ov = ops.take("q", q), ops.take("k", k), ops.take("v", v)
     total_q, total_k, h, hkv, d = _check_packed(oq, ok, ov, None)
+    check_outputs(ops, OP, out, grad_out, oq, ov)
     oo, odo = ops.take("out", out), ops.take("grad_out", grad_out)
-    for name, x in (("out", oo), ("grad_out", odo)):
-        if x.shape != oq.shape or x.dtype != oq.dtype:
-            raise KaioTypeError(f"{OP}: `{name}` must be {oq.dtype.name} of shape {oq.shape} (q's), got {x.dtype.name} {x.shape}")
     olse = _statistics(ops, "lse", lse, (h, total_q))
     odlse = _statistics(ops, "grad_lse", grad_lse, (h, total_q)) if grad_lse is not None else None
     cu_q, cu_k = take_cu_seqlens(ops, cu_seqlens_q, cu_seqlens_k, total_q, total_k, longest, OP)
@@ -89,7 +87,7 @@ def run(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, cu_seqlens_q:
     mod_operands = _mod_operands(ops, mods, h, OP)
     if scale is None:
         scale = 1.0 / math.sqrt(d)
-    dq, dk, dv = ops.output(oq.shape, oq.dtype), ops.output(ok.shape, ok.dtype), ops.output(ok.shape, ok.dtype)
+    dq, dk, dv = ops.output(oq.shape, oq.dtype), ops.output(ok.shape, ok.dtype), ops.output(ov.shape, ov.dtype)
     dsinks = ops.output((h,), dtypes.f32) if mod_operands["sinks"] is not None else None
     if batch and h and total_q and longest[0] and (total_k or dsinks is not None):
         arrays = (oq, ok, ov, oo, olse, odo, odlse, None, dq, dk, dv, dsinks)
@@ -112,11 +110,7 @@ def check_saved(q: Any, k: Any, v: Any, out: Any, lse: Any, grad_out: Any, grad_
 
     total_q, _, h, _, _ = check_tensors(OP, q, k, v, cu_seqlens_q, cu_seqlens_k)
     meta = TensorMetadata(OP)
-    shape, dtype = tuple(q.shape), meta.take("q", q).dtype
-    for name, value in (("out", out), ("grad_out", grad_out)):
-        x = meta.take(name, value)
-        if x.shape != shape or x.dtype != dtype:
-            raise KaioTypeError(f"{OP}: `{name}` must be {dtype.name} of shape {shape} (q's), got {x.dtype.name} {x.shape}")
+    check_outputs(meta, OP, out, grad_out, meta.take("q", q), meta.take("v", v))
     _statistics(meta, "lse", lse, (h, total_q))  # type: ignore[arg-type]
     if grad_lse is not None:
         _statistics(meta, "grad_lse", grad_lse, (h, total_q))  # type: ignore[arg-type]

@@ -86,7 +86,7 @@ def _attention_varlen_fake(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
                            mod_arg0: Tensor | None = None, mod_arg1: Tensor | None = None,
                            mod_arg2: Tensor | None = None, mod_arg3: Tensor | None = None,
                            sinks: Tensor | None = None, dropout_p: float = 0.0, seed: int = 0, *, device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
-    from kaio.ops_library.attention import _scale, check_mod_tensors
+    from kaio.ops_library.attention import _scale, check_mod_tensors, output_shape
     from kaio.ops_library.attention_varlen import check_tensors
 
     total_q, _, h, _, _ = check_tensors(FORWARD, q, k, v, cu_seqlens_q, cu_seqlens_k)
@@ -95,7 +95,7 @@ def _attention_varlen_fake(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     given = schema_mods(FORWARD, window_left, window_right, softcap, alibi_slopes, mods,
                          (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)  # fmt: skip
     check_mod_tensors(FORWARD, given, h)
-    return torch.empty_like(q), q.new_empty((h, total_q), dtype=torch.float32)
+    return q.new_empty(output_shape(q, v)), q.new_empty((h, total_q), dtype=torch.float32)
 
 
 def _attention_varlen_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,

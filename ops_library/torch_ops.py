@@ -158,13 +158,13 @@ def _attention_fake(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float 
                     mod_arg0: Tensor | None = None, mod_arg1: Tensor | None = None, mod_arg2: Tensor | None = None,
                     mod_arg3: Tensor | None = None, sinks: Tensor | None = None, *,
                     device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
-    from kaio.ops_library.attention import check_mod_tensors, check_tensors
+    from kaio.ops_library.attention import check_mod_tensors, check_tensors, output_shape
 
     check_tensors("attention", q, k, v, kv_lens)
     given = schema_mods("attention", window_left, window_right, softcap, alibi_slopes, mods,
                          (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)  # fmt: skip
     check_mod_tensors("attention", given, q.shape[1])
-    return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
+    return q.new_empty(output_shape(q, v)), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,

@@ -167,8 +167,9 @@ def test_every_head_dim_assembles_without_spills(arch, d, lengths):
     if toolchain.find_ptxas() is None:
         pytest.skip("nvidia-cuda-nvcc-cu12 not installed")
     t = choose_backward_tiles(d)
-    facts = (("D", min(d & -d, MAX_DIVISOR)),) + ((("SQ", 64), ("SK", 64)) if lengths == "whole" else ())
-    meta = {"BM": t.block_m, "BN": t.block_n, "BD": padded(d), "CAUSAL": 1, "HAS_LENS": True, "__divisible__": facts}
+    divisor = min(d & -d, MAX_DIVISOR)
+    facts = (("D", divisor), ("DV", divisor)) + ((("SQ", 64), ("SK", 64)) if lengths == "whole" else ())
+    meta = {"BM": t.block_m, "BN": t.block_n, "BD": padded(d), "BDV": padded(d), "CAUSAL": 1, "HAS_LENS": True, "__divisible__": facts}
     for kernel, extra in ((kernels.dkdv_tile_kernel(dtypes.bf16, t.warps, t.stages), {"ATOMIC_DQ": True}),
                           (kernels.dq_tile_kernel(dtypes.bf16, t.warps, t.stages), {})):  # fmt: skip
         compiled = kaio.compile(kernel, arch, **meta, **extra)

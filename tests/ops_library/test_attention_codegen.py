@@ -17,7 +17,7 @@ needs_ptxas = pytest.mark.skipif(toolchain.find_ptxas() is None, reason="nvidia-
 def compile_variant(d: int, sq: int, causal: bool, arch: str, t=dtypes.f16):  # type: ignore[no-untyped-def]
     config = choose_config(sq, d, arch)
     kernel = configured_kernel(t, config)
-    return kaio.compile(kernel, arch, __divisible__=(("D", 16),), **kernel_meta(config, padded(d), causal, True)), config
+    return kaio.compile(kernel, arch, __divisible__=(("D", 16), ("DV", 16)), **kernel_meta(config, padded(d), causal, True)), config
 
 
 @needs_ptxas
@@ -52,7 +52,8 @@ def test_flash_decoding_kernels_assemble_without_spills(arch):
     config = choose_config(1, 128)
     divisible = (("D", 16),)  # every head dim is a multiple of 16: the launch specializes on it
     split = kaio.compile(configured_kernel(dtypes.bf16, config, dtypes.f32), arch, BM=config.block_m,
-                         BN=config.block_n, BD=128, CAUSAL=True, HAS_LENS=True, __divisible__=divisible)  # fmt: skip
+                         BN=config.block_n, BD=128, BDV=128, CAUSAL=True, HAS_LENS=True,
+                         __divisible__=(*divisible, ("DV", 16)))  # fmt: skip
     combine = kaio.compile(combine_tile_kernel(dtypes.bf16), arch, BM=16, BD=128, __divisible__=divisible)
     for compiled in (split, combine):
         report = toolchain.assemble(compiled.ptx, arch)
@@ -67,7 +68,7 @@ def test_probabilities_feed_the_second_dot_from_registers(d):
     fragments, K's and V's B fragments)."""
     config = choose_config(1024, d)
     compiled = kaio.compile(configured_kernel(dtypes.bf16, config), "sm_80", BM=config.block_m, BN=config.block_n,
-                            BD=d, CAUSAL=True, HAS_LENS=False, __divisible__=(("D", 16),))  # fmt: skip
+                            BD=d, BDV=d, CAUSAL=True, HAS_LENS=False, __divisible__=(("D", 16), ("DV", 16)))  # fmt: skip
     stages = compiled.stages
     assert "smem.store" not in stages["promote-to-shared"]
     assert stages["promote-to-shared"].count("smem.alloc") == 2 * 3
@@ -103,8 +104,8 @@ def test_every_autotune_candidate_assembles_without_spills(arch, bd, sq, config)
     for out in outs:
         for causal in (False, True):
             compiled = kaio.compile(configured_kernel(dtypes.f16, config, out), arch, BM=config.block_m,
-                                    BN=config.block_n, BD=bd, CAUSAL=causal, HAS_LENS=True,
-                                    __divisible__=(("D", 16),))  # fmt: skip
+                                    BN=config.block_n, BD=bd, BDV=bd, CAUSAL=causal, HAS_LENS=True,
+                                    __divisible__=(("D", 16), ("DV", 16)))  # fmt: skip
             report = toolchain.assemble(compiled.ptx, arch)
             print(f"D={bd} {config.label()} {arch} out={out.name} causal={causal}: {report.registers['attention']} registers")
             assert report.spill_stores["attention"] == 0 and report.spill_loads["attention"] == 0
@@ -124,7 +125,7 @@ def test_softmax_is_one_ffma_and_one_ftz_exp2_per_score():
     """The scale rides in the exp2 argument (fma), exp2 is the .ftz SFU form, 1 / l one
     rcp.approx per row, and no correctly rounded division is left (fast-math)."""
     config = choose_config(1024, 64)
-    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_80", __divisible__=(("D", 16),),
+    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_80", __divisible__=(("D", 16), ("DV", 16)),
                             **kernel_meta(config, 64, False, False))  # fmt: skip
     ptx = compiled.ptx
     scores = config.block_m * config.block_n // (32 * config.warps)  # per thread
@@ -155,7 +156,7 @@ def test_sm90a_key_loop_is_at_or_below_tritons(d, config):
     registers), and at most Triton's instructions per score element."""
     from kaio.targets.ptx import sass
 
-    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_90a", __divisible__=(("D", 16),),
+    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_90a", __divisible__=(("D", 16), ("DV", 16)),
                             **kernel_meta(config, d, False, False))  # fmt: skip
     report = sass.analyze(compiled.ptx, "sm_90a")[compiled.name]
     loop = key_block_loop(report)
@@ -185,7 +186,7 @@ def test_sm80_key_loop_is_at_or_below_tritons(d):
     from kaio.targets.ptx import sass
 
     config = AttentionConfig(64, 32, 4, 1, 2)
-    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_80", __divisible__=(("D", 16),),
+    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_80", __divisible__=(("D", 16), ("DV", 16)),
                             **kernel_meta(config, d, False, False))  # fmt: skip
     report = sass.analyze(compiled.ptx, "sm_80")[compiled.name]
     loop = key_block_loop(report)
@@ -203,7 +204,7 @@ def test_sm90a_pv_accumulator_is_updated_in_the_loops_registers(d):
     """The rescaled O is copied once into the loop's own accumulator registers, which the P V
     wgmma updates in place: no second copy of every accumulator at the back edge."""
     config = AttentionConfig(64, 32, 4, 1, 2)
-    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_90a", __divisible__=(("D", 16),),
+    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_90a", __divisible__=(("D", 16), ("DV", 16)),
                             **kernel_meta(config, d, False, False))  # fmt: skip
     lines = compiled.ptx.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("$L_for"))

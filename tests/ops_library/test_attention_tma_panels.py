@@ -17,8 +17,8 @@ LOAD = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::b
 
 def test_attention_keys_and_values_at_head_dim_128_are_one_box_each():
     config = choose_config(128, 128, "sm_90a")
-    meta = {"BM": config.block_m, "BN": config.block_n, "BD": 128, "CAUSAL": False, "HAS_LENS": False}
-    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_90a", __divisible__=(("D", 64),), **meta)
+    meta = {"BM": config.block_m, "BN": config.block_n, "BD": 128, "BDV": 128, "CAUSAL": False, "HAS_LENS": False}
+    compiled = kaio.compile(configured_kernel(dtypes.f16, config), "sm_90a", __divisible__=(("D", 64), ("DV", 64)), **meta)
     maps = {t.array: (t.dims, t.strides, t.box) for t in compiled.tensor_maps}
     for name in ("k", "v"):  # (panel, keys of the head, panels, heads)
         assert maps[name] == (("64", "SK", "(D // 64)", "2147483647"), ("D", "64", "(SK * D)"), (64, config.block_n, 2, 1))

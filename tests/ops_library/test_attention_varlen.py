@@ -197,7 +197,7 @@ def test_the_varlen_kernel_assembles_without_spills(arch):
     for d, sq in ((64, 1024), (96, 1024), (128, 1024), (128, 1)):
         config = choose_config(sq, d, arch)
         meta = kernel_meta(config, padded(d), True, False) | {"VARLEN": True}
-        compiled = kaio.compile(configured_kernel(dtypes.f16, config), arch, __divisible__=(("D", 16),), **meta)
+        compiled = kaio.compile(configured_kernel(dtypes.f16, config), arch, __divisible__=(("D", 16), ("DV", 16)), **meta)
         report = toolchain.assemble(compiled.ptx, arch)
         assert report.spill_stores["attention"] == 0 and report.spill_loads["attention"] == 0, (d, sq)
 

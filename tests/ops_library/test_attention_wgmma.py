@@ -49,7 +49,7 @@ def test_keys_and_values_come_by_rank_3_tensor_maps():
     config = choose_config(128, 64, "sm_90a")
     kernel = configured_kernel(dtypes.f16, config)
     meta = {"BM": config.block_m, "BN": config.block_n, "BD": 64, "CAUSAL": False, "HAS_LENS": False}
-    compiled = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16),), **meta)
+    compiled = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16), ("DV", 16)), **meta)
     maps = {t.array: (t.dims, t.strides, t.box) for t in compiled.tensor_maps}
     assert maps == {
         **{name: (("D", "SK", "2147483647"), ("D", "(SK * D)"), (64, config.block_n, 1)) for name in ("k", "v")},
@@ -57,7 +57,7 @@ def test_keys_and_values_come_by_rank_3_tensor_maps():
     }
     assert compiled.ptx.count("cp.async.bulk.tensor.3d.shared::cluster") == 2 * 2 * 2  # 2 key loops: prologue + loop, K and V
     assert compiled.ptx.count("cp.async.bulk.tensor.3d.global.shared::cta") == 1  # O
-    lens = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16),), **{**meta, "HAS_LENS": True})
+    lens = kaio.compile(kernel, "sm_90a", __divisible__=(("D", 16), ("DV", 16)), **{**meta, "HAS_LENS": True})
     assert [t.array for t in lens.tensor_maps] == ["o"], "a per-batch key count read from memory: no map describes K, V"
 
 
@@ -90,8 +90,8 @@ def test_attention_with_tma_matches_the_reference(rng, h, hkv, sq, sk, causal, l
 @pytest.mark.parametrize("d", [64, 128])
 def test_sm90a_attention_assembles_with_utmaldg_3d_and_no_spills(d):
     config = choose_config(128, d, "sm_90a")
-    meta = {"BM": config.block_m, "BN": config.block_n, "BD": d, "CAUSAL": True, "HAS_LENS": False}
-    compiled = kaio.compile(configured_kernel(dtypes.bf16, config), "sm_90a", __divisible__=(("D", 16),), **meta)
+    meta = {"BM": config.block_m, "BN": config.block_n, "BD": d, "BDV": d, "CAUSAL": True, "HAS_LENS": False}
+    compiled = kaio.compile(configured_kernel(dtypes.bf16, config), "sm_90a", __divisible__=(("D", 16), ("DV", 16)), **meta)
     report = toolchain.assemble(compiled.ptx, "sm_90a")
     assert report.spill_stores.get("attention", 0) == 0
     sass = toolchain.disassemble(report.cubin)

@@ -60,7 +60,7 @@ def test_attention_on_views_off_a_16_byte_boundary(poison, rng, arch, misaligned
 def _attention_compile(arch: str, facts: tuple[tuple[str, int], ...]):
     config = choose_config(64, 64)
     meta = {"BM": config.block_m, "BN": config.block_n, "BD": 64, "CAUSAL": False, "HAS_LENS": False}
-    return kaio.compile(configured_kernel(dtypes.f16, config), arch, __divisible__=(("D", 16), *facts), **meta)
+    return kaio.compile(configured_kernel(dtypes.f16, config), arch, __divisible__=(("D", 16), ("DV", 16), *facts), **meta)
 
 
 def test_aligned_attention_keeps_its_16_byte_path_and_misaligned_q_narrows():

@@ -38,7 +38,7 @@ def _attention(arch: str) -> str:
 
     config = AttentionConfig(64, 32, 4, 1, 2)
     kernel = configured_kernel(dtypes.f16, config)
-    return kaio.compile(kernel, arch, BM=64, BN=32, BD=64, CAUSAL=True, HAS_LENS=True, __divisible__=(("D", 16),)).ptx
+    return kaio.compile(kernel, arch, BM=64, BN=32, BD=64, CAUSAL=True, HAS_LENS=True, __divisible__=(("D", 16), ("DV", 16))).ptx
 
 
 def _attention_backward(arch: str) -> str:
@@ -46,7 +46,7 @@ def _attention_backward(arch: str) -> str:
     from kaio.ops_library.attention_backward import choose_backward_tiles, padded
 
     t = choose_backward_tiles(64)
-    meta = {"BM": t.block_m, "BN": t.block_n, "BD": padded(64), "CAUSAL": 1, "HAS_LENS": True, "__divisible__": (("D", 16),)}
+    meta = {"BM": t.block_m, "BN": t.block_n, "BD": padded(64), "CAUSAL": 1, "HAS_LENS": True, "__divisible__": (("D", 16), ("DV", 16))}
     dq = kaio.compile(kernels.dq_tile_kernel(dtypes.bf16, t.warps, t.stages), arch, **meta).ptx
     dkdv = kaio.compile(kernels.dkdv_tile_kernel(dtypes.bf16, t.warps, t.stages), arch, ATOMIC_DQ=True, **meta).ptx
     return dq + dkdv
