@@ -181,6 +181,17 @@ def schema_mods(op: str, window_left: int, window_right: int, softcap: float, al
     return mods_given(op, score_mod, mask_mod, given, window, softcap or None, alibi_slopes, sinks)
 
 
+def schema_blocks(op: str, q: Any, k: Any, kv_lists: Any, q_lists: Any, sizes: Any) -> Any:
+    """A block mask as the attention custom ops' schemas carry it (``BlockLists.schema``; sizes
+    None: none), checked to be made for the call of (B, H, Sq, Sk) of q and k (dense layout)."""
+    from kaio.ops_library.block_mask import BlockLists, check_made_for
+
+    blocks = BlockLists.of_schema(kv_lists, q_lists, sizes)
+    if blocks is not None:
+        check_made_for(op, blocks, (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
+    return blocks
+
+
 class Attention:
     """The attention op: call it, or ask for its pipeline."""
 
@@ -195,17 +206,11 @@ class Attention:
         return_lse = bool_field("attention", "return_lse", return_lse)
         scale = _scale(scale)  # checked before any operand is taken (copied to the device)
         drop = dropout_of("attention", dropout_p, seed, q)
-        if block_mask is not None:  # its function is the mask; the kernel runs directly
+        if block_mask is not None:  # its function is the mask
             from kaio.ops_library.block_mask import mask_of
 
             mask_mod, mod_args = mask_of("attention", block_mask, mask_mod, mod_args, causal, window, kv_lens)
         mods = mods_given("attention", score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
-        if block_mask is not None:
-            if needs_grad(q, k, v, sinks):
-                raise KaioTypeError("attention: torch autograd does not record a block_mask yet, and an input requires grad; "
-                                    "detach the inputs and call attention_backward(..., block_mask=) yourself")  # fmt: skip
-            refuse_traced("attention", q, k, v, out)
-            return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop, mods, block_mask)
         if out is None and (ops_ns := torch_op(q, k, v, kv_lens, alibi_slopes, sinks, *mods.mod_args, device=device)) is not None:
             # torch tensors: torch.ops.kaio.attention, which records the graph (saving out, lse)
             if needs_grad(*mods.mod_args):
@@ -213,14 +218,15 @@ class Attention:
             from kaio.ops_library.attention_mods import mod_arg_slots, mods_key
 
             left, right = mods.window if mods.window is not None else (-1, -1)
+            blocks = block_mask.for_torch(q).schema if block_mask is not None else (None, None, None)
             result, lse = ops_ns.attention(q, k, v, causal, scale, kv_lens, _config_label(config), drop.p, seed_as_int64(drop.seed),
                                            left, right, mods.softcap or 0.0, alibi_slopes, mods_key(mods.score_mod, mods.mask_mod),
-                                           *mod_arg_slots("attention", mods.mod_args), sinks)  # fmt: skip
+                                           *mod_arg_slots("attention", mods.mod_args), sinks, *blocks)  # fmt: skip
             return (result, lse) if return_lse else result
         if out is not None and needs_grad(q, k, v, sinks):
             raise KaioTypeError("attention: `out=` records no gradient, and an input requires grad; leave out=None")
         refuse_traced("attention", q, k, v, out)  # out=: the kernel runs directly
-        return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop, mods)
+        return self.run(q, k, v, causal, scale, kv_lens, out, return_lse, config, device, drop, mods, block_mask)
 
     def run(self, q: Any, k: Any, v: Any, causal: bool, scale: float | None, kv_lens: Any, out: Any,
             return_lse: bool, config: AttentionConfig | str | None, device: Any, dropout: Dropout = Dropout(),

@@ -91,14 +91,10 @@ def attention_backward(
     deterministic = bool_field(OP, "deterministic", deterministic)
     scale = _scale(scale, OP)
     drop = forward_dropout(OP, dropout_p, seed)
-    if block_mask is not None:  # its function is the mask; the kernels run directly
-        from kaio.ops_library.autograd import refuse_traced
+    if block_mask is not None:  # its function is the mask
         from kaio.ops_library.block_mask import mask_of
 
         mask_mod, mod_args = mask_of(OP, block_mask, mask_mod, mod_args, causal, window, kv_lens)
-        mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
-        refuse_traced(OP, q, k, v, out, lse, grad_out)
-        return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods, block_mask)
     mods = mods_given(OP, score_mod, mask_mod, mod_args, window, softcap, alibi_slopes, sinks)
     from kaio.ops_library.rows import torch_op
 
@@ -107,12 +103,13 @@ def attention_backward(
         from kaio.ops_library.attention_mods import mod_arg_slots, mods_key
 
         left, right = mods.window if mods.window is not None else (-1, -1)
+        blocks = block_mask.for_torch(q).schema if block_mask is not None else (None, None, None)
         *grads, dsinks = ops.attention_backward(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic,
                                                 drop.p, seed_as_int64(drop.seed), left, right, mods.softcap or 0.0,
                                                 alibi_slopes, mods_key(mods.score_mod, mods.mask_mod),
-                                                *mod_arg_slots(OP, mods.mod_args), sinks)  # fmt: skip
+                                                *mod_arg_slots(OP, mods.mod_args), sinks, *blocks)  # fmt: skip
         return (*grads, dsinks) if sinks is not None else tuple(grads)
-    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods)
+    return run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, device, drop, mods, block_mask)
 
 
 def forward_dropout(op: str, dropout_p: Any, seed: Any) -> Dropout:

@@ -23,14 +23,17 @@ backward's), so every block the mask calls full is a whole tile of visible score
 The result, a :class:`BlockMask`, holds the function and its arrays (``attention`` calls it on
 the partial blocks), the classes (``to_dense()``: 0 empty, 1 partial, 2 full, per (B, H,
 query block, key block)) and the lists the kernels read, on the device (the ``mod_args``'
-kind: torch tensors, numpy arrays, else kaio Buffers).
+kind: torch tensors, numpy arrays, else kaio Buffers). Called with torch tensors, attention and
+attention_backward go through their custom ops with the lists as int32 tensors on q's device
+(:meth:`BlockMask.for_torch`), so autograd records a block-masked call and ``torch.compile``
+traces it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -40,7 +43,7 @@ from kaio.errors import KaioTypeError, KaioValueError
 from kaio.ops_library.block_mask_kernel import EMPTY, FULL, PARTIAL
 
 OP = "create_block_mask"
-__all__ = ["EMPTY", "FULL", "PARTIAL", "BlockMask", "MaskedBlocks", "create_block_mask", "mask_of"]
+__all__ = ["EMPTY", "FULL", "PARTIAL", "BlockLists", "BlockMask", "MaskedBlocks", "create_block_mask", "mask_of"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,11 +60,23 @@ class BlockMask:
     classes: np.ndarray  # (B or 1, H or 1, query blocks, key blocks): EMPTY, PARTIAL, FULL
     kv_lists: Any  # i32 [full counts R | partial counts R | full indices R x NKB | partial R x NKB]
     q_lists: Any  # the same per key block (C = rows of B x H x NKB) over the query blocks
+    host_lists: tuple[np.ndarray, np.ndarray] = field(repr=False)  # (kv_lists, q_lists) on the host
+    _on_torch: dict[Any, BlockLists] = field(repr=False, default_factory=dict)  # by torch device
 
     @property
     def num_blocks(self) -> tuple[int, int]:
         """(query blocks, key blocks)."""
         return self.classes.shape[2], self.classes.shape[3]
+
+    def for_torch(self, like: Any) -> BlockLists:
+        """What the kernels read of the mask, its lists int32 tensors on ``like``'s torch device
+        (the operands of the torch custom ops), copied there once per device."""
+        if like.device not in self._on_torch:
+            import torch
+
+            kv, q = (torch.from_numpy(h).to(like.device) for h in self.host_lists)
+            self._on_torch[like.device] = BlockLists(self.B, self.H, self.Sq, self.Sk, self.block, kv, q)
+        return self._on_torch[like.device]
 
     def to_dense(self) -> np.ndarray:
         """The classes of the blocks, (B or 1, H or 1, query blocks, key blocks)."""
@@ -107,7 +122,40 @@ def create_block_mask(mask_mod: Callable[..., Any], B: int | None, H: int | None
     kv_lists = _lists(classes.reshape(-1, nkb))
     q_lists = _lists(classes.transpose(0, 1, 3, 2).reshape(-1, nqb))
     return BlockMask(mask_mod, tuple(mod_args), sizes["B"], sizes["H"], Sq, Sk, (bq, bkv), classes.astype(np.int8),
-                     _of_kind(ops, mod_args, kv_lists), _of_kind(ops, mod_args, q_lists))  # fmt: skip
+                     _of_kind(ops, mod_args, kv_lists), _of_kind(ops, mod_args, q_lists), (kv_lists, q_lists))  # fmt: skip
+
+
+class BlockLists(NamedTuple):
+    """What the kernels read of a block mask: the (B, H, Sq, Sk) it was made for (B or H None:
+    every batch entry or head), its (block_q, block_kv) and its lists by query block and by key
+    block. A :class:`BlockMask` has the same fields; the torch custom ops carry these, their
+    sizes as one list of integers (:attr:`schema`, :meth:`of_schema`)."""
+
+    B: int | None
+    H: int | None
+    Sq: int
+    Sk: int
+    block: tuple[int, int]
+    kv_lists: Any
+    q_lists: Any
+
+    @property
+    def num_blocks(self) -> tuple[int, int]:
+        """(query blocks, key blocks)."""
+        return math.ceil(self.Sq / self.block[0]), math.ceil(self.Sk / self.block[1])
+
+    @property
+    def schema(self) -> tuple[Any, Any, list[int]]:
+        """The custom ops' ``block_kv_lists, block_q_lists, block_sizes`` (B and H 0 for None)."""
+        return self.kv_lists, self.q_lists, [self.B or 0, self.H or 0, self.Sq, self.Sk, *self.block]
+
+    @classmethod
+    def of_schema(cls, kv_lists: Any, q_lists: Any, sizes: Any) -> BlockLists | None:
+        """The inverse of :attr:`schema`; None when the call has no block mask."""
+        if sizes is None:
+            return None
+        b, h, sq, sk, bq, bkv = (int(x) for x in sizes)
+        return cls(b or None, h or None, sq, sk, (bq, bkv), kv_lists, q_lists)
 
 
 def _count(name: str, value: Any, optional: bool) -> int | None:
@@ -177,6 +225,14 @@ def mask_of(op: str, block_mask: Any, mask_mod: Any, mod_args: Any, causal: bool
     return block_mask.mask_mod, block_mask.mod_args
 
 
+def check_made_for(op: str, bm: BlockMask | BlockLists, sizes: tuple[int, int, int, int]) -> None:
+    """A KaioTypeError unless the block mask was made for a call of (B, H, Sq, Sk) ``sizes``."""
+    b, h, sq, sk = sizes
+    if (bm.B not in (None, b)) or (bm.H not in (None, h)) or (bm.Sq, bm.Sk) != (sq, sk):
+        raise KaioTypeError(f"{op}: `block_mask` is made for (B, H, Sq, Sk) = ({bm.B}, {bm.H}, {bm.Sq}, {bm.Sk}), "
+                            f"the call is ({b}, {h}, {sq}, {sk})")  # fmt: skip
+
+
 class MaskedBlocks(NamedTuple):
     """A block mask as a kernel takes it: one of its list arrays (taken by the op), the mask's
     batch and head counts, the row and listed block counts, and (block_q, block_kv)."""
@@ -189,19 +245,16 @@ class MaskedBlocks(NamedTuple):
     block: tuple[int, int]
 
     @classmethod
-    def rows_of(cls, op: str, ops: Any, block_mask: BlockMask, sizes: tuple[int, int, int, int],
+    def rows_of(cls, op: str, ops: Any, block_mask: BlockMask | BlockLists, sizes: tuple[int, int, int, int],
                 by_key_block: bool = False) -> MaskedBlocks:  # fmt: skip
         """The lists by query block (by key block with ``by_key_block``: dK/dV's), checked to be
         a mask of a call of (B, H, Sq, Sk) ``sizes``."""
-        b, h, sq, sk = sizes
         bm = block_mask
-        if (bm.B not in (None, b)) or (bm.H not in (None, h)) or (bm.Sq, bm.Sk) != (sq, sk):
-            raise KaioTypeError(f"{op}: `block_mask` is made for (B, H, Sq, Sk) = ({bm.B}, {bm.H}, {bm.Sq}, {bm.Sk}), "
-                                f"the call is ({b}, {h}, {sq}, {sk})")  # fmt: skip
+        check_made_for(op, bm, sizes)
         nqb, nkb = bm.num_blocks
         lists = ops.take("block_mask", bm.q_lists if by_key_block else bm.kv_lists).value
         rows, listed = (nkb, nqb) if by_key_block else (nqb, nkb)
-        return cls(lists, bm.classes.shape[0], bm.classes.shape[1], rows, listed, bm.block)
+        return cls(lists, bm.B or 1, bm.H or 1, rows, listed, bm.block)
 
     @property
     def args(self) -> tuple[Any, ...]:

@@ -24,7 +24,7 @@ from torch import Tensor
 from kaio.ops_library import torch_checks as checks
 from kaio.ops_library.activations import SILU
 from kaio.ops_library.activations import run as run_gated
-from kaio.ops_library.attention import schema_mods
+from kaio.ops_library.attention import schema_blocks, schema_mods
 from kaio.ops_library.attention_mods import mods_key
 from kaio.ops_library.autograd import (
     define_op,
@@ -140,23 +140,28 @@ def _attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | Non
                config: str | None, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1, window_right: int = -1,
                softcap: float = 0.0, alibi_slopes: Tensor | None = None, mods: str | None = None,
                mod_arg0: Tensor | None = None, mod_arg1: Tensor | None = None, mod_arg2: Tensor | None = None,
-               mod_arg3: Tensor | None = None, sinks: Tensor | None = None, *,
+               mod_arg3: Tensor | None = None, sinks: Tensor | None = None, block_kv_lists: Tensor | None = None,
+               block_q_lists: Tensor | None = None, block_sizes: list[int] | None = None, *,
                device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
-    """(out, lse): the output and the f32 logsumexp the backward recomputes P from."""
+    """(out, lse): the output and the f32 logsumexp the backward recomputes P from. A block
+    mask comes as its two list tensors and its sizes (``BlockLists.schema``)."""
     from kaio.ops_library.attention import Dropout, attention, check_tensors, config_from_label
 
     check_tensors("attention", q, k, v, kv_lens)
     given = schema_mods("attention", window_left, window_right, softcap, alibi_slopes, mods,
                          (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)  # fmt: skip
+    blocks = schema_blocks("attention", q, k, block_kv_lists, block_q_lists, block_sizes)
     drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
-    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device), drop, given)  # type: ignore[no-any-return]
+    return attention.run(q, k, v, causal, scale, kv_lens, None, True, config_from_label(config), op_device(device), drop,  # type: ignore[no-any-return]
+                         given, blocks)  # fmt: skip
 
 
 def _attention_fake(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | None, kv_lens: Tensor | None,
                     config: str | None, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1, window_right: int = -1,
                     softcap: float = 0.0, alibi_slopes: Tensor | None = None, mods: str | None = None,
                     mod_arg0: Tensor | None = None, mod_arg1: Tensor | None = None, mod_arg2: Tensor | None = None,
-                    mod_arg3: Tensor | None = None, sinks: Tensor | None = None, *,
+                    mod_arg3: Tensor | None = None, sinks: Tensor | None = None, block_kv_lists: Tensor | None = None,
+                    block_q_lists: Tensor | None = None, block_sizes: list[int] | None = None, *,
                     device: str | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention import check_mod_tensors, check_tensors, output_shape
 
@@ -164,6 +169,7 @@ def _attention_fake(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float 
     given = schema_mods("attention", window_left, window_right, softcap, alibi_slopes, mods,
                          (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)  # fmt: skip
     check_mod_tensors("attention", given, q.shape[1])
+    schema_blocks("attention", q, k, block_kv_lists, block_q_lists, block_sizes)
     return q.new_empty(output_shape(q, v)), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
@@ -172,7 +178,9 @@ def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tenso
                         deterministic: bool, dropout_p: float = 0.0, seed: int = 0, window_left: int = -1,
                         window_right: int = -1, softcap: float = 0.0, alibi_slopes: Tensor | None = None,
                         mods: str | None = None, mod_arg0: Tensor | None = None, mod_arg1: Tensor | None = None,
-                        mod_arg2: Tensor | None = None, mod_arg3: Tensor | None = None, sinks: Tensor | None = None, *,
+                        mod_arg2: Tensor | None = None, mod_arg3: Tensor | None = None, sinks: Tensor | None = None,
+                        block_kv_lists: Tensor | None = None, block_q_lists: Tensor | None = None,
+                        block_sizes: list[int] | None = None, *,
                         device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     """(dq, dk, dv, dsinks): dsinks f32 (H,) with ``sinks``, else empty."""
     from kaio.ops_library.attention import Dropout
@@ -180,8 +188,10 @@ def _attention_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tenso
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
     given = schema_mods(OP, window_left, window_right, softcap, alibi_slopes, mods, (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)
+    blocks = schema_blocks(OP, q, k, block_kv_lists, block_q_lists, block_sizes)
     drop = Dropout(dropout_p, seed % (1 << 64)) if dropout_p > 0 else Dropout()
-    grads = run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device), drop, given)
+    grads = run(q, k, v, out, lse, grad_out, grad_lse, causal, scale, kv_lens, deterministic, op_device(device), drop, given,
+                blocks)  # fmt: skip
     return (*grads, q.new_empty((0,), dtype=torch.float32)) if sinks is None else grads  # type: ignore[return-value]
 
 
@@ -190,39 +200,46 @@ def _attention_backward_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: 
                              seed: int = 0, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                              alibi_slopes: Tensor | None = None, mods: str | None = None, mod_arg0: Tensor | None = None,
                              mod_arg1: Tensor | None = None, mod_arg2: Tensor | None = None, mod_arg3: Tensor | None = None,
-                             sinks: Tensor | None = None, *, device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+                             sinks: Tensor | None = None, block_kv_lists: Tensor | None = None,
+                             block_q_lists: Tensor | None = None, block_sizes: list[int] | None = None, *,
+                             device: str | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
     from kaio.ops_library.attention import check_mod_tensors
     from kaio.ops_library.attention_backward import OP, check_saved
 
     check_saved(q, k, v, out, lse, grad_out, grad_lse, kv_lens)
     given = schema_mods(OP, window_left, window_right, softcap, alibi_slopes, mods, (mod_arg0, mod_arg1, mod_arg2, mod_arg3), sinks)
     check_mod_tensors(OP, given, q.shape[1])
+    schema_blocks(OP, q, k, block_kv_lists, block_q_lists, block_sizes)
     dsinks = q.new_empty((q.shape[1] if sinks is not None else 0,), dtype=torch.float32)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
 
 
 # the forward's schema after (q, k, v, causal, scale, kv_lens, config), with its defaults
-_ATTENTION_TAIL = (0.0, 0, -1, -1, 0.0, None, None, None, None, None, None, None)
+_ATTENTION_TAIL = (0.0, 0, -1, -1, 0.0, None, None, None, None, None, None, None, None, None, None)
 
 
 def _attention_setup(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, Tensor]) -> None:
     q, k, v, causal, scale, kv_lens, _, *rest = inputs
     rest += _ATTENTION_TAIL[len(rest):]
-    dropout_p, seed, window_left, window_right, softcap, alibi_slopes, mods, *mod_args, sinks = rest
-    ctx.save_for_backward(q, k, v, *output, kv_lens, alibi_slopes, sinks, *mod_args)  # the logsumexp, not the probabilities
+    dropout_p, seed, window_left, window_right, softcap, alibi_slopes, mods, *mod_args, sinks, kv_lists, q_lists, sizes = rest
+    # the logsumexp, not the probabilities; a block mask's lists (the backward walks them too)
+    ctx.save_for_backward(q, k, v, *output, kv_lens, alibi_slopes, sinks, kv_lists, q_lists, *mod_args)
     ctx.causal, ctx.scale = causal, scale
     ctx.dropout = (dropout_p, seed)  # the backward regenerates the mask
     ctx.mods = (window_left, window_right, softcap)
     ctx.functions = mods
+    ctx.block_sizes = sizes
 
 
 def _attention_grad(ctx: Any, grad_out: Tensor, grad_lse: Tensor) -> tuple[Tensor | None, ...]:
-    q, k, v, out, lse, kv_lens, alibi_slopes, sinks, *mod_args = ctx.saved_tensors
+    q, k, v, out, lse, kv_lens, alibi_slopes, sinks, kv_lists, q_lists, *mod_args = ctx.saved_tensors
     dq, dk, dv, dsinks = torch.ops.kaio.attention_backward(
         q, k, v, out, lse, grad_out.contiguous(), grad_lse.contiguous(), ctx.causal, ctx.scale, kv_lens, False,
-        *ctx.dropout, *ctx.mods, alibi_slopes, ctx.functions, *mod_args, sinks, device=ctx.kaio_device,
+        *ctx.dropout, *ctx.mods, alibi_slopes, ctx.functions, *mod_args, sinks, kv_lists, q_lists, ctx.block_sizes,
+        device=ctx.kaio_device,
     )
-    # no gradient for the flags, the built-in mods' numbers and slopes, the functions' arrays
-    return dq, dk, dv, *(None,) * (4 + len(_ATTENTION_TAIL) - 1), dsinks if sinks is not None else None
+    # no gradient for the flags, the built-in mods' numbers and slopes, the functions' arrays,
+    # the block mask's lists; the sinks' sits where they sit, before the block mask's three
+    return dq, dk, dv, *(None,) * (4 + len(_ATTENTION_TAIL) - 4), dsinks if sinks is not None else None, None, None, None
 
 

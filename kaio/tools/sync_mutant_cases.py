@@ -476,11 +476,7 @@ def _moe(dev: Any) -> None:
     w_down = (rng.standard_normal((e, d, f)) / 8).astype(np.float16)
     import sys
 
-    import kaio.ops_library.grouped_matmul  # noqa: F401  (the module; the package's name is the op)
-
-    # one persistent program walking every tile: the next tile's ring copies after the last
-    # tile's reads (with a program per SM, each has one tile)
-    with _constants(sys.modules["kaio.ops_library.grouped_matmul"], programs_for=lambda device, tiles: 1):
+    with _one_persistent_program():
         got = fused_moe(dev.alloc_from(x), dev.alloc_from(w_gate_up), dev.alloc_from(w_down), dev.alloc_from(weights),
                         dev.alloc_from(ids)).to_host()  # fmt: skip
     want = np.zeros((t, d))
@@ -501,6 +497,168 @@ def _moe(dev: Any) -> None:
     operands = ops.take("x", x0), ops.take("w", w0), ops.take("expert_offsets", o0), ops.take("y", y0)
     gm.launch(dev, *operands, e, n, -gm.BLOCK[2], programs=1, w_nk=True)  # K = -BK: fused_moe's facts, no trip
     assert (y0.to_host() == 0).all(), "grouped_matmul with an empty K loop"
+
+
+def _groups(sizes: tuple[int, ...]) -> np.ndarray:
+    """Expert offsets (int32, E + 1) of groups of these row counts."""
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int32)
+
+
+def _grouped_reference(x: np.ndarray, weights: Any, offsets: np.ndarray) -> np.ndarray:
+    """y[g] = x[g] @ weights[e] (float64) for each expert e's rows g; ``weights[e]`` (K, N)."""
+    y = np.zeros((x.shape[0], weights[0].shape[1]))
+    for e in range(len(offsets) - 1):
+        rows = slice(offsets[e], offsets[e + 1])
+        y[rows] = x[rows].astype(np.float64) @ np.asarray(weights[e], np.float64)
+    return y
+
+
+# groups walking the 3-stage ring of 32-row steps more than once (130 rows: 5 trips), one empty
+# expert, and ragged ends; 200 rows in all
+_GROUP_SIZES = (130, 0, 40, 30)
+
+
+def _one_persistent_program() -> Any:
+    """grouped_matmul's persistent grid as one program walking every tile: the next tile's ring
+    copies come after the last tile's reads (with a program per SM, each has one tile)."""
+    import sys
+
+    import kaio.ops_library.grouped_matmul  # noqa: F401  (the module; the package's name is the op)
+
+    return _constants(sys.modules["kaio.ops_library.grouped_matmul"], programs_for=lambda device, tiles: 1)
+
+
+def _grouped_backward(dev: Any) -> None:
+    """grouped_matmul_backward: dx through grouped_matmul, dw through the weight-gradient kernel
+    (each expert's rows in 32-row steps, the group's end bounding them), both layouts of w."""
+    from kaio.ops_library import grouped_matmul_backward
+
+    rng = _rng()
+    offsets = _groups(_GROUP_SIZES)
+    # N = 320: dx's product has K = 320, 5 tiles of 64, so every ring stage (3 on sm_90a) is refilled
+    x = rng.standard_normal((int(offsets[-1]), 72)).astype(np.float16)
+    w = (rng.standard_normal((4, 72, 320)) / 8).astype(np.float16)  # (E, K, N)
+    dy = rng.standard_normal((int(offsets[-1]), 320)).astype(np.float16)
+    for w_nk in (False, True):
+        given = np.ascontiguousarray(w.transpose(0, 2, 1)) if w_nk else w
+        with _one_persistent_program():
+            dx, dw = grouped_matmul_backward(*(dev.alloc_from(a) for a in (dy, x, given, offsets)), w_nk=w_nk)
+        _close(dx.to_host(), _grouped_reference(dy, w.transpose(0, 2, 1), offsets), 2e-2)
+        want = np.stack([x[offsets[e]:offsets[e + 1]].astype(np.float64).T @ dy[offsets[e]:offsets[e + 1]].astype(np.float64)
+                         for e in range(4)])  # fmt: skip
+        _close(dw.to_host(), want.transpose(0, 2, 1) if w_nk else want, 2e-2)
+
+
+def _moe_backward(dev: Any) -> None:
+    """fused_moe_backward and moe_topk_softmax_backward against numpy's chain rule, pair by pair."""
+    from kaio.ops_library import fused_moe_backward, moe_topk_softmax, moe_topk_softmax_backward
+
+    rng = _rng()
+    # D = 160: the pair dot products walk two column trips of 128; F = 160: every product's K
+    # (D, F or 2F) 160 or more, so the rings are refilled; expert 0 takes most tokens, so its
+    # groups (the weight gradients' K) run several ring trips
+    t, d, f, e, k = 40, 160, 160, 4, 2
+    logits = rng.standard_normal((t, e)).astype(np.float32)
+    logits[:, 0] += 2.0
+    weights, ids = (a.to_host() for a in moe_topk_softmax(dev.alloc_from(logits), k))
+    x = rng.standard_normal((t, d)).astype(np.float16)
+    w_gate_up = (rng.standard_normal((e, 2 * f, d)) / 8).astype(np.float16)
+    w_down = (rng.standard_normal((e, d, f)) / 8).astype(np.float16)
+    dy = rng.standard_normal((t, d)).astype(np.float16)
+    with _one_persistent_program():
+        got = fused_moe_backward(*(dev.alloc_from(a) for a in (dy, x, w_gate_up, w_down, weights, ids)))
+    dx, dwgu, dwd = np.zeros((t, d)), np.zeros(w_gate_up.shape), np.zeros(w_down.shape)
+    dweights = np.zeros((t, k))
+    for i in range(t):
+        xi, dyi = x[i].astype(np.float64), dy[i].astype(np.float64)
+        for j in range(k):
+            ex, wt = ids[i, j], float(weights[i, j])
+            gu = w_gate_up[ex].astype(np.float64) @ xi
+            g, u = gu[:f], gu[f:]
+            sg = _sigmoid(g)
+            h = g * sg * u
+            wd = w_down[ex].astype(np.float64)
+            dweights[i, j] = dyi @ (wd @ h)
+            dh = wt * (wd.T @ dyi)
+            dgu = np.concatenate([dh * u * sg * (1 + g * (1 - sg)), dh * g * sg])
+            dx[i] += w_gate_up[ex].astype(np.float64).T @ dgu
+            dwgu[ex] += np.outer(dgu, xi)
+            dwd[ex] += wt * np.outer(dyi, h)
+    for name, g_, want in zip(("dx", "dw_gate_up", "dw_down", "dweights"), got, (dx, dwgu, dwd, dweights)):
+        try:
+            _close(g_.to_host(), want, 2e-2)
+        except AssertionError as failed:
+            raise AssertionError(f"{name}: {failed}") from None
+    gw = rng.standard_normal((t, k)).astype(np.float32)
+    dlogits = moe_topk_softmax_backward(dev.alloc_from(gw), dev.alloc_from(logits), dev.alloc_from(ids)).to_host()
+    p = np.exp(logits - logits.max(-1, keepdims=True)).astype(np.float64)
+    picked = np.take_along_axis(p, ids, -1)
+    s = picked.sum(-1, keepdims=True)
+    # w_j = p_j / s over the picked: d w_j / d logit_i = w_j ([i = j] - w_i) for picked i, 0 else
+    wts = picked / s
+    dpicked = wts * (gw - (gw * wts).sum(-1, keepdims=True))
+    want = np.zeros((t, e))
+    np.put_along_axis(want, ids, dpicked, -1)
+    _close(dlogits, want, 1e-4)
+
+
+def _quantized_experts(kind: str) -> Case:
+    """The grouped forms of the quantized kernels (MoE experts as stored): GGUF Q8_0 blocks,
+    GPTQ 4-bit words, e4m3 with per-column scales, over groups of _GROUP_SIZES rows."""
+
+    def run(dev: Any) -> None:
+        from kaio import ops_library as ol
+
+        rng = _rng()
+        offsets = _groups(_GROUP_SIZES)
+        tokens, kdim, n, e = int(offsets[-1]), 256, 72, len(_GROUP_SIZES)
+        x = rng.standard_normal((tokens, kdim)).astype(np.float16)
+        if kind == "gguf":
+            blocks = rng.integers(-127, 128, (e, n, kdim // 32, 34), dtype=np.int64).astype(np.uint8)
+            blocks[..., :2] = np.full((e, n, kdim // 32, 1), 0.01, np.float16).view(np.uint8)
+            q = blocks[..., 2:].view(np.int8).astype(np.float64).reshape(e, n, kdim) * 0.01
+            got = ol.gguf_grouped_matmul(dev.alloc_from(x), dev.alloc_from(blocks.reshape(e, n, -1)), "Q8_0",
+                                         dev.alloc_from(offsets))  # fmt: skip
+            want = _grouped_reference(x, q.transpose(0, 2, 1), offsets)
+        elif kind == "gptq":
+            n = 64  # whole words of 8 output columns
+            qweight = rng.integers(0, 2**32, (e, kdim // 8, n), dtype=np.uint64).astype(np.uint32).view(np.int32)
+            scales = (rng.random((e, kdim // 128, n)) * 0.02 + 0.002).astype(np.float16)
+            nib = np.stack([(qweight.view(np.uint32) >> (4 * j)) & 0xF for j in range(8)], axis=2).reshape(e, kdim, n)
+            weight = (nib.astype(np.float64) - 8) * scales.astype(np.float64)[:, np.arange(kdim) // 128]
+            got = ol.w4a16_grouped_matmul(*(dev.alloc_from(a) for a in (x, qweight, scales, offsets)), group_size=128)
+            want = _grouped_reference(x, weight, offsets)
+        else:  # fp8 e4m3 weights (E, K, N), a scale per expert and output column
+            import ml_dtypes
+
+            w = (rng.standard_normal((e, kdim, n)) * 4).astype(ml_dtypes.float8_e4m3fn)
+            scale = (rng.random((e, n)) * 0.02 + 0.01).astype(np.float32)
+            got = ol.grouped_matmul(*(dev.alloc_from(a) for a in (x, w, offsets)), w_scale=dev.alloc_from(scale))
+            want = _grouped_reference(x, w.astype(np.float64) * scale[:, None, :], offsets)
+        _close(got.to_host(), want, 2e-2)
+
+    return run
+
+
+def _sample(dev: Any) -> None:
+    """sample: greedy (the first maximum of each row) and with temperature (the row's argmax of
+    logits / T plus Gumbel noise from kaio.random at the offsets row * cols + col + offset); rows
+    of 3000 logits, so several column trips, the row maxima reduced across the warps."""
+    from kaio.ops_library import sample
+    from kaio.random import rand
+
+    rng = _rng()
+    rows, cols = 6, 3000
+    logits = rng.standard_normal((rows, cols)).astype(np.float32)
+    logits[2, [17, 2500]] = 9.0  # a tie: the first wins
+    got = sample(dev.alloc_from(logits)).to_host()
+    want = logits.argmax(-1)
+    assert (got == want).all(), f"greedy: {got.tolist()} != {want.tolist()}"
+    counter = np.arange(rows * cols, dtype=np.int64).reshape(rows, cols) + 5
+    noisy = logits.astype(np.float64) / 0.7 - np.log(-np.log(rand(11, counter).astype(np.float64)))
+    got = sample(dev.alloc_from(logits), temperature=0.7, seed=11, offset=5).to_host()
+    want = noisy.argmax(-1)
+    assert (got == want).all(), f"temperature 0.7: {got.tolist()} != {want.tolist()}"
 
 
 def cases(arch: str) -> dict[str, Case]:
@@ -563,9 +721,15 @@ def cases(arch: str) -> dict[str, Case]:
         "w4a16 matmul": _w4a16,
         "linear_cross_entropy fwd + bwd": _linear_cross_entropy,
         "moe router + fused_moe": _moe,
+        "grouped_matmul_backward": _grouped_backward,
+        "fused_moe_backward + router backward": _moe_backward,
+        "gguf Q8_0 experts": _quantized_experts("gguf"),
+        "gptq experts": _quantized_experts("gptq"),
+        "sample": _sample,
     }
     if arch != "sm_80":  # fp8 needs sm_89
         out["fp8 quantize + matmul"] = _quantized("fp8")
+        out["fp8 experts"] = _quantized_experts("fp8")
     return out
 
 

@@ -223,12 +223,90 @@ def test_bad_uses_of_a_block_mask_are_refused_before_any_launch(dev, rng, kw, wo
     assert np.isnan(out.to_host()).all()
 
 
-def test_autograd_through_a_block_mask_is_refused_by_name():
+def torch_inputs(torch, h=2, hkv=1, sq=70, sk=70):
+    return [torch.randn(1, n, s, 32, dtype=torch.float16, requires_grad=True) for n, s in ((h, sq), (hkv, sk), (hkv, sk))]
+
+
+@pytest.mark.parametrize("name", ["causal", "document"])
+def test_torch_autograd_through_a_block_mask(name):
+    """torch.ops.kaio.attention carries the mask's lists and sizes, and saves them for the
+    backward, which walks the same blocks: the gradients are the masked attention's."""
     torch = pytest.importorskip("torch")
-    q = torch.randn(1, 1, 32, 32, dtype=torch.float16, requires_grad=True)
+    torch.manual_seed(7)
+    docs = np.repeat(np.arange(3), [25, 30, 15]).astype(np.int32)
+    q, k, v = torch_inputs(torch)
+    mod_args = (torch.from_numpy(docs),) if name == "document" else ()
+    mask = create_block_mask(document if name == "document" else causal, None, None, 70, 70, mod_args=mod_args)
+    out = attention(q, k, v, block_mask=mask)
+    assert out.requires_grad
+    do = torch.randn_like(out)
+    out.backward(do)
+    m = numpy_mask(name, docs)
+    want = torch_reference_grads(*(x.detach().numpy() for x in (q, k, v, do)), mask=lambda i, j: m(0, 0, i, j))
+    for x, w in zip((q, k, v), want, strict=True):
+        g = x.grad.double().numpy()
+        assert float(np.abs(g - w).max()) <= 3e-2 * max(1.0, float(np.abs(w).max()))
+
+
+def test_the_torch_ops_walk_the_masks_lists_forward_and_backward():
+    """A mask of causal's function with a sliding window's lists: what the kernels see is the
+    function's mask on the listed blocks only, so both passes of the autograd graph must read
+    the lists (a backward walking every block through the function alone gives causal's)."""
+    torch = pytest.importorskip("torch")
+    from dataclasses import replace
+
+    torch.manual_seed(9)
+    q, k, v = torch_inputs(torch, h=1, sq=128, sk=128)
+    plain = create_block_mask(causal, None, None, 128, 128, block=32)
+    band = create_block_mask(sliding, None, None, 128, 128, block=32)
+    mixed = replace(plain, kv_lists=band.kv_lists, q_lists=band.q_lists, host_lists=band.host_lists, _on_torch={})
+    out = attention(q, k, v, block_mask=mixed)
+    do = torch.randn_like(out)
+    out.backward(do)
+    listed = band.to_dense()[0, 0] != EMPTY
+    seen = lambda i, j: (j <= i) & listed[i // 32, j // 32]  # noqa: E731
+    arrays = [x.detach().numpy() for x in (q, k, v)]
+    want_out, _ = reference(*arrays, mask=lambda b, h, i, j: seen(i, j))
+    assert np.abs(out.detach().double().numpy() - want_out).max() <= BOUND
+    want = torch_reference_grads(*arrays, do.numpy(), mask=seen)
+    for x, w in zip((q, k, v), want, strict=True):
+        assert float(np.abs(x.grad.double().numpy() - w).max()) <= 3e-2 * max(1.0, float(np.abs(w).max()))
+
+
+def test_torch_compile_opcheck_and_the_backward_op_with_a_block_mask():
+    torch = pytest.importorskip("torch")
+    from kaio.ops_library.attention_mods import mods_key
+
+    torch.manual_seed(8)
+    q, k, v = torch_inputs(torch, sq=40, sk=56)
+    mask = create_block_mask(causal, None, None, 40, 56)
+    eager = attention(q, k, v, block_mask=mask)
+    compiled = torch.compile(lambda q, k, v: attention(q, k, v, block_mask=mask), fullgraph=True, dynamic=True)
+    assert torch.equal(eager, compiled(q, k, v))
+    q, k, v = (x.detach() for x in (q, k, v))
+    blocks = mask.for_torch(q).schema
+    args = (q, k, v, False, None, None, None, 0.0, 0, -1, -1, 0.0, None, mods_key(None, causal), None, None, None, None, None, *blocks)
+    torch.library.opcheck(torch.ops.kaio.attention.default, args, test_utils=("test_schema", "test_faketensor"))
+    out, lse = torch.ops.kaio.attention(*args)
+    do = torch.randn_like(out)
+    grads = (q, k, v, out, lse, do, None, False, None, None, True, *args[7:])
+    torch.library.opcheck(torch.ops.kaio.attention_backward.default, grads, test_utils=("test_schema", "test_faketensor"))
+    # attention_backward with torch tensors goes through that op, and agrees with autograd's
+    direct = attention_backward(q, k, v, out, lse, do, block_mask=mask, deterministic=True)
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    attention(qg, kg, vg, block_mask=mask).backward(do)
+    for got, want in zip(direct, (qg.grad, kg.grad, vg.grad)):
+        assert (got.double() - want.double()).abs().max() <= 1e-2 * max(want.abs().max().item(), 1.0)
+    with pytest.raises(KaioTypeError, match=r"`block_mask` is made for \(B, H, Sq, Sk\) = \(None, None, 40, 56\)"):
+        torch.ops.kaio.attention(q[:, :, :32].contiguous(), *args[1:])  # the fake and the op check the sizes
+
+
+def test_a_block_mask_with_out_and_grad_is_refused_by_name():
+    torch = pytest.importorskip("torch")
+    q, k, v = torch_inputs(torch, h=1, sq=32, sk=32)
     mask = create_block_mask(causal, None, None, 32, 32)
-    with pytest.raises(KaioTypeError, match="does not record a block_mask yet"):
-        attention(q, q.detach(), q.detach(), block_mask=mask)
+    with pytest.raises(KaioTypeError, match="`out=` records no gradient"):
+        attention(q, k, v, block_mask=mask, out=torch.empty(1, 1, 32, 32, dtype=torch.float16))
 
 
 def test_the_backward_of_a_block_mask_with_a_softcap(dev, rng):
