@@ -87,11 +87,12 @@ def configured_kernel(t: dtypes.ScalarType, config: AttentionConfig, out: dtypes
 
 
 def kernel_meta(config: AttentionConfig, bd: int, causal: bool, has_lens: bool, scale: float = 1.0,
-                dropout: bool = False, bdv: int | None = None) -> dict[str, Any]:  # fmt: skip
+                dropout: bool = False, bdv: int | None = None, split_dv: bool = False) -> dict[str, Any]:  # fmt: skip
     """The forward kernel's constexprs for a config, padded head dims ``bd`` (q's and k's) and
-    ``bdv`` (v's and the output's; None: ``bd``) and call."""
-    return {"BM": config.block_m, "BN": config.block_n, "BD": bd, "BDV": bdv or bd, "CAUSAL": causal,
-            "HAS_LENS": has_lens, "NEG_SCALE": scale < 0, "DROPOUT": dropout}  # fmt: skip
+    ``bdv`` (v's and the output's; None: ``bd``), whether v's head dim differs from q's
+    (``split_dv``), and call."""
+    return {"BM": config.block_m, "BN": config.block_n, "BD": bd, "BDV": bdv or bd, "SPLIT_DV": split_dv,
+            "CAUSAL": causal, "HAS_LENS": has_lens, "NEG_SCALE": scale < 0, "DROPOUT": dropout}  # fmt: skip
 
 
 class Dropout(NamedTuple):
@@ -420,7 +421,7 @@ def _forward(ops: Operands, q: Operand, k: Operand, v: Operand, o: Operand, lse:
     dv = v.shape[-1]  # the value head dim: the output's
     rows, keys = packed.longest or (sq, sk)  # the grid's query rows; the most keys a program walks
     splits = 1 if packed.longest or blocks is not None else decode_splits(sq, sk, config.block_n)
-    meta = kernel_meta(config, padded(d), causal, has_lens, scale, dropout.p > 0, padded(dv))
+    meta = kernel_meta(config, padded(d), causal, has_lens, scale, dropout.p > 0, padded(dv), dv != d)
     if packed.longest:
         meta["VARLEN"] = True
     scale_log2 = scale * LOG2E if scale else ZERO_SCALE

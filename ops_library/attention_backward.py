@@ -227,7 +227,7 @@ def _launch(ops: Operands, arrays: tuple[Any, ...], sizes: tuple[int, ...], scal
             softcap_, left, right, slopes, _sinks, *slots = modded.args
             mod_args = (softcap_, left, right, slopes, *slots)
             by_query, by_key = _listed_blocks(ops, block_mask, (b, h, sq, sk), tiles, lens_arg)
-            meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "BDV": bdv, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
+            meta = {"BM": tiles.block_m, "BN": tiles.block_n, "BD": bd, "BDV": bdv, "SPLIT_DV": d_v != d, "CAUSAL": int(causal), "HAS_LENS": lens is not None,
                     "DROPOUT": dropout.p > 0, "WINDOW": modded.meta["WINDOW"], "SOFTCAP": modded.meta["SOFTCAP"],
                     "ALIBI": modded.meta["ALIBI"], "VARLEN": varlen}  # fmt: skip
             dq_acc = unread_f32 if deterministic else workspace((rows * d,), dtypes.f32, zero=True)

@@ -116,12 +116,14 @@ def dkdv_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods
                        x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
                        bmask: Array[i32], MB: i32, MH: i32, NROW: i32, NLIST: i32,
                        BM: kaio.constexpr = 32, BN: kaio.constexpr = 32, BD: kaio.constexpr = 64,
-                       BDV: kaio.constexpr = 64, CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
+                       BDV: kaio.constexpr = 64, SPLIT_DV: kaio.constexpr = False, CAUSAL: kaio.constexpr = 0, HAS_LENS: kaio.constexpr = False,
                        ATOMIC_DQ: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
                        WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
                        ALIBI: kaio.constexpr = False, BLOCK_MASK: kaio.constexpr = False,
                        BROW_MASK: kaio.constexpr = 32, BLIST_MASK: kaio.constexpr = 32,
                        VARLEN: kaio.constexpr = False):  # fmt: skip
+        if not SPLIT_DV:  # one head dim (as the forward's)
+            DV = D  # noqa: N806
         n0 = i32(kt.program_id(0)) * BN
         bh = i32(kt.program_id(1))  # b * HKV + key/value head
         b, hk = bh // HKV, bh % HKV
@@ -241,11 +243,13 @@ def dq_tile_kernel(T: dtypes.ScalarType, warps: int = 4, stages: int = 0, mods: 
                      x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
                      bmask: Array[i32], MB: i32, MH: i32, NROW: i32, NLIST: i32,
                      BM: kaio.constexpr = 32, BN: kaio.constexpr = 32,
-                     BD: kaio.constexpr = 64, BDV: kaio.constexpr = 64, CAUSAL: kaio.constexpr = 0,
+                     BD: kaio.constexpr = 64, BDV: kaio.constexpr = 64, SPLIT_DV: kaio.constexpr = False, CAUSAL: kaio.constexpr = 0,
                      HAS_LENS: kaio.constexpr = False, DROPOUT: kaio.constexpr = False, WINDOW: kaio.constexpr = False,
                      SOFTCAP: kaio.constexpr = False, ALIBI: kaio.constexpr = False,
                      BLOCK_MASK: kaio.constexpr = False, BROW_MASK: kaio.constexpr = 32,
                      BLIST_MASK: kaio.constexpr = 32, VARLEN: kaio.constexpr = False):  # fmt: skip
+        if not SPLIT_DV:  # one head dim (as the forward's)
+            DV = D  # noqa: N806
         m0 = i32(kt.program_id(0)) * BM
         bh = i32(kt.program_id(1))  # b * H + query head
         b, h = bh // H, bh % H

@@ -18,7 +18,8 @@ are skipped. ``NEG_SCALE`` (a negative scale) takes the row minimum of the score
 maximum. Query head h reads key/value head ``h // (H / HKV)`` (GQA, MQA). ``kv_lens[b]``
 (``HAS_LENS``) shortens batch b's keys. Head dims that are not a power of two (96) run in the
 next power of two, masked by the bound D. q and k have head dim D (tile BD), v and o their own
-DV (tile BDV): DeepSeek's 192 / 128.
+DV (tile BDV): DeepSeek's 192 / 128. Without ``SPLIT_DV`` the kernel reads D for both (the
+bounds of K's and V's copies are one value, as are their compares).
 
 Dropout (``DROPOUT``): the probability of query ``q`` and key ``k`` of (batch, head) ``(b, h)`` is
 kept iff ``rand(seed, offset) > drop_p`` (Triton's numbers, ``kaio.random``) with the 64-bit
@@ -83,13 +84,15 @@ def attention_tile_kernel(T: dtypes.ScalarType, OUT: dtypes.ScalarType, mods: At
                   x0: Array[A0], x1: Array[A1], x2: Array[A2], x3: Array[A3],
                   bmask: Array[i32], MB: i32, MH: i32, NQB: i32, NKB: i32,
                   BM: kaio.constexpr = 64, BN: kaio.constexpr = 64, BD: kaio.constexpr = 64,
-                  BDV: kaio.constexpr = 64, CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False,
+                  BDV: kaio.constexpr = 64, SPLIT_DV: kaio.constexpr = False, CAUSAL: kaio.constexpr = False, HAS_LENS: kaio.constexpr = False,
                   NEG_SCALE: kaio.constexpr = False, DROPOUT: kaio.constexpr = False,
                   WINDOW: kaio.constexpr = False, SOFTCAP: kaio.constexpr = False,
                   ALIBI: kaio.constexpr = False, SINKS: kaio.constexpr = False,
                   VARLEN: kaio.constexpr = False, BLOCK_MASK: kaio.constexpr = False,
                   BQ_MASK: kaio.constexpr = 128, BKV_MASK: kaio.constexpr = 128):  # fmt: skip
         MODDED = ALIBI or HAS_SCORE  # noqa: N806 (scores scaled and changed, then scale_log2 = log2(e))
+        if not SPLIT_DV:  # one head dim: K's and V's bounds are one value, their compares shared
+            DV = D  # noqa: N806
         pid = i32(kt.program_id(0))
         m0, split = pid // splits * BM, pid % splits
         bh = i32(kt.program_id(1))
