@@ -8,7 +8,10 @@ The Hopper tests (``HOPPER_FILES``, and any test marked ``schedule_seeds``) run 
 simulator's seeded adversarial schedule, where warps leave lockstep (``KAIO_SIM_SCHEDULE_SEED``,
 set per test), once under each of ``KAIO_TEST_SCHEDULE_SEEDS`` (default "0,1,2": three seeds in
 CI). ``KAIO_TEST_SCHEDULE_SEEDS=0`` runs them under one seed (quicker, for local work);
-``KAIO_TEST_SCHEDULE_SEEDS=`` (empty) turns the hook off (the default lockstep schedule).
+``KAIO_TEST_SCHEDULE_SEEDS=`` (empty) turns the hook off (the default lockstep schedule). A test
+marked ``heavy_seeds`` (the largest Hopper sweeps, seconds per seed) runs its first seed by
+default and the others under ``-m slow``, so the whole suite stays within CI's budget while the
+seeded schedules still reach every kernel.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _cache_dir = tempfile.mkdtemp(prefix="kaio-test-cache-")
     os.environ["KAIO_CACHE_DIR"] = _cache_dir
     config.addinivalue_line("markers", "schedule_seeds: run under the simulator's adversarial schedule for every seed")
+    config.addinivalue_line("markers", "heavy_seeds: the seeds after the first are slow tests")
 
 
 def _schedule_seeds(definition: pytest.Function) -> list[int]:
@@ -58,7 +62,9 @@ def _schedule_seeds(definition: pytest.Function) -> list[int]:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     seeds = _schedule_seeds(metafunc.definition)
     if seeds:
-        metafunc.parametrize("schedule_seed", seeds, indirect=True, ids=[f"seed{s}" for s in seeds])
+        heavy = metafunc.definition.get_closest_marker("heavy_seeds") is not None
+        params = [pytest.param(s, id=f"seed{s}", marks=(pytest.mark.slow,) if heavy and i else ()) for i, s in enumerate(seeds)]
+        metafunc.parametrize("schedule_seed", params, indirect=True)
 
 
 @pytest.fixture(autouse=True)

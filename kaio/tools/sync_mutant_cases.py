@@ -513,9 +513,9 @@ def _grouped_reference(x: np.ndarray, weights: Any, offsets: np.ndarray) -> np.n
     return y
 
 
-# groups walking the 3-stage ring of 32-row steps more than once (130 rows: 5 trips), one empty
-# expert, and ragged ends; 200 rows in all
-_GROUP_SIZES = (130, 0, 40, 30)
+# groups walking the 3-stage ring of 32-row steps more than once (100 rows: 4 trips), one empty
+# expert, and ragged ends; 130 rows in all
+_GROUP_SIZES = (100, 0, 20, 10)
 
 
 def _one_persistent_program() -> Any:
@@ -802,6 +802,25 @@ _MOE_STAGING_PAIR = ("redundant while the other of the pair stands (the campaign
                      "copies, which the barrier between the staging writes and reads orders too (and, with one warpgroup, "
                      "thread 0's wgmma.wait_group 0). A compiler follow-up: keep one of the two")  # fmt: skip
 
+# grouped_matmul in the MoE backward's products (dx, the gate/up and down gradients) on sm_80
+_TOP_OF_TILE = ("needed only when a tile's K loop runs no trip: with f16 out, C is staged through shared memory behind "
+                "barriers of its own, and the K loop's barrier lies between one tile's staging reads and the next "
+                "tile's staging writes whenever the loop runs; with no trip this barrier alone orders them. Every "
+                "product of this case has K > 0; 'moe router + fused_moe' launches the same kernel with an empty K "
+                "loop and kills it there (its own specialization)")  # fmt: skip
+_WGRAD_SHORT = ("not exercised: the weight gradients' K is an expert's rows, here at most 2 steps of 32, fewer than the "
+                "3-stage ring plus one, so no stage is refilled; 'grouped_matmul_backward' (100 rows) kills it in its "
+                "own specialization")  # fmt: skip
+_WGRAD_WARPGROUP = ("redundant with the weight-gradient kernel's one warpgroup: it lies between a K step's "
+                    "wgmma.wait_group 1 and every thread's cp.async refill of the stage the previous step's wgmma "
+                    "read, and a wgmma is one warpgroup-wide operation (.sync.aligned over the 4 warps), so each "
+                    "warp's wait_group 1 returns only when those reads are done (as in 'matmul wgmma cp.async'). A "
+                    "compiler follow-up: drop it when one warpgroup consumes")  # fmt: skip
+# grouped_matmul's barriers on sm_90a by occurrence: with f16 out (a C staging array) four, as
+# in the MoE forward; with f32 out three (no staging)
+_MOE_STAGED = {0: _MOE_BEFORE_TILES, 1: _MOE_STAGING_PAIR, 2: _MOE_WARPGROUP, 3: _MOE_STAGING_PAIR}
+_MOE_UNSTAGED = {0: _MOE_BEFORE_TILES, 1: _MOE_WARPGROUP, 2: _MOE_WARPGROUP}
+
 # attention on sm_90a (128 query rows over two warpgroups, a Q tile and two-stage K/V TMA rings
 # in dynamic shared memory), with both key loops running several trips
 _BEFORE_KEY_LOOP = ("redundant: it follows the Q tile's stores and one thread's mbarrier inits (and proxy fence) for the "
@@ -830,7 +849,12 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         **{("attention backward (atomic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 9, 10)},
         **{("attention backward (deterministic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 8)},
         ("layer_norm_backward", "norm_backward", "bar.sync 0;", 2): _SCRATCH_HALVES,
-        **{("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for n in range(2, 15, 2)},
+        **{(case, "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for case in ("w4a16 matmul", "gptq experts")
+           for n in range(2, 15, 2)},  # fmt: skip
+        **{(case, kernel, "bar.sync 0;", 0): _TOP_OF_TILE
+           for case, kernels in (("grouped_matmul_backward", ("grouped_matmul", "grouped_matmul#1")),
+                                 ("fused_moe_backward + router backward", ("grouped_matmul", "grouped_matmul#2")))
+           for kernel in kernels},  # fmt: skip
     },
     "sm_90": {},
     "sm_90a": {
@@ -876,6 +900,17 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
             ("grouped_matmul#1", 0, _MOE_BEFORE_TILES), ("grouped_matmul#1", 1, _MOE_WARPGROUP),
             ("grouped_matmul#1", 2, _MOE_WARPGROUP),
         )},  # fmt: skip
+        **{(case, kernel, "bar.sync 0;", n): why for case, kernel, barriers in (
+            ("grouped_matmul_backward", "grouped_matmul", _MOE_STAGED),
+            ("grouped_matmul_backward", "grouped_matmul#1", _MOE_STAGED),
+            ("fused_moe_backward + router backward", "grouped_matmul", _MOE_STAGED),
+            ("fused_moe_backward + router backward", "grouped_matmul#1", _MOE_UNSTAGED),
+            ("fused_moe_backward + router backward", "grouped_matmul#2", _MOE_STAGED),
+            ("fused_moe_backward + router backward", "grouped_matmul#3", _MOE_UNSTAGED),
+        ) for n, why in barriers.items()},  # fmt: skip
+        ("grouped_matmul_backward", "grouped_wgrad", "bar.sync 0;", 1): _WGRAD_WARPGROUP,
+        ("fused_moe_backward + router backward", "grouped_wgrad", "bar.sync 0;", 1): _WGRAD_WARPGROUP,
+        ("fused_moe_backward + router backward", "grouped_wgrad", "wgmma.wait_group.sync.aligned 1;", 0): _WGRAD_SHORT,
         ("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", 0): _ASYNC_OPAQUE,
         **{("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for n in range(3, 16, 2)},
         **{("linear_cross_entropy fwd + bwd", "matmul#2", text, n): _SHORT_K for text, n in (

@@ -30,6 +30,7 @@ def two_programs(monkeypatch):
 @pytest.mark.parametrize("in_type, out_type", [
     (np.float16, np.float16), (ml_dtypes.bfloat16, np.float32),
 ], ids=["f16", "bf16-f32"])  # fmt: skip
+@pytest.mark.heavy_seeds
 @pytest.mark.parametrize("tma", [True, False], ids=["tma", "cpasync"])
 def test_each_program_computes_several_tiles(two_programs, rng, m, n, k, in_type, out_type, tma):
     dev = kaio.Device("sim", arch="sm_90a")

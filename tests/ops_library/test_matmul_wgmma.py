@@ -64,6 +64,7 @@ def test_sm90a_picks_a_wgmma_config():
     assert not any(c.wgmma for c in candidates(False, (4, 4, 4), 4, arch="sm_90a"))  # f32 stays SIMT
 
 
+@pytest.mark.heavy_seeds
 @pytest.mark.parametrize("shape", RAGGED, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("dtype", list(TYPES))
 def test_ragged_shapes_on_sm90a(hopper, dtype, shape):
@@ -72,6 +73,7 @@ def test_ragged_shapes_on_sm90a(hopper, dtype, shape):
     assert err < 1e-5, err
 
 
+@pytest.mark.heavy_seeds
 @pytest.mark.parametrize("config", WGMMA_CONFIGS[1:], ids=lambda c: c.key())
 def test_every_wgmma_config(hopper, config):
     got, want = run(hopper, 130, 70, 200, np.float16, config)
@@ -112,6 +114,7 @@ def test_sm90a_kernels_assemble_without_spills_and_run_hgmma(config, dtype):
     assert len(re.findall(r"\bHMMA", sass)) == 0 and len(re.findall(r"\b(LDL|STL)\b", sass)) == 0
 
 
+@pytest.mark.heavy_seeds
 def test_rings_beyond_48k_take_dynamic_shared_memory():
     """The default sm_90a config's 144 KiB ring is one .extern .shared array the launch sizes
     (the compile records it, the disk cache keeps it); a device that cannot give a block that
