@@ -816,6 +816,35 @@ _WGRAD_WARPGROUP = ("redundant with the weight-gradient kernel's one warpgroup: 
                     "read, and a wgmma is one warpgroup-wide operation (.sync.aligned over the 4 warps), so each "
                     "warp's wait_group 1 returns only when those reads are done (as in 'matmul wgmma cp.async'). A "
                     "compiler follow-up: drop it when one warpgroup consumes")  # fmt: skip
+_WAIT_AFTER_WAITS = ("redundant: every product of the K loop ends with wgmma.wait_group 0, so after the loop no "
+                     "wgmma is in flight (with no trip none was issued) and the epilogue's wait orders nothing. A "
+                     "compiler follow-up: drop a wait_group 0 that another dominates with no wgmma between")  # fmt: skip
+# w4a16's grouped kernel on sm_90a: each K step's 8 nibble products are 8 wgmmas into one
+# accumulator, each reading A (x) and B (the dequantised W) from its own buffers, slices of one
+# shared array that only the next K step rewrites
+_NIBBLE_COMMIT = ("redundant one at a time: an uncommitted wgmma joins the next product's commit_group, whose wait_group "
+                  "0 waits for it, and between the two only wgmmas touch the accumulator (A and B are shared-memory "
+                  "descriptors) and their buffers are rewritten only in the next K step; the step's last commit, "
+                  "before the epilogue, is killed")  # fmt: skip
+_NIBBLE_WAIT = ("redundant one at a time: the next product's wait_group 0 (the epilogue's, for the last) waits for this "
+                "wgmma too; chained wgmmas into one accumulator need no wait between them, and what the wait must "
+                "precede, the rewrite of its A and B buffers, comes only in the next K step")  # fmt: skip
+_NIBBLE_FENCE = ("redundant: wgmma.fence orders other instructions' accesses of a wgmma's registers (the accumulator, "
+                 "register A operands) before it; A and B here are shared-memory descriptors and between two of a K "
+                 "step's products only wgmmas touch the accumulator, so only the step's first fence orders anything "
+                 "(and is killed)")  # fmt: skip
+_NIBBLE_BUFFERS = _DISJOINT.format("a product's wgmma reads of its A and B buffers before it (each warp's wait_group 0 "
+                                   "already returned), the next products' stores into their own buffers after it; "
+                                   "these buffers are rewritten only in the next K step, after later barriers")  # fmt: skip
+_NIBBLE_LAST_PAIR = ("redundant while the other of the pair stands: the loop's last barrier (after the last product's "
+                     "wait_group 0) and the epilogue's (after its wait) both lie between the last product's reads of its "
+                     "B buffer and the C staging's writes into those bytes; the loop's also orders the disjoint buffers "
+                     "of the next K step's products (see the other barriers after a wait). A compiler follow-up: keep one")  # fmt: skip
+_FP8_WARPGROUP = ("redundant with grouped_matmul's one warpgroup: it orders the warpgroup's wgmma reads of the x ring stage "
+                  "and of the converted W tile (a K step's, or the last tile's last) before thread 0's next TMA copy into "
+                  "the stage and every thread's next conversion stores into the W tile; a wgmma is one warpgroup-wide "
+                  "operation (.sync.aligned over the 4 warps), so each warp's wait_group 0 returns only when those "
+                  "reads are done. A compiler follow-up: drop it when one warpgroup consumes")  # fmt: skip
 # grouped_matmul's barriers on sm_90a by occurrence: with f16 out (a C staging array) four, as
 # in the MoE forward; with f32 out three (no staging)
 _MOE_STAGED = {0: _MOE_BEFORE_TILES, 1: _MOE_STAGING_PAIR, 2: _MOE_WARPGROUP, 3: _MOE_STAGING_PAIR}
@@ -911,6 +940,18 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         ("grouped_matmul_backward", "grouped_wgrad", "bar.sync 0;", 1): _WGRAD_WARPGROUP,
         ("fused_moe_backward + router backward", "grouped_wgrad", "bar.sync 0;", 1): _WGRAD_WARPGROUP,
         ("fused_moe_backward + router backward", "grouped_wgrad", "wgmma.wait_group.sync.aligned 1;", 0): _WGRAD_SHORT,
+        ("gguf Q8_0 experts", "gguf_matmul", "bar.sync 0;", 1): _ONE_WARPGROUP,
+        ("gguf Q8_0 experts", "gguf_matmul", "wgmma.wait_group.sync.aligned 0;", 1): _WAIT_AFTER_WAITS,
+        **{("gptq experts", "w4a16_matmul", text, n): why for text, numbers, why in (
+            ("wgmma.commit_group.sync.aligned;", range(7), _NIBBLE_COMMIT),
+            ("wgmma.wait_group.sync.aligned 0;", range(8), _NIBBLE_WAIT),
+            ("wgmma.wait_group.sync.aligned 0;", (8,), _WAIT_AFTER_WAITS),
+            ("wgmma.fence.sync.aligned;", range(1, 8), _NIBBLE_FENCE),
+            ("bar.sync 0;", range(2, 15, 2), _NIBBLE_BUFFERS),
+            ("bar.sync 0;", (16, 17), _NIBBLE_LAST_PAIR),
+        ) for n in numbers},  # fmt: skip
+        **{("fp8 experts", "grouped_matmul", "bar.sync 0;", n): why
+           for n, why in ((0, _MOE_BEFORE_TILES), (1, _FP8_WARPGROUP), (3, _FP8_WARPGROUP))},  # fmt: skip
         ("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", 0): _ASYNC_OPAQUE,
         **{("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for n in range(3, 16, 2)},
         **{("linear_cross_entropy fwd + bwd", "matmul#2", text, n): _SHORT_K for text, n in (
