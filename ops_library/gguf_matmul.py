@@ -143,6 +143,7 @@ def gguf_tile_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) ->
         in_cols = cols < n
         end = m  # the tile's rows stop here
         rows = cols  # the tile's rows of the weight array
+        k_stop = k  # the K loop's end
         if GROUPED:
             # x's rows sorted by expert (offsets: E + 1), W (E * N, row_bytes): program row p takes
             # the p-th M tile of all groups, numbered group by group; past the last one, no rows
@@ -155,9 +156,11 @@ def gguf_tile_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) ->
                     m0, end, e = lo + (pm - first) * BM, hi, g
                 first += count
             rows = cols + e * n
+            if m0 >= end:  # past the groups' tiles: no rows, so no weight block read either
+                k_stop = 0
         ks = kt.expand_dims(kt.arange(32), 1)  # (32, 1): the step's elements of K
         acc = kt.zeros((BM, BN), f32)
-        for k0 in range(0, k, 32):
+        for k0 in range(0, k_stop, 32):
             if QK == 1:  # a float format: element (col, k0 + ks), 32 of them past K masked to 0
                 at, ok = rows * k + (k0 + ks), in_cols & (k0 + ks < k)
                 if F == F16:

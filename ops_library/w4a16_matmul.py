@@ -67,6 +67,7 @@ def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.S
         cols = kt.expand_dims(n0 + kt.arange(BN), 0)  # (1, BN): this tile's columns of W
         in_cols = cols < n
         end = m  # the tile's rows stop here
+        k_stop = k  # the K loop's end
         if GROUPED:
             # x's rows sorted by expert (offsets: E + 1), each expert's tensors stacked: program row
             # p takes the p-th M tile of all groups, numbered group by group; past the last, no rows
@@ -79,11 +80,13 @@ def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.S
                     m0, end, e = lo + (pm - first) * BM, hi, g
                 first += count
             word0, group0 = e * (k // 8), e * (k // group)  # the expert's first word row and scale row
+            if m0 >= end:  # past the groups' tiles: no rows, so no weight word read either
+                k_stop = 0
         x_rows = kt.expand_dims(m0 + kt.arange(BM), 1)  # (BM, 1)
         word = kt.arange(BK // 8)  # the word rows of a K step: word i holds rows 8 i .. 8 i + 7
         word_rows, word_cols = kt.expand_dims(word, 1), kt.expand_dims(word, 0)
         acc = kt.zeros((BM, BN), f32)
-        for k0 in range(0, k, BK):
+        for k0 in range(0, k_stop, BK):
             if GROUPED:
                 words = kt.load(qweight, (word0 + k0 // 8, n0), (BK // 8, BN), (word0 + k // 8, n))
             else:

@@ -79,3 +79,26 @@ def test_bad_input_is_named(rng):
         gguf_grouped_matmul(x.astype(np.int32), w, "Q8_0", off, device=SIM)
     with pytest.raises(KaioValueError, match="qtype"):
         gguf_grouped_matmul(x, w, "Q9_9", off, device=SIM)
+
+
+def test_programs_past_the_groups_tiles_read_no_weight(rng):
+    """Decoding with many experts: the grid has a row of programs for each tile the groups could
+    need (tokens / BM + E), most of them past the groups' own tiles; those read no weight block
+    (their K loop is empty). The same 3 tokens on 2 experts of 16 and of 2 read the same weights:
+    the 14 more experts add only the walks over the offsets (15 idle programs), less than one
+    expert's blocks (each idle program read a whole one before)."""
+    from .conftest import global_bytes
+
+    qtype, k, n = "Q8_0", 256, 64
+    used = [random_weight(rng, qtype, n, k) for _ in range(2)]
+    x = rng.standard_normal((3, k)).astype(np.float16)
+
+    def loaded(experts):
+        weights = np.stack([random_weight(rng, qtype, n, k) for _ in range(experts)])
+        weights[experts // 2 - 1], weights[-1] = used  # the tokens' experts
+        sizes = [0] * experts
+        sizes[experts // 2 - 1], sizes[-1] = 2, 1
+        return global_bytes(SIM, lambda: gguf_grouped_matmul(x, weights, qtype, offsets_of(sizes), device=SIM))[0]
+
+    extra = loaded(16) - loaded(2)
+    assert 0 < extra < used[0].nbytes, (extra, used[0].nbytes)

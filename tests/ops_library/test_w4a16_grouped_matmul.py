@@ -71,3 +71,26 @@ def test_bad_input_is_named(rng):
     with pytest.raises(KaioTypeError, match="frozen"):
         w4a16_grouped_matmul(torch.zeros(4, 64, dtype=torch.float16, requires_grad=True), torch.from_numpy(qweight),
                              torch.from_numpy(scales), torch.from_numpy(off), group_size=32)  # fmt: skip
+
+
+def test_programs_past_the_groups_tiles_read_no_weight(rng):
+    """As gguf_grouped_matmul's: of the grid's tokens / BM + E rows of programs, those past the
+    groups' tiles run no K loop, so 14 more experts (idle programs) add only the walks over the
+    offsets, less than one expert's packed words (each idle program read a whole one before)."""
+    from .conftest import global_bytes
+
+    k, n = 1024, 64  # an expert's words (32 KiB) outweigh a walk's offsets
+    used = [random_gptq(rng, k, n, 128, False, np.float16) for _ in range(2)]
+    x = rng.standard_normal((3, k)).astype(np.float16)
+
+    def loaded(count):
+        experts = [random_gptq(rng, k, n, 128, False, np.float16) for _ in range(count)]
+        experts[count // 2 - 1], experts[-1] = used  # the tokens' experts
+        sizes = [0] * count
+        sizes[count // 2 - 1], sizes[-1] = 2, 1
+        qweight, scales = np.stack([e[0] for e in experts]), np.stack([e[1] for e in experts])
+        run = lambda: w4a16_grouped_matmul(x, qweight, scales, offsets_of(sizes), group_size=128, device=SIM)  # noqa: E731
+        return global_bytes(SIM, run)[0]
+
+    extra = loaded(16) - loaded(2)
+    assert 0 < extra < used[0][0].nbytes, (extra, used[0][0].nbytes)
