@@ -14,9 +14,9 @@ One launch of ``gguf_matmul``'s prefill kernel in its ``GROUPED`` form: program 
 the ``p``-th M tile of all groups (numbered group by group, a walk over the offsets), decodes
 expert ``e``'s weight tile from its blocks in registers and feeds ``kt.dot``; a tile's rows
 stop at its group's end. The grid has a row of programs for each of the ``ceil(T / BM) + E``
-tiles the groups can need at most: the rows past the groups' own tiles store nothing (their K
-loop still runs: no persistent schedule yet, unlike ``grouped_matmul``). No backward: the
-weights are frozen blocks.
+tiles the groups can need at most: the rows past the groups' own tiles walk the offsets, run
+no K loop (so read no weight block) and store nothing; a persistent schedule, as
+``grouped_matmul``'s, would not launch them at all. No backward: the weights are frozen blocks.
 """
 
 from __future__ import annotations

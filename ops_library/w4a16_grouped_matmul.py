@@ -14,7 +14,8 @@ Each expert's tensors are ``w4a16_matmul``'s, stacked on a first axis of E: ``qw
 One launch of ``w4a16_matmul``'s kernel in its ``GROUPED`` form (as ``gguf_grouped_matmul``'s):
 program row ``p`` takes the ``p``-th M tile of all groups, reads expert ``e``'s packed words and
 its scale and zero rows; the grid has ``ceil(T / BM) + E`` rows of programs, those past the
-groups' tiles store nothing. No backward: the weights are frozen.
+groups' tiles run no K loop (read no weight) and store nothing. No backward: the weights are
+frozen.
 """
 
 from __future__ import annotations
