@@ -85,6 +85,7 @@ def test_flash_decoding_drops_the_same_keys(rng):
     run(kaio.Device("sim"), rng, 1, 2, 2, 1, 1000, 64, "bf16", False, 0.25)
 
 
+@pytest.mark.heavy_seeds
 @pytest.mark.schedule_seeds
 @pytest.mark.usefixtures("poison")
 def test_on_wgmma(rng):

@@ -181,6 +181,7 @@ def test_out_with_grad_is_refused_not_dropped():
         attention_varlen(q, q.detach(), q.detach(), cu, cu, 8, 8, out=torch.empty_like(q))
 
 
+@pytest.mark.heavy_seeds
 @pytest.mark.schedule_seeds
 def test_the_hopper_kernel_on_packed_sequences(rng):
     """sm_90a: 128-row query tiles over two warpgroups, wgmma, and the packed views' row stride."""

@@ -79,6 +79,7 @@ def test_tma_matmul_matches_numpy_on_ragged_shapes(hopper, rng, m, n, k, dtype):
     np.testing.assert_allclose(out.to_host(), want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
 
 
+@pytest.mark.heavy_seeds
 @pytest.mark.parametrize("config", [c for c in WGMMA_CONFIGS if c != WGMMA_CONFIGS[0]], ids=str)
 def test_every_tma_config_matches_numpy(hopper, rng, config):
     m, n, k = 136, 264, 72
@@ -277,6 +278,7 @@ def test_warp_specialised_configs_assemble_without_spills(config):
     assert "UTMALDG.2D" in sass and "HGMMA.64x" in sass and "USETMAXREG" in sass
 
 
+@pytest.mark.heavy_seeds
 @pytest.mark.parametrize("config", BASE_CONFIGS, ids=str)
 def test_warp_specialised_matmul_matches_numpy(hopper, rng, config):
     """Nine K tiles through 3-4 stages: the producer waits for released stages, twice round."""

@@ -50,6 +50,7 @@ def test_the_matmul_stores_c_by_tma_from_its_dead_ring():
     assert '"tma_store" {kaio.reuse_dead}' in text and text.count("tma.store") == 4
 
 
+@pytest.mark.heavy_seeds
 @pytest.mark.parametrize("m, n, k", [(130, 72, 200), (17, 264, 136), (1, 8, 8)])
 @pytest.mark.parametrize("in_type, out_type", [
     (np.float16, np.float16), (np.float16, np.float32), (ml_dtypes.bfloat16, ml_dtypes.bfloat16),
