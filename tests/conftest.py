@@ -16,6 +16,7 @@ seeded schedules still reach every kernel.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -80,6 +81,11 @@ def schedule_seed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _cache_dir is not None:
         shutil.rmtree(_cache_dir, ignore_errors=True)
+    # The interpreter's last full collection walks every object the suite left (compiled
+    # kernels, simulators, torch's caches): 3 minutes after the summary of a whole run on a
+    # 2-core machine. Frozen, they are skipped and the process exits when pytest is done; the
+    # price is triton's nanobind listing the instances it was not given back ("leaked").
+    gc.freeze()
 
 
 @pytest.fixture(scope="session")
