@@ -907,14 +907,14 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         **{("attention window softcap sinks", "attention", "bar.sync 0;", n): why
            for n, why in ((0, _BEFORE_KEY_LOOP), (3, _BEFORE_KEY_LOOP), (5, _O_INTO_Q))},  # fmt: skip
         **{(case, "attention", text, 0): _MASKED_ONE_TRIP for case, text in (
-            ("attention", "mbarrier.init.shared::cta.b64 [%r207], 1;"),
-            ("attention", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r254], 32768;"),
-            ("attention causal", "mbarrier.init.shared::cta.b64 [%r216], 1;"),
-            ("attention causal", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r269], 32768;"),
-            ("attention dropout", "mbarrier.init.shared::cta.b64 [%r5905], 1;"),
-            ("attention dropout", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r5913], 32768;"),
-            ("attention decode (split keys)", "mbarrier.init.shared::cta.b64 [%r312], 1;"),
-            ("attention decode (split keys)", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r397], 4096;"),
+            ("attention", "mbarrier.init.shared::cta.b64 [%r214], 1;"),
+            ("attention", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r261], 32768;"),
+            ("attention causal", "mbarrier.init.shared::cta.b64 [%r223], 1;"),
+            ("attention causal", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r276], 32768;"),
+            ("attention dropout", "mbarrier.init.shared::cta.b64 [%r5912], 1;"),
+            ("attention dropout", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r5920], 32768;"),
+            ("attention decode (split keys)", "mbarrier.init.shared::cta.b64 [%r319], 1;"),
+            ("attention decode (split keys)", "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r404], 4096;"),
         )},  # fmt: skip
         ("attention decode (split keys)", "attention", "fence.proxy.async.shared::cta;", 3): _MASKED_ONE_TRIP,
         ("attention backward (deterministic dQ)", "attention_dq", "bar.sync 0;", 0): _ASYNC_OPAQUE,
