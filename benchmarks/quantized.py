@@ -35,6 +35,8 @@ from typing import Any
 import kaio
 from kaio.hwcheck.markers import running
 
+from cuda_sources import Unavailable
+
 M_DECODE, K, N = 1, 4096, 4096
 GROUP = 128
 
@@ -92,16 +94,18 @@ class SassRow:
     counts: dict[str, int]
     warps: int
     weight_bytes_per_trip: int | None
+    weights_per_trip: int | None = None  # GGUF decode: weights (elements) one trip consumes per CTA
 
 
 def analyze(name: str, side: str, entry: str, ptx: str, arch: str, threads: int,
-            weight_bytes_per_trip: int | None = None) -> SassRow:  # fmt: skip
+            weight_bytes_per_trip: int | None = None, weights_per_trip: int | None = None) -> SassRow:  # fmt: skip
     from kaio.targets.ptx import sass
 
     report = sass.analyze(ptx, arch)[entry]
     loop = report.main_loop()
     counts = loop.counts if loop is not None else report.counts
-    return SassRow(name, side, report.registers, report.spill_bytes, counts, max(threads // 32, 1), weight_bytes_per_trip)
+    return SassRow(name, side, report.registers, report.spill_bytes, counts, max(threads // 32, 1), weight_bytes_per_trip,
+                   weights_per_trip)  # fmt: skip
 
 
 def gptq_host(rng: Any, m: int, k: int, n: int, dtype: Any) -> tuple[Any, ...]:
@@ -114,6 +118,15 @@ def gptq_host(rng: Any, m: int, k: int, n: int, dtype: Any) -> tuple[Any, ...]:
     return rng.standard_normal((m, k)).astype(dtype), words, scales, zeros
 
 
+def gguf_decode_weights(entry: str, qtype: str) -> int | None:
+    """Weights one trip of the decoding kernel's K loop consumes per CTA: each of its
+    ``DECODE_COLS`` threads takes the format's ``decode_step`` elements of its row of W."""
+    from kaio.ops_library.gguf_blocks import FORMATS
+    from kaio.ops_library.gguf_matmul import DECODE_COLS
+
+    return DECODE_COLS * FORMATS[qtype].decode_step if entry == "gguf_decode" else None
+
+
 @dataclass
 class SassCase:
     """One op call (numpy inputs, at the benchmark's shape) on a simulated ``arch``."""
@@ -124,6 +137,8 @@ class SassCase:
     call: Callable[[Any, Any], Any]  # (ops_library, device) -> runs the op once
     triton: Callable[[], tuple[str, str, int, int]] | None = None  # -> (PTX, entry, threads, weight bytes/trip)
     kaio_weight_bytes: Callable[[str], int | None] = lambda entry: None
+    kaio_weights: Callable[[str], int | None] = lambda entry: None  # entry -> weights per trip per CTA
+    reference: Callable[[str], SassRow] | None = None  # (row name) -> the reference kernel's row
 
 
 def sass_cases() -> list[SassCase]:
@@ -145,12 +160,16 @@ def sass_cases() -> list[SassCase]:
                 return config.block_k * config.block_n // 2
 
             cases.append(SassCase(f"w4a16 M={m} K=N={K} g{GROUP}", "w4a16_matmul", arch, w4a16,
-                                  triton_w4a16(arch, m), w4a16_bytes))  # fmt: skip
-    for qtype, block, qk in (("Q4_K", 144, 256), ("Q8_0", 34, 32)):
-        weight = rng.integers(0, 256, (N, K // qk * block), dtype=np.uint8)
-        x1 = rng.standard_normal((M_DECODE, K)).astype(np.float16)
-        cases.append(SassCase(f"gguf {qtype} decode M=1 K=N={K}", "gguf_matmul", "sm_80",
-                              lambda ol, dev, w=weight, q=qtype, x=x1: ol.gguf_matmul(x, w, q, device=dev)))  # fmt: skip
+                                  triton_w4a16(arch, m), w4a16_bytes,
+                                  reference=lambda name, m=m, arch=arch: marlin_row(name, m, arch)))  # fmt: skip
+    for arch in ("sm_80", "sm_90a"):
+        for qtype, block, qk in (("Q4_K", 144, 256), ("Q8_0", 34, 32)):
+            weight = rng.integers(0, 256, (N, K // qk * block), dtype=np.uint8)
+            x1 = rng.standard_normal((M_DECODE, K)).astype(np.float16)
+            cases.append(SassCase(f"gguf {qtype} decode M=1 K=N={K}", "gguf_matmul", arch,
+                                  lambda ol, dev, w=weight, q=qtype, x=x1: ol.gguf_matmul(x, w, q, device=dev),
+                                  kaio_weights=lambda entry, q=qtype: gguf_decode_weights(entry, q),
+                                  reference=lambda name, q=qtype, arch=arch: llama_cpp_row(name, q, arch)))  # fmt: skip
     size = 4096
     a8 = rng.integers(-128, 128, (size, size), dtype=np.int8)
     s_row, s_col = np.ones(size, np.float32), np.ones(size, np.float32)
@@ -198,7 +217,7 @@ def sass_table() -> int:
                 launches = []
             for entry, ptx, threads in dict.fromkeys(launches):
                 rows.append(analyze(f"{case.name} {case.arch}", "kaio:" + entry, entry, ptx, case.arch, threads,
-                                    case.kaio_weight_bytes(entry)))  # fmt: skip
+                                    case.kaio_weight_bytes(entry), case.kaio_weights(entry)))  # fmt: skip
         if case.triton is not None:
             try:
                 ptx, entry, threads, per_trip = case.triton()
@@ -207,6 +226,11 @@ def sass_table() -> int:
                 notes.append("triton not installed: kaio's side only")
             except Exception as exc:  # noqa: BLE001 (likewise)
                 notes.append(f"{case.name} ({case.arch}): triton failed: {type(exc).__name__}: {exc}")
+        if case.reference is not None:
+            try:
+                rows.append(case.reference(f"{case.name} {case.arch}"))
+            except Unavailable as exc:
+                notes.append(f"{case.name} ({case.arch}): reference skipped: {exc}")
     print_sass(rows)
     for note in dict.fromkeys(notes):
         print("note:", note)
@@ -221,13 +245,14 @@ COLUMNS = (("mma", ("mma",)), ("cp/tma", ("ldgsts", "tma")), ("gmem", ("global",
 def print_sass(rows: list[SassRow]) -> None:
     print("SASS of the main loop per warp (static counts; ptxas wheel): no GPU, so no times")
     head = f"{'kernel':<38}{'side':<28}{'regs':>5}{'spill':>6}" + "".join(f"{c:>7}" for c, _ in COLUMNS)
-    print(head + f"{'instr/MMA':>10}{'instr/wB':>9}")
+    print(head + f"{'instr/MMA':>10}{'instr/wB':>9}{'instr/256w':>11}")
     for r in rows:
         vals = "".join(f"{sum(r.counts[k] for k in keys):>7}" for _, keys in COLUMNS)
         per_mma = f"{r.counts['total'] / r.counts['mma']:10.1f}" if r.counts["mma"] else f"{'-':>10}"
         per_byte = (f"{r.counts['total'] * r.warps / r.weight_bytes_per_trip:9.3f}"
                     if r.weight_bytes_per_trip else f"{'-':>9}")  # fmt: skip
-        print(f"{r.name:<38}{r.side[:27]:<28}{r.registers:>5}{r.spills:>6}{vals}{per_mma}{per_byte}")
+        per_256 = f"{r.counts['total'] * r.warps * 256 / r.weights_per_trip:11.2f}" if r.weights_per_trip else f"{'-':>11}"
+        print(f"{r.name:<38}{r.side[:27]:<28}{r.registers:>5}{r.spills:>6}{vals}{per_mma}{per_byte}{per_256}")
 
 
 # --- Triton's kernels for the same work ----------------------------------------------------------
@@ -322,6 +347,39 @@ def triton_int8(arch: str) -> Callable[[], tuple[str, str, int, int]]:
         return ptx, name, 256, 64 * 128
 
     return build
+
+
+# --- the best references, compiled from their public sources (benchmarks/cuda_sources.py) ---------
+
+
+def llama_cpp_row(name: str, qtype: str, arch: str) -> SassRow:
+    """llama.cpp's ``mul_mat_vec_q`` for ``qtype`` at one destination column (its decode), with
+    the weights of one pass of its SASS loop (ptxas unrolls the source's k-loop)."""
+    from llama_cpp_mmvq import compile_reference, trips_per_pass
+
+    from kaio.targets.ptx import sass
+
+    ref = compile_reference(qtype, arch)
+    report = sass.analyze(ref.ptx, arch)[ref.entry]
+    loop = report.main_loop()
+    assert loop is not None
+    weights = trips_per_pass(loop, ref.blocks_per_iter) * ref.weights_per_trip
+    return SassRow(name, "llama.cpp:mul_mat_vec_q", report.registers, report.spill_bytes, loop.counts,
+                   ref.threads // 32, None, weights)  # fmt: skip
+
+
+def marlin_row(name: str, m: int, arch: str) -> SassRow:
+    """vLLM's Marlin (int4 with zero points, the tiles its host code picks for this shape): the
+    steady trip of its main loop (``marlin_reference.k_loop``: the slice epilogue inside the
+    loop is not a trip's work)."""
+    from marlin_reference import k_loop, marlin_reference
+
+    from kaio.targets.ptx import sass
+
+    ptx, entry, threads, per_trip = marlin_reference(m, arch)
+    report = sass.analyze(ptx, arch)[entry]
+    return SassRow(name, "vllm:marlin", report.registers, report.spill_bytes, sass.count(k_loop(report)),
+                   threads // 32, per_trip)  # fmt: skip
 
 
 # --- on a GPU: times --------------------------------------------------------------------------------

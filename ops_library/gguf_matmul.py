@@ -237,36 +237,36 @@ def gguf_decode_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) 
                     D_AT: kaio.constexpr = 0, DMIN_AT: kaio.constexpr = -1, STEP: kaio.constexpr = 32,
                     BM: kaio.constexpr = 1, BN: kaio.constexpr = 128):  # fmt: skip
         n0 = i32(kt.program_id(0)) * BN
-        cols = kt.expand_dims(n0 + kt.arange(BN), 0)  # (1, BN): this tile's rows of W
-        in_cols = cols < n
-        rows = kt.expand_dims(kt.arange(BM), 1)  # (BM, 1): every row of x
-        in_rows = rows < m
+        # (1, BN): this tile's rows of W and (BM, 1) every row of x, clamped to the last: the
+        # loads need no mask (nor a fill per load), and the rows past the end are not stored
+        cols = kt.minimum(kt.expand_dims(n0 + kt.arange(BN), 0), n - 1)
+        rows = kt.minimum(kt.expand_dims(kt.arange(BM), 1), m - 1)
         acc = kt.zeros((BM, BN), f32)
         for k0 in range(0, k, STEP):
             xw = rows * (k // 4) + k0 // 4  # (BM, 1): the step's first word of each row of qx
             dx = rows * (k // 32) + k0 // 32  # and the index of its first scale
             if F == MXFP4:  # bytes: the exponent, then 16 bytes of nibbles as Q4_0's
                 block = cols * row_units + k0 // QK * NB
-                d = e8m0_half(i32(kt.load(wh, block, in_cols)))
+                d = e8m0_half(i32(kt.load(wh, block)))
                 dots = kt.zeros((BM, BN), i32)
                 for u in static_range(4):
                     at = block + 1 + 4 * u
-                    q = i32(kt.load(wh, at, in_cols)) | i32(kt.load(wh, at + 1, in_cols)) << 8
-                    q = q | i32(kt.load(wh, at + 2, in_cols)) << 16 | i32(kt.load(wh, at + 3, in_cols)) << 24
+                    q = i32(kt.load(wh, at)) | i32(kt.load(wh, at + 1)) << 8
+                    q = q | i32(kt.load(wh, at + 2)) << 16 | i32(kt.load(wh, at + 3)) << 24
                     t0 = lookup4(q, MXFP4_W0, MXFP4_W1, MXFP4_W2, MXFP4_W3)
                     t1 = lookup4(q >> 16, MXFP4_W0, MXFP4_W1, MXFP4_W2, MXFP4_W3)
-                    x0, x1 = kt.load(xq, xw + u, in_rows), kt.load(xq, xw + 4 + u, in_rows)
+                    x0, x1 = kt.load(xq, xw + u), kt.load(xq, xw + 4 + u)
                     dots = dp4a(prmt(t0, t1, 0x7531), x1, dp4a(prmt(t0, t1, 0x6420), x0, dots))
-                acc = acc + kt.load(xd, dx, in_rows) * (d * f32(dots))  # w = d * kvalues[q]
+                acc = acc + kt.load(xd, dx) * (d * f32(dots))  # w = d * kvalues[q]
             else:
                 block = cols * row_units + k0 // QK * (NB // 2)  # (1, BN): each row's block, in halves
-                d = f32(kt.load(wh, block + D_AT, in_cols))
+                d = f32(kt.load(wh, block + D_AT))
             if F == Q8_0:  # 32 int8 quants after d: w = d * q
                 dots = kt.zeros((BM, BN), i32)
                 for u in static_range(8):
-                    q = join(kt.load(wh, block + 1 + 2 * u, in_cols), kt.load(wh, block + 2 + 2 * u, in_cols))
-                    dots = dp4a(q, kt.load(xq, xw + u, in_rows), dots)
-                acc = acc + kt.load(xd, dx, in_rows) * (d * f32(dots))
+                    q = join(kt.load(wh, block + 1 + 2 * u), kt.load(wh, block + 2 + 2 * u))
+                    dots = dp4a(q, kt.load(xq, xw + u), dots)
+                acc = acc + kt.load(xd, dx) * (d * f32(dots))
             if F == Q4_0 or F == Q4_1 or F == Q5_0 or F == Q5_1:
                 # 16 bytes of nibbles (after d, Q4_1's/Q5_1's m, Q5's qh): elements 0..15 low, 16..31 high
                 nibbles = 1  # in halves
@@ -277,23 +277,23 @@ def gguf_decode_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) 
                 if F == Q5_1:
                     nibbles = 4
                 if F == Q5_0 or F == Q5_1:  # bit e of the word qh: bit 4 of element e
-                    qh = join(kt.load(wh, block + nibbles - 2, in_cols), kt.load(wh, block + nibbles - 1, in_cols))
+                    qh = join(kt.load(wh, block + nibbles - 2), kt.load(wh, block + nibbles - 1))
                 dots, sx = kt.zeros((BM, BN), i32), kt.zeros((BM, 1), i32)
                 for u in static_range(4):
-                    q = join(kt.load(wh, block + nibbles + 2 * u, in_cols), kt.load(wh, block + nibbles + 1 + 2 * u, in_cols))
+                    q = join(kt.load(wh, block + nibbles + 2 * u), kt.load(wh, block + nibbles + 1 + 2 * u))
                     qlo, qhi = q & NIBBLES, q >> 4 & NIBBLES
                     if F == Q5_0 or F == Q5_1:
                         qlo, qhi = qlo | spread4(qh >> 4 * u), qhi | spread4(qh >> 16 + 4 * u)
-                    x0, x1 = kt.load(xq, xw + u, in_rows), kt.load(xq, xw + 4 + u, in_rows)
+                    x0, x1 = kt.load(xq, xw + u), kt.load(xq, xw + 4 + u)
                     dots = dp4a(qhi, x1, dp4a(qlo, x0, dots))
                     sx = dp4a(x1, ONES, dp4a(x0, ONES, sx))
                 if F == Q4_0:
-                    acc = acc + kt.load(xd, dx, in_rows) * (d * f32(dots - 8 * sx))  # w = d * (q - 8)
+                    acc = acc + kt.load(xd, dx) * (d * f32(dots - 8 * sx))  # w = d * (q - 8)
                 if F == Q5_0:
-                    acc = acc + kt.load(xd, dx, in_rows) * (d * f32(dots - 16 * sx))  # w = d * (q - 16)
+                    acc = acc + kt.load(xd, dx) * (d * f32(dots - 16 * sx))  # w = d * (q - 16)
                 if F == Q4_1 or F == Q5_1:  # w = d * q + m
-                    mq = f32(kt.load(wh, block + 1, in_cols))
-                    acc = acc + kt.load(xd, dx, in_rows) * (d * f32(dots) + mq * f32(sx))
+                    mq = f32(kt.load(wh, block + 1))
+                    acc = acc + kt.load(xd, dx) * (d * f32(dots) + mq * f32(sx))
             if F == IQ4_NL or F == IQ4_XS:  # 16 bytes of nibbles (IQ4_XS: sub-block s's), table values
                 s = k0 % QK // 32
                 dots = kt.zeros((BM, BN), i32)
@@ -301,34 +301,34 @@ def gguf_decode_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) 
                     at = block + 1 + 2 * u
                     if F == IQ4_XS:
                         at = block + 4 + 8 * s + 2 * u
-                    q = join(kt.load(wh, at, in_cols), kt.load(wh, at + 1, in_cols))
+                    q = join(kt.load(wh, at), kt.load(wh, at + 1))
                     t0 = lookup4(q, IQ4NL_W0, IQ4NL_W1, IQ4NL_W2, IQ4NL_W3)
                     t1 = lookup4(q >> 16, IQ4NL_W0, IQ4NL_W1, IQ4NL_W2, IQ4NL_W3)
-                    x0, x1 = kt.load(xq, xw + u, in_rows), kt.load(xq, xw + 4 + u, in_rows)
+                    x0, x1 = kt.load(xq, xw + u), kt.load(xq, xw + 4 + u)
                     dots = dp4a(prmt(t0, t1, 0x7531), x1, dp4a(prmt(t0, t1, 0x6420), x0, dots))
                 if F == IQ4_XS:  # scales_l's byte s // 2 and scales_h's byte s // 4
-                    sl = i32(bitcast(kt.load(wh, block + 2 + (s >> 2), in_cols), u16)) >> ((s >> 1 & 1) << 3) & 255
-                    sh = i32(bitcast(kt.load(wh, block + 1, in_cols), u16)) >> ((s >> 2) << 3) & 255
+                    sl = i32(bitcast(kt.load(wh, block + 2 + (s >> 2)), u16)) >> ((s >> 1 & 1) << 3) & 255
+                    sh = i32(bitcast(kt.load(wh, block + 1), u16)) >> ((s >> 2) << 3) & 255
                     dots = sub_scale(sl, sh, sl, sl, k0 % QK, F) * dots
-                acc = acc + kt.load(xd, dx, in_rows) * (d * f32(dots))
+                acc = acc + kt.load(xd, dx) * (d * f32(dots))
             if F == Q2_K or F == Q3_K:  # group t of 32 elements of half h: 2-bit quants at bits 2t, a scale per 16 (g)
                 j = k0 % QK
                 h, t = j // 128, j % 128 // 32
                 it, im = kt.zeros((BM, BN), i32), kt.zeros((BM, BN), i32)
                 if F == Q2_K:  # the step's two scale bytes: scale low, min high
-                    sc = i32(bitcast(kt.load(wh, block + (j >> 5), in_cols), u16))
+                    sc = i32(bitcast(kt.load(wh, block + (j >> 5)), u16))
                 else:  # the two low-nibble scale bytes and the two high-bit ones
-                    sl = i32(bitcast(kt.load(wh, block + 48 + (j >> 5 & 3), in_cols), u16))
-                    sh = i32(bitcast(kt.load(wh, block + 52 + (j >> 5 & 1), in_cols), u16))
+                    sl = i32(bitcast(kt.load(wh, block + 48 + (j >> 5 & 3)), u16))
+                    sh = i32(bitcast(kt.load(wh, block + 52 + (j >> 5 & 1)), u16))
                 for g in static_range(2):
                     dots, sx = kt.zeros((BM, BN), i32), kt.zeros((BM, 1), i32)
                     for u in static_range(4 * g, 4 * g + 4):
                         at = block + (8 if F == Q2_K else 16) + 16 * h + 2 * u
-                        q = join(kt.load(wh, at, in_cols), kt.load(wh, at + 1, in_cols)) >> 2 * t & 0x03030303
+                        q = join(kt.load(wh, at), kt.load(wh, at + 1)) >> 2 * t & 0x03030303
                         if F == Q3_K:  # bit 4h + t of hmask's byte i: no offset of -4
-                            hm = join(kt.load(wh, block + 2 * u, in_cols), kt.load(wh, block + 1 + 2 * u, in_cols))
+                            hm = join(kt.load(wh, block + 2 * u), kt.load(wh, block + 1 + 2 * u))
                             q = q | (hm >> (j >> 5) & ONES) << 2
-                        x0 = kt.load(xq, xw + u, in_rows)
+                        x0 = kt.load(xq, xw + u)
                         dots, sx = dp4a(q, x0, dots), dp4a(x0, ONES, sx)
                     if F == Q2_K:
                         it = it + (sc >> 8 * g & 15) * dots
@@ -337,51 +337,51 @@ def gguf_decode_kernel(T: dtypes.ScalarType, H: dtypes.ScalarType = dtypes.f16) 
                         scale = sub_scale(sl & 255, sl >> 8, sh & 255, sh >> 8, j + 16 * g, F)
                         it = it + scale * (dots - 4 * sx)
                 if F == Q2_K:  # w = d * sc * q - dmin * m
-                    dmin = f32(kt.load(wh, block + DMIN_AT, in_cols))
-                    acc = acc + kt.load(xd, dx, in_rows) * (d * f32(it) - dmin * f32(im))
+                    dmin = f32(kt.load(wh, block + DMIN_AT))
+                    acc = acc + kt.load(xd, dx) * (d * f32(it) - dmin * f32(im))
                 else:  # w = d * sc * q
-                    acc = acc + kt.load(xd, dx, in_rows) * (d * f32(it))
+                    acc = acc + kt.load(xd, dx) * (d * f32(it))
             if F == Q4_K or F == Q5_K:  # a 32-byte chunk: sub-block 2c in the low nibbles, 2c + 1 high
                 c = k0 % QK // 64
                 lo, hi = kt.zeros((BM, BN), i32), kt.zeros((BM, BN), i32)
                 slo, shi = kt.zeros((BM, 1), i32), kt.zeros((BM, 1), i32)
                 for u in static_range(8):
                     at = block + (8 if F == Q4_K else 24) + 16 * c + 2 * u  # the nibbles, past d, dmin, scales (and qh)
-                    q = join(kt.load(wh, at, in_cols), kt.load(wh, at + 1, in_cols))
+                    q = join(kt.load(wh, at), kt.load(wh, at + 1))
                     qlo, qhi = q & NIBBLES, q >> 4 & NIBBLES
                     if F == Q5_K:  # bit 2c (2c + 1) of qh's byte i is bit 4 of quant i of sub-block 2c (2c + 1)
-                        h = join(kt.load(wh, block + 8 + 2 * u, in_cols), kt.load(wh, block + 9 + 2 * u, in_cols))
+                        h = join(kt.load(wh, block + 8 + 2 * u), kt.load(wh, block + 9 + 2 * u))
                         qlo, qhi = qlo | (h >> 2 * c & ONES) << 4, qhi | (h >> 2 * c + 1 & ONES) << 4
-                    x0, x1 = kt.load(xq, xw + u, in_rows), kt.load(xq, xw + 8 + u, in_rows)
+                    x0, x1 = kt.load(xq, xw + u), kt.load(xq, xw + 8 + u)
                     lo, hi = dp4a(qlo, x0, lo), dp4a(qhi, x1, hi)
                     slo, shi = dp4a(x0, ONES, slo), dp4a(x1, ONES, shi)
                 # the two sub-blocks' scale bytes: one half of each of the 12 bytes' three words
-                s0 = i32(bitcast(kt.load(wh, block + 2 + (c & 1), in_cols), u16))
-                s1 = i32(bitcast(kt.load(wh, block + 4 + (c & 1), in_cols), u16))
-                s2 = i32(bitcast(kt.load(wh, block + 6 + (c & 1), in_cols), u16))
+                s0 = i32(bitcast(kt.load(wh, block + 2 + (c & 1)), u16))
+                s1 = i32(bitcast(kt.load(wh, block + 4 + (c & 1)), u16))
+                s2 = i32(bitcast(kt.load(wh, block + 6 + (c & 1)), u16))
                 j = 64 * c  # a place of both sub-blocks in the block
                 lo0, lo1, lo2 = s0 & 255, s1 & 255, s2 & 255
                 sclo, mlo = sub_scale(lo0, lo1, lo2, lo2, j, F), sub_min(lo0, lo1, lo2, lo2, j, F)
                 hi0, hi1, hi2 = s0 >> 8, s1 >> 8, s2 >> 8
                 schi, mhi = sub_scale(hi0, hi1, hi2, hi2, j, F), sub_min(hi0, hi1, hi2, hi2, j, F)
-                dmin = f32(kt.load(wh, block + DMIN_AT, in_cols))
-                acc = acc + kt.load(xd, dx, in_rows) * (d * f32(sclo * lo) - dmin * f32(mlo * slo))
-                acc = acc + kt.load(xd, dx + 1, in_rows) * (d * f32(schi * hi) - dmin * f32(mhi * shi))
+                dmin = f32(kt.load(wh, block + DMIN_AT))
+                acc = acc + kt.load(xd, dx) * (d * f32(sclo * lo) - dmin * f32(mlo * slo))
+                acc = acc + kt.load(xd, dx + 1) * (d * f32(schi * hi) - dmin * f32(mhi * shi))
             if F == Q6_K:  # group t of 32 elements of half c of the block, one scale per 16 (g)
                 c, t = k0 % QK // 128, k0 % 128 // 32
                 it = kt.zeros((BM, BN), i32)
-                sc = i32(bitcast(kt.load(wh, block + 96 + 4 * c + t, in_cols), u16))  # the group's two int8 scales
+                sc = i32(bitcast(kt.load(wh, block + 96 + 4 * c + t), u16))  # the group's two int8 scales
                 for g in static_range(2):
                     dots, sx = kt.zeros((BM, BN), i32), kt.zeros((BM, 1), i32)
                     for u in static_range(4 * g, 4 * g + 4):
                         at = block + 32 * c + 16 * (t & 1) + 2 * u  # ql: groups 0 and 2, 1 and 3 share bytes
                         ah = block + 64 + 16 * c + 2 * u  # qh: all four groups share its bytes
-                        ql = join(kt.load(wh, at, in_cols), kt.load(wh, at + 1, in_cols))
-                        q = q6_word(ql, join(kt.load(wh, ah, in_cols), kt.load(wh, ah + 1, in_cols)), t)
-                        x0 = kt.load(xq, xw + u, in_rows)
+                        ql = join(kt.load(wh, at), kt.load(wh, at + 1))
+                        q = q6_word(ql, join(kt.load(wh, ah), kt.load(wh, ah + 1)), t)
+                        x0 = kt.load(xq, xw + u)
                         dots, sx = dp4a(q, x0, dots), dp4a(x0, ONES, sx)
                     it = it + i32(i8(sc >> 8 * g)) * (dots - 32 * sx)  # w = d * scale * (q - 32)
-                acc = acc + kt.load(xd, dx, in_rows) * (d * f32(it))
+                acc = acc + kt.load(xd, dx) * (d * f32(it))
         kt.store(y, (0, n0), T(acc), (m, n))
 
     return gguf_decode

@@ -24,6 +24,7 @@ from kaio.passes.to_ptx.kernel_ops import shuffle
 from kaio.passes.to_ptx.tile_distribution import add32, and_pred, distribution, or_pred, owner_predicate, thread_base
 from kaio.passes.to_ptx.tile_elementwise import STREAMED_INPUTS, tile_elements
 from kaio.passes.to_ptx.tile_views import ViewAccess, inside, require_alignment, view_of
+from kaio.passes.ptx_scalar import const_int
 from kaio.passes.value_facts import constant_int, divisibility
 
 # --------------------------------------------------------------------------- global memory
@@ -478,15 +479,51 @@ def indexed_address(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribu
     return em.instr(ptx.MadOp, "wide.u32", [index, em.const(element_bytes(t), i32), em.value(array)], i64)
 
 
+def constant_terms(index: SSAValue, depth: int = 8) -> tuple[SSAValue, int]:
+    """``index`` as ``x + c``: the constants its last adds and subtracts bring (``block + 1 +
+    2 * u``: ``block`` and 1 + 2u). Index arithmetic is taken not to overflow i32 (an index
+    that does is out of bounds, as C's signed overflow is undefined), so ``x + c`` is the
+    element c after element x, wherever x is."""
+    c = 0
+    while depth and type(owner := index.owner) in (ptx.AddOp, ptx.SubOp) and index.type == i32:
+        depth -= 1
+        if "guard" in owner.properties or len(owner.srcs) != 2:  # type: ignore[union-attr]
+            break
+        a, b = owner.srcs  # type: ignore[union-attr]
+        k = const_int(b)
+        if k is None and type(owner) is ptx.AddOp:
+            a, k = b, const_int(a)
+        if k is None:
+            break
+        k = k - (1 << 32) if k >> 31 else k  # the constant's bits, as a signed i32
+        c += k if type(owner) is ptx.AddOp else -k
+        index = a
+    return index, c
+
+
+def indexed_access(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribute) -> tuple[SSAValue, int]:
+    """(address, immediate byte offset) of element ``index`` of a global ``array``: the constant
+    terms of the index become the offset, so the elements of one block at known distances
+    (a GGUF block's fields, the words of a row) share one 64-bit address, as nvcc's
+    ``&block->qs[2 * u]`` do."""
+    x, c = constant_terms(index)
+    if c == 0:
+        return indexed_address(em, array, index, t), 0
+    eb = element_bytes(t)
+    if not -(1 << 31) <= c * eb < 1 << 31:  # beyond ld's immediate: the index as it is
+        return indexed_address(em, array, index, t), 0
+    # signed: x may be below 0 when x + c is not (the widened x + c must be the element's)
+    return em.instr(ptx.MadOp, "wide.s32", [x, em.const(eb, i32), em.value(array)], i64), c * eb
+
+
 @lowering(tile.GatherOp)
 def lower_gather(em: PtxEmitter, op: tile.GatherOp) -> None:
     t = op.result.type.element_type  # type: ignore[attr-defined]
     other = em.value(op.other)
     out = []
     for idx, ok in zip(em.parts(op.index), em.parts(op.mask), strict=True):
-        load = ptx.LdOp(f"global.{mem_spec(t)}", [indexed_address(em, op.array, idx, t)], [reg_type(t)], guard=ok)
-        em.emit(load)
-        out.append(em.instr(ptx.SelpOp, selp_spec(t), [load.outs[0], other, ok], reg_type(t)))
+        addr, imm = indexed_access(em, op.array, idx, t)
+        out += masked_load(em, f"global.{mem_spec(t)}", addr, imm, [reg_type(t)], other, ok)
     em.bind(op.result, out)
 
 
@@ -496,7 +533,8 @@ def lower_scatter(em: PtxEmitter, op: tile.ScatterOp) -> None:
     owner = owner_predicate(em, distribution(em, op.value.type))
     for idx, v, ok in zip(em.parts(op.index), em.parts(op.value), em.parts(op.mask), strict=True):
         guard = and_pred(em, [ok, owner])
-        em.emit(ptx.StOp(f"global.{mem_spec(t)}", [indexed_address(em, op.array, idx, t), v], guard=guard))
+        addr, imm = indexed_access(em, op.array, idx, t)
+        em.emit(ptx.StOp(f"global.{mem_spec(t)}", [addr, v], guard=guard, offset=imm))
 
 
-__all__ = ["LoadGroups", "indexed_address", "masked_load", "selp_spec"]
+__all__ = ["LoadGroups", "constant_terms", "indexed_access", "indexed_address", "masked_load", "selp_spec"]
