@@ -24,7 +24,7 @@ from kaio.passes.to_ptx.kernel_ops import shuffle
 from kaio.passes.to_ptx.tile_distribution import add32, and_pred, distribution, or_pred, owner_predicate, thread_base
 from kaio.passes.to_ptx.tile_elementwise import STREAMED_INPUTS, tile_elements
 from kaio.passes.to_ptx.tile_views import ViewAccess, inside, require_alignment, view_of
-from kaio.passes.ptx_scalar import const_int
+from kaio.passes.ptx_scalar import const_int, signed
 from kaio.passes.value_facts import constant_int, divisibility
 
 # --------------------------------------------------------------------------- global memory
@@ -495,8 +495,7 @@ def constant_terms(index: SSAValue, depth: int = 8) -> tuple[SSAValue, int]:
             a, k = b, const_int(a)
         if k is None:
             break
-        k = k - (1 << 32) if k >> 31 else k  # the constant's bits, as a signed i32
-        c += k if type(owner) is ptx.AddOp else -k
+        c += signed(k, 32) if type(owner) is ptx.AddOp else -signed(k, 32)
         index = a
     return index, c
 
@@ -537,4 +536,4 @@ def lower_scatter(em: PtxEmitter, op: tile.ScatterOp) -> None:
         em.emit(ptx.StOp(f"global.{mem_spec(t)}", [addr, v], guard=guard, offset=imm))
 
 
-__all__ = ["LoadGroups", "constant_terms", "indexed_access", "indexed_address", "masked_load", "selp_spec"]
+__all__ = ["LoadGroups", "indexed_access", "indexed_address", "masked_load", "selp_spec"]
