@@ -17,6 +17,8 @@ results are bit-identical:
   bits for both formats, so rounding the f32 result again is the one correct rounding.
 - ``truncf`` from f32 (sm_80): ``cvt.rn.f16x2.f32``, one instruction per pair.
 - ``extf`` from bf16: the lanes of the word are the high halves of two f32 (``shl``/``and``).
+- ``sitofp``/``uitofp`` of a small bit field of a word, less a bounded offset (a dequantiser):
+  ``prmt``, ``lop3`` and one packed ``fma`` by the magic-bias trick (``magic_convert``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from xdsl.dialects.builtin import bf16, f16, f32, i32
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from kaio.dialects import ptx
-from kaio.passes.to_ptx import LOWERINGS
+from kaio.passes.to_ptx import LOWERINGS, magic_convert
 from kaio.passes.to_ptx.emitter import PtxEmitter, float_spec, reg_type
 
 HALVES = (f16, bf16)
@@ -142,7 +144,7 @@ def worth_pairing(em: PtxEmitter, block: Block) -> bool:
     if not ENABLED or any(op.regions for op in block.ops):
         return False
     for op in block.ops:
-        if _packable(em, op):
+        if _packable(em, op) or magic_convert.match(op, block) is not None:
             return True
         if isinstance(op, arith.TruncFOp) and op.result.type in HALVES and (op.input.type == f32 and _sm(em) >= 80 or op in _narrowed(em, block)[0]):
             return True
@@ -155,6 +157,8 @@ def lower_pair(em: PtxEmitter, block: Block, args: list[Lanes]) -> Lanes:
     """The region's yielded value for two registers, the block's arguments given as ``args``."""
     env: dict[SSAValue, Lanes] = dict(zip(block.args, args, strict=True))
     narrowed, dead = _narrowed(em, block)
+    fields = {op: f for op in block.ops if (f := magic_convert.match(op, block)) is not None}
+    dead |= magic_convert.dead_ops(fields)
 
     def get(v: SSAValue) -> Lanes:
         if v not in env:  # defined outside the region: the same in both lanes
@@ -165,6 +169,13 @@ def lower_pair(em: PtxEmitter, block: Block, args: list[Lanes]) -> Lanes:
     for op in block.ops:
         if op is block.last_op:
             break
+        if op in fields:
+            f = fields[op]
+            varies = f.offset is not None and magic_convert.constant_int(f.offset) is None
+            offset = get(f.offset).scalars(em) if varies else None  # type: ignore[arg-type]
+            word = magic_convert.lower(em, op, f, get(f.word).scalars(em), offset)
+            env[op.results[0]] = Lanes(op.results[0].type, word=word)
+            continue
         if op in dead:
             continue
         if op in narrowed:
