@@ -479,38 +479,47 @@ def indexed_address(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribu
     return em.instr(ptx.MadOp, "wide.u32", [index, em.const(element_bytes(t), i32), em.value(array)], i64)
 
 
-def constant_terms(index: SSAValue, depth: int = 8) -> tuple[SSAValue, int]:
-    """``index`` as ``x + c``: the constants its last adds and subtracts bring (``block + 1 +
-    2 * u``: ``block`` and 1 + 2u). Index arithmetic is taken not to overflow i32 (an index
-    that does is out of bounds, as C's signed overflow is undefined), so ``x + c`` is the
-    element c after element x, wherever x is."""
-    c = 0
-    while depth and type(owner := index.owner) in (ptx.AddOp, ptx.SubOp) and index.type == i32:
-        depth -= 1
-        if "guard" in owner.properties or len(owner.srcs) != 2:  # type: ignore[union-attr]
-            break
-        a, b = owner.srcs  # type: ignore[union-attr]
-        k = const_int(b)
-        if k is None and type(owner) is ptx.AddOp:
-            a, k = b, const_int(a)
-        if k is None:
-            break
-        c += signed(k, 32) if type(owner) is ptx.AddOp else -signed(k, 32)
-        index = a
-    return index, c
+def constant_terms(index: SSAValue, depth: int = 8) -> tuple[list[SSAValue], int]:
+    """``index`` as ``x_1 + ... + x_n + c``: the constants its adds and subtracts bring, in either
+    summand of an add (``block + 1 + 2 * u``: ``block`` and 1 + 2u; ``row * k + (k0 + j)``: the
+    terms ``row * k`` and ``k0``, and j). Index arithmetic is taken not to overflow i32 (an
+    index that does is out of bounds, as C's signed overflow is undefined), so the sum of the
+    x_i plus c is the element c after element x_1 + ... + x_n, wherever that is."""
+    if not depth or type(owner := index.owner) not in (ptx.AddOp, ptx.SubOp) or index.type != i32:
+        return [index], 0
+    if "guard" in owner.properties or len(owner.srcs) != 2:  # type: ignore[union-attr]
+        return [index], 0
+    a, b = owner.srcs  # type: ignore[union-attr]
+    ka, kb = const_int(a), const_int(b)
+    if type(owner) is ptx.SubOp:  # x - k only: a subtracted sum would need its terms negated
+        if kb is None:
+            return [index], 0
+        terms, c = constant_terms(a, depth - 1)
+        return terms, c - signed(kb, 32)
+    if ka is not None or kb is not None:
+        terms, c = constant_terms(b if ka is not None else a, depth - 1)
+        return terms, c + signed(ka if ka is not None else kb, 32)  # type: ignore[arg-type]
+    ta, ca = constant_terms(a, depth - 1)
+    tb, cb = constant_terms(b, depth - 1)
+    if ca == 0 and cb == 0:  # no constant inside: the sum as it is
+        return [index], 0
+    return ta + tb, ca + cb
 
 
 def indexed_access(em: PtxEmitter, array: SSAValue, index: SSAValue, t: Attribute) -> tuple[SSAValue, int]:
     """(address, immediate byte offset) of element ``index`` of a global ``array``: the constant
     terms of the index become the offset, so the elements of one block at known distances
-    (a GGUF block's fields, the words of a row) share one 64-bit address, as nvcc's
-    ``&block->qs[2 * u]`` do."""
-    x, c = constant_terms(index)
+    (a GGUF block's fields, the words of a row, the columns j of a strided row ``k0 + 8 i + j``)
+    share one 64-bit address, as nvcc's ``&block->qs[2 * u]`` do."""
+    terms, c = constant_terms(index)
     if c == 0:
         return indexed_address(em, array, index, t), 0
     eb = element_bytes(t)
     if not -(1 << 31) <= c * eb < 1 << 31:  # beyond ld's immediate: the index as it is
         return indexed_address(em, array, index, t), 0
+    x = terms[0]
+    for term in terms[1:]:  # the same sum for every c: ptxas computes it once
+        x = em.instr(ptx.AddOp, "s32", [x, term], i32)
     # signed: x may be below 0 when x + c is not (the widened x + c must be the element's)
     return em.instr(ptx.MadOp, "wide.s32", [x, em.const(eb, i32), em.value(array)], i64), c * eb
 

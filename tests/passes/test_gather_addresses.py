@@ -12,7 +12,7 @@ import pytest
 
 import kaio
 import kaio.tile as kt
-from kaio.prelude import Array, MutArray, f32, i32
+from kaio.prelude import Array, MutArray, f32, i32, static_range
 from kaio.targets.ptx import sass
 
 
@@ -66,4 +66,29 @@ def test_an_index_below_zero_plus_a_constant_reads_the_element_it_names(arch, rn
     want = np.full(64, np.nan, np.float32)
     want[0 : 2 * n : 2] = x[s + 1] + x[s + 2] + 3 * x[s + 3]
     want[1 : 2 * n : 2] = x[s + 4]
+    np.testing.assert_allclose(out.to_host(), want, rtol=1e-6)
+
+
+@kaio.tile_kernel(num_warps=1)
+def strided_columns(x: Array[f32], out: MutArray[f32], k: i32, R: kaio.constexpr = 8, C: kaio.constexpr = 4):
+    rows, cols = kt.expand_dims(kt.arange(R), 1), kt.expand_dims(kt.arange(C), 0)
+    total = kt.zeros((R, C), f32)
+    for j in static_range(4):
+        total = total + (j + 1.0) * kt.load(x, rows * k + (4 * cols + j))  # the constant inside a summand
+    kt.store(out, (0, 0), total, (R, C))
+
+
+def test_a_constant_inside_either_summand_becomes_the_offset(rng):
+    """``row * k + (4 c + j)``: j is taken out of the inner sum, so the four columns j of a row
+    share one address (the sum of the other terms, the same for every j) at offsets 4 j bytes."""
+    text = kaio.compile(strided_columns, "sm_80").ptx
+    imms = re.findall(r"ld\.global(?:\.nc)?\.f32 %f\d+, \[%rd\d+(\+\d+)?\];", text)
+    assert sorted(set(imms)) == ["", "+12", "+4", "+8"]
+    dev = kaio.Device("sim")
+    k = 16
+    xs = rng.standard_normal(8 * k).astype(np.float32)
+    out = dev.alloc_from(np.full((8, 4), np.nan, np.float32))
+    strided_columns[1](dev.alloc_from(xs), out, k)
+    m = xs.reshape(8, k)
+    want = sum((j + 1.0) * m[:, 4 * np.arange(4) + j] for j in range(4))
     np.testing.assert_allclose(out.to_host(), want, rtol=1e-6)
