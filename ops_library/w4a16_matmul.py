@@ -106,7 +106,11 @@ def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.S
             else:
                 zero = kt.full((1, BN), SYMMETRIC_ZERO, i32)
             # K is summed in any order: nibble j of every word is the rows k0 + 8 i + j of W,
-            # a (BK / 8, BN) tile, multiplied by the same columns of x; the words are read once
+            # a (BK / 8, BN) tile, multiplied by the same columns of x; the words are read once.
+            # Column k0 + 8 i + j of x is in K when k0 + 8 i is (K is a multiple of 8): one mask
+            # and one address for every j, which is the address's immediate offset
+            kk = k0 + 8 * word_cols
+            x_at, x_live = x_rows * k + kk, (x_rows < end) & (kk < k)
             for j in static_range(8):
                 q = ((words >> 4 * j) & 15) - zero
                 # q (a 5-bit integer) is exact in T, and its product with the scale is exact in
@@ -115,8 +119,7 @@ def w4a16_tile_kernel(T: dtypes.ScalarType, S: dtypes.ScalarType, BIAS: dtypes.S
                     w = T(q) * scale
                 else:
                     w = T(f32(q) * f32(scale))
-                kk = k0 + 8 * word_cols + j
-                acc = kt.dot(kt.load(x, x_rows * k + kk, (x_rows < end) & (kk < k)), w, acc)
+                acc = kt.dot(kt.load(x, x_at + j, x_live), w, acc)
         if HAS_BIAS:
             acc = acc + kt.expand_dims(f32(kt.load(bias, (n0,), (BN,), (n,))), 0)
         kt.store(y, (m0, n0), T(acc), (end, n))
