@@ -8,7 +8,9 @@
 2. **Layouts**, forward in program order: loads, ranges and splats get a blocked layout that
    vectorises their rows (*flexible*: they can be produced in any layout); ``tile.dot`` results
    get the mma accumulator layout (f16/bf16 operands, with ``mma=true``) or a blocked one
-   (*anchored*); elementwise maps take an anchored operand's layout; reductions the slice of
+   (*anchored*); elementwise maps take an anchored operand's layout (a map of ranges, splats
+   and broadcasts alone its own shape's blocked layout, never a row's spread over the
+   warps: that would hold each element in several threads); reductions the slice of
    their input's; ``expand_dims`` of a slice its parent; an elementwise atomic its index's, or
    an anchored value's when the index is flexible; loop-carried tiles what their init and
    the loop body agree on (iterated to a fixed point).
@@ -198,6 +200,11 @@ class LayoutSolver:
             # ranges (not a broadcast row or column): the cheaper side is the one remade
             ins = [(self.get(x), _made_from_broadcasts(x)) for x in op.inputs]
             if not ins:
+                return self.default(r)
+            if len(ins) > 1 and all(c.anchored is False and made for c, made in ins):
+                # ranges, splats and broadcasts alone: any layout makes them as cheaply, so the
+                # full tile's own (a row's layout broadcast down a column replicates it over
+                # the warps: each element held by many threads, loaded by each)
                 return self.default(r)
             best = ins[0]
             for other in ins[1:]:
