@@ -64,6 +64,8 @@ from kaio.dialects.ptx_base import (
     Requirement,
     register_bits,
     register_type,
+    within_attr,
+    within_of,
 )
 from kaio.dialects.ptx_control import (
     ActivemaskOp,
@@ -236,6 +238,8 @@ BASE_OPS: list[type[Operation]] = [
 Ptx = Dialect("ptx", [*BASE_OPS, *HOPPER_OPS], [])
 
 __all__ = [
+    "within_attr",
+    "within_of",
     "BASE_OPS",
     "CMP_OPS",
     "FLOAT_TYPES",

@@ -17,7 +17,9 @@ from functools import cache, lru_cache
 from typing import ClassVar
 
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     FloatAttr,
+    IntAttr,
     IntegerAttr,
     StringAttr,
     bf16,
@@ -196,6 +198,20 @@ def spec_requirements(op: PtxInstr) -> tuple[Requirement, ...]:
     return found
 
 
+def within_attr(array: str, lo: int, hi: int) -> ArrayAttr:
+    """The ``within`` property: bytes [lo, hi) of shared ``array``."""
+    return ArrayAttr([_string(array), IntAttr(lo), IntAttr(hi)])
+
+
+def within_of(op: Operation) -> tuple[str, int, int] | None:
+    """(array, lo, hi) of an instruction's ``within`` property, None without one."""
+    attr = op.properties.get("within")
+    if attr is None:
+        return None
+    name, lo, hi = attr.data  # type: ignore[attr-defined]
+    return name.data, lo.data, hi.data
+
+
 class PtxInstr(IRDLOperation):
     """Base of every PTX instruction op; concrete ops mostly only name themselves."""
 
@@ -207,6 +223,10 @@ class PtxInstr(IRDLOperation):
     guard = opt_prop_def(StringAttr)  # "@" or "@!": the last arg is the predicate
     offset = opt_prop_def(IntegerAttr)  # address displacement in bytes
     symbol = opt_prop_def(StringAttr)  # address by name: [symbol + offset]
+    # [array, lo, hi]: every address computed from this result lies in bytes [lo, hi) of the
+    # shared array (a buffer's start, where several buffers share one declaration); read by
+    # ptx-sync-cleanup, which tells such buffers apart
+    within = opt_prop_def(ArrayAttr)
     args = var_operand_def()
     outs = var_result_def()
 
@@ -220,8 +240,11 @@ class PtxInstr(IRDLOperation):
         negate: bool = False,
         offset: int = 0,
         symbol: str | None = None,
+        within: tuple[str, int, int] | None = None,
     ):
         props: dict[str, Attribute] = {"spec": _string(spec)}
+        if within is not None:
+            props["within"] = within_attr(*within)
         operands = list(args)
         if guard is not None:
             props["guard"] = _string("@!" if negate else "@")
@@ -421,6 +444,10 @@ class PtxInstr(IRDLOperation):
         if self.guard is not None:
             printer.print_string(" ifnot " if self.guard.data == "@!" else " if ")
             printer.print_ssa_value(self.operands[-1])
+        if (within := within_of(self)) is not None:  # within @array[lo, hi]
+            printer.print_string(" within ")
+            printer.print_symbol_name(within[0])
+            printer.print_string(f"[{within[1]}, {within[2]}]")
         self.print_extra_props(printer)
         if self.attributes:
             printer.print_op_attributes(self.attributes)
@@ -474,6 +501,14 @@ class PtxInstr(IRDLOperation):
         elif parser.parse_optional_keyword("if") is not None:
             props["guard"] = StringAttr("@")
             operands.append(parser.parse_unresolved_operand())
+        if parser.parse_optional_keyword("within") is not None:
+            array = parser.parse_symbol_name().data
+            parser.parse_punctuation("[")
+            lo = parser.parse_integer()
+            parser.parse_punctuation(",")
+            hi = parser.parse_integer()
+            parser.parse_punctuation("]")
+            props["within"] = within_attr(array, lo, hi)
         props |= cls.parse_extra_props(parser)
         attrs = parser.parse_optional_attr_dict()
         parser.parse_punctuation(":")

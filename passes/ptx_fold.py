@@ -184,9 +184,12 @@ def _commute(op: ptx.PtxInstr) -> None:
 
 def value_key(op: Operation) -> tuple[object, ...]:
     """What makes two pure instructions compute the same: the op, its spec, its symbol (a ``mov``
-    of ``%tid.x``), its operands and result types (a guarded one is never pure)."""
+    of ``%tid.x``), its operands and result types (a guarded one is never pure); and what its
+    ``within`` says of the addresses made from it (two starts of one array's bytes are not one
+    value for ptx-sync-cleanup, which must not see one buffer's accesses as another's)."""
     props = op.properties
-    return (type(op), props.get("spec"), props.get("symbol"), props.get("offset"), *op.operands, *(r.type for r in op.results))
+    return (type(op), props.get("spec"), props.get("symbol"), props.get("offset"), props.get("within"),
+            *op.operands, *(r.type for r in op.results))  # fmt: skip
 
 
 def fold_entry(entry: ptx.EntryOp, window: int = 0) -> None:

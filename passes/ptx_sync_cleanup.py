@@ -195,23 +195,45 @@ class _Regions:
     trace cannot follow (loaded from memory, from no array, or a generic one) touches every
     shared region. PTX places distinct ``.shared`` arrays apart, and an address computed from
     one array's start stays inside that array (an access past its end is out of bounds), so
-    accesses to two arrays never overlap."""
+    accesses to two arrays never overlap. Within one array, a start with a ``within`` property
+    (a buffer's, where the lowering laid several buffers out in one declaration, or all of them
+    in the dynamic array) says which bytes every address computed from it stays in: the array
+    is cut into segments at those bounds, each a region, and such a start touches the segments
+    its bytes cover (the array's own start, all of them)."""
 
     def __init__(self, ops: list[Operation], arrays: bool = True) -> None:
         """``arrays`` False: shared memory is one region (every address may be anywhere)."""
         static = [op.sym_name.data for op in ops if arrays and type(op) is ptx.SharedDeclOp]  # type: ignore[attr-defined]
         dynamic = [op.sym_name.data for op in ops if arrays and type(op) is ptx.DynamicSharedDeclOp]  # type: ignore[attr-defined]
-        index = {name: r for r, name in enumerate(static, 1)} | {name: len(static) + 1 for name in dynamic}
-        self.count = len(static) + bool(dynamic) + 2  # global, the arrays, the unknown
+        names = static + dynamic[:1]  # every dynamic array is the same memory: one array
+        marks = [w for op in ops if (w := ptx.within_of(op)) is not None and (w[0] in static or w[0] in dynamic[:1] and len(dynamic) == 1)]
+        self._cuts = {name: sorted({0, *(b for m in marks if m[0] == name for b in m[1:])}) for name in names}
+        self._first: dict[str, int] = {}  # per array: the region index of its first segment
+        count = 1  # region 0: global memory
+        for name in names:
+            self._first[name] = count
+            count += len(self._cuts[name])  # the last segment runs from the last cut to the end
+        self.count = count + 1  # and the unknown
         self.everything = (1 << (2 * self.count)) - 1
         self.reads = self.everything // 3  # 0b0101...: the read bit of every region
         self.shared = self.reads - GLOBAL_READ  # of every shared region
-        self._bit = {name: 1 << (2 * r) for name, r in index.items()}
-        self._origin = self._trace(ops) if index else {}
+        self._bit = {name: self._segments(name, 0, None) for name in names}
+        self._bit |= {name: self._bit[dynamic[0]] for name in dynamic}
+        self._origin = self._trace(ops) if names else {}
         self.copied = 0  # the regions cp.async writes: what a wait may land
         for op in ops:
             if type(op) is ptx.CpAsyncOp:
                 self.copied |= self.of(op, op.srcs[0])  # type: ignore[attr-defined]
+
+    def _segments(self, name: str, lo: int, hi: int | None) -> int:
+        """The read bits of the segments of array ``name`` that bytes [lo, hi) touch (hi None:
+        to the end)."""
+        cuts, first, bits = self._cuts[name], self._first[name], 0
+        for i, start in enumerate(cuts):
+            end = cuts[i + 1] if i + 1 < len(cuts) else None
+            if (hi is None or start < hi) and (end is None or lo < end):
+                bits |= 1 << (2 * (first + i))
+        return bits
 
     def _trace(self, ops: list[Operation]) -> dict[int, int | None]:
         """Per register (by ``id``: xDSL's value hash is slow), the read bits of the arrays its value may point into (absent or 0:
@@ -233,7 +255,9 @@ class _Regions:
                         origin[dst] = value
                         changed = True
                     continue
-                if cls is ptx.MovOp and "symbol" in op.properties:
+                if "within" in op.properties and (w := ptx.within_of(op))[0] in self._cuts:  # type: ignore[index]
+                    value = self._segments(*w)  # type: ignore[misc]  # a buffer's start: its bytes alone
+                elif cls is ptx.MovOp and "symbol" in op.properties:
                     value = self._bit.get(op.symbol.data, 0)  # type: ignore[attr-defined]  # (a special register: an integer)
                 elif cls is ptx.LdOp and "param" in op.mods:  # type: ignore[attr-defined]
                     value = 0

@@ -292,28 +292,31 @@ class PtxEmitter:
     def merge_shared(self, addresses: Sequence[SSAValue], nbytes: int, align: int) -> SSAValue:
         """Lay the shared buffers at ``addresses`` out one after the other in the first one's
         declaration, grown to at least ``nbytes``: the start of that region, for a lowering to
-        reuse buffers that are dead (none of them alone large enough)."""
+        reuse buffers that are dead (none of them alone large enough). Each merged buffer's
+        start says which bytes it keeps (``within``): ptx-sync-cleanup then still tells the
+        buffers apart; the region's start names the whole array."""
         found = sorted((self._shared_decl(a) for a in addresses), key=lambda md: self.prologue.index(md[0]))
         first_mov, first = found[0]
+        name = first.sym_name.data
         end = first.size.value.data
+        if ptx.within_of(first_mov) is None:
+            first_mov.properties["within"] = ptx.within_attr(name, 0, end)
+        region = ptx.MovOp("u32", [], [i32], symbol=name)
+        self.prologue.insert(self.prologue.index(first_mov) + 1, region)
         widest = max(align, *(d.align.value.data for _, d in found))
-        for mov, decl in found[1:]:
+        for _, decl in found[1:]:
             a = decl.align.value.data
             offset = (end + a - 1) // a * a
             end = offset + decl.size.value.data
-            at = ptx.ConstOp(offset, i32)
-            add = ptx.AddOp("u32", [first_mov.outs[0], at.result], [i32])
-            mov.outs[0].replace_all_uses_with(add.outs[0])
+            moved = relocate_shared(self.prologue, decl, name, region.outs[0], offset)
             for key, bound in self.values.items():  # buffers bound to the old address move too
-                if bound is mov.outs[0]:
-                    self.values[key] = add.outs[0]
-            i = self.prologue.index(mov)
-            self.prologue[i : i + 1] = [at, add]
-            self._prologue_known = ([], 0, set())  # an op replaced inside: the set is rebuilt
+                if bound in moved:
+                    self.values[key] = moved[bound]
             self.decls.remove(decl)
+        self._prologue_known = ([], 0, set())  # ops replaced inside: the set is rebuilt
         first.size = IntegerAttr(max(end, nbytes), i64)
         first.align = IntegerAttr(widest, i64)
-        return first_mov.outs[0]
+        return region.outs[0]
 
     def barrier(self) -> None:
         """A block barrier: ``bar.sync 0``, or ``bar.sync 1, N`` once ``kernel.barrier_threads``
@@ -430,16 +433,32 @@ def place_in_dynamic_shared(
         end = start + d.size.value.data
     dynamic = ptx.DynamicSharedDeclOp(f"{name}_dynamic_smem", end, max(d.align.value.data for d in shared))
     base = ptx.MovOp("u32", [], [i32], symbol=dynamic.sym_name.data)
-    placed: list[Operation] = [base]
-    for op in prologue:
-        if isinstance(op, ptx.MovOp) and op.symbol is not None and op.symbol.data in offsets:
-            offset = ptx.ConstOp(offsets[op.symbol.data], i32)
-            add = ptx.AddOp("u32", [base.outs[0], offset.result], [i32])
-            op.outs[0].replace_all_uses_with(add.outs[0])
-            placed += [offset, add]
-        else:
-            placed.append(op)
+    placed: list[Operation] = [base, *prologue]
+    for d in shared:
+        relocate_shared(placed, d, dynamic.sym_name.data, base.outs[0], offsets[d.sym_name.data])
     return [dynamic, *(d for d in decls if not isinstance(d, ptx.SharedDeclOp))], placed
+
+
+def relocate_shared(prologue: list[Operation], decl: ptx.SharedDeclOp, into: str, base: SSAValue, offset: int) -> dict[SSAValue, SSAValue]:
+    """Move shared array ``decl`` to ``offset`` bytes into array ``into`` (whose start ``base``
+    is), in place in ``prologue``: each ``mov`` of its symbol becomes ``base + offset``, and
+    every ``within`` naming it (its buffers' bytes, from earlier merges) is shifted to name
+    ``into``. Returns the old starts' replacements."""
+    old, size = decl.sym_name.data, decl.size.value.data
+    moved: dict[SSAValue, SSAValue] = {}
+    for i, op in enumerate(list(prologue)):
+        within = ptx.within_of(op)
+        if isinstance(op, ptx.MovOp) and op.symbol is not None and op.symbol.data == old:
+            _, lo, hi = within if within is not None else (old, 0, size)
+            at = ptx.ConstOp(offset, i32)
+            add = ptx.AddOp("u32", [base, at.result], [i32], within=(into, offset + lo, offset + hi))
+            op.outs[0].replace_all_uses_with(add.outs[0])
+            moved[op.outs[0]] = add.outs[0]
+            j = prologue.index(op)
+            prologue[j : j + 1] = [at, add]
+        elif within is not None and within[0] == old:
+            op.properties["within"] = ptx.within_attr(into, offset + within[1], offset + within[2])
+    return moved
 
 
 def bits_spec_or_float(t: Attribute) -> str:

@@ -22,7 +22,8 @@ class Program:
     ``ldp`` (param load), ``add``, ``label L``, ``bra L``, ``@bra L`` (a guarded branch),
     ``ret``, ``wait_all``, ``@commit`` (guarded), ``wgcommit``, ``wgwait N``, ``fence``
     (``fence.proxy.async.shared::cta``; ``@fence`` guarded, ``fence_global`` of global memory). ``st A`` / ``lds A``
-    / ``cp A`` address the shared array ``A`` (declared on first use; ``$A`` a dynamic one),
+    / ``cp A`` address the shared array ``A`` (declared on first use; ``$A`` a dynamic one;
+    ``A[0:64]`` through a start whose ``within`` says bytes 0 to 64 of it, a buffer's),
     ``setr A`` points the register ``r`` into it, ``str`` / ``ldr`` access through ``r``, and
     ``ldx A`` reads ``A`` at an index loaded from global memory. Each op is named by its index."""
 
@@ -40,11 +41,13 @@ class Program:
             """``name``'s start plus ``index`` times 4, as lowerings compute it."""
             if not name:
                 return index.results[0]
+            name, _, part = name.partition("[")
+            within = (name, *map(int, part.rstrip("]").split(":"))) if part else None
             if name not in declared:
                 declared.add(name)
                 decl = ptx.DynamicSharedDeclOp if name.startswith("$") else ptx.SharedDeclOp
                 block.insert_op_before(decl(name, 256), block.first_op)  # type: ignore[arg-type]
-            start = ptx.MovOp("u32", [], [i32], symbol=name)
+            start = ptx.MovOp("u32", [], [i32], symbol=name, within=within)  # type: ignore[arg-type]
             at = ptx.MadOp("lo.s32", [index.results[0], ptx.ConstOp(4, i32).result, start.results[0]], [i32])
             block.add_ops([at.srcs[1].owner, start, at])  # type: ignore[list-item]
             return at.results[0]
@@ -157,6 +160,15 @@ class Program:
         (["st B", "bar", "ldx A"], []),  # a value loaded from memory may be any address
         (["cp A", "commit", "wait 0", "bar", "lds B"], [3]),  # the wait lands copies into A only
         (["cp A", "commit", "wait 0", "bar", "lds A"], []),
+        # buffers laid out in one array (their starts' `within`): bytes apart never overlap
+        (["st A[0:64]", "bar", "lds A[64:128]"], [1]),
+        (["st A[0:64]", "bar", "lds A[32:96]"], []),
+        (["st A[0:64]", "bar", "lds A"], []),  # the array's own start: any of its bytes
+        (["lds A[0:64]", "bar", "st A[64:128]", "bar", "lds A[0:64]"], [1, 3]),  # a dot's staging, the next one's
+        (["lds A[0:64]", "bar", "st A[64:128]", "bar", "st A[0:64]"], [3]),  # one must order the rewrite (the later goes)
+        (["st B", "bar", "lds A[0:64]"], [1]),
+        (["st $A[0:64]", "bar", "lds $A[64:128]"], [1]),  # the dynamic array's buffers too
+        (["st $A[0:64]", "bar", "lds $B[64:128]"], []),  # two dynamic arrays are one memory: no bytes known
         # proxy fences: one with nothing generic in shared memory, nor a synchronisation, since the last goes
         (["st", "bar", "fence", "wgcommit", "wgwait 0", "add", "fence"], [6]),
         (["fence"], []),  # the kernel's start: whatever came before the launch
