@@ -32,9 +32,12 @@ them as survivors: deleting one changes nothing.
   address: global and every shared array), ``ldmatrix`` reads shared, a ``cp.async`` reads
   global and, seen from an earlier barrier, writes its shared array (its bytes land any time
   after the issue), a wait that may land copies writes the arrays copies go to; ``ld.param``/``.const``/``.local`` and register-only
-  instructions touch nothing shared between threads. Anything else (an mbarrier, fence, wgmma,
-  bulk copy, a counted or guarded barrier, an instruction this pass does not know) conflicts
-  with everything. Barriers go one at a time (each removal merges two intervals), the most
+  instructions touch nothing shared between threads. A ``wgmma.mma_async`` reads the regions
+  its descriptors are traced to, from its issue on, and a ``wgmma.wait_group`` reads the
+  regions of the wgmmas that may be pending at it (issued since a ``wait_group 0`` on some
+  path: the reads it waits for end there, so a barrier between the two orders them); ``wgmma.fence``, ``wgmma.commit_group`` and ``fence.proxy.async`` order a thread's own
+  accesses and make none. Anything else (an mbarrier, bulk copy, a counted or guarded barrier,
+  an instruction this pass does not know) conflicts with everything. Barriers go one at a time (each removal merges two intervals), the most
   deeply nested first: of a loop's barrier and the one after the loop, the loop's.
 * A ``fence.proxy.async.shared::cta`` (unguarded) goes when on every path to it the thread has
   already fenced shared memory for the async proxy since its last generic access to shared
@@ -53,7 +56,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, i64
 from xdsl.ir import Operation, SSAValue
 
 from kaio.dialects import ptx
@@ -221,9 +224,23 @@ class _Regions:
         self._bit |= {name: self._bit[dynamic[0]] for name in dynamic}
         self._origin = self._trace(ops) if names else {}
         self.copied = 0  # the regions cp.async writes: what a wait may land
+        self.multiplied = 0  # the regions wgmma reads: what a wgmma wait may still see read
         for op in ops:
             if type(op) is ptx.CpAsyncOp:
                 self.copied |= self.of(op, op.srcs[0])  # type: ignore[attr-defined]
+            elif type(op) is WgmmaMmaAsyncOp:
+                self.multiplied |= self.wgmma_reads(op)
+
+    def wgmma_reads(self, op: Operation) -> int:
+        """The read bits of the shared regions a ``wgmma.mma_async`` reads: those its B
+        descriptor, and A's when A is one (64 bits; else A is four registers), are traced to
+        (a descriptor holds its matrix's address, shifted and masked: the trace follows it)."""
+        srcs = op.srcs  # type: ignore[attr-defined]
+        descriptors = [srcs[-2], *([srcs[-3]] if srcs[-3].type == i64 else [])]
+        reads = 0
+        for d in descriptors:
+            reads |= self.of(op, d)
+        return reads
 
     def _segments(self, name: str, lo: int, hi: int | None) -> int:
         """The read bits of the segments of array ``name`` that bytes [lo, hi) touch (hi None:
@@ -316,6 +333,13 @@ def _effects(op: Operation, regions: _Regions) -> tuple[int, int]:
         return GLOBAL_READ, GLOBAL_READ | regions.of(op, op.srcs[0]) << 1  # type: ignore[attr-defined]
     if cls is ptx.CpAsyncWaitGroupOp or cls is ptx.CpAsyncWaitAllOp:
         return (regions.copied << 1,) * 2
+    if cls is WgmmaMmaAsyncOp:  # its operand reads, from its issue on
+        return (regions.wgmma_reads(op),) * 2
+    if cls is WgmmaWaitOp:  # until a wait, issued reads may still be reading: they end here
+        return (regions.multiplied,) * 2
+    if cls in (WgmmaFenceOp, WgmmaCommitOp, FenceProxyAsyncOp):
+        # register and proxy ordering of the thread's own accesses: no access of their own
+        return 0, 0
     return regions.everything, regions.everything
 
 
@@ -412,8 +436,39 @@ def redundant_barriers(ops: list[Operation], gone: set[int] = frozenset()) -> li
     # with fewer than two arrays, telling them apart lets nothing more go
     for regions in (_Regions(ops, arrays=False), arrays) if arrays.count > 3 else (arrays,):
         pairs = [((0, 0) if id(op) in gone or i in dead else _effects(op, regions)) for i, op in enumerate(ops)]
+        for i, pending in _pending_wgmma_reads(ops, blocks, regions, gone).items():
+            pairs[i] = (pending, pending)  # a wgmma wait: the reads still pending on some path to it
         dead += _removable(blocks, depth, [p[0] for p in pairs], [p[1] for p in pairs], regions.reads)
     return [ops[i] for i in sorted(dead)]
+
+
+def _pending_wgmma_reads(ops: list[Operation], blocks: list[_Block], regions: _Regions, gone: set[int]) -> dict[int, int]:
+    """Per ``wgmma.wait_group`` (by index), the regions of the wgmmas that may still be reading
+    when it is reached: issued on some path since an unguarded ``wait_group 0`` (which retires
+    every one) or the kernel's start. A wait with a count retires none for sure."""
+    out = [0] * len(blocks)
+    at: dict[int, int] = {}
+    changed = True
+    while changed:
+        changed = False
+        for n, block in enumerate(blocks):
+            state = 0
+            for m in block.preds:
+                state |= out[m]
+            for i in block.ops:
+                op = ops[i]
+                if id(op) in gone:
+                    continue
+                if type(op) is WgmmaMmaAsyncOp:
+                    state |= regions.wgmma_reads(op)
+                elif type(op) is WgmmaWaitOp:
+                    at[i] = state
+                    if const_int(op.srcs[0]) == 0 and "guard" not in op.properties:  # type: ignore[attr-defined]
+                        state = 0
+            if state != out[n]:
+                out[n] = state
+                changed = True
+    return at
 
 
 def _removable(blocks: list[_Block], depth: list[int], before_effect: list[int], after_effect: list[int],

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xdsl.dialects.builtin import ModuleOp, i1, i32, i64
+from xdsl.dialects.builtin import ModuleOp, f32, i1, i32, i64
 
 from kaio.dialects import ptx
-from kaio.dialects.ptx_hopper import FenceProxyAsyncOp, WgmmaCommitOp, WgmmaWaitOp
+from kaio.dialects.ptx_hopper import FenceProxyAsyncOp, WgmmaCommitOp, WgmmaMmaAsyncOp, WgmmaWaitOp
 from kaio.passes.ptx_optimize import PtxSyncCleanupPass
 from kaio.passes.ptx_sync_cleanup import redundant_syncs
 
@@ -20,7 +20,7 @@ class Program:
     """An entry written as words: ``cp``, ``commit``, ``wait N``, ``bar``, ``bar 64`` (a counted
     barrier), ``st`` / ``lds`` (shared store / load), ``stg`` / ``ld`` (global store / load),
     ``ldp`` (param load), ``add``, ``label L``, ``bra L``, ``@bra L`` (a guarded branch),
-    ``ret``, ``wait_all``, ``@commit`` (guarded), ``wgcommit``, ``wgwait N``, ``fence``
+    ``ret``, ``wait_all``, ``@commit`` (guarded), ``wg A`` (a wgmma reading A), ``wgcommit``, ``wgwait N``, ``fence``
     (``fence.proxy.async.shared::cta``; ``@fence`` guarded, ``fence_global`` of global memory). ``st A`` / ``lds A``
     / ``cp A`` address the shared array ``A`` (declared on first use; ``$A`` a dynamic one;
     ``A[0:64]`` through a start whose ``within`` says bytes 0 to 64 of it, a buffer's),
@@ -73,6 +73,14 @@ class Program:
                 block.add_op(op.srcs[0].owner)  # type: ignore[arg-type]
             elif kind == "@commit":
                 op = ptx.CpAsyncCommitOp("", guard=pred.results[0])
+            elif kind == "wg":  # a wgmma whose B descriptor is A's address (shifted, as descriptors are)
+                shifted = ptx.ShrOp("b32", [address(arg), ptx.ConstOp(4, i32).result], [i32])
+                desc = ptx.CvtOp("u64.u32", [shifted.results[0]], [i64])
+                acc = [ptx.RegOp(f32) for _ in range(4)]
+                a_regs = [ptx.RegOp(i32) for _ in range(4)]
+                block.add_ops([shifted.srcs[1].owner, shifted, desc, *acc, *a_regs])  # type: ignore[list-item]
+                op = WgmmaMmaAsyncOp("sync.aligned.m64n8k16.f32.f16.f16", [r.results[0] for r in acc],
+                                     [r.results[0] for r in a_regs], desc.results[0], pred.results[0])  # fmt: skip
             elif kind == "wgcommit":
                 op = WgmmaCommitOp("sync.aligned")
             elif kind == "wgwait":
@@ -169,13 +177,22 @@ class Program:
         (["st B", "bar", "lds A[0:64]"], [1]),
         (["st $A[0:64]", "bar", "lds $A[64:128]"], [1]),  # the dynamic array's buffers too
         (["st $A[0:64]", "bar", "lds $B[64:128]"], []),  # two dynamic arrays are one memory: no bytes known
+        # wgmma reads the arrays its descriptors point into, until a wait_group 0 retires it
+        (["st A", "bar", "wg A", "wgcommit", "wgwait 0", "bar", "st B"], [5]),  # the next dot's staging, elsewhere
+        (["st A", "bar", "wg A", "wgcommit", "wgwait 0", "bar", "st A"], []),  # a rewrite of what it read
+        (["st A", "bar", "wg A", "wgcommit", "bar", "wgwait 0", "st A"], []),  # still reading past the barrier
+        (["st A", "bar", "wg A", "wgcommit", "wg A", "wgcommit", "wgwait 1", "bar", "st A"], []),  # one may still read
+        (["st A", "bar", "wg A[0:64]", "wgcommit", "wgwait 0", "bar", "st A[64:128]"], [5]),  # a buffer's bytes
+        (["st A", "bar", "wg A", "wgcommit", "wgwait 0", "bar", "lds A"], [5]),  # reads need no order
+        (["st A", "bar", "label L", "wg A", "wgcommit", "@bra L", "wgwait 0", "st B", "bar", "lds B"], []),
+        (["st A", "bar", "wg A", "wgcommit", "bar", "fence", "st B"], [4]),  # a fence makes no access
         # proxy fences: one with nothing generic in shared memory, nor a synchronisation, since the last goes
-        (["st", "bar", "fence", "wgcommit", "wgwait 0", "add", "fence"], [6]),
+        (["st", "bar", "fence", "wgcommit", "wgwait 0", "add", "fence", "lds"], [6]),
         (["fence"], []),  # the kernel's start: whatever came before the launch
         (["fence", "st", "fence"], []),  # a generic write to order before the async proxy
         (["fence", "lds", "fence"], []),  # a generic read too (before a bulk copy overwrites it)
         (["fence", "ld", "stg", "ldp", "fence"], [4]),  # global memory is not the fence's
-        (["fence", "bar", "fence"], []),  # what other threads did before the barrier
+        (["st", "fence", "bar", "fence", "lds"], []),  # what other threads did before the barrier
         (["cp", "commit", "fence", "wait 0", "fence"], []),  # copies landed since
         (["fence", "@fence", "fence"], [2]),  # (a guarded one stays: it fences nothing for sure)
         (["@fence", "fence"], []),  # a guarded fence may not run
