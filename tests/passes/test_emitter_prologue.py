@@ -1,13 +1,15 @@
 """The emitter keeps the set of values its prologue defines (what ``hoisted`` asks), extended
 as the prologue grows instead of rebuilt per question: it must equal the set rebuilt from the
-prologue, also after ``merge_shared`` replaced a buffer's address op inside the prologue."""
+prologue, also after ``merge_shared`` replaced a buffer's address op inside the prologue; and
+``merge_shared`` marks each merged buffer's start with the bytes it keeps (``within``), shifts
+those marks when the array moves into another, and leaves the merged region's start unmarked."""
 
 from __future__ import annotations
 
 import pytest
 
 import kaio
-from kaio.dialects import kernel
+from kaio.dialects import kernel, ptx
 from kaio.passes.to_ptx.emitter import PtxEmitter
 from kaio.prelude import Array, MutArray, f32, thread_idx_x
 from kaio.targets.ptx.arch import get_arch
@@ -51,3 +53,23 @@ def test_a_set_not_reset_after_merge_would_keep_the_replaced_addresses(monkeypat
     em.merge_shared([first, second], 128, 16)
     em._prologue_known = kept  # undo the reset merge_shared does
     assert em._prologue_values() != _rebuilt(em)
+
+
+def _within(v) -> tuple[str, int, int] | None:
+    return ptx.within_of(v.owner)
+
+
+def test_merged_buffers_keep_their_bytes_and_an_array_moved_into_another_shifts_them() -> None:
+    em = _emitter()
+    w = em.shared("w", 64, 16)
+    x, y, z = em.shared("x", 64, 16), em.shared("y", 100, 16), em.shared("z", 32, 16)
+    em.values.update({"X": x, "Y": y, "Z": z, "W": w})  # bound buffers follow their moves
+    region = em.merge_shared([x, y, z], 256, 16)
+    xs = "copy_x"
+    assert _within(region) is None and region.owner.symbol.data == xs  # the reuse: any byte
+    assert [_within(em.values[k]) for k in "XYZ"] == [(xs, 0, 64), (xs, 64, 164), (xs, 176, 208)]
+    em.values["R"] = region
+    em.merge_shared([w, region], 512, 16)  # x's array moves 64 bytes into w's
+    ws = "copy_w"
+    assert [_within(em.values[k]) for k in "XYZR"] == [(ws, 64, 128), (ws, 128, 228), (ws, 240, 272), (ws, 64, 320)]
+    assert _within(em.values["W"]) == (ws, 0, 64)

@@ -1,7 +1,6 @@
 """Buffers laid out in one shared array keep saying which bytes they hold (the ``within``
-property of their start): ``merge_shared`` and ``place_in_dynamic_shared`` mark each buffer's
-start with its bytes, relocate the marks of an array moved into another, and leave the array's
-own start unmarked; the property prints and parses; ptx-fold never merges two starts that say
+property of their start): ``place_in_dynamic_shared`` marks each buffer's start with its bytes
+and shifts the marks of earlier merges (``merge_shared``'s: ``test_emitter_prologue.py``); the property prints and parses; ptx-fold never merges two starts that say
 different bytes; and in the W4A16 kernel, whose eight dots stage their operands in one array,
 ptx-sync-cleanup drops the barrier after each dot (the next dot writes other bytes)."""
 
@@ -12,42 +11,11 @@ import re
 import numpy as np
 
 import kaio
-from kaio.dialects import kernel, ptx
+from kaio.dialects import ptx
 from kaio.dialect_registry import kaio_context
-from kaio.passes.to_ptx.emitter import PtxEmitter, place_in_dynamic_shared
-from kaio.prelude import Array, MutArray, f32, thread_idx_x
-from kaio.targets.ptx.arch import get_arch
+from kaio.passes.to_ptx.emitter import place_in_dynamic_shared
 from xdsl.dialects.builtin import ModuleOp, i32
 from xdsl.parser import Parser
-
-
-def _emitter() -> PtxEmitter:
-    @kaio.gpu_kernel(block_size=32)
-    def copy(a: Array[f32], b: MutArray[f32]):
-        b[thread_idx_x()] = a[thread_idx_x()]
-
-    (func,) = kernel.kernel_funcs(copy.build({}).module)
-    return PtxEmitter(func, get_arch("sm_80"))
-
-
-def _within(v) -> tuple[str, int, int] | None:
-    return ptx.within_of(v.owner)
-
-
-def test_merged_buffers_keep_their_bytes_and_an_array_moved_into_another_shifts_them() -> None:
-    em = _emitter()
-    w = em.shared("w", 64, 16)
-    x, y, z = em.shared("x", 64, 16), em.shared("y", 100, 16), em.shared("z", 32, 16)
-    em.values.update({"X": x, "Y": y, "Z": z, "W": w})  # bound buffers follow their moves
-    region = em.merge_shared([x, y, z], 256, 16)
-    xs = "copy_x"
-    assert _within(region) is None and region.owner.symbol.data == xs  # the reuse: any byte
-    assert [_within(em.values[k]) for k in "XYZ"] == [(xs, 0, 64), (xs, 64, 164), (xs, 176, 208)]
-    em.values["R"] = region
-    em.merge_shared([w, region], 512, 16)  # x's array moves 64 bytes into w's
-    ws = "copy_w"
-    assert [_within(em.values[k]) for k in "XYZR"] == [(ws, 64, 128), (ws, 128, 228), (ws, 240, 272), (ws, 64, 320)]
-    assert _within(em.values["W"]) == (ws, 0, 64)
 
 
 def test_the_dynamic_array_holds_every_buffer_at_its_offset_with_its_marks_shifted() -> None:
