@@ -198,18 +198,21 @@ class _Regions:
     trace cannot follow (loaded from memory, from no array, or a generic one) touches every
     shared region. PTX places distinct ``.shared`` arrays apart, and an address computed from
     one array's start stays inside that array (an access past its end is out of bounds), so
-    accesses to two arrays never overlap. Within one array, a start with a ``within`` property
-    (a buffer's, where the lowering laid several buffers out in one declaration, or all of them
-    in the dynamic array) says which bytes every address computed from it stays in: the array
-    is cut into segments at those bounds, each a region, and such a start touches the segments
-    its bytes cover (the array's own start, all of them)."""
+    accesses to two arrays never overlap. Within one static array, a start with a ``within``
+    property (a buffer's, where the lowering laid several buffers out in one declaration) says
+    which bytes every address computed from it stays in: the array is cut into segments at
+    those bounds, each a region, and such a start touches the segments its bytes cover (the
+    array's own start, all of them). The dynamic array is one region (see ``__init__``)."""
 
     def __init__(self, ops: list[Operation], arrays: bool = True) -> None:
         """``arrays`` False: shared memory is one region (every address may be anywhere)."""
         static = [op.sym_name.data for op in ops if arrays and type(op) is ptx.SharedDeclOp]  # type: ignore[attr-defined]
         dynamic = [op.sym_name.data for op in ops if arrays and type(op) is ptx.DynamicSharedDeclOp]  # type: ignore[attr-defined]
         names = static + dynamic[:1]  # every dynamic array is the same memory: one array
-        marks = [w for op in ops if (w := ptx.within_of(op)) is not None and (w[0] in static or w[0] in dynamic[:1] and len(dynamic) == 1)]
+        # the dynamic array stays one region: telling its buffers apart let 4 barriers of the
+        # attention backward's dK/dV kernel at head dim 256 go, and ptxas's schedule without
+        # them spills on sm_80 (its register budget was tuned with them): a follow-up
+        marks = [w for op in ops if (w := ptx.within_of(op)) is not None and w[0] in static]
         self._cuts = {name: sorted({0, *(b for m in marks if m[0] == name for b in m[1:])}) for name in names}
         self._first: dict[str, int] = {}  # per array: the region index of its first segment
         count = 1  # region 0: global memory

@@ -739,17 +739,17 @@ def cases(arch: str) -> dict[str, Case]:
 # instruction that orders nothing (for the compiler to stop emitting) or one this case's shape
 # does not need and another case kills; none is a rule the simulator lacks.
 _DISJOINT = ("redundant: it orders only accesses to disjoint bytes of one shared array ({}); the race check, which "
-             "compares bytes, finds no pair it orders. ptx-sync-cleanup tells arrays apart, not byte ranges within "
-             "one: a compiler follow-up")  # fmt: skip
+             "compares bytes, finds no pair it orders. ptx-sync-cleanup tells arrays apart, and the buffers laid out "
+             "in one static array, not the bytes within one buffer (a ring's stages), those reached from the array's "
+             "own start, or the dynamic array's buffers: a compiler follow-up")  # fmt: skip
 _Q_BEFORE_RING = _DISJOINT.format("the diagonal block's Q tile stored before it, the K/V ring's first copies after it")
-_STAGING = _DISJOINT.format("a dot's operand staging read before it, the next dot's staging written after it into other "
-                            "bytes; these bytes are written again only after that dot's own barrier")  # fmt: skip
-_SCRATCH_HALVES = _DISJOINT.format("the reduce scratch's second half read before it, the next trip's first reduction "
-                                   "writing the first half after it, whose barrier orders the rest (reduce_scratch "
-                                   "keeps a loop's last read barrier even with an even number of reductions a trip)")  # fmt: skip
 _W4A16_STAGES = _DISJOINT.format("one K step's ldmatrix reads of a stage of the dequantized W ring before it, the next "
                                  "step's stores into the other stage after it; a stage is rewritten two steps on, "
                                  "after the next step's barrier")  # fmt: skip
+_X_RING_STAGES = _DISJOINT.format("one K step's ldmatrix reads of a stage of x's cp.async ring and of the dequantised "
+                                  "W tile before it, the copies into the ring's next stage after it (that stage was "
+                                  "read a step before, behind this step's barriers), and the next step's W stores come "
+                                  "after that step's first barrier")  # fmt: skip
 _DRAIN_SHAPE = ("needed, not in this shape: the drain after the whole-block key loop keeps its last prefetch from "
                 "landing after the masked block's first copy into the same ring stage, and whether they share a stage "
                 "depends on the number of trips; the 'attention' case gets a wrong result without it")
@@ -872,14 +872,9 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         **SCHEDULING_FENCES,
         **{(case, "attention", "bar.sync 0;", 2): _Q_BEFORE_RING
            for case in ("attention", "attention causal", "attention dropout", "attention decode (split keys)",
-                        "attention window softcap sinks", "attention_varlen", "attention backward (atomic dQ)",
-                        "attention backward (deterministic dQ)")},  # fmt: skip
+                        "attention window softcap sinks", "attention_varlen")},  # fmt: skip
         ("attention decode (split keys)", "attention", "cp.async.wait_group 0;", 1): _DRAIN_SHAPE,
-        **{("attention backward (atomic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 9, 10)},
-        **{("attention backward (deterministic dQ)", "attention_dkdv", "bar.sync 0;", n): _STAGING for n in (1, 3, 5, 7, 8)},
-        ("layer_norm_backward", "norm_backward", "bar.sync 0;", 2): _SCRATCH_HALVES,
-        **{(case, "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for case in ("w4a16 matmul", "gptq experts")
-           for n in range(2, 15, 2)},  # fmt: skip
+        **{(case, "gguf_matmul", "bar.sync 0;", 2): _X_RING_STAGES for case in ("gguf Q8_0 prefill", "gguf Q8_0 experts")},
         **{(case, kernel, "bar.sync 0;", 0): _TOP_OF_TILE
            for case, kernels in (("grouped_matmul_backward", ("grouped_matmul", "grouped_matmul#1")),
                                  ("fused_moe_backward + router backward", ("grouped_matmul", "grouped_matmul#2")))

@@ -175,7 +175,7 @@ class Program:
         (["lds A[0:64]", "bar", "st A[64:128]", "bar", "lds A[0:64]"], [1, 3]),  # a dot's staging, the next one's
         (["lds A[0:64]", "bar", "st A[64:128]", "bar", "st A[0:64]"], [3]),  # one must order the rewrite (the later goes)
         (["st B", "bar", "lds A[0:64]"], [1]),
-        (["st $A[0:64]", "bar", "lds $A[64:128]"], [1]),  # the dynamic array's buffers too
+        (["st $A[0:64]", "bar", "lds $A[64:128]"], []),  # the dynamic array: one region (not yet its bytes)
         (["st $A[0:64]", "bar", "lds $B[64:128]"], []),  # two dynamic arrays are one memory: no bytes known
         # wgmma reads the arrays its descriptors point into, until a wait_group 0 retires it
         (["st A", "bar", "wg A", "wgcommit", "wgwait 0", "bar", "st B"], [5]),  # the next dot's staging, elsewhere
