@@ -743,9 +743,6 @@ _DISJOINT = ("redundant: it orders only accesses to disjoint bytes of one shared
              "in one static array, not the bytes within one buffer (a ring's stages), those reached from the array's "
              "own start, or the dynamic array's buffers: a compiler follow-up")  # fmt: skip
 _Q_BEFORE_RING = _DISJOINT.format("the diagonal block's Q tile stored before it, the K/V ring's first copies after it")
-_W4A16_STAGES = _DISJOINT.format("one K step's ldmatrix reads of a stage of the dequantized W ring before it, the next "
-                                 "step's stores into the other stage after it; a stage is rewritten two steps on, "
-                                 "after the next step's barrier")  # fmt: skip
 _X_RING_STAGES = _DISJOINT.format("one K step's ldmatrix reads of a stage of x's cp.async ring and of the dequantised "
                                   "W tile before it, the copies into the ring's next stage after it (that stage was "
                                   "read a step before, behind this step's barriers), and the next step's W stores come "
@@ -767,9 +764,13 @@ _ONE_WARPGROUP = ("redundant with one consumer warpgroup: what it orders is that
                   "their own). A compiler follow-up: drop it when one warpgroup consumes")  # fmt: skip
 _ASYNC_OPAQUE = ("redundant: the race check, which compares bytes, finds no pair it orders under three schedule seeds (the "
                  "barrier before the loop is covered by the loop's first barrier; the others by barriers of the loop "
-                 "body). ptx-sync-cleanup keeps it because an mbarrier, TMA or wgmma instruction lies beside it, which "
-                 "it counts as touching everything (their shared addresses are mbarriers, tensor maps and descriptors "
-                 "it does not trace): a compiler follow-up")  # fmt: skip
+                 "body). ptx-sync-cleanup keeps it because an mbarrier or TMA instruction lies beside it, which it "
+                 "counts as touching everything (their shared addresses are mbarriers and tensor maps it does not "
+                 "trace): a compiler follow-up")  # fmt: skip
+_UNPLACED = ("redundant: the race check, which compares bytes, finds no pair it orders. ptx-sync-cleanup keeps it: "
+             "an access it cannot place precisely (an address it does not trace, or a buffer's bytes reached from "
+             "the start of the array they share, which it takes for the whole array) lies in the interval before or "
+             "after it: a compiler follow-up")  # fmt: skip
 _MASKED_ONE_TRIP = ("not exercised: the masked-block loop runs one trip in these shapes (at most one when not causal: fewer "
                     "than BN keys are left after the whole blocks), so its second ring stage (that mbarrier's init, the "
                     "prefetch's expect_tx and fence) is never used. A kernel follow-up: no ring for that loop when not "
@@ -833,13 +834,6 @@ _NIBBLE_FENCE = ("redundant: wgmma.fence orders other instructions' accesses of 
                  "register A operands) before it; A and B here are shared-memory descriptors and between two of a K "
                  "step's products only wgmmas touch the accumulator, so only the step's first fence orders anything "
                  "(and is killed)")  # fmt: skip
-_NIBBLE_BUFFERS = _DISJOINT.format("a product's wgmma reads of its A and B buffers before it (each warp's wait_group 0 "
-                                   "already returned), the next products' stores into their own buffers after it; "
-                                   "these buffers are rewritten only in the next K step, after later barriers")  # fmt: skip
-_NIBBLE_LAST_PAIR = ("redundant while the other of the pair stands: the loop's last barrier (after the last product's "
-                     "wait_group 0) and the epilogue's (after its wait) both lie between the last product's reads of its "
-                     "B buffer and the C staging's writes into those bytes; the loop's also orders the disjoint buffers "
-                     "of the next K step's products (see the other barriers after a wait). A compiler follow-up: keep one")  # fmt: skip
 _FP8_WARPGROUP = ("redundant with grouped_matmul's one warpgroup: it orders the warpgroup's wgmma reads of the x ring stage "
                   "and of the converted W tile (a K step's, or the last tile's last) before thread 0's next TMA copy into "
                   "the stage and every thread's next conversion stores into the W tile; a wgmma is one warpgroup-wide "
@@ -914,8 +908,8 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         ("attention decode (split keys)", "attention", "fence.proxy.async.shared::cta;", 3): _MASKED_ONE_TRIP,
         ("attention backward (deterministic dQ)", "attention_dq", "bar.sync 0;", 0): _ASYNC_OPAQUE,
         ("attention backward (deterministic dQ)", "attention_dq", "bar.sync 0;", 1): _ASYNC_OPAQUE,
-        ("gguf Q8_0 prefill", "gguf_matmul", "bar.sync 0;", 2): _ASYNC_OPAQUE,
-        ("gguf Q8_0 prefill", "gguf_matmul", "bar.sync 0;", 3): _ASYNC_OPAQUE,
+        **{("gguf Q8_0 prefill", "gguf_matmul", "bar.sync 0;", n): _ASYNC_OPAQUE for n in (1, 4, 5)},
+        ("attention backward (atomic dQ)", "attention_dkdv", "bar.sync 0;", 0): _UNPLACED,
         **{(case, "scaled_matmul", "bar.sync 0;", n): _ASYNC_OPAQUE
            for case in ("int8 quantize + matmul", "fp8 quantize + matmul") for n in (1, 4)},  # fmt: skip
         **{("moe router + fused_moe", kernel, "bar.sync 0;", n): why for kernel, n, why in (
@@ -935,20 +929,18 @@ EXPLAINED: dict[str, dict[tuple[str, str, str, int], str]] = {
         ("grouped_matmul_backward", "grouped_wgrad", "bar.sync 0;", 1): _WGRAD_WARPGROUP,
         ("fused_moe_backward + router backward", "grouped_wgrad", "bar.sync 0;", 1): _WGRAD_WARPGROUP,
         ("fused_moe_backward + router backward", "grouped_wgrad", "wgmma.wait_group.sync.aligned 1;", 0): _WGRAD_SHORT,
-        ("gguf Q8_0 experts", "gguf_matmul", "bar.sync 0;", 1): _ONE_WARPGROUP,
+        ("gguf Q8_0 experts", "gguf_matmul", "bar.sync 0;", 2): _UNPLACED,
         ("gguf Q8_0 experts", "gguf_matmul", "wgmma.wait_group.sync.aligned 0;", 1): _WAIT_AFTER_WAITS,
         **{("gptq experts", "w4a16_matmul", text, n): why for text, numbers, why in (
             ("wgmma.commit_group.sync.aligned;", range(7), _NIBBLE_COMMIT),
             ("wgmma.wait_group.sync.aligned 0;", range(8), _NIBBLE_WAIT),
             ("wgmma.wait_group.sync.aligned 0;", (8,), _WAIT_AFTER_WAITS),
             ("wgmma.fence.sync.aligned;", range(1, 8), _NIBBLE_FENCE),
-            ("bar.sync 0;", range(2, 15, 2), _NIBBLE_BUFFERS),
-            ("bar.sync 0;", (16, 17), _NIBBLE_LAST_PAIR),
+            ("bar.sync 0;", (11,), _ONE_WARPGROUP),
         ) for n in numbers},  # fmt: skip
         **{("fp8 experts", "grouped_matmul", "bar.sync 0;", n): why
            for n, why in ((0, _MOE_BEFORE_TILES), (1, _FP8_WARPGROUP), (3, _FP8_WARPGROUP))},  # fmt: skip
         ("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", 0): _ASYNC_OPAQUE,
-        **{("w4a16 matmul", "w4a16_matmul", "bar.sync 0;", n): _W4A16_STAGES for n in range(3, 16, 2)},
         **{("linear_cross_entropy fwd + bwd", "matmul#2", text, n): _SHORT_K for text, n in (
             ("mbarrier.init.shared::cta.b64 [%r52], 1;", 0), ("mbarrier.init.shared::cta.b64 [%r53], 1;", 0),
             ("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%r57], 49152;", 0),
